@@ -1,0 +1,59 @@
+#include "testing/rank_threads.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace ballast::testing {
+namespace {
+
+absl::Status RunOne(int rank, int size, const RendezvousStore& store, const std::string& prefix,
+                    const RunRanksOptions& options,
+                    const std::function<absl::Status(RankContext&)>& body) {
+  RankContext ctx;
+  ctx.rank = rank;
+  ctx.size = size;
+  CpuBackendOptions backend_options;
+  backend_options.rank = rank;
+  backend_options.size = size;
+  backend_options.store = store;
+  backend_options.prefix = prefix;
+  backend_options.timeout = options.timeout;
+  BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCpuBackend(backend_options));
+  TpGroupOptions group_options;
+  group_options.group = GroupId(options.group);
+  BALLAST_ASSIGN_OR_RETURN(ctx.group, TpGroup::Create(group_options, ctx.backend.get()));
+  return body(ctx);
+}
+
+}  // namespace
+
+absl::Status RunRanks(int size, const std::function<absl::Status(RankContext&)>& body,
+                      const RunRanksOptions& options) {
+  static std::atomic<int> run_counter{0};
+  const std::string prefix = absl::StrCat("test-run-", run_counter.fetch_add(1));
+  RendezvousStore store = RendezvousStore::InProcess();
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  threads.reserve(size);
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { results[r] = RunOne(r, size, store, prefix, options, body); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) {
+    if (!results[r].ok()) {
+      return absl::Status(results[r].code(), absl::StrCat("rank ", r, ": ", results[r].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<float> ToHost(Compute& compute, const float* data, size_t n) {
+  std::vector<float> host(n);
+  compute.CopyToHost(data, host.data(), n);
+  return host;
+}
+
+}  // namespace ballast::testing

@@ -1,0 +1,295 @@
+// The CPU backend: OpenBLAS kernels against naive references, and Gloo collectives on
+// real ranks (threads, loopback TCP).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "ballast/backend.h"
+#include "common/status_macros.h"
+#include "testing/rank_threads.h"
+
+namespace ballast {
+namespace {
+
+using ::ballast::testing::RankContext;
+using ::ballast::testing::RunRanks;
+
+std::unique_ptr<Backend> SingleRank() {
+  CpuBackendOptions options;
+  options.prefix = "cpu-backend-single";
+  auto backend = CreateCpuBackend(options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return *std::move(backend);
+}
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Reference row-major GEMM with explicit strides.
+void NaiveGemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+               const float* b, int ldb, float beta, float* c, int ldc) {
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) {
+        const float av = ta ? a[p * lda + i] : a[i * lda + p];
+        const float bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        sum += static_cast<double>(av) * bv;
+      }
+      c[i * ldc + j] = static_cast<float>(alpha * sum + beta * c[i * ldc + j]);
+    }
+  }
+}
+
+TEST(CpuComputeTest, GemmAllTransposesWithStrides) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  const int m = 5, n = 7, k = 3;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
+      std::vector<float> a = Random((ta ? k : m) * lda, 1), b = Random((tb ? n : k) * ldb, 2);
+      std::vector<float> got = Random(m * ldc, 3), want = got;
+      c.Gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, got.data(), ldc);
+      NaiveGemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, want.data(), ldc);
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << ta << tb;
+    }
+  }
+}
+
+TEST(CpuComputeTest, GemmStridedBatchedMatchesLoop) {
+  auto backend = SingleRank();
+  const int m = 3, n = 4, k = 2, batch = 3;
+  std::vector<float> a = Random(batch * 10, 4), b = Random(batch * 12, 5);
+  std::vector<float> got(batch * 20, 0.0f), want(batch * 20, 0.0f);
+  backend->compute().GemmStridedBatched(false, true, m, n, k, 1.0f, a.data(), k, 10, b.data(), k,
+                                        12, 0.0f, got.data(), n, 20, batch);
+  for (int i = 0; i < batch; ++i) {
+    NaiveGemm(false, true, m, n, k, 1.0f, a.data() + 10 * i, k, b.data() + 12 * i, k, 0.0f,
+              want.data() + 20 * i, n);
+  }
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
+}
+
+TEST(CpuComputeTest, GemmWithEmptyInnerDimensionScalesC) {
+  auto backend = SingleRank();
+  std::vector<float> c = {1, 2, 3, 4};
+  backend->compute().Gemm(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, c.data(), 2);
+  EXPECT_THAT(c, ::testing::Each(0.0f));
+}
+
+TEST(CpuComputeTest, SoftmaxAndItsGradient) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  const int cols = 6;
+  const float scale = 0.7f;
+  std::vector<float> x = Random(cols, 6), p = x;
+  c.SoftmaxRows(p.data(), 1, cols, scale);
+  double sum = 0;
+  for (float v : p) sum += v;
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  // Finite-difference check of d(<w, softmax(scale x)>)/dx.
+  std::vector<float> w = Random(cols, 7), grad = w;
+  c.SoftmaxBackwardRows(p.data(), grad.data(), 1, cols, scale);
+  for (int i = 0; i < cols; ++i) {
+    auto f = [&](float delta) {
+      std::vector<float> y = x;
+      y[i] += delta;
+      c.SoftmaxRows(y.data(), 1, cols, scale);
+      double out = 0;
+      for (int j = 0; j < cols; ++j) out += w[j] * y[j];
+      return out;
+    };
+    EXPECT_NEAR(grad[i], (f(1e-3f) - f(-1e-3f)) / 2e-3, 2e-3);
+  }
+}
+
+TEST(CpuComputeTest, GeluAndItsGradient) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  std::vector<float> x = {-3.0f, -0.5f, 0.0f, 0.8f, 2.5f}, y(5), dy(5, 1.0f), dx(5);
+  c.GeluForward(x.data(), y.data(), 1, 5, 5);
+  c.GeluBackward(x.data(), dy.data(), dx.data(), 1, 5, 5);
+  for (int i = 0; i < 5; ++i) {
+    const double v = x[i];
+    const double exact = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    EXPECT_NEAR(y[i], exact, 1e-6);
+    auto g = [&](double z) {
+      return 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
+    };
+    EXPECT_NEAR(dx[i], (g(v + 1e-4) - g(v - 1e-4)) / 2e-4, 1e-4);
+  }
+}
+
+TEST(CpuComputeTest, RowAndColumnHelpers) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  std::vector<float> x = {1, 2, 9, 3, 4, 9};  // 2 x 2 inside a stride of 3
+  std::vector<float> v = {10, 20};
+  c.AddRowVector(x.data(), 2, 2, 3, v.data());
+  EXPECT_THAT(x, ::testing::ElementsAre(11, 22, 9, 13, 24, 9));
+  std::vector<float> out = {1, 1};
+  c.ColumnSum(x.data(), 2, 2, 3, 0.5f, 2.0f, out.data());
+  EXPECT_THAT(out, ::testing::ElementsAre(2 + 12, 2 + 23));
+}
+
+TEST(CpuComputeTest, AdamWMatchesFormula) {
+  auto backend = SingleRank();
+  AdamWOptions o{.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.1f};
+  std::vector<float> w = {1.0f}, g = {0.5f}, m = {0.0f}, v = {0.0f};
+  double rw = 1.0, rm = 0, rv = 0;
+  for (int step = 1; step <= 3; ++step) {
+    backend->compute().AdamW(o, step, w.data(), g.data(), m.data(), v.data(), 1);
+    rm = 0.9 * rm + 0.1 * 0.5;
+    rv = 0.99 * rv + 0.01 * 0.25;
+    const double mh = rm / (1 - std::pow(0.9, step)), vh = rv / (1 - std::pow(0.99, step));
+    rw -= 0.1 * (0.1 * rw + mh / (std::sqrt(vh) + 1e-6));
+    EXPECT_NEAR(w[0], rw, 1e-5);
+  }
+}
+
+TEST(CpuComputeTest, UnitL1) {
+  auto backend = SingleRank();
+  std::vector<float> a = {1, -2, 3, -4}, b = {1, 1, 1, 1};
+  double out[2];
+  ASSERT_TRUE(backend->compute().UnitL1(a.data(), b.data(), 2, 2, out).ok());
+  EXPECT_DOUBLE_EQ(out[0], 3);
+  EXPECT_DOUBLE_EQ(out[1], 7);
+  ASSERT_TRUE(backend->compute().UnitL1(a.data(), nullptr, 2, 2, out).ok());
+  EXPECT_DOUBLE_EQ(out[1], 7);
+}
+
+class GlooCollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooCollectivesTest, AllCollectives) {
+  const int p = GetParam();
+  absl::Status status = RunRanks(p, [p](RankContext& ctx) -> absl::Status {
+    Communicator& comm = ctx.backend->comm();
+    const int r = ctx.rank;
+    std::vector<float> sum = {float(r), float(2 * r + 1)};
+    BALLAST_RETURN_IF_ERROR(comm.AllReduceSum(sum.data(), sum.size()));
+    const float s = p * (p - 1) / 2.0f;
+    if (sum[0] != s || sum[1] != 2 * s + p) return absl::InternalError("allreduce sum wrong");
+
+    std::vector<int64_t> mins = {100 - r, r};
+    BALLAST_RETURN_IF_ERROR(comm.AllReduceMin(mins.data(), mins.size()));
+    if (mins[0] != 100 - (p - 1) || mins[1] != 0) return absl::InternalError("allreduce min");
+
+    std::vector<float> bcast = {float(r * 10)};
+    BALLAST_RETURN_IF_ERROR(comm.Broadcast(bcast.data(), 1, p - 1));
+    if (bcast[0] != (p - 1) * 10) return absl::InternalError("broadcast wrong");
+
+    std::vector<float> red = {1.0f};
+    BALLAST_RETURN_IF_ERROR(comm.Reduce(red.data(), 1, 0));
+    if (r == 0 && red[0] != p) return absl::InternalError("reduce wrong");
+
+    std::vector<float> in = {float(r), float(-r)}, out(2 * p);
+    BALLAST_RETURN_IF_ERROR(comm.AllGather(in.data(), 2, out.data()));
+    for (int q = 0; q < p; ++q) {
+      if (out[2 * q] != q || out[2 * q + 1] != -q) return absl::InternalError("allgather wrong");
+    }
+
+    // Ring exchange with two messages per pair, listed in the same order on both sides.
+    if (p > 1) {
+      const int next = (r + 1) % p, prev = (r + p - 1) % p;
+      std::vector<float> a = {float(r)}, b = {float(r + 100), float(r + 200)};
+      std::vector<float> ra(1), rb(2);
+      std::vector<PeerTransfer> sends = {{next, a.data(), 1}, {next, b.data(), 2}};
+      std::vector<PeerTransfer> recvs = {{prev, ra.data(), 1}, {prev, rb.data(), 2}};
+      BALLAST_RETURN_IF_ERROR(comm.Exchange(sends, recvs));
+      if (ra[0] != prev || rb[0] != prev + 100 || rb[1] != prev + 200) {
+        return absl::InternalError("exchange wrong");
+      }
+    }
+    // An exchange with nothing to do is still a valid collective call.
+    return comm.Exchange({}, {});
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooCollectivesTest, ::testing::Values(1, 2, 3, 4));
+
+TEST(GlooCommunicatorTest, BadArgumentsAreErrors) {
+  absl::Status status = RunRanks(2, [](RankContext& ctx) -> absl::Status {
+    Communicator& comm = ctx.backend->comm();
+    std::vector<float> x(1);
+    if (comm.Broadcast(x.data(), 1, 5).code() != absl::StatusCode::kInvalidArgument) {
+      return absl::InternalError("broadcast root not rejected");
+    }
+    PeerTransfer self{ctx.rank, x.data(), 1};
+    if (comm.Exchange({&self, 1}, {}).code() != absl::StatusCode::kInvalidArgument) {
+      return absl::InternalError("send to self not rejected");
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(CpuBackendTest, RejectsBadOptions) {
+  CpuBackendOptions options;
+  options.rank = 2;
+  options.size = 2;
+  EXPECT_EQ(CreateCpuBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.rank = 0;
+  options.blas_threads = -1;
+  EXPECT_THAT(std::string(CreateCpuBackend(options).status().message()),
+              ::testing::HasSubstr("blas_threads"));
+}
+
+TEST(CpuBackendTest, MissingPeerTimesOutInsteadOfHanging) {
+  CpuBackendOptions options;
+  options.rank = 0;
+  options.size = 2;  // rank 1 never arrives
+  options.prefix = "missing-peer";
+  options.timeout = absl::Milliseconds(500);
+  auto backend = CreateCpuBackend(options);
+  EXPECT_FALSE(backend.ok());
+}
+
+TEST(CpuBackendTest, PeerThatLeavesMidRunFailsTheCollective) {
+  RendezvousStore store = RendezvousStore::InProcess();
+  absl::Status rank0_status;
+  std::thread rank1([&] {
+    CpuBackendOptions options;
+    options.rank = 1;
+    options.size = 2;
+    options.store = store;
+    options.prefix = "leaver";
+    options.timeout = absl::Seconds(1);
+    auto backend = CreateCpuBackend(options);
+    ASSERT_TRUE(backend.ok());
+    // Leaves without taking part in rank 0's all-reduce.
+  });
+  CpuBackendOptions options;
+  options.size = 2;
+  options.store = store;
+  options.prefix = "leaver";
+  options.timeout = absl::Seconds(1);
+  auto backend = CreateCpuBackend(options);
+  rank1.join();
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::vector<float> x(16, 1.0f);
+  absl::Status status = (*backend)->comm().AllReduceSum(x.data(), x.size());
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("allreduce"));
+}
+
+TEST(RendezvousStoreTest, FileSystemStoreCreatesDirectory) {
+  const std::string dir = ::testing::TempDir() + "/ballast-rdv-" + std::to_string(::getpid());
+  auto store = RendezvousStore::FileSystem(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_NE(store->handle(), nullptr);
+  EXPECT_FALSE(RendezvousStore::FileSystem("").ok());
+  EXPECT_FALSE(RendezvousStore::FileSystem("/proc/forbidden/x").ok());
+}
+
+}  // namespace
+}  // namespace ballast

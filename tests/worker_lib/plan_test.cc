@@ -1,0 +1,157 @@
+#include "ballast/plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace ballast {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A group of 3 ranks with one 8-unit block owned 3/3/2.
+GroupShape Shape() {
+  GroupShape shape;
+  shape.group = GroupId("job/tp0");
+  shape.size = 3;
+  BlockShape block;
+  block.block = BlockId(7);
+  block.num_units = 8;
+  for (int r : {0, 0, 0, 1, 1, 1, 2, 2}) block.owner_of_unit.push_back(RankId(r));
+  shape.blocks.push_back(block);
+  return shape;
+}
+
+WorkloadPlan ValidPlan() {
+  WorkloadPlan plan;
+  plan.group = GroupId("job/tp0");
+  plan.version = PlanVersion(4);
+  BlockPlan& bp = plan.blocks.emplace_back();
+  bp.block = BlockId(7);
+  bp.pruned_units = {0, 1, 0};
+  bp.offloads = {{RankId(1), RankId(0), 2}};
+  return plan;
+}
+
+void ExpectInvalid(const WorkloadPlan& plan, const std::string& field) {
+  absl::Status status = ValidatePlan(plan, Shape());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(field));
+}
+
+TEST(ValidatePlanTest, AcceptsValidPlan) { EXPECT_TRUE(ValidatePlan(ValidPlan(), Shape()).ok()); }
+
+TEST(ValidatePlanTest, AcceptsEmptyPlan) {
+  WorkloadPlan plan;
+  plan.group = GroupId("job/tp0");
+  plan.version = PlanVersion(1);
+  EXPECT_TRUE(ValidatePlan(plan, Shape()).ok());
+}
+
+TEST(ValidatePlanTest, RejectsOtherGroup) {
+  WorkloadPlan plan = ValidPlan();
+  plan.group = GroupId("job/tp1");
+  ExpectInvalid(plan, "group 'job/tp1'");
+}
+
+TEST(ValidatePlanTest, RejectsNonPositiveVersion) {
+  WorkloadPlan plan = ValidPlan();
+  plan.version = PlanVersion(0);
+  ExpectInvalid(plan, "version 0");
+}
+
+TEST(ValidatePlanTest, RejectsUnknownBlock) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks[0].block = BlockId(99);
+  ExpectInvalid(plan, "block 99: block unknown");
+}
+
+TEST(ValidatePlanTest, RejectsDuplicateBlock) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks.push_back(plan.blocks[0]);
+  ExpectInvalid(plan, "listed twice");
+}
+
+TEST(ValidatePlanTest, RejectsPrunedUnitsOfWrongLength) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks[0].pruned_units = {0, 1};
+  ExpectInvalid(plan, "pruned_units has 2 entries");
+}
+
+TEST(ValidatePlanTest, RejectsNegativePruneCount) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks[0].pruned_units = {0, -1, 0};
+  ExpectInvalid(plan, "pruned_units[1] = -1");
+}
+
+TEST(ValidatePlanTest, RejectsPruningMoreThanOwned) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks[0].pruned_units = {0, 0, 3};
+  ExpectInvalid(plan, "pruned_units[2] = 3 out of range [0, 2]");
+}
+
+TEST(ValidatePlanTest, RejectsOffloadFieldsOutOfRange) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks[0].offloads = {{RankId(1), RankId(3), 1}};
+  ExpectInvalid(plan, "offloads[0].helper 3 out of range [0, 3)");
+  plan.blocks[0].offloads = {{RankId(-1), RankId(0), 1}};
+  ExpectInvalid(plan, "offloads[0].owner -1");
+  plan.blocks[0].offloads = {{RankId(1), RankId(1), 1}};
+  ExpectInvalid(plan, "offloads[0].helper equals its owner");
+  plan.blocks[0].offloads = {{RankId(1), RankId(0), 0}};
+  ExpectInvalid(plan, "offloads[0].units 0");
+  plan.blocks[0].offloads = {{RankId(1), RankId(0), 1}, {RankId(1), RankId(0), 1}};
+  ExpectInvalid(plan, "offloads[1] repeats owner 1 -> helper 0");
+}
+
+TEST(ValidatePlanTest, RejectsRemovingMoreThanOwned) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks[0].pruned_units = {0, 2, 0};
+  plan.blocks[0].offloads = {{RankId(1), RankId(0), 2}};
+  ExpectInvalid(plan, "rank 1 prunes and offloads 4 units but owns 3");
+}
+
+TEST(ValidatePlanTest, ChecksCountsAgainstThePlansOwnOwnership) {
+  WorkloadPlan plan = ValidPlan();
+  BlockPlan& bp = plan.blocks[0];
+  // Rank 2 takes everything: it may now prune 5 of its 8 units; rank 1 owns none.
+  bp.owner_of_unit.assign(8, RankId(2));
+  bp.offloads.clear();
+  bp.pruned_units = {0, 0, 5};
+  EXPECT_TRUE(ValidatePlan(plan, Shape()).ok());
+  bp.pruned_units = {0, 1, 0};
+  ExpectInvalid(plan, "pruned_units[1] = 1 out of range [0, 0]");
+}
+
+TEST(ValidatePlanTest, RejectsBadOwnership) {
+  WorkloadPlan plan = ValidPlan();
+  plan.blocks[0].owner_of_unit.assign(7, RankId(0));
+  ExpectInvalid(plan, "owner_of_unit has 7 entries, block has 8 units");
+  plan.blocks[0].owner_of_unit.assign(8, RankId(0));
+  plan.blocks[0].owner_of_unit[5] = RankId(4);
+  ExpectInvalid(plan, "owner_of_unit[5] = 4 out of range");
+}
+
+TEST(ValidatePlanTest, RejectsUnknownImputation) {
+  WorkloadPlan plan = ValidPlan();
+  plan.imputation = static_cast<Imputation>(9);
+  ExpectInvalid(plan, "imputation 9 unknown");
+}
+
+TEST(PlanNamesTest, RoundTrip) {
+  for (Imputation i : {Imputation::kZero, Imputation::kMean}) {
+    EXPECT_EQ(*ParseImputation(ImputationName(i)), i);
+  }
+  for (Priority p :
+       {Priority::kChange, Priority::kMagnitude, Priority::kRandom, Priority::kRoundRobin}) {
+    EXPECT_EQ(*ParsePriority(PriorityName(p)), p);
+  }
+  EXPECT_THAT(std::string(ParsePriority("fastest").status().message()), HasSubstr("'fastest'"));
+  EXPECT_FALSE(ParseImputation("median").ok());
+}
+
+TEST(PlanSummaryTest, DescribesPlan) {
+  EXPECT_EQ(PlanSummary(ValidPlan()), "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2;");
+}
+
+}  // namespace
+}  // namespace ballast

@@ -1,0 +1,102 @@
+// Timing (design brief section 4): compute is measured apart from collective waits, so a
+// rank with more work shows more compute seconds while its peer shows the wait.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "ballast/parallel_mlp.h"
+#include "ballast/tp_group.h"
+#include "common/status_macros.h"
+#include "testing/rank_threads.h"
+
+namespace ballast {
+namespace {
+
+using ::ballast::testing::RankContext;
+using ::ballast::testing::RunRanks;
+
+constexpr int kHidden = 64;
+constexpr int kBatch = 4;
+constexpr int kSeq = 64;
+constexpr int kSteps = 6;
+
+struct RankTotals {
+  double compute = 0;
+  double comm = 0;
+  int32_t units = 0;
+  double seconds_per_unit = 0;
+};
+
+absl::Status Train(RankContext& ctx, const MlpConfig& config, const WorkloadPlan* plan,
+                   RankTotals& totals) {
+  BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
+  if (plan != nullptr) BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(*plan));
+  Compute& c = ctx.backend->compute();
+  const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
+  BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
+  BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
+  BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
+  c.Fill(x.data(), 0.1f, n);
+  for (int step = 0; step < kSteps; ++step) {
+    BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+    BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
+    BALLAST_RETURN_IF_ERROR(mlp->Backward(y.data(), dx.data()));
+    BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
+    const StepTimings& t = ctx.group->last_step_timings();
+    if (t.blocks.size() != 1 || t.step != step) return absl::InternalError("timings shape");
+    if (step == 0) continue;  // first step allocates buffers
+    totals.compute += t.compute_seconds();
+    totals.comm += t.comm_seconds();
+    totals.units = t.blocks[0].units_computed;
+    totals.seconds_per_unit = t.blocks[0].seconds_per_unit;
+  }
+  return absl::OkStatus();
+}
+
+TEST(TimingTest, ComputeAndCollectiveWaitsAreSeparated) {
+  MlpConfig config;
+  config.id = BlockId(0);
+  config.hidden = kHidden;
+  config.intermediate = 1024;
+  config.unit_size = 32;  // 32 units
+  config.units.owner_of_unit.assign(32, RankId(1));
+  for (int u = 0; u < 28; ++u) config.units.owner_of_unit[u] = RankId(0);  // 7 : 1
+  std::vector<RankTotals> totals(2);
+  absl::Status status = RunRanks(2, [&](RankContext& ctx) {
+    return Train(ctx, config, nullptr, totals[ctx.rank]);
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(totals[0].units, 28);
+  EXPECT_EQ(totals[1].units, 4);
+  // 7x the work: more compute on rank 0, and rank 1 spends the difference waiting.
+  EXPECT_GT(totals[0].compute, totals[1].compute);
+  EXPECT_GT(totals[1].comm, totals[0].comm);
+  EXPECT_GT(totals[0].seconds_per_unit, 0);
+  EXPECT_GT(totals[1].seconds_per_unit, 0);
+}
+
+TEST(TimingTest, HelperCountsTheUnitsItComputesForOthers) {
+  MlpConfig config;
+  config.id = BlockId(0);
+  config.hidden = 16;
+  config.intermediate = 64;
+  config.unit_size = 8;  // 8 units, 4 each
+  WorkloadPlan plan;
+  plan.group = GroupId("test/tp");
+  plan.version = PlanVersion(1);
+  BlockPlan& bp = plan.blocks.emplace_back();
+  bp.block = BlockId(0);
+  bp.pruned_units = {0, 1};
+  bp.offloads = {{RankId(1), RankId(0), 2}};
+  std::vector<RankTotals> totals(2);
+  absl::Status status = RunRanks(2, [&](RankContext& ctx) {
+    return Train(ctx, config, &plan, totals[ctx.rank]);
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(totals[0].units, 4 + 2);  // its own 4 plus 2 of rank 1's
+  EXPECT_EQ(totals[1].units, 4 - 1 - 2);
+}
+
+}  // namespace
+}  // namespace ballast

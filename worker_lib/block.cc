@@ -1,0 +1,788 @@
+#include "ballast/block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "ballast/tp_group.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace ballast {
+namespace {
+
+// Per sharded parameter, these fields are stored, each `unit_elems` floats per unit.
+enum FieldKind { kValue = 0, kGrad = 1, kMoment1 = 2, kMoment2 = 3, kSnapshot = 4 };
+constexpr int kFieldsPerParam = 5;
+
+// Host-side per-unit state; it moves with the unit when storage is reordered or resharded.
+struct UnitMeta {
+  int64_t unit = 0;
+  int64_t adam_step = 0;     // AdamW steps this unit has taken (pruned steps do not count)
+  int64_t mean_obs = 0;      // steps that contributed to its running mean
+  double score = 0;          // keep priority: higher is pruned later
+  int64_t last_pruned = -1;  // step it was last pruned; -1 = never
+  int64_t active_steps = 0;  // steps it received a gradient in the current window
+};
+// UnitMeta travels inside float messages during a reshard.
+constexpr size_t kMetaFloats = sizeof(UnitMeta) / sizeof(float);
+static_assert(sizeof(UnitMeta) % sizeof(float) == 0);
+
+uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: a cheap, well-spread hash
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+struct ParallelBlock::Storage {
+  // fields[p * kFieldsPerParam + kind] for sharded parameter p; then one field for the
+  // running mean activations.
+  std::vector<Buffer> fields;
+  std::vector<size_t> elems;  // per field, floats per unit
+  std::vector<UnitMeta> meta;  // storage order
+  // Replicated output bias and its gradient and moments.
+  Buffer bias, bias_grad, bias_m, bias_v;
+  int64_t bias_step = 0;
+
+  int32_t units() const { return static_cast<int32_t>(meta.size()); }
+  float* slab(size_t field, int32_t pos) { return fields[field].data() + pos * elems[field]; }
+};
+
+// A unit being placed into rebuilt storage: where each field's slab comes from, and its meta.
+struct ParallelBlock::SlabRef {
+  std::vector<const float*> fields;
+  UnitMeta meta;
+};
+
+// How this step's plan maps onto storage order (see block.h).
+struct ParallelBlock::StepLayout {
+  struct Out {
+    int32_t helper;
+    int32_t first;
+    int32_t units;
+  };
+  struct In {
+    int32_t owner;
+    int32_t units;
+    std::vector<Buffer> params;  // one per sharded parameter
+    std::vector<Buffer> grads;
+    std::vector<Buffer> cache;
+  };
+  // The plan in force (null = all local) and its imputation.
+  std::optional<BlockPlan> plan;
+  Imputation imputation = Imputation::kZero;
+
+  int32_t local = 0;
+  std::vector<Out> out;
+  int32_t pruned_first = 0;
+  std::vector<In> in;
+
+  std::vector<Buffer> local_cache;
+  Buffer local_means;
+  Buffer imputed;
+  Buffer x;  // copy of the forward input, for backward
+  int32_t batch = 0;
+  int32_t seq = 0;
+  bool forward_done = false;
+  bool backward_done = false;
+  int64_t step = -1;
+};
+
+ParallelBlock::ParallelBlock(TpGroup* group, BlockId id, int32_t num_units, int32_t hidden,
+                             std::vector<ShardedParamSpec> sharded, size_t mean_unit_elems,
+                             UnitConfig config)
+    : group_(group),
+      id_(id),
+      num_units_(num_units),
+      hidden_(hidden),
+      sharded_(std::move(sharded)),
+      mean_unit_elems_(mean_unit_elems),
+      config_(std::move(config)),
+      storage_(std::make_unique<Storage>()),
+      layout_(std::make_unique<StepLayout>()) {
+  timing_.block = id_;
+}
+
+ParallelBlock::~ParallelBlock() {
+  if (registered_) group_->Unregister(this);
+}
+
+Compute& ParallelBlock::compute() { return group_->backend().compute(); }
+
+absl::Status ParallelBlock::Init() {
+  const int32_t size = group_->size();
+  if (config_.priority_window <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", id_.value(), ": priority_window ", config_.priority_window,
+                     " must be > 0"));
+  }
+  if (!(config_.mean_decay >= 0.0f && config_.mean_decay < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block ", id_.value(), ": mean_decay ", config_.mean_decay, " must be in [0, 1)"));
+  }
+  if (config_.owner_of_unit.empty()) {
+    owner_of_unit_ = EvenOwnership(num_units_, size);
+  } else {
+    if (static_cast<int32_t>(config_.owner_of_unit.size()) != num_units_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block ", id_.value(), ": owner_of_unit has ",
+                       config_.owner_of_unit.size(), " entries, block has ", num_units_,
+                       " units"));
+    }
+    for (size_t u = 0; u < config_.owner_of_unit.size(); ++u) {
+      const int32_t r = config_.owner_of_unit[u].value();
+      if (r < 0 || r >= size) {
+        return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": owner_of_unit[",
+                                                       u, "] = ", r, " out of range [0, ", size,
+                                                       ")"));
+      }
+    }
+    owner_of_unit_ = config_.owner_of_unit;
+  }
+  compute_timer_ = compute().NewTimer();
+  comm_timer_ = compute().NewTimer();
+
+  Storage& st = *storage_;
+  for (const ShardedParamSpec& spec : sharded_) {
+    for (int k = 0; k < kFieldsPerParam; ++k) st.elems.push_back(spec.unit_elems);
+  }
+  st.elems.push_back(mean_unit_elems_);
+  st.fields.resize(st.elems.size());
+  const int32_t me = group_->rank().value();
+  for (int32_t u = 0; u < num_units_; ++u) {
+    if (owner_of_unit_[u].value() == me) st.meta.push_back(UnitMeta{.unit = u});
+  }
+  for (size_t f = 0; f < st.fields.size(); ++f) {
+    BALLAST_ASSIGN_OR_RETURN(st.fields[f], compute().Allocate(st.units() * st.elems[f]));
+  }
+  for (Buffer* b : {&st.bias, &st.bias_grad, &st.bias_m, &st.bias_v}) {
+    BALLAST_ASSIGN_OR_RETURN(*b, compute().Allocate(hidden_));
+  }
+  std::vector<float> dense(DenseSize());
+  InitDense(dense);
+  BALLAST_RETURN_IF_ERROR(LoadDenseVector(dense));
+  BALLAST_RETURN_IF_ERROR(group_->Register(this));
+  registered_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::LoadDenseVector(const std::vector<float>& dense) {
+  if (dense.size() != DenseSize()) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": dense parameters have ",
+                                                   dense.size(), " floats, expected ",
+                                                   DenseSize()));
+  }
+  Storage& st = *storage_;
+  std::vector<std::vector<float>> host(sharded_.size());
+  std::vector<float*> slabs(sharded_.size());
+  std::vector<float> bias(hidden_);
+  for (size_t p = 0; p < sharded_.size(); ++p) host[p].resize(sharded_[p].unit_elems);
+  for (size_t p = 0; p < sharded_.size(); ++p) slabs[p] = host[p].data();
+  for (int32_t pos = 0; pos < st.units(); ++pos) {
+    DenseToUnit(static_cast<int32_t>(st.meta[pos].unit), dense.data(), slabs, nullptr);
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      compute().CopyFromHost(host[p].data(), st.slab(p * kFieldsPerParam + kValue, pos),
+                             sharded_[p].unit_elems);
+    }
+  }
+  DenseToUnit(-1, dense.data(), slabs, bias.data());
+  compute().CopyFromHost(bias.data(), st.bias.data(), hidden_);
+  return ResetState();
+}
+
+absl::Status ParallelBlock::ResetState() {
+  Storage& st = *storage_;
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    const size_t n = st.units() * sharded_[p].unit_elems;
+    for (int k : {kGrad, kMoment1, kMoment2}) {
+      compute().Fill(st.fields[p * kFieldsPerParam + k].data(), 0.0f, n);
+    }
+    compute().Copy(st.fields[p * kFieldsPerParam + kValue].data(),
+                   st.fields[p * kFieldsPerParam + kSnapshot].data(), n);
+  }
+  compute().Fill(st.fields.back().data(), 0.0f, st.units() * mean_unit_elems_);
+  for (Buffer* b : {&st.bias_grad, &st.bias_m, &st.bias_v}) compute().Fill(b->data(), 0.0f, hidden_);
+  st.bias_step = 0;
+  // Never-measured units rank first under kChange, so units pruned before their first
+  // measurement rotate back in once the others have a (finite) score.
+  const double initial =
+      config_.priority == Priority::kChange ? std::numeric_limits<double>::infinity() : 0.0;
+  for (UnitMeta& m : st.meta) m = UnitMeta{.unit = m.unit, .score = initial};
+  return compute().Synchronize();
+}
+
+std::vector<int32_t> ParallelBlock::LocalUnits() const {
+  std::vector<int32_t> units;
+  for (const UnitMeta& m : storage_->meta) units.push_back(static_cast<int32_t>(m.unit));
+  return units;
+}
+
+std::vector<UnitFate> ParallelBlock::LocalFates() const {
+  std::vector<UnitFate> fates(storage_->units(), UnitFate::kPruned);
+  const StepLayout& l = *layout_;
+  for (int32_t i = 0; i < l.local && i < storage_->units(); ++i) fates[i] = UnitFate::kLocal;
+  for (const auto& o : l.out) {
+    for (int32_t i = o.first; i < o.first + o.units; ++i) fates[i] = UnitFate::kOffloaded;
+  }
+  return fates;
+}
+
+absl::StatusOr<std::vector<float>> ParallelBlock::UnitMean(int32_t unit) const {
+  const Storage& st = *storage_;
+  for (int32_t pos = 0; pos < st.units(); ++pos) {
+    if (st.meta[pos].unit == unit) {
+      std::vector<float> mean(mean_unit_elems_);
+      group_->backend().compute().CopyToHost(st.fields.back().data() + pos * mean_unit_elems_,
+                                             mean.data(), mean_unit_elems_);
+      return mean;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("block ", id_.value(), ": unit ", unit,
+                                          " is not owned by rank ", group_->rank().value()));
+}
+
+BlockShape ParallelBlock::Shape() const {
+  return BlockShape{.block = id_, .num_units = num_units_, .owner_of_unit = owner_of_unit_};
+}
+
+absl::Status ParallelBlock::ApplyPlan(const BlockPlan* plan, Imputation imputation) {
+  if (plan != nullptr && !plan->owner_of_unit.empty() && plan->owner_of_unit != owner_of_unit_) {
+    comm_timer_->Start();
+    absl::Status status = Reshard(plan->owner_of_unit);
+    comm_timer_->Stop();
+    BALLAST_RETURN_IF_ERROR(status);
+  }
+  layout_->plan = plan ? std::optional<BlockPlan>(*plan) : std::nullopt;
+  layout_->imputation = imputation;
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::BeginStep(int64_t step) {
+  compute_timer_->Reset();
+  comm_timer_->Reset();
+  if (step > 0 && step % config_.priority_window == 0) BALLAST_RETURN_IF_ERROR(RollWindow(step));
+
+  // Resolve the plan into contiguous storage ranges (see block.h for the layout).
+  StepLayout& l = *layout_;
+  const int32_t me = group_->rank().value();
+  const int32_t owned = storage_->units();
+  int32_t pruned = 0;
+  l.out.clear();
+  l.in.resize(0);
+  std::vector<StepLayout::In> in;
+  if (l.plan.has_value()) {
+    if (!l.plan->pruned_units.empty()) pruned = l.plan->pruned_units[me];
+    for (const Offload& o : l.plan->offloads) {
+      if (o.owner.value() == me) l.out.push_back({o.helper.value(), 0, o.units});
+      if (o.helper.value() == me) {
+        StepLayout::In entry;
+        entry.owner = o.owner.value();
+        entry.units = o.units;
+        for (const ShardedParamSpec& spec : sharded_) {
+          BALLAST_ASSIGN_OR_RETURN(entry.params.emplace_back(),
+                                   compute().Allocate(o.units * spec.unit_elems));
+          BALLAST_ASSIGN_OR_RETURN(entry.grads.emplace_back(),
+                                   compute().Allocate(o.units * spec.unit_elems));
+        }
+        in.push_back(std::move(entry));
+      }
+    }
+  }
+  int32_t offloaded = 0;
+  for (const auto& o : l.out) offloaded += o.units;
+  l.local = owned - pruned - offloaded;
+  int32_t next = l.local;
+  for (auto& o : l.out) {
+    o.first = next;
+    next += o.units;
+  }
+  l.pruned_first = next;
+  l.in = std::move(in);
+  for (int32_t pos = l.pruned_first; pos < owned; ++pos) storage_->meta[pos].last_pruned = step;
+  l.forward_done = false;
+  l.backward_done = false;
+  l.step = step;
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::EndStep() {
+  BALLAST_ASSIGN_OR_RETURN(timing_.compute_seconds, compute_timer_->Seconds());
+  BALLAST_ASSIGN_OR_RETURN(timing_.comm_seconds, comm_timer_->Seconds());
+  int32_t units = layout_->local;
+  for (const auto& in : layout_->in) units += in.units;
+  timing_.units_computed = layout_->forward_done ? units : 0;
+  timing_.seconds_per_unit =
+      timing_.units_computed > 0 ? timing_.compute_seconds / timing_.units_computed : 0.0;
+  return absl::OkStatus();
+}
+
+ParallelBlock::UnitRange ParallelBlock::StorageRange(int32_t first, int32_t count,
+                                                     std::vector<Buffer>* cache,
+                                                     float* mean_out) {
+  UnitRange range;
+  range.units = count;
+  range.cache = cache;
+  range.mean_out = mean_out;
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    range.params.push_back(storage_->slab(p * kFieldsPerParam + kValue, first));
+    range.grads.push_back(storage_->slab(p * kFieldsPerParam + kGrad, first));
+  }
+  return range;
+}
+
+absl::Status ParallelBlock::EnsureSize(Buffer& buffer, size_t n) {
+  if (buffer.size() != n) {
+    BALLAST_ASSIGN_OR_RETURN(buffer, compute().Allocate(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::EnsureCache(std::vector<Buffer>& cache, int32_t units, int32_t batch,
+                                        int32_t seq) {
+  const std::vector<size_t> sizes = CacheSizes(units, batch, seq);
+  cache.resize(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) BALLAST_RETURN_IF_ERROR(EnsureSize(cache[i], sizes[i]));
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, float* y) {
+  StepLayout& l = *layout_;
+  if (l.step < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", id_.value(), ": Forward outside a step; call TpGroup::BeginStep"));
+  }
+  if (x == nullptr || y == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": x or y is null"));
+  }
+  if (batch <= 0 || seq <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": batch ", batch,
+                                                   " and seq ", seq, " must be > 0"));
+  }
+  BALLAST_RETURN_IF_ERROR(ValidateShape(batch, seq));
+  const int32_t tokens = batch * seq;
+  Compute& c = compute();
+  Communicator& comm = group_->backend().comm();
+
+  BALLAST_RETURN_IF_ERROR(EnsureSize(l.x, static_cast<size_t>(tokens) * hidden_));
+  BALLAST_RETURN_IF_ERROR(EnsureCache(l.local_cache, l.local, batch, seq));
+  BALLAST_RETURN_IF_ERROR(EnsureSize(l.local_means, l.local * mean_unit_elems_));
+  BALLAST_RETURN_IF_ERROR(EnsureSize(l.imputed, hidden_));
+  for (auto& in : l.in) BALLAST_RETURN_IF_ERROR(EnsureCache(in.cache, in.units, batch, seq));
+  l.batch = batch;
+  l.seq = seq;
+
+  // Owners ship the offloaded units' weights to their helpers (every rank takes part).
+  std::vector<PeerTransfer> sends, recvs;
+  for (const auto& o : l.out) {
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      sends.push_back({o.helper, storage_->slab(p * kFieldsPerParam + kValue, o.first),
+                       o.units * sharded_[p].unit_elems});
+    }
+  }
+  for (auto& in : l.in) {
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      recvs.push_back({in.owner, in.params[p].data(), in.params[p].size()});
+    }
+  }
+  comm_timer_->Start();
+  absl::Status status = comm.Exchange(sends, recvs);
+  comm_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
+
+  compute_timer_->Start();
+  c.Copy(x, l.x.data(), l.x.size());
+  c.Fill(y, 0.0f, l.x.size());
+  if (l.local > 0) {
+    ForwardRange(StorageRange(0, l.local, &l.local_cache, l.local_means.data()), x, batch, seq, y);
+  }
+  for (auto& in : l.in) {
+    UnitRange range;
+    range.units = in.units;
+    range.cache = &in.cache;
+    for (auto& b : in.params) range.params.push_back(b.data());
+    for (auto& b : in.grads) range.grads.push_back(b.data());
+    ForwardRange(range, x, batch, seq, y);
+  }
+  const int32_t pruned = storage_->units() - l.pruned_first;
+  if (l.imputation == Imputation::kMean && pruned > 0) {
+    c.Fill(l.imputed.data(), 0.0f, hidden_);
+    ImputeRange(StorageRange(l.pruned_first, pruned, nullptr, nullptr),
+                storage_->slab(storage_->fields.size() - 1, l.pruned_first), l.imputed.data());
+    c.AddRowVector(y, tokens, hidden_, hidden_, l.imputed.data());
+  }
+  compute_timer_->Stop();
+
+  comm_timer_->Start();
+  status = comm.AllReduceSum(y, l.x.size());
+  comm_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
+
+  compute_timer_->Start();
+  c.AddRowVector(y, tokens, hidden_, hidden_, storage_->bias.data());
+  status = UpdateMeans(l.local, l.local_means.data());
+  compute_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
+  l.forward_done = true;
+  l.backward_done = false;
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::UpdateMeans(int32_t units, const float* batch_means) {
+  // mean <- batch mean on a unit's first observation, else an exponential moving average.
+  // Consecutive units with the same rule are updated in one call.
+  Storage& st = *storage_;
+  const size_t mean_field = st.fields.size() - 1;
+  const float rate = 1.0f - config_.mean_decay;
+  int32_t run_start = 0;
+  for (int32_t pos = 0; pos <= units; ++pos) {
+    const bool boundary =
+        pos == units || (pos > run_start && (st.meta[pos].mean_obs == 0) !=
+                                                (st.meta[run_start].mean_obs == 0));
+    if (!boundary) continue;
+    if (pos > run_start) {
+      const size_t n = (pos - run_start) * mean_unit_elems_;
+      float* mean = st.slab(mean_field, run_start);
+      const float* sample = batch_means + run_start * mean_unit_elems_;
+      if (st.meta[run_start].mean_obs == 0) {
+        compute().Copy(sample, mean, n);
+      } else {
+        compute().Scale(1.0f - rate, mean, n);
+        compute().Axpy(rate, sample, mean, n);
+      }
+    }
+    run_start = pos;
+  }
+  for (int32_t pos = 0; pos < units; ++pos) ++st.meta[pos].mean_obs;
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
+  StepLayout& l = *layout_;
+  if (!l.forward_done) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", id_.value(), ": Backward without a Forward in this step"));
+  }
+  if (dy == nullptr || dx == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": dy or dx is null"));
+  }
+  Compute& c = compute();
+  Communicator& comm = group_->backend().comm();
+  Storage& st = *storage_;
+  const int32_t tokens = l.batch * l.seq;
+  const size_t n = static_cast<size_t>(tokens) * hidden_;
+
+  compute_timer_->Start();
+  // Pruned units receive no gradient this step.
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    const size_t e = sharded_[p].unit_elems;
+    c.Fill(st.slab(p * kFieldsPerParam + kGrad, l.pruned_first), 0.0f,
+           (st.units() - l.pruned_first) * e);
+  }
+  c.Fill(dx, 0.0f, n);
+  if (l.local > 0) {
+    BackwardRange(StorageRange(0, l.local, &l.local_cache, nullptr), l.x.data(), dy, l.batch,
+                  l.seq, dx);
+  }
+  for (auto& in : l.in) {
+    UnitRange range;
+    range.units = in.units;
+    range.cache = &in.cache;
+    for (auto& b : in.params) range.params.push_back(b.data());
+    for (auto& b : in.grads) range.grads.push_back(b.data());
+    BackwardRange(range, l.x.data(), dy, l.batch, l.seq, dx);
+  }
+  c.ColumnSum(dy, tokens, hidden_, hidden_, 1.0f, 0.0f, st.bias_grad.data());
+  compute_timer_->Stop();
+
+  // Helpers return the offloaded units' weight gradients straight into the owners' storage.
+  std::vector<PeerTransfer> sends, recvs;
+  for (auto& in : l.in) {
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      sends.push_back({in.owner, in.grads[p].data(), in.grads[p].size()});
+    }
+  }
+  for (const auto& o : l.out) {
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      recvs.push_back({o.helper, st.slab(p * kFieldsPerParam + kGrad, o.first),
+                       o.units * sharded_[p].unit_elems});
+    }
+  }
+  comm_timer_->Start();
+  absl::Status status = comm.Exchange(sends, recvs);
+  if (status.ok()) status = comm.AllReduceSum(dx, n);
+  comm_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
+  l.backward_done = true;
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
+  StepLayout& l = *layout_;
+  if (!l.backward_done) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", id_.value(), ": AdamWStep without a Backward in this step"));
+  }
+  if (!(options.lr >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) ||
+      !(options.beta2 >= 0 && options.beta2 < 1) || !(options.eps > 0) ||
+      !(options.weight_decay >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", id_.value(), ": AdamW options out of range (lr ", options.lr,
+                     ", beta1 ", options.beta1, ", beta2 ", options.beta2, ", eps ", options.eps,
+                     ", weight_decay ", options.weight_decay, ")"));
+  }
+  Compute& c = compute();
+  Storage& st = *storage_;
+  compute_timer_->Start();
+  // Units [0, pruned_first) have gradients (local, or returned by helpers). Units that
+  // share a step count are updated in one call per parameter.
+  int32_t run_start = 0;
+  for (int32_t pos = 0; pos <= l.pruned_first; ++pos) {
+    if (pos < l.pruned_first && st.meta[pos].adam_step == st.meta[run_start].adam_step) continue;
+    if (pos > run_start) {
+      const int64_t step = st.meta[run_start].adam_step + 1;
+      for (size_t p = 0; p < sharded_.size(); ++p) {
+        const size_t base = p * kFieldsPerParam;
+        c.AdamW(options, step, st.slab(base + kValue, run_start), st.slab(base + kGrad, run_start),
+                st.slab(base + kMoment1, run_start), st.slab(base + kMoment2, run_start),
+                (pos - run_start) * sharded_[p].unit_elems);
+      }
+    }
+    run_start = pos;
+  }
+  for (int32_t pos = 0; pos < l.pruned_first; ++pos) {
+    ++st.meta[pos].adam_step;
+    ++st.meta[pos].active_steps;
+  }
+  c.AdamW(options, ++st.bias_step, st.bias.data(), st.bias_grad.data(), st.bias_m.data(),
+          st.bias_v.data(), hidden_);
+  compute_timer_->Stop();
+  l.backward_done = false;  // one optimizer step per backward
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::RollWindow(int64_t step) {
+  Storage& st = *storage_;
+  const int32_t n = st.units();
+  if (n == 0) return absl::OkStatus();
+  std::vector<double> l1(n, 0.0);
+  if (config_.priority == Priority::kChange || config_.priority == Priority::kMagnitude) {
+    std::vector<double> part(n);
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      const size_t base = p * kFieldsPerParam;
+      const float* snapshot =
+          config_.priority == Priority::kChange ? st.fields[base + kSnapshot].data() : nullptr;
+      BALLAST_RETURN_IF_ERROR(compute().UnitL1(st.fields[base + kValue].data(), snapshot, n,
+                                               sharded_[p].unit_elems, part.data()));
+      for (int32_t i = 0; i < n; ++i) l1[i] += part[i];
+    }
+  }
+  const uint64_t window = static_cast<uint64_t>(step / config_.priority_window);
+  for (int32_t i = 0; i < n; ++i) {
+    UnitMeta& m = st.meta[i];
+    switch (config_.priority) {
+      case Priority::kChange:
+        // Change per step it was trained; units pruned all window keep their last score.
+        if (m.active_steps > 0) m.score = l1[i] / m.active_steps;
+        break;
+      case Priority::kMagnitude:
+        m.score = l1[i];
+        break;
+      case Priority::kRandom:
+        m.score = static_cast<double>(
+            Mix(config_.seed ^ Mix(window ^ Mix(static_cast<uint64_t>(id_.value()) ^
+                                                Mix(static_cast<uint64_t>(m.unit))))) >> 11);
+        break;
+      case Priority::kRoundRobin:
+        m.score = static_cast<double>(m.last_pruned);
+        break;
+    }
+    m.active_steps = 0;
+  }
+  // Reorder storage by priority, highest first, ties by unit id: done once per window so
+  // every step's pruned units are a contiguous suffix.
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (st.meta[a].score != st.meta[b].score) return st.meta[a].score > st.meta[b].score;
+    return st.meta[a].unit < st.meta[b].unit;
+  });
+  std::vector<SlabRef> refs;
+  refs.reserve(n);
+  for (int32_t pos : order) {
+    SlabRef ref;
+    ref.meta = st.meta[pos];
+    for (size_t f = 0; f < st.fields.size(); ++f) ref.fields.push_back(st.slab(f, pos));
+    refs.push_back(std::move(ref));
+  }
+  BALLAST_RETURN_IF_ERROR(Rebuild(refs));
+  // A new window measures change from here.
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    const size_t base = p * kFieldsPerParam;
+    compute().Copy(st.fields[base + kValue].data(), st.fields[base + kSnapshot].data(),
+                   n * sharded_[p].unit_elems);
+  }
+  return compute().Synchronize();
+}
+
+absl::Status ParallelBlock::Rebuild(const std::vector<SlabRef>& units) {
+  Storage& st = *storage_;
+  std::vector<Buffer> fields(st.fields.size());
+  for (size_t f = 0; f < fields.size(); ++f) {
+    BALLAST_ASSIGN_OR_RETURN(fields[f], compute().Allocate(units.size() * st.elems[f]));
+    for (size_t i = 0; i < units.size(); ++i) {
+      compute().Copy(units[i].fields[f], fields[f].data() + i * st.elems[f], st.elems[f]);
+    }
+  }
+  // Sources may live in the old storage or in receive buffers; wait before freeing them.
+  BALLAST_RETURN_IF_ERROR(compute().Synchronize());
+  st.fields = std::move(fields);
+  st.meta.clear();
+  for (const SlabRef& ref : units) st.meta.push_back(ref.meta);
+  return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::Reshard(const std::vector<RankId>& new_owner) {
+  Storage& st = *storage_;
+  Compute& c = compute();
+  const int32_t me = group_->rank().value();
+  const int32_t size = group_->size();
+  size_t unit_floats = kMetaFloats;
+  for (size_t e : st.elems) unit_floats += e;
+
+  // Every rank derives the same moves from the old and new ownership: units leave their
+  // old owner for their new one, packed per destination in unit-id order, with all their
+  // fields (weights, AdamW moments, snapshot, running mean) and their host metadata.
+  std::vector<std::vector<int32_t>> out_positions(size);  // per destination
+  std::vector<int32_t> retained;
+  std::vector<int32_t> by_unit(st.units());
+  std::iota(by_unit.begin(), by_unit.end(), 0);
+  std::sort(by_unit.begin(), by_unit.end(),
+            [&](int32_t a, int32_t b) { return st.meta[a].unit < st.meta[b].unit; });
+  for (int32_t pos : by_unit) {
+    const int32_t dest = new_owner[st.meta[pos].unit].value();
+    if (dest == me) continue;
+    out_positions[dest].push_back(pos);
+  }
+  for (int32_t pos = 0; pos < st.units(); ++pos) {
+    if (new_owner[st.meta[pos].unit].value() == me) retained.push_back(pos);
+  }
+  std::vector<int32_t> in_counts(size, 0);
+  for (int32_t u = 0; u < num_units_; ++u) {
+    const int32_t from = owner_of_unit_[u].value();
+    if (from != me && new_owner[u].value() == me) ++in_counts[from];
+  }
+
+  std::vector<Buffer> out_buffers(size), in_buffers(size);
+  std::vector<PeerTransfer> sends, recvs;
+  for (int32_t r = 0; r < size; ++r) {
+    if (!out_positions[r].empty()) {
+      BALLAST_ASSIGN_OR_RETURN(out_buffers[r], c.Allocate(out_positions[r].size() * unit_floats));
+      float* dst = out_buffers[r].data();
+      for (int32_t pos : out_positions[r]) {
+        for (size_t f = 0; f < st.fields.size(); ++f) {
+          c.Copy(st.slab(f, pos), dst, st.elems[f]);
+          dst += st.elems[f];
+        }
+        float meta[kMetaFloats];
+        std::memcpy(meta, &st.meta[pos], sizeof(UnitMeta));
+        c.CopyFromHost(meta, dst, kMetaFloats);
+        dst += kMetaFloats;
+      }
+      sends.push_back({r, out_buffers[r].data(), out_buffers[r].size()});
+    }
+    if (in_counts[r] > 0) {
+      BALLAST_ASSIGN_OR_RETURN(in_buffers[r], c.Allocate(in_counts[r] * unit_floats));
+      recvs.push_back({r, in_buffers[r].data(), in_buffers[r].size()});
+    }
+  }
+  BALLAST_RETURN_IF_ERROR(group_->backend().comm().Exchange(sends, recvs));
+
+  std::vector<SlabRef> refs;
+  for (int32_t pos : retained) {
+    SlabRef ref;
+    ref.meta = st.meta[pos];
+    for (size_t f = 0; f < st.fields.size(); ++f) ref.fields.push_back(st.slab(f, pos));
+    refs.push_back(std::move(ref));
+  }
+  for (int32_t r = 0; r < size; ++r) {
+    const float* src = in_buffers[r].data();
+    for (int32_t i = 0; i < in_counts[r]; ++i) {
+      SlabRef ref;
+      for (size_t f = 0; f < st.fields.size(); ++f) {
+        ref.fields.push_back(src);
+        src += st.elems[f];
+      }
+      float meta[kMetaFloats];
+      c.CopyToHost(src, meta, kMetaFloats);
+      std::memcpy(&ref.meta, meta, sizeof(UnitMeta));
+      src += kMetaFloats;
+      refs.push_back(std::move(ref));
+    }
+  }
+  // Keep priority order: the moved units take their place by their scores.
+  std::stable_sort(refs.begin(), refs.end(), [](const SlabRef& a, const SlabRef& b) {
+    if (a.meta.score != b.meta.score) return a.meta.score > b.meta.score;
+    return a.meta.unit < b.meta.unit;
+  });
+  BALLAST_RETURN_IF_ERROR(Rebuild(refs));
+  BALLAST_LOG(INFO) << "group=" << group_->group() << " rank=" << me << " block=" << id_
+                    << " resharded: now owns " << st.units() << " of " << num_units_ << " units";
+  owner_of_unit_ = new_owner;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ParallelBlock::GatherDense(ParamField field) {
+  Storage& st = *storage_;
+  Compute& c = compute();
+  int kind = kValue;
+  const Buffer* bias = &st.bias;
+  switch (field) {
+    case ParamField::kValue:
+      break;
+    case ParamField::kGrad:
+      kind = kGrad;
+      bias = &st.bias_grad;
+      break;
+    case ParamField::kAdamM:
+      kind = kMoment1;
+      bias = &st.bias_m;
+      break;
+    case ParamField::kAdamV:
+      kind = kMoment2;
+      bias = &st.bias_v;
+      break;
+  }
+  std::vector<float> dense(DenseSize(), 0.0f);
+  std::vector<std::vector<float>> host(sharded_.size());
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    host[p].resize(st.units() * sharded_[p].unit_elems);
+    c.CopyToHost(st.fields[p * kFieldsPerParam + kind].data(), host[p].data(), host[p].size());
+  }
+  // Rank 0 alone contributes the replicated bias, so the sum below counts it once.
+  std::vector<float> bias_host(hidden_, 0.0f);
+  if (group_->rank().value() == 0) c.CopyToHost(bias->data(), bias_host.data(), hidden_);
+  std::vector<const float*> slabs(sharded_.size());
+  for (int32_t pos = 0; pos < st.units(); ++pos) {
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      slabs[p] = host[p].data() + pos * sharded_[p].unit_elems;
+    }
+    UnitToDense(static_cast<int32_t>(st.meta[pos].unit), slabs, nullptr, dense.data());
+  }
+  UnitToDense(-1, slabs, bias_host.data(), dense.data());
+  BALLAST_ASSIGN_OR_RETURN(Buffer buffer, c.Allocate(dense.size()));
+  c.CopyFromHost(dense.data(), buffer.data(), dense.size());
+  BALLAST_RETURN_IF_ERROR(group_->backend().comm().AllReduceSum(buffer.data(), buffer.size()));
+  c.CopyToHost(buffer.data(), dense.data(), dense.size());
+  BALLAST_RETURN_IF_ERROR(c.Synchronize());
+  return dense;
+}
+
+}  // namespace ballast

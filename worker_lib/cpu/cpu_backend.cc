@@ -1,0 +1,74 @@
+// The CPU backend (OpenBLAS + Gloo) and the rendezvous stores.
+#include <cblas.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/hash_store.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "ballast/backend.h"
+#include "common/status_macros.h"
+#include "cpu/cpu_compute.h"
+#include "cpu/gloo_communicator.h"
+
+namespace ballast {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(std::unique_ptr<internal::CpuCompute> compute,
+             std::unique_ptr<internal::GlooCommunicator> comm)
+      : compute_(std::move(compute)), comm_(std::move(comm)) {}
+  Compute& compute() override { return *compute_; }
+  Communicator& comm() override { return *comm_; }
+  const char* name() const override { return "cpu"; }
+
+ private:
+  std::unique_ptr<internal::CpuCompute> compute_;
+  std::unique_ptr<internal::GlooCommunicator> comm_;
+};
+
+}  // namespace
+
+RendezvousStore RendezvousStore::InProcess() {
+  return RendezvousStore(std::make_shared<gloo::rendezvous::HashStore>());
+}
+
+absl::StatusOr<RendezvousStore> RendezvousStore::FileSystem(const std::string& directory) {
+  if (directory.empty()) return absl::InvalidArgumentError("rendezvous directory is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create rendezvous directory '", directory, "': ", ec.message()));
+  }
+  // Declared as Store so the shared_ptr<void> deleter destroys it through its real type.
+  std::shared_ptr<gloo::rendezvous::Store> store =
+      std::make_shared<gloo::rendezvous::FileStore>(directory);
+  return RendezvousStore(std::static_pointer_cast<void>(store));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {
+  if (options.blas_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("blas_threads ", options.blas_threads, " must be >= 0"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeout must be positive");
+  }
+  if (options.store.handle() == nullptr) {
+    return absl::InvalidArgumentError("rendezvous store is null");
+  }
+  if (options.blas_threads > 0) openblas_set_num_threads(options.blas_threads);
+  auto* store = static_cast<gloo::rendezvous::Store*>(options.store.handle().get());
+  BALLAST_ASSIGN_OR_RETURN(
+      auto comm, internal::GlooCommunicator::Connect(options.rank, options.size, *store,
+                                                     options.prefix, options.hostname,
+                                                     options.timeout));
+  auto compute =
+      std::make_unique<internal::CpuCompute>(options.clock ? options.clock : RealClock());
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(compute), std::move(comm)));
+}
+
+}  // namespace ballast

@@ -1,0 +1,190 @@
+#include "cpu/cpu_compute.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::internal {
+namespace {
+
+// 64-byte alignment keeps OpenBLAS on its aligned fast paths.
+constexpr size_t kAlignment = 64;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+class ClockTimer final : public IntervalTimer {
+ public:
+  explicit ClockTimer(const Clock* clock) : clock_(clock) {}
+  void Start() override { start_ = clock_->Monotonic(); }
+  void Stop() override { total_ += clock_->Monotonic() - start_; }
+  absl::StatusOr<double> Seconds() override { return absl::ToDoubleSeconds(total_); }
+  void Reset() override { total_ = absl::ZeroDuration(); }
+
+ private:
+  const Clock* clock_;
+  absl::Duration start_;
+  absl::Duration total_;
+};
+
+}  // namespace
+
+absl::StatusOr<Buffer> CpuCompute::Allocate(size_t n) {
+  if (n == 0) return Buffer();
+  const size_t bytes = (n * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, bytes);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  std::memset(p, 0, bytes);
+  return Buffer(static_cast<float*>(p), n, [](float* q) { std::free(q); });
+}
+
+void CpuCompute::CopyFromHost(const float* host, float* dst, size_t n) {
+  if (n > 0) std::memcpy(dst, host, n * sizeof(float));
+}
+void CpuCompute::CopyToHost(const float* src, float* host, size_t n) {
+  if (n > 0) std::memcpy(host, src, n * sizeof(float));
+}
+void CpuCompute::Copy(const float* src, float* dst, size_t n) {
+  if (n > 0 && src != dst) std::memmove(dst, src, n * sizeof(float));
+}
+void CpuCompute::Fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }
+
+void CpuCompute::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                      int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // BLAS leaves C untouched for k == 0 only when beta == 1; make it explicit.
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void CpuCompute::GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                    const float* a, int lda, int64_t stride_a, const float* b,
+                                    int ldb, int64_t stride_b, float beta, float* c, int ldc,
+                                    int64_t stride_c, int batch) {
+  for (int i = 0; i < batch; ++i) {
+    Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+         c + i * stride_c, ldc);
+  }
+}
+
+void CpuCompute::Axpy(float alpha, const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void CpuCompute::Scale(float alpha, float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void CpuCompute::AddRowVector(float* x, int rows, int cols, int ld, const float* v) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + static_cast<int64_t>(r) * ld;
+    for (int c = 0; c < cols; ++c) row[c] += v[c];
+  }
+}
+
+void CpuCompute::ColumnSum(const float* x, int rows, int cols, int ld, float alpha, float beta,
+                           float* out) {
+  for (int c = 0; c < cols; ++c) out[c] = beta == 0 ? 0.0f : beta * out[c];
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + static_cast<int64_t>(r) * ld;
+    for (int c = 0; c < cols; ++c) out[c] += alpha * row[c];
+  }
+}
+
+void CpuCompute::GeluForward(const float* pre, float* out, int rows, int cols, int ld) {
+  for (int r = 0; r < rows; ++r) {
+    const float* p = pre + static_cast<int64_t>(r) * ld;
+    float* o = out + static_cast<int64_t>(r) * ld;
+    for (int c = 0; c < cols; ++c) {
+      const float x = p[c];
+      o[c] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
+    }
+  }
+}
+
+void CpuCompute::GeluBackward(const float* pre, const float* dout, float* dpre, int rows,
+                              int cols, int ld) {
+  for (int r = 0; r < rows; ++r) {
+    const int64_t off = static_cast<int64_t>(r) * ld;
+    for (int c = 0; c < cols; ++c) {
+      const float x = pre[off + c];
+      const float t = std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+      const float dt = (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+      dpre[off + c] = dout[off + c] * (0.5f * (1.0f + t) + 0.5f * x * dt);
+    }
+  }
+}
+
+void CpuCompute::SoftmaxRows(float* x, int rows, int cols, float scale) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + static_cast<int64_t>(r) * cols;
+    float max_v = -INFINITY;
+    for (int c = 0; c < cols; ++c) max_v = std::max(max_v, scale * row[c]);
+    float sum = 0;
+    for (int c = 0; c < cols; ++c) {
+      row[c] = std::exp(scale * row[c] - max_v);
+      sum += row[c];
+    }
+    const float inv = 1.0f / sum;
+    for (int c = 0; c < cols; ++c) row[c] *= inv;
+  }
+}
+
+void CpuCompute::SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) {
+  for (int r = 0; r < rows; ++r) {
+    const float* pr = p + static_cast<int64_t>(r) * cols;
+    float* dr = dx + static_cast<int64_t>(r) * cols;
+    float dot = 0;
+    for (int c = 0; c < cols; ++c) dot += pr[c] * dr[c];
+    for (int c = 0; c < cols; ++c) dr[c] = scale * pr[c] * (dr[c] - dot);
+  }
+}
+
+void CpuCompute::AdamW(const AdamWOptions& o, int64_t step, float* w, const float* g, float* m,
+                       float* v, size_t n) {
+  const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(step));
+  const float bc2 = 1.0f - std::pow(o.beta2, static_cast<float>(step));
+  for (size_t i = 0; i < n; ++i) {
+    m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * g[i];
+    v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * g[i] * g[i];
+    const float m_hat = m[i] / bc1;
+    const float v_hat = v[i] / bc2;
+    w[i] -= o.lr * (o.weight_decay * w[i] + m_hat / (std::sqrt(v_hat) + o.eps));
+  }
+}
+
+absl::Status CpuCompute::UnitL1(const float* a, const float* b, int units, size_t unit_elems,
+                                double* out_host) {
+  for (int u = 0; u < units; ++u) {
+    const float* au = a + u * unit_elems;
+    double sum = 0;
+    if (b == nullptr) {
+      for (size_t i = 0; i < unit_elems; ++i) sum += std::fabs(au[i]);
+    } else {
+      const float* bu = b + u * unit_elems;
+      for (size_t i = 0; i < unit_elems; ++i) sum += std::fabs(au[i] - bu[i]);
+    }
+    out_host[u] = sum;
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<IntervalTimer> CpuCompute::NewTimer() {
+  return std::make_unique<ClockTimer>(clock_);
+}
+
+}  // namespace ballast::internal

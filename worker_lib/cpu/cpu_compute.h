@@ -1,0 +1,50 @@
+// Compute on host memory: OpenBLAS for GEMMs, plain loops (auto-vectorised) for the rest.
+#ifndef BALLAST_WORKER_LIB_CPU_CPU_COMPUTE_H_
+#define BALLAST_WORKER_LIB_CPU_CPU_COMPUTE_H_
+
+#include <memory>
+
+#include "ballast/compute.h"
+#include "common/clock.h"
+
+namespace ballast::internal {
+
+class CpuCompute final : public Compute {
+ public:
+  explicit CpuCompute(const Clock* clock) : clock_(clock) {}
+
+  absl::StatusOr<Buffer> Allocate(size_t n) override;
+  void CopyFromHost(const float* host, float* dst, size_t n) override;
+  void CopyToHost(const float* src, float* host, size_t n) override;
+  void Copy(const float* src, float* dst, size_t n) override;
+  void Fill(float* x, float value, size_t n) override;
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override;
+  void GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                          int batch) override;
+  void Axpy(float alpha, const float* x, float* y, size_t n) override;
+  void Scale(float alpha, float* x, size_t n) override;
+  void AddRowVector(float* x, int rows, int cols, int ld, const float* v) override;
+  void ColumnSum(const float* x, int rows, int cols, int ld, float alpha, float beta,
+                 float* out) override;
+  void GeluForward(const float* pre, float* out, int rows, int cols, int ld) override;
+  void GeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
+                    int ld) override;
+  void SoftmaxRows(float* x, int rows, int cols, float scale) override;
+  void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) override;
+  void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g, float* m,
+             float* v, size_t n) override;
+  absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,
+                      double* out_host) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  std::unique_ptr<IntervalTimer> NewTimer() override;
+
+ private:
+  const Clock* clock_;
+};
+
+}  // namespace ballast::internal
+
+#endif  // BALLAST_WORKER_LIB_CPU_CPU_COMPUTE_H_

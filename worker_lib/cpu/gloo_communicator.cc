@@ -1,0 +1,198 @@
+#include "cpu/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <exception>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace ballast::internal {
+namespace {
+
+// Top byte of every Exchange slot; Gloo's own collectives use prefixes 0x01..0x08.
+constexpr uint64_t kExchangeSlotPrefix = 0x42;
+
+// Gloo reports failures by throwing; Ballast reports them as a Status that says which
+// operation failed, so a dead peer fails the step instead of killing the process.
+absl::Status FromException(const char* op, const std::exception& e) {
+  const std::string what = e.what();
+  const std::string message = absl::StrCat("gloo ", op, " failed: ", what);
+  if (absl::StrContains(what, "imed out") || absl::StrContains(what, "imeout")) {
+    return absl::DeadlineExceededError(message);
+  }
+  return absl::UnavailableError(message);
+}
+
+template <typename Fn>
+absl::Status Guard(const char* op, Fn&& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return FromException(op, e);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
+    int rank, int size, gloo::rendezvous::Store& store, const std::string& prefix,
+    const std::string& hostname, absl::Duration timeout) {
+  if (size < 1) return absl::InvalidArgumentError(absl::StrCat("size ", size, " must be >= 1"));
+  if (rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " out of range [0, ", size, ")"));
+  }
+  const auto timeout_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  absl::Status status = Guard("connect", [&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::PrefixStore prefixed(prefix, store);
+    context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(timeout_ms);
+    context->connectFullMesh(prefixed, device);
+  });
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("rank ", rank, "/", size, " prefix '", prefix,
+                                                    "': ", status.message()));
+  }
+  return std::unique_ptr<GlooCommunicator>(
+      new GlooCommunicator(rank, size, std::move(context), timeout_ms));
+}
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, size_t n) {
+  if (size_ == 1 || n == 0) return absl::OkStatus();
+  return Guard("allreduce(sum)", [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, n);
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+    opts.setReduceFunction(fn);
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  });
+}
+
+absl::Status GlooCommunicator::AllReduceMin(int64_t* data, size_t n) {
+  if (size_ == 1 || n == 0) return absl::OkStatus();
+  return Guard("allreduce(min)", [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, n);
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    void (*fn)(void*, const void*, const void*, size_t) = &gloo::min<int64_t>;
+    opts.setReduceFunction(fn);
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Broadcast(float* data, size_t n, int root) {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " out of range"));
+  }
+  if (size_ == 1 || n == 0) return absl::OkStatus();
+  return Guard("broadcast", [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(data, n);
+    opts.setRoot(root);
+    opts.setTimeout(timeout_);
+    gloo::broadcast(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Reduce(float* data, size_t n, int root) {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce root ", root, " out of range"));
+  }
+  if (size_ == 1 || n == 0) return absl::OkStatus();
+  // Gloo's reduce reads the input and writes the output on every rank; a scratch output
+  // keeps `data` meaningful on the root without aliasing.
+  std::vector<float> out(n);
+  absl::Status status = Guard("reduce", [&] {
+    gloo::ReduceOptions opts(context_);
+    opts.setInput(data, n);
+    opts.setOutput(out.data(), n);
+    opts.setRoot(root);
+    void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+    opts.setReduceFunction(fn);
+    opts.setTimeout(timeout_);
+    gloo::reduce(opts);
+  });
+  if (status.ok() && rank_ == root) std::copy(out.begin(), out.end(), data);
+  return status;
+}
+
+absl::Status GlooCommunicator::AllGather(const float* in, size_t n, float* out) {
+  if (n == 0) return absl::OkStatus();
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return absl::OkStatus();
+  }
+  return Guard("allgather", [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(const_cast<float*>(in), n);
+    opts.setOutput(out, n * size_);
+    opts.setTimeout(timeout_);
+    gloo::allgather(opts);
+  });
+}
+
+absl::Status GlooCommunicator::CheckPeer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " peer ", peer, " invalid for rank ", rank_, " of ", size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::Exchange(absl::Span<const PeerTransfer> sends,
+                                        absl::Span<const PeerTransfer> recvs) {
+  const uint64_t call = exchange_calls_++;
+  for (const auto& s : sends) {
+    if (absl::Status st = CheckPeer(s.peer, "send"); !st.ok()) return st;
+  }
+  for (const auto& r : recvs) {
+    if (absl::Status st = CheckPeer(r.peer, "recv"); !st.ok()) return st;
+  }
+  // Slot = prefix | call | index of the message among those between the same pair, so
+  // the k-th message from a to b matches the k-th receive posted by b for a.
+  auto slot = [call](uint64_t index) {
+    return (kExchangeSlotPrefix << 56) | ((call & 0xFFFFFFFFull) << 20) | (index & 0xFFFFF);
+  };
+  std::vector<int> sent_to(size_, 0);
+  std::vector<int> received_from(size_, 0);
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> send_buffers;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> recv_buffers;
+  return Guard("exchange", [&] {
+    for (const auto& r : recvs) {
+      if (r.count == 0) continue;
+      auto buf = context_->createUnboundBuffer(r.data, r.count * sizeof(float));
+      buf->recv(r.peer, slot(received_from[r.peer]++));
+      recv_buffers.push_back(std::move(buf));
+    }
+    for (const auto& s : sends) {
+      if (s.count == 0) continue;
+      auto buf = context_->createUnboundBuffer(s.data, s.count * sizeof(float));
+      buf->send(s.peer, slot(sent_to[s.peer]++));
+      send_buffers.push_back(std::move(buf));
+    }
+    for (auto& b : send_buffers) {
+      if (!b->waitSend(timeout_)) throw std::runtime_error("send aborted");
+    }
+    for (auto& b : recv_buffers) {
+      if (!b->waitRecv(timeout_)) throw std::runtime_error("recv aborted");
+    }
+  });
+}
+
+}  // namespace ballast::internal

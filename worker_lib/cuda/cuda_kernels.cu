@@ -1,0 +1,347 @@
+// Kernels of the CUDA backend; see cuda_kernels.h for the contract of each launcher.
+//
+// Shapes: elementwise kernels use a grid-stride loop over a capped grid, so any n (size_t)
+// works with one launch; row kernels (softmax) use one block per row; reductions are done
+// in a fixed order so that repeated runs give bit-identical results, which keeps the ranks
+// of a group (and reruns of a test) in agreement.
+#include "worker_lib/cuda/cuda_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ballast::cuda_internal {
+namespace {
+
+constexpr int kThreads = 256;
+// Enough blocks to fill any current GPU several times over; the grid-stride loops cover
+// the rest, and a capped grid keeps gridDim.x far from its limit for huge n.
+constexpr size_t kMaxBlocks = 8192;
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+int BlocksFor(size_t n) {
+  return static_cast<int>(std::min((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+__device__ __forceinline__ size_t GlobalThread() {
+  return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ size_t GridStride() {
+  return static_cast<size_t>(gridDim.x) * blockDim.x;
+}
+
+struct MaxOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
+};
+struct SumOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+template <typename T, typename Op>
+__device__ T WarpReduce(T value, Op op) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = op(value, __shfl_xor_sync(kFullWarp, value, offset));
+  }
+  return value;
+}
+
+// Reduces `value` over the whole block (blockDim.x a multiple of 32, at most 1024) and
+// returns the result to every thread. `shared` holds 32 elements. Ends with a barrier so
+// the caller can reuse `shared` for the next reduction right away.
+template <typename T, typename Op>
+__device__ T BlockReduce(T value, Op op, T identity, T* shared) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  value = WarpReduce(value, op);
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    T v = lane < warps ? shared[lane] : identity;
+    v = WarpReduce(v, op);
+    if (lane == 0) shared[0] = v;
+  }
+  __syncthreads();
+  const T result = shared[0];
+  __syncthreads();
+  return result;
+}
+
+// gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+__device__ __forceinline__ float Gelu(float x) {
+  const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// d/dx gelu(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u).
+__device__ __forceinline__ float GeluGrad(float x) {
+  const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+  const float t = tanhf(u);
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+__global__ void FillKernel(float* x, float value, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) x[i] = value;
+}
+
+__global__ void AxpyKernel(float alpha, const float* x, float* y, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) y[i] += alpha * x[i];
+}
+
+__global__ void ScaleKernel(float alpha, float* x, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) x[i] *= alpha;
+}
+
+// The strided 2-D kernels walk the rows x cols logical elements linearly, so consecutive
+// threads touch consecutive columns (coalesced) whatever the row stride.
+__global__ void AddRowVectorKernel(float* x, int rows, int cols, int ld, const float* v) {
+  const size_t total = static_cast<size_t>(rows) * cols;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const size_t r = i / cols;
+    const size_t c = i % cols;
+    x[r * ld + c] += v[c];
+  }
+}
+
+__global__ void GeluForwardKernel(const float* pre, float* out, int rows, int cols, int ld) {
+  const size_t total = static_cast<size_t>(rows) * cols;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const size_t at = (i / cols) * ld + i % cols;
+    out[at] = Gelu(pre[at]);
+  }
+}
+
+__global__ void GeluBackwardKernel(const float* pre, const float* dout, float* dpre, int rows,
+                                   int cols, int ld) {
+  const size_t total = static_cast<size_t>(rows) * cols;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const size_t at = (i / cols) * ld + i % cols;
+    dpre[at] = dout[at] * GeluGrad(pre[at]);
+  }
+}
+
+// Column sums: a block covers 32 adjacent columns (coalesced loads across threadIdx.x) and
+// splits the rows over threadIdx.y; the 16 partial sums per column are then added in a
+// fixed order, so the result does not depend on scheduling.
+constexpr int kColumnSumCols = 32;
+constexpr int kColumnSumRowLanes = 16;
+
+__global__ void ColumnSumKernel(const float* x, int rows, int cols, int ld, float alpha,
+                                float beta, float* out) {
+  __shared__ float partial[kColumnSumRowLanes][kColumnSumCols + 1];
+  const int c = blockIdx.x * kColumnSumCols + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int r = threadIdx.y; r < rows; r += kColumnSumRowLanes) {
+      sum += x[static_cast<size_t>(r) * ld + c];
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int i = 0; i < kColumnSumRowLanes; ++i) total += partial[i][threadIdx.x];
+    out[c] = beta == 0.0f ? alpha * total : beta * out[c] + alpha * total;
+  }
+}
+
+__global__ void SoftmaxRowsKernel(float* x, int rows, int cols, float scale) {
+  __shared__ float shared[32];
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    float* xr = x + static_cast<size_t>(row) * cols;
+    float local_max = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) local_max = fmaxf(local_max, scale * xr[c]);
+    const float row_max = BlockReduce(local_max, MaxOp(), -INFINITY, shared);
+    float local_sum = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) local_sum += expf(scale * xr[c] - row_max);
+    const float row_sum = BlockReduce(local_sum, SumOp(), 0.0f, shared);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      xr[c] = expf(scale * xr[c] - row_max) / row_sum;
+    }
+  }
+}
+
+__global__ void SoftmaxBackwardRowsKernel(const float* p, float* dx, int rows, int cols,
+                                          float scale) {
+  __shared__ float shared[32];
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* pr = p + static_cast<size_t>(row) * cols;
+    float* dr = dx + static_cast<size_t>(row) * cols;
+    float local_dot = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) local_dot += dr[c] * pr[c];
+    const float dot = BlockReduce(local_dot, SumOp(), 0.0f, shared);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dr[c] = scale * pr[c] * (dr[c] - dot);
+  }
+}
+
+__global__ void AdamWKernel(AdamWKernelParams params, float* w, const float* g, float* m,
+                            float* v, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
+    const float grad = g[i];
+    const float m_new = params.beta1 * m[i] + (1.0f - params.beta1) * grad;
+    const float v_new = params.beta2 * v[i] + (1.0f - params.beta2) * grad * grad;
+    m[i] = m_new;
+    v[i] = v_new;
+    const float m_hat = m_new / params.bias_correction1;
+    const float v_hat = v_new / params.bias_correction2;
+    const float wi = w[i];
+    w[i] = wi - params.lr * (params.weight_decay * wi + m_hat / (sqrtf(v_hat) + params.eps));
+  }
+}
+
+// UnitL1 in two deterministic passes: grid (unit, part) writes one double partial per part
+// of a unit, then one warp per unit adds that unit's partials in order. Splitting a unit
+// into parts keeps the GPU busy when there are few, large units.
+constexpr size_t kUnitL1ElemsPerPart = kThreads * 8;
+constexpr size_t kUnitL1MaxParts = 256;
+// Below this many blocks in total, large units are split further.
+constexpr size_t kUnitL1TargetBlocks = 4096;
+
+size_t UnitL1Parts(int units, size_t unit_elems) {
+  if (units <= 0) return 1;
+  const size_t by_size = (unit_elems + kUnitL1ElemsPerPart - 1) / kUnitL1ElemsPerPart;
+  const size_t by_occupancy =
+      (kUnitL1TargetBlocks + static_cast<size_t>(units) - 1) / static_cast<size_t>(units);
+  return std::max<size_t>(1, std::min({by_size, by_occupancy, kUnitL1MaxParts}));
+}
+
+__global__ void UnitL1PartialKernel(const float* a, const float* b, size_t unit_elems,
+                                    size_t chunk, double* partials) {
+  __shared__ double shared[32];
+  const size_t unit = blockIdx.x;
+  const size_t part = blockIdx.y;
+  const size_t begin = part * chunk;
+  const size_t end = begin + chunk < unit_elems ? begin + chunk : unit_elems;
+  const float* au = a + unit * unit_elems;
+  const float* bu = b == nullptr ? nullptr : b + unit * unit_elems;
+  double sum = 0.0;
+  for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    sum += bu == nullptr ? fabsf(au[i]) : fabsf(au[i] - bu[i]);
+  }
+  sum = BlockReduce(sum, SumOp(), 0.0, shared);
+  if (threadIdx.x == 0) partials[unit * gridDim.y + part] = sum;
+}
+
+__global__ void UnitL1FinalKernel(const double* partials, size_t parts, double* out) {
+  const size_t unit = blockIdx.x;
+  double sum = 0.0;
+  for (size_t i = threadIdx.x; i < parts; i += 32) sum += partials[unit * parts + i];
+  sum = WarpReduce(sum, SumOp());
+  if (threadIdx.x == 0) out[unit] = sum;
+}
+
+// Threads per row for the softmax kernels: enough warps to cover short rows without idle
+// warps, at most kThreads.
+int RowThreads(int cols) {
+  int threads = 32;
+  while (threads < kThreads && threads < cols) threads *= 2;
+  return threads;
+}
+
+constexpr int kMaxRowBlocks = 1 << 16;
+
+}  // namespace
+
+cudaError_t LaunchFill(float* x, float value, size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, value, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAxpy(float alpha, const float* x, float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AxpyKernel<<<BlocksFor(n), kThreads, 0, stream>>>(alpha, x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScale(float alpha, float* x, size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ScaleKernel<<<BlocksFor(n), kThreads, 0, stream>>>(alpha, x, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddRowVector(float* x, int rows, int cols, int ld, const float* v,
+                               cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(rows) * cols;
+  AddRowVectorKernel<<<BlocksFor(total), kThreads, 0, stream>>>(x, rows, cols, ld, v);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchColumnSum(const float* x, int rows, int cols, int ld, float alpha, float beta,
+                            float* out, cudaStream_t stream) {
+  if (cols <= 0) return cudaSuccess;
+  // rows == 0 still launches: out = beta * out is the documented result.
+  const int safe_rows = rows < 0 ? 0 : rows;
+  const dim3 block(kColumnSumCols, kColumnSumRowLanes);
+  const dim3 grid((cols + kColumnSumCols - 1) / kColumnSumCols);
+  ColumnSumKernel<<<grid, block, 0, stream>>>(x, safe_rows, cols, ld, alpha, beta, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGeluForward(const float* pre, float* out, int rows, int cols, int ld,
+                              cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(rows) * cols;
+  GeluForwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(pre, out, rows, cols, ld);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGeluBackward(const float* pre, const float* dout, float* dpre, int rows,
+                               int cols, int ld, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(rows) * cols;
+  GeluBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(pre, dout, dpre, rows, cols, ld);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const int blocks = std::min(rows, kMaxRowBlocks);
+  SoftmaxRowsKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, rows, cols, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale,
+                                      cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const int blocks = std::min(rows, kMaxRowBlocks);
+  SoftmaxBackwardRowsKernel<<<blocks, RowThreads(cols), 0, stream>>>(p, dx, rows, cols, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdamW(const AdamWKernelParams& params, float* w, const float* g, float* m,
+                        float* v, size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AdamWKernel<<<BlocksFor(n), kThreads, 0, stream>>>(params, w, g, m, v, n);
+  return cudaGetLastError();
+}
+
+size_t UnitL1ScratchDoubles(int units, size_t unit_elems) {
+  if (units <= 0) return 0;
+  return static_cast<size_t>(units) * UnitL1Parts(units, unit_elems);
+}
+
+cudaError_t LaunchUnitL1(const float* a, const float* b, int units, size_t unit_elems,
+                         double* scratch, double* out, cudaStream_t stream) {
+  if (units <= 0) return cudaSuccess;
+  const size_t parts = UnitL1Parts(units, unit_elems);
+  const size_t chunk = (unit_elems + parts - 1) / parts;
+  const dim3 grid(static_cast<unsigned>(units), static_cast<unsigned>(parts));
+  UnitL1PartialKernel<<<grid, kThreads, 0, stream>>>(a, b, unit_elems, chunk, scratch);
+  const cudaError_t partial_status = cudaGetLastError();
+  if (partial_status != cudaSuccess) return partial_status;
+  UnitL1FinalKernel<<<units, 32, 0, stream>>>(scratch, parts, out);
+  return cudaGetLastError();
+}
+
+}  // namespace ballast::cuda_internal

@@ -1,0 +1,92 @@
+// A backend bundles a Compute (kernels, memory) and a Communicator (collectives) for one
+// rank of one TP group. Two implementations:
+//
+//   CPU:  OpenBLAS GEMMs + Gloo collectives over TCP.
+//   CUDA: cuBLAS + NCCL on one stream (built with -DBALLAST_WITH_CUDA=ON).
+//
+// Ranks find each other through a RendezvousStore: in-process (ranks as threads, tests)
+// or a directory on a filesystem every rank can see (ranks as processes on one host, or
+// on many hosts over a shared filesystem).
+//
+//   auto store = ballast::RendezvousStore::FileSystem("/tmp/ballast-run-42");
+//   ballast::CpuBackendOptions opts;
+//   opts.rank = rank; opts.size = 2; opts.store = *store; opts.prefix = "run-42";
+//   absl::StatusOr<std::unique_ptr<ballast::Backend>> backend = ballast::CreateCpuBackend(opts);
+#ifndef BALLAST_BACKEND_H_
+#define BALLAST_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ballast/communicator.h"
+#include "ballast/compute.h"
+
+namespace ballast {
+
+class Clock;
+
+// Where ranks publish and find each other's addresses. Cheap to copy (shared handle).
+class RendezvousStore {
+ public:
+  // Ranks that are threads of one process share one of these.
+  static RendezvousStore InProcess();
+  // Ranks share a directory; created if missing. Keys are files that are never removed,
+  // so every run needs a fresh directory or a unique prefix.
+  static absl::StatusOr<RendezvousStore> FileSystem(const std::string& directory);
+
+  // Implementation detail: a gloo::rendezvous::Store.
+  const std::shared_ptr<void>& handle() const { return handle_; }
+
+ private:
+  explicit RendezvousStore(std::shared_ptr<void> handle) : handle_(std::move(handle)) {}
+  std::shared_ptr<void> handle_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Compute& compute() = 0;
+  virtual Communicator& comm() = 0;
+  // "cpu" or "cuda", for logs and benchmark output.
+  virtual const char* name() const = 0;
+};
+
+struct CpuBackendOptions {
+  int rank = 0;
+  int size = 1;
+  RendezvousStore store = RendezvousStore::InProcess();
+  // Namespaces this group's keys in the store; must be unique per run and per group.
+  std::string prefix = "ballast";
+  // Address this rank listens on for its peers.
+  std::string hostname = "127.0.0.1";
+  // How long a collective waits for a missing peer before failing.
+  absl::Duration timeout = absl::Seconds(60);
+  // OpenBLAS threads for this process; one per rank by default so co-located ranks do not
+  // oversubscribe cores. 0 leaves OpenBLAS's own setting alone.
+  int blas_threads = 1;
+  // Clock for compute / collective timers; null = real clock. Not owned.
+  const Clock* clock = nullptr;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
+
+struct CudaBackendOptions {
+  int rank = 0;
+  int size = 1;
+  int device = 0;  // CUDA device ordinal
+  // Used to share the NCCL unique id from rank 0 with the other ranks.
+  RendezvousStore store = RendezvousStore::InProcess();
+  std::string prefix = "ballast";
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// True when this build has the CUDA backend and a usable GPU is present.
+bool CudaAvailable();
+// UNIMPLEMENTED when built without CUDA; UNAVAILABLE when no GPU is present.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
+
+}  // namespace ballast
+
+#endif  // BALLAST_BACKEND_H_

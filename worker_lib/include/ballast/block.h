@@ -1,0 +1,211 @@
+// ParallelBlock: the machinery every plan-aware TP block shares.
+//
+// A block's output is a sum of unit contributions plus a replicated bias. Each rank owns
+// some units and stores their parameters (and AdamW moments, running means, ...) one
+// contiguous slab per unit, in *storage order*: units sorted by priority, highest first.
+// A step's plan then splits that order into three contiguous ranges,
+//
+//   [ local (computed here) | offloaded to helpers, one range per helper | pruned ]
+//
+// so the local GEMMs run over one contiguous range whose size is the kept fraction.
+// Helpers receive the offloaded slabs, compute them as an extra range, and add the result
+// into their own partial sum before the block's one all-reduce; in backward they return
+// the slabs' weight gradients. Storage order changes only when the priority window rolls
+// (or units reshard), never per step.
+//
+// Subclasses (ParallelMlp, ParallelAttention) supply the math over a range of units; this
+// class supplies ranges, transfers, imputation, resharding, AdamW and timing.
+//
+// Thread-compatibility: all methods are called from the training thread.
+#ifndef BALLAST_BLOCK_H_
+#define BALLAST_BLOCK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ballast/compute.h"
+#include "ballast/plan.h"
+#include "ballast/types.h"
+
+namespace ballast {
+
+class TpGroup;
+class IntervalTimer;
+
+// Compute versus collective time of one block over one step, on this rank.
+struct BlockTiming {
+  BlockId block;
+  // Forward + backward compute (GEMMs, kernels), excluding waits in collectives.
+  double compute_seconds = 0;
+  // Time inside collectives and point-to-point transfers (including waiting for peers).
+  double comm_seconds = 0;
+  // Units this rank computed: its own kept units plus those it computed as a helper.
+  int32_t units_computed = 0;
+  // compute_seconds / units_computed; 0 when nothing was computed. The speed signal.
+  double seconds_per_unit = 0;
+};
+
+// The fate of one of this rank's units in the step in progress.
+enum class UnitFate { kLocal, kOffloaded, kPruned };
+
+// Which part of the block's state a dense gather returns.
+enum class ParamField { kValue, kGrad, kAdamM, kAdamV };
+
+struct UnitConfig {
+  // Priority policy and window (in steps) after which scores are recomputed and storage
+  // reordered. The window is also the period over which `kChange` measures change.
+  Priority priority = Priority::kChange;
+  int32_t priority_window = 50;
+  // Seed for kRandom and for weight initialisation.
+  uint64_t seed = 0;
+  // Decay of the running mean activation used by Imputation::kMean.
+  float mean_decay = 0.9f;
+  // Owner of each unit; empty = contiguous, as even as possible (see EvenOwnership).
+  std::vector<RankId> owner_of_unit;
+};
+
+// Contiguous ownership with per-rank shares (HAP-style uneven sharding): rank r gets about
+// shares[r] / sum(shares) of the units, rounded by largest remainder; every share > 0.
+absl::StatusOr<std::vector<RankId>> ProportionalOwnership(int32_t num_units,
+                                                          absl::Span<const double> shares);
+// The equal split (Megatron's).
+std::vector<RankId> EvenOwnership(int32_t num_units, int32_t size);
+
+class ParallelBlock {
+ public:
+  virtual ~ParallelBlock();
+  ParallelBlock(const ParallelBlock&) = delete;
+  ParallelBlock& operator=(const ParallelBlock&) = delete;
+
+  BlockId id() const { return id_; }
+  int32_t num_units() const { return num_units_; }
+  int32_t hidden() const { return hidden_; }
+  const std::vector<RankId>& owner_of_unit() const { return owner_of_unit_; }
+  // Unit ids this rank owns, in storage order.
+  std::vector<int32_t> LocalUnits() const;
+  // Fate of each of this rank's units in the current step, indexed like LocalUnits().
+  std::vector<UnitFate> LocalFates() const;
+
+  // x: (batch * seq) x hidden rows, replicated on every rank, in backend memory.
+  // y: same shape; receives the full (all-reduced) block output. Collective.
+  absl::Status Forward(const float* x, int32_t batch, int32_t seq, float* y);
+  // dy: gradient w.r.t. y; dx receives the full gradient w.r.t. x. Overwrites parameter
+  // gradients; pruned units get none. Collective. Requires a preceding Forward.
+  absl::Status Backward(const float* dy, float* dx);
+  // Decoupled AdamW on this rank's shard: every unit that received a gradient this step
+  // (local and offloaded units) and the replicated parameters. Pruned units' weights and
+  // moments are untouched, and their step counts do not advance.
+  absl::Status AdamWStep(const AdamWOptions& options);
+
+  // Dense (unsharded) copy of one field, row-major in the subclass's documented layout,
+  // concatenated over its parameters. Collective; every rank receives the whole.
+  absl::StatusOr<std::vector<float>> GatherDense(ParamField field);
+  // Timing of the current (or, after TpGroup::EndStep, the last) step.
+  const BlockTiming& timing() const { return timing_; }
+  // Running mean activation of a unit this rank owns (for kMean), host copy.
+  absl::StatusOr<std::vector<float>> UnitMean(int32_t unit) const;
+
+ protected:
+  // One parameter tensor split by units: `unit_elems` floats per unit.
+  struct ShardedParamSpec {
+    std::string name;
+    size_t unit_elems = 0;
+  };
+  // A contiguous range of units whose parameter slabs are given by pointers (one per
+  // sharded parameter, in spec order), either in local storage or in a receive buffer.
+  struct UnitRange {
+    std::vector<float*> params;
+    std::vector<float*> grads;
+    std::vector<Buffer>* cache = nullptr;  // subclass activations for backward
+    float* mean_out = nullptr;  // batch-mean activation per unit, or null (helper ranges)
+    int32_t units = 0;
+  };
+
+  // The replicated part of every block is its output bias (`hidden` floats), added after
+  // the all-reduce on every rank.
+  ParallelBlock(TpGroup* group, BlockId id, int32_t num_units, int32_t hidden,
+                std::vector<ShardedParamSpec> sharded, size_t mean_unit_elems, UnitConfig config);
+  // Allocates storage for the initial ownership and registers with the group.
+  absl::Status Init();
+
+  Compute& compute();
+  uint64_t config_seed() const { return config_.seed; }
+
+  // --- Implemented by subclasses. ---
+  // Dense layout <-> unit slabs. `dense` holds every parameter, concatenated. `unit` < 0
+  // means no unit (only the bias); a null `replicated` means no bias.
+  virtual size_t DenseSize() const = 0;
+  virtual void UnitToDense(int32_t unit, const std::vector<const float*>& slabs,
+                           const float* replicated, float* dense) const = 0;
+  virtual void DenseToUnit(int32_t unit, const float* dense, const std::vector<float*>& slabs,
+                           float* replicated) const = 0;
+  virtual absl::Status ValidateShape(int32_t batch, int32_t seq) const = 0;
+  // Sizes of the activation buffers a range of `units` needs for batch x seq tokens.
+  virtual std::vector<size_t> CacheSizes(int32_t units, int32_t batch, int32_t seq) const = 0;
+  // z += contribution of the range (z: tokens x hidden). Fills range.mean_out if set.
+  virtual void ForwardRange(const UnitRange& range, const float* x, int32_t batch, int32_t seq,
+                            float* z) = 0;
+  // Writes the range's parameter gradients and adds its input gradient into dx.
+  virtual void BackwardRange(const UnitRange& range, const float* x, const float* dz,
+                             int32_t batch, int32_t seq, float* dx) = 0;
+  // out (1 x hidden) += sum over the range of mean activation (unit slab of `means`) times
+  // the unit's output weights.
+  virtual void ImputeRange(const UnitRange& range, const float* means, float* out) = 0;
+  // Initial dense parameters, deterministic in (seed, block id), so every rank computes the
+  // same values without communicating.
+  virtual void InitDense(std::vector<float>& dense) const = 0;
+  // Loads this rank's units (and the output bias) from a dense copy; resets optimizer
+  // state and statistics. Subclasses' LoadDense check the layout and call this.
+  absl::Status LoadDenseVector(const std::vector<float>& dense);
+
+ private:
+  friend class TpGroup;
+  struct Storage;
+  struct StepLayout;
+  struct SlabRef;
+
+  // Called by TpGroup at step boundaries, identically on every rank.
+  absl::Status ApplyPlan(const BlockPlan* plan, Imputation imputation);
+  absl::Status BeginStep(int64_t step);
+  absl::Status EndStep();
+  BlockShape Shape() const;
+
+  absl::Status Reshard(const std::vector<RankId>& new_owner);
+  absl::Status RollWindow(int64_t step);
+  absl::Status Rebuild(const std::vector<SlabRef>& units);
+  absl::Status ResetState();
+  absl::Status UpdateMeans(int32_t units, const float* batch_means);
+  UnitRange StorageRange(int32_t first, int32_t count, std::vector<Buffer>* cache,
+                         float* mean_out);
+  absl::Status EnsureSize(Buffer& buffer, size_t n);
+  absl::Status EnsureCache(std::vector<Buffer>& cache, int32_t units, int32_t batch,
+                           int32_t seq);
+
+ protected:
+  TpGroup* group_;
+
+ private:
+  BlockId id_;
+  int32_t num_units_;
+  int32_t hidden_;
+  std::vector<ShardedParamSpec> sharded_;
+  size_t mean_unit_elems_;
+  UnitConfig config_;
+  std::vector<RankId> owner_of_unit_;
+  bool registered_ = false;
+
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<StepLayout> layout_;
+  BlockTiming timing_;
+  std::unique_ptr<IntervalTimer> compute_timer_;
+  std::unique_ptr<IntervalTimer> comm_timer_;
+};
+
+}  // namespace ballast
+
+#endif  // BALLAST_BLOCK_H_

@@ -1,0 +1,63 @@
+// The collective half of a backend: the group's all-reduce and friends, over Gloo (TCP,
+// host memory) or NCCL (device memory).
+//
+// Every method is collective over the group or over the named peers, and blocking from
+// the caller's point of view (on NCCL: enqueued on the backend's stream, ordered after
+// earlier compute). A peer that never arrives yields DEADLINE_EXCEEDED or UNAVAILABLE
+// after the communicator's timeout instead of hanging.
+#ifndef BALLAST_COMMUNICATOR_H_
+#define BALLAST_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace ballast {
+
+// One message of a point-to-point `Exchange`.
+struct PeerTransfer {
+  int peer = 0;
+  float* data = nullptr;  // const for sends; written for receives
+  size_t count = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data[i] = sum over ranks of data[i].
+  virtual absl::Status AllReduceSum(float* data, size_t n) = 0;
+  // data[i] = min over ranks of data[i]. Used for plan agreement.
+  virtual absl::Status AllReduceMin(int64_t* data, size_t n) = 0;
+  virtual absl::Status Broadcast(float* data, size_t n, int root) = 0;
+  // Sum over ranks into `data` on root; other ranks' buffers are left unspecified.
+  virtual absl::Status Reduce(float* data, size_t n, int root) = 0;
+  // out (size n * size()) = concatenation of every rank's `in` (size n), in rank order.
+  virtual absl::Status AllGather(const float* in, size_t n, float* out) = 0;
+  // Posts every send and receive at once and waits for all of them, so callers need no
+  // global ordering of point-to-point messages. Messages between one pair of ranks are
+  // matched in the order they are listed on both sides. Collective: every rank of the
+  // group calls it, in the same sequence, even with nothing to send or receive (that keeps
+  // the per-call message tags in step on Gloo).
+  virtual absl::Status Exchange(absl::Span<const PeerTransfer> sends,
+                                absl::Span<const PeerTransfer> recvs) = 0;
+
+  // Point-to-point conveniences over Exchange; collective in the same sense. A rank that is
+  // neither sender nor receiver calls Exchange({}, {}).
+  absl::Status Send(const float* data, size_t n, int peer) {
+    PeerTransfer t{peer, const_cast<float*>(data), n};
+    return Exchange({&t, 1}, {});
+  }
+  absl::Status Recv(float* data, size_t n, int peer) {
+    PeerTransfer t{peer, data, n};
+    return Exchange({}, {&t, 1});
+  }
+};
+
+}  // namespace ballast
+
+#endif  // BALLAST_COMMUNICATOR_H_

@@ -1,0 +1,115 @@
+// The compute half of a backend: memory and the few kernels a plan-aware TP block needs.
+//
+// Every pointer passed to a Compute method lives in the backend's memory: host memory for
+// the CPU backend (OpenBLAS), device memory for the CUDA backend (cuBLAS + own kernels).
+// Calls are stream-ordered: they may run asynchronously and complete in call order;
+// `Synchronize()` waits and reports any deferred failure. Host <-> backend copies are
+// the only way data crosses, so block code is written once for both backends.
+//
+// Matrices are row-major. `Gemm` computes C = alpha * op(A) * op(B) + beta * C with
+// op(A) of shape m x k, op(B) k x n and C m x n; lda/ldb/ldc are row strides.
+#ifndef BALLAST_COMPUTE_H_
+#define BALLAST_COMPUTE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ballast {
+
+// An owned array of floats in a backend's memory. Move-only.
+class Buffer {
+ public:
+  using Deleter = std::function<void(float*)>;
+  Buffer() = default;
+  Buffer(float* data, size_t size, Deleter deleter)
+      : data_(data, std::move(deleter)), size_(size) {}
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  std::unique_ptr<float, Deleter> data_{nullptr, [](float*) {}};
+  size_t size_ = 0;
+};
+
+// Accumulates the duration of many start/stop intervals of backend work. On the CPU these
+// are monotonic-clock readings; on CUDA, event pairs on the stream, resolved lazily.
+class IntervalTimer {
+ public:
+  virtual ~IntervalTimer() = default;
+  virtual void Start() = 0;
+  virtual void Stop() = 0;
+  // Total seconds over all completed intervals since the last Reset. May synchronize.
+  virtual absl::StatusOr<double> Seconds() = 0;
+  virtual void Reset() = 0;
+};
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+class Compute {
+ public:
+  virtual ~Compute() = default;
+
+  // Zero-filled.
+  virtual absl::StatusOr<Buffer> Allocate(size_t n) = 0;
+  virtual void CopyFromHost(const float* host, float* dst, size_t n) = 0;
+  virtual void CopyToHost(const float* src, float* host, size_t n) = 0;
+  virtual void Copy(const float* src, float* dst, size_t n) = 0;
+  virtual void Fill(float* x, float value, size_t n) = 0;
+
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    int lda, const float* b, int ldb, float beta, float* c, int ldc) = 0;
+  // `batch` independent GEMMs; matrix i uses a + i*stride_a, b + i*stride_b, c + i*stride_c.
+  virtual void GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                  const float* a, int lda, int64_t stride_a, const float* b,
+                                  int ldb, int64_t stride_b, float beta, float* c, int ldc,
+                                  int64_t stride_c, int batch) = 0;
+
+  // y += alpha * x.
+  virtual void Axpy(float alpha, const float* x, float* y, size_t n) = 0;
+  // x *= alpha.
+  virtual void Scale(float alpha, float* x, size_t n) = 0;
+  // x[r, c] += v[c] for r < rows, c < cols; x has row stride ld.
+  virtual void AddRowVector(float* x, int rows, int cols, int ld, const float* v) = 0;
+  // out[c] = beta * out[c] + alpha * sum_r x[r, c]; x has row stride ld.
+  virtual void ColumnSum(const float* x, int rows, int cols, int ld, float alpha, float beta,
+                         float* out) = 0;
+  // out[r, c] = gelu(pre[r, c]) (tanh approximation), row-major rows x cols, stride ld for both.
+  virtual void GeluForward(const float* pre, float* out, int rows, int cols, int ld) = 0;
+  // dpre[r, c] = dout[r, c] * gelu'(pre[r, c]); all three with stride ld.
+  virtual void GeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
+                            int ld) = 0;
+  // In place: x[r, :] = softmax(scale * x[r, :]) for `rows` contiguous rows of `cols`.
+  virtual void SoftmaxRows(float* x, int rows, int cols, float scale) = 0;
+  // In place: dx[r, :] = scale * p[r, :] * (dx[r, :] - <dx[r, :], p[r, :]>), i.e. turns the
+  // gradient w.r.t. the softmax output into the gradient w.r.t. its (pre-scale) input.
+  virtual void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) = 0;
+  // Decoupled AdamW on n parameters that all have taken `step` steps (step >= 1):
+  // w -= lr * (weight_decay * w + m_hat / (sqrt(v_hat) + eps)).
+  virtual void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g,
+                     float* m, float* v, size_t n) = 0;
+  // out_host[u] = sum_i |a[u * unit_elems + i] - b[...]| for u < units (b may be null: |a|).
+  // Synchronous; used by the priority policies once per window.
+  virtual absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,
+                              double* out_host) = 0;
+
+  // Waits for all queued work; returns the first deferred error, if any.
+  virtual absl::Status Synchronize() = 0;
+  virtual std::unique_ptr<IntervalTimer> NewTimer() = 0;
+};
+
+}  // namespace ballast
+
+#endif  // BALLAST_COMPUTE_H_

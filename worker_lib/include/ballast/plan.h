@@ -1,0 +1,108 @@
+// Workload plans: what each rank of a TP group computes for each block, and how a plan is
+// checked before it may be applied.
+//
+// A block is a sum over independent units (MLP neuron tiles, attention heads); each rank
+// owns a set of units. A plan gives every unit a fate for the steps it is in force:
+//
+//   local      its owner computes it (the default)
+//   pruned     nobody computes it; its contribution is imputed (ZERO-resizing)
+//   offloaded  a helper rank computes it this step, exactly, merging the result into the
+//              all-reduce that already exists (migration)
+//   resharded  it gets a new owner, permanently, with its optimizer state
+//
+// The plan states *how many* of each rank's units are pruned or offloaded, and the new
+// owner of every unit when it reshards. *Which* units are pruned is the owner's choice, by
+// its priority policy: only the owner knows the scores, and choosing locally keeps each
+// rank's kept units contiguous in memory, so every GEMM of the block shrinks at once.
+//
+//   WorkloadPlan plan;
+//   plan.group = GroupId("job/tp0"); plan.version = PlanVersion(3);
+//   BlockPlan& mlp = plan.blocks.emplace_back();
+//   mlp.block = BlockId(1);
+//   mlp.pruned_units = {0, 4};                         // rank 1 drops 4 units
+//   mlp.offloads.push_back({RankId(1), RankId(0), 2}); // rank 0 computes 2 of rank 1's
+#ifndef BALLAST_PLAN_H_
+#define BALLAST_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ballast/types.h"
+
+namespace ballast {
+
+// What a pruned unit contributes to the block output.
+enum class Imputation {
+  kZero,  // nothing (the research prototype's behaviour)
+  kMean,  // the unit's running mean activation times its output weights
+};
+
+// Which of a rank's units are pruned first.
+enum class Priority {
+  kChange,      // least L1 weight change over the last window (the prototype's policy)
+  kMagnitude,   // smallest L1 weight norm
+  kRandom,      // seeded random order, redrawn each window
+  kRoundRobin,  // the units pruned longest ago (or never) go first
+};
+
+absl::string_view ImputationName(Imputation imputation);
+absl::StatusOr<Imputation> ParseImputation(absl::string_view name);
+absl::string_view PriorityName(Priority priority);
+absl::StatusOr<Priority> ParsePriority(absl::string_view name);
+
+// `units` of `owner`'s units are computed by `helper` while the plan is in force.
+struct Offload {
+  RankId owner;
+  RankId helper;
+  int32_t units = 0;
+  friend bool operator==(const Offload&, const Offload&) = default;
+};
+
+struct BlockPlan {
+  BlockId block;
+  // Per rank (size = group size, or empty for none): how many of its units are pruned.
+  std::vector<int32_t> pruned_units;
+  std::vector<Offload> offloads;
+  // Empty: ownership unchanged. Otherwise the owner of every unit (size = unit count);
+  // units whose owner differs from the current one move, with their optimizer state,
+  // when the plan is applied. Prune and offload counts refer to this new ownership.
+  std::vector<RankId> owner_of_unit;
+  friend bool operator==(const BlockPlan&, const BlockPlan&) = default;
+};
+
+struct WorkloadPlan {
+  GroupId group;
+  PlanVersion version;
+  Imputation imputation = Imputation::kZero;
+  // Blocks not listed run all-local under their current ownership.
+  std::vector<BlockPlan> blocks;
+  friend bool operator==(const WorkloadPlan&, const WorkloadPlan&) = default;
+};
+
+// What a plan is checked against: the group and the current state of each block.
+struct BlockShape {
+  BlockId block;
+  int32_t num_units = 0;
+  std::vector<RankId> owner_of_unit;  // current ownership
+};
+struct GroupShape {
+  GroupId group;
+  int32_t size = 0;
+  std::vector<BlockShape> blocks;
+};
+
+// Checks every field of `plan` against `shape`; the error names the offending field,
+// e.g. "plan v7 block 3: offloads[1].helper 9 out of range [0, 4)". Deterministic, so all
+// ranks holding the same plan and state reach the same verdict.
+absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape);
+
+// A one-line human summary, e.g. "v7: block 1 pruned {0,4} offload 1->0 x2".
+std::string PlanSummary(const WorkloadPlan& plan);
+
+}  // namespace ballast
+
+#endif  // BALLAST_PLAN_H_

@@ -1,0 +1,187 @@
+#include "ballast/plan.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ballast {
+
+absl::string_view ImputationName(Imputation imputation) {
+  switch (imputation) {
+    case Imputation::kZero:
+      return "zero";
+    case Imputation::kMean:
+      return "mean";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Imputation> ParseImputation(absl::string_view name) {
+  if (name == "zero") return Imputation::kZero;
+  if (name == "mean") return Imputation::kMean;
+  return absl::InvalidArgumentError(
+      absl::StrCat("imputation '", name, "' unknown; expected zero or mean"));
+}
+
+absl::string_view PriorityName(Priority priority) {
+  switch (priority) {
+    case Priority::kChange:
+      return "change";
+    case Priority::kMagnitude:
+      return "magnitude";
+    case Priority::kRandom:
+      return "random";
+    case Priority::kRoundRobin:
+      return "round-robin";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Priority> ParsePriority(absl::string_view name) {
+  if (name == "change") return Priority::kChange;
+  if (name == "magnitude") return Priority::kMagnitude;
+  if (name == "random") return Priority::kRandom;
+  if (name == "round-robin") return Priority::kRoundRobin;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "priority '", name, "' unknown; expected change, magnitude, random or round-robin"));
+}
+
+namespace {
+
+absl::Status BlockError(const WorkloadPlan& plan, const BlockPlan& block, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("plan v", plan.version.value(), " block ", block.block.value(), ": ", what));
+}
+
+absl::Status ValidateBlock(const WorkloadPlan& plan, const BlockPlan& bp, const BlockShape& shape,
+                           int32_t size) {
+  auto in_range = [size](RankId r) { return r.value() >= 0 && r.value() < size; };
+  const std::string range = absl::StrCat("out of range [0, ", size, ")");
+
+  // Ownership the counts refer to: the plan's own when it reshards, else the current one.
+  const std::vector<RankId>* owners = &shape.owner_of_unit;
+  if (!bp.owner_of_unit.empty()) {
+    if (static_cast<int32_t>(bp.owner_of_unit.size()) != shape.num_units) {
+      return BlockError(plan, bp,
+                        absl::StrCat("owner_of_unit has ", bp.owner_of_unit.size(),
+                                     " entries, block has ", shape.num_units, " units"));
+    }
+    for (size_t u = 0; u < bp.owner_of_unit.size(); ++u) {
+      if (!in_range(bp.owner_of_unit[u])) {
+        return BlockError(plan, bp,
+                          absl::StrCat("owner_of_unit[", u, "] = ", bp.owner_of_unit[u].value(),
+                                       " ", range));
+      }
+    }
+    owners = &bp.owner_of_unit;
+  }
+  std::vector<int32_t> owned(size, 0);
+  for (RankId r : *owners) ++owned[r.value()];
+
+  std::vector<int64_t> removed(size, 0);  // pruned + offloaded, per owner
+  if (!bp.pruned_units.empty()) {
+    if (static_cast<int32_t>(bp.pruned_units.size()) != size) {
+      return BlockError(plan, bp,
+                        absl::StrCat("pruned_units has ", bp.pruned_units.size(),
+                                     " entries, group has ", size, " ranks"));
+    }
+    for (int32_t r = 0; r < size; ++r) {
+      const int32_t n = bp.pruned_units[r];
+      if (n < 0 || n > owned[r]) {
+        return BlockError(plan, bp,
+                          absl::StrCat("pruned_units[", r, "] = ", n, " out of range [0, ",
+                                       owned[r], "] (units rank ", r, " owns)"));
+      }
+      removed[r] += n;
+    }
+  }
+  std::set<std::pair<int32_t, int32_t>> pairs;
+  for (size_t i = 0; i < bp.offloads.size(); ++i) {
+    const Offload& o = bp.offloads[i];
+    const std::string field = absl::StrCat("offloads[", i, "]");
+    if (!in_range(o.owner)) {
+      return BlockError(plan, bp, absl::StrCat(field, ".owner ", o.owner.value(), " ", range));
+    }
+    if (!in_range(o.helper)) {
+      return BlockError(plan, bp, absl::StrCat(field, ".helper ", o.helper.value(), " ", range));
+    }
+    if (o.owner == o.helper) {
+      return BlockError(plan, bp,
+                        absl::StrCat(field, ".helper equals its owner ", o.owner.value()));
+    }
+    if (o.units <= 0) {
+      return BlockError(plan, bp, absl::StrCat(field, ".units ", o.units, " must be > 0"));
+    }
+    if (!pairs.insert({o.owner.value(), o.helper.value()}).second) {
+      return BlockError(plan, bp,
+                        absl::StrCat(field, " repeats owner ", o.owner.value(), " -> helper ",
+                                     o.helper.value()));
+    }
+    removed[o.owner.value()] += o.units;
+  }
+  for (int32_t r = 0; r < size; ++r) {
+    if (removed[r] > owned[r]) {
+      return BlockError(plan, bp,
+                        absl::StrCat("rank ", r, " prunes and offloads ", removed[r],
+                                     " units but owns ", owned[r]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
+  if (plan.group != shape.group) {
+    return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(), ": group '",
+                                                   plan.group.value(), "' is not this group '",
+                                                   shape.group.value(), "'"));
+  }
+  if (plan.version.value() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan version ", plan.version.value(), " must be > 0"));
+  }
+  if (plan.imputation != Imputation::kZero && plan.imputation != Imputation::kMean) {
+    return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(),
+                                                   ": imputation ",
+                                                   static_cast<int>(plan.imputation),
+                                                   " unknown"));
+  }
+  std::set<int32_t> seen;
+  for (const BlockPlan& bp : plan.blocks) {
+    const BlockShape* block_shape = nullptr;
+    for (const BlockShape& s : shape.blocks) {
+      if (s.block == bp.block) block_shape = &s;
+    }
+    if (block_shape == nullptr) {
+      return BlockError(plan, bp, "block unknown to this group");
+    }
+    if (!seen.insert(bp.block.value()).second) {
+      return BlockError(plan, bp, "block listed twice");
+    }
+    if (absl::Status s = ValidateBlock(plan, bp, *block_shape, shape.size); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string PlanSummary(const WorkloadPlan& plan) {
+  std::string out = absl::StrCat("v", plan.version.value());
+  if (plan.blocks.empty()) return absl::StrCat(out, ": all local");
+  absl::StrAppend(&out, " (", ImputationName(plan.imputation), "):");
+  for (const BlockPlan& bp : plan.blocks) {
+    absl::StrAppend(&out, " block ", bp.block.value());
+    if (!bp.pruned_units.empty()) {
+      absl::StrAppend(&out, " pruned {", absl::StrJoin(bp.pruned_units, ","), "}");
+    }
+    for (const Offload& o : bp.offloads) {
+      absl::StrAppend(&out, " offload ", o.owner.value(), "->", o.helper.value(), " x", o.units);
+    }
+    if (!bp.owner_of_unit.empty()) absl::StrAppend(&out, " reshard");
+    absl::StrAppend(&out, ";");
+  }
+  return out;
+}
+
+}  // namespace ballast

@@ -1,0 +1,201 @@
+#include "ballast/tp_group.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace ballast {
+
+double StepTimings::compute_seconds() const {
+  double total = 0;
+  for (const BlockTiming& b : blocks) total += b.compute_seconds;
+  return total;
+}
+
+double StepTimings::comm_seconds() const {
+  double total = agreement_seconds;
+  for (const BlockTiming& b : blocks) total += b.comm_seconds;
+  return total;
+}
+
+TpGroup::TpGroup(const TpGroupOptions& options, Backend* backend)
+    : options_(options), backend_(backend) {
+  applied_.group = options_.group;
+  shape_for_offer_.group = options_.group;
+  shape_for_offer_.size = backend_->comm().size();
+}
+
+TpGroup::~TpGroup() = default;
+
+absl::StatusOr<std::unique_ptr<TpGroup>> TpGroup::Create(const TpGroupOptions& options,
+                                                         Backend* backend) {
+  if (backend == nullptr) return absl::InvalidArgumentError("backend is null");
+  if (options.group.value().empty()) return absl::InvalidArgumentError("group id is empty");
+  if (options.plan_history < 1 || options.plan_history > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan_history ", options.plan_history, " out of range [1, 1024]"));
+  }
+  std::unique_ptr<TpGroup> group(new TpGroup(options, backend));
+  group->agreement_timer_ = backend->compute().NewTimer();
+  return group;
+}
+
+absl::Status TpGroup::Register(ParallelBlock* block) {
+  if (in_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", block->id().value(), " created inside a step"));
+  }
+  if (FindBlock(block->id()) != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("block id ", block->id().value(), " already exists in group ",
+                     options_.group.value()));
+  }
+  blocks_.push_back(block);
+  absl::MutexLock lock(&mu_);
+  shape_for_offer_ = Shape();
+  return absl::OkStatus();
+}
+
+void TpGroup::Unregister(ParallelBlock* block) {
+  blocks_.erase(std::remove(blocks_.begin(), blocks_.end(), block), blocks_.end());
+  absl::MutexLock lock(&mu_);
+  shape_for_offer_ = Shape();
+}
+
+ParallelBlock* TpGroup::FindBlock(BlockId id) const {
+  for (ParallelBlock* b : blocks_) {
+    if (b->id() == id) return b;
+  }
+  return nullptr;
+}
+
+GroupShape TpGroup::Shape() const {
+  GroupShape shape;
+  shape.group = options_.group;
+  shape.size = size();
+  for (const ParallelBlock* b : blocks_) shape.blocks.push_back(b->Shape());
+  return shape;
+}
+
+absl::Status TpGroup::OfferPlan(WorkloadPlan plan) {
+  absl::MutexLock lock(&mu_);
+  if (plan.version.value() <= applied_version_for_offer_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan version ", plan.version.value(), " is not newer than applied version ",
+                     applied_version_for_offer_));
+  }
+  BALLAST_RETURN_IF_ERROR(ValidatePlan(plan, shape_for_offer_));
+  const int64_t v = plan.version.value();
+  if (auto it = held_.find(v); it != held_.end()) {
+    if (it->second == plan) return absl::OkStatus();  // a redelivery
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan version ", v, " already held with different content"));
+  }
+  held_.emplace(v, std::move(plan));
+  // Keep at most plan_history versions, all within plan_history of the newest, so every
+  // held version has its own agreement slot (v mod plan_history).
+  const int64_t newest = held_.rbegin()->first;
+  while (!held_.empty() && (held_.begin()->first <= newest - options_.plan_history ||
+                            static_cast<int32_t>(held_.size()) > options_.plan_history)) {
+    held_.erase(held_.begin());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TpGroup::BeginStep() {
+  if (in_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group ", options_.group.value(), ": BeginStep twice without EndStep"));
+  }
+  agreement_timer_->Reset();
+  agreement_timer_->Start();
+
+  // Agreement: see the protocol in tp_group.h.
+  const int64_t h = options_.plan_history;
+  const int64_t applied = applied_.version.value();
+  std::vector<int64_t> slots(2 * h, 0);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [v, plan] : held_) {
+      if (v <= applied) continue;
+      slots[v % h] = v;
+      slots[h + v % h] = -v;
+    }
+  }
+  absl::Status status = backend_->comm().AllReduceMin(slots.data(), slots.size());
+  if (!status.ok()) {
+    agreement_timer_->Stop();
+    return absl::Status(status.code(), absl::StrCat("group ", options_.group.value(),
+                                                    ": plan agreement: ", status.message()));
+  }
+  int64_t agreed = 0;
+  for (int64_t s = 0; s < h; ++s) {
+    if (slots[s] > 0 && slots[s] == -slots[h + s]) agreed = std::max(agreed, slots[s]);
+  }
+  if (agreed > applied) {
+    WorkloadPlan plan;
+    {
+      absl::MutexLock lock(&mu_);
+      plan = held_.at(agreed);
+      held_.erase(held_.begin(), held_.upper_bound(agreed));
+    }
+    // Validation against the state at this boundary is deterministic, so every rank takes
+    // the same branch and the group stays in step.
+    absl::Status valid = ValidatePlan(plan, Shape());
+    if (valid.ok()) {
+      BALLAST_RETURN_IF_ERROR(ApplyPlan(plan));
+    } else {
+      last_rejection_ = valid;
+      BALLAST_LOG(WARNING) << "group=" << options_.group << " rank=" << rank() << " step=" << step_
+                           << " skipped plan: " << valid.message();
+    }
+    absl::MutexLock lock(&mu_);
+    applied_version_for_offer_ = applied_.version.value();
+    shape_for_offer_ = Shape();
+  }
+  for (ParallelBlock* b : blocks_) {
+    status = b->BeginStep(step_);
+    if (!status.ok()) break;
+  }
+  agreement_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
+  in_step_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status TpGroup::ApplyPlan(const WorkloadPlan& plan) {
+  for (ParallelBlock* b : blocks_) {
+    const BlockPlan* bp = nullptr;
+    for (const BlockPlan& candidate : plan.blocks) {
+      if (candidate.block == b->id()) bp = &candidate;
+    }
+    BALLAST_RETURN_IF_ERROR(b->ApplyPlan(bp, plan.imputation));
+  }
+  BALLAST_LOG(INFO) << "group=" << options_.group << " rank=" << rank() << " step=" << step_
+                    << " applied plan " << PlanSummary(plan);
+  applied_ = plan;
+  return absl::OkStatus();
+}
+
+absl::Status TpGroup::EndStep() {
+  if (!in_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group ", options_.group.value(), ": EndStep without BeginStep"));
+  }
+  StepTimings timings;
+  timings.step = step_;
+  timings.plan_version = applied_.version;
+  BALLAST_ASSIGN_OR_RETURN(timings.agreement_seconds, agreement_timer_->Seconds());
+  for (ParallelBlock* b : blocks_) {
+    BALLAST_RETURN_IF_ERROR(b->EndStep());
+    timings.blocks.push_back(b->timing());
+  }
+  last_timings_ = std::move(timings);
+  ++step_;
+  in_step_ = false;
+  return absl::OkStatus();
+}
+
+}  // namespace ballast
