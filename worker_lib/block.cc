@@ -62,6 +62,15 @@ struct ParallelBlock::SlabRef {
   UnitMeta meta;
 };
 
+// What this rank computes for one owner, as its helper, this step.
+struct ParallelBlock::StepLayoutIn {
+  int32_t owner;
+  int32_t units;
+  std::vector<Buffer> params;  // one per sharded parameter
+  std::vector<Buffer> grads;
+  std::vector<Buffer> cache;
+};
+
 // How this step's plan maps onto storage order (see block.h).
 struct ParallelBlock::StepLayout {
   struct Out {
@@ -69,13 +78,7 @@ struct ParallelBlock::StepLayout {
     int32_t first;
     int32_t units;
   };
-  struct In {
-    int32_t owner;
-    int32_t units;
-    std::vector<Buffer> params;  // one per sharded parameter
-    std::vector<Buffer> grads;
-    std::vector<Buffer> cache;
-  };
+  using In = StepLayoutIn;
   // The plan in force (null = all local) and its imputation.
   std::optional<BlockPlan> plan;
   Imputation imputation = Imputation::kZero;
@@ -88,7 +91,7 @@ struct ParallelBlock::StepLayout {
   std::vector<Buffer> local_cache;
   Buffer local_means;
   Buffer imputed;
-  Buffer x;  // copy of the forward input, for backward
+  const float* x = nullptr;  // the forward input, saved for backward (caller keeps it)
   int32_t batch = 0;
   int32_t seq = 0;
   bool forward_done = false;
@@ -123,6 +126,10 @@ absl::Status ParallelBlock::Init() {
     return absl::InvalidArgumentError(
         absl::StrCat("block ", id_.value(), ": priority_window ", config_.priority_window,
                      " must be > 0"));
+  }
+  if (config_.mean_interval <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block ", id_.value(), ": mean_interval ", config_.mean_interval, " must be > 0"));
   }
   if (!(config_.mean_decay >= 0.0f && config_.mean_decay < 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -276,13 +283,21 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   const int32_t owned = storage_->units();
   int32_t pruned = 0;
   l.out.clear();
-  l.in.resize(0);
   std::vector<StepLayout::In> in;
   if (l.plan.has_value()) {
     if (!l.plan->pruned_units.empty()) pruned = l.plan->pruned_units[me];
     for (const Offload& o : l.plan->offloads) {
       if (o.owner.value() == me) l.out.push_back({o.helper.value(), 0, o.units});
       if (o.helper.value() == me) {
+        // Reuse last step's receive buffers while the plan keeps this (owner, units).
+        auto same = std::find_if(l.in.begin(), l.in.end(), [&](const StepLayoutIn& old) {
+          return old.owner == o.owner.value() && old.units == o.units && !old.params.empty();
+        });
+        if (same != l.in.end()) {
+          in.push_back(std::move(*same));
+          same->params.clear();
+          continue;
+        }
         StepLayout::In entry;
         entry.owner = o.owner.value();
         entry.units = o.units;
@@ -338,6 +353,15 @@ ParallelBlock::UnitRange ParallelBlock::StorageRange(int32_t first, int32_t coun
   return range;
 }
 
+ParallelBlock::UnitRange ParallelBlock::HelperRange(StepLayoutIn& in) {
+  UnitRange range;
+  range.units = in.units;
+  range.cache = &in.cache;
+  for (auto& b : in.params) range.params.push_back(b.data());
+  for (auto& b : in.grads) range.grads.push_back(b.data());
+  return range;
+}
+
 absl::Status ParallelBlock::EnsureSize(Buffer& buffer, size_t n) {
   if (buffer.size() != n) {
     BALLAST_ASSIGN_OR_RETURN(buffer, compute().Allocate(n));
@@ -371,7 +395,6 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
   Compute& c = compute();
   Communicator& comm = group_->backend().comm();
 
-  BALLAST_RETURN_IF_ERROR(EnsureSize(l.x, static_cast<size_t>(tokens) * hidden_));
   BALLAST_RETURN_IF_ERROR(EnsureCache(l.local_cache, l.local, batch, seq));
   BALLAST_RETURN_IF_ERROR(EnsureSize(l.local_means, l.local * mean_unit_elems_));
   BALLAST_RETURN_IF_ERROR(EnsureSize(l.imputed, hidden_));
@@ -398,19 +421,22 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
   BALLAST_RETURN_IF_ERROR(status);
 
   compute_timer_->Start();
-  c.Copy(x, l.x.data(), l.x.size());
-  c.Fill(y, 0.0f, l.x.size());
+  l.x = x;
+  const size_t n = static_cast<size_t>(tokens) * hidden_;
+  // The running means are a full pass over the activations: sampled, not every step.
+  const bool sample_means = l.step % config_.mean_interval == 0;
+  float beta = 0.0f;  // the first range computed overwrites y
   if (l.local > 0) {
-    ForwardRange(StorageRange(0, l.local, &l.local_cache, l.local_means.data()), x, batch, seq, y);
+    ForwardRange(StorageRange(0, l.local, &l.local_cache,
+                              sample_means ? l.local_means.data() : nullptr),
+                 x, batch, seq, beta, y);
+    beta = 1.0f;
   }
   for (auto& in : l.in) {
-    UnitRange range;
-    range.units = in.units;
-    range.cache = &in.cache;
-    for (auto& b : in.params) range.params.push_back(b.data());
-    for (auto& b : in.grads) range.grads.push_back(b.data());
-    ForwardRange(range, x, batch, seq, y);
+    ForwardRange(HelperRange(in), x, batch, seq, beta, y);
+    beta = 1.0f;
   }
+  if (beta == 0.0f) c.Fill(y, 0.0f, n);
   const int32_t pruned = storage_->units() - l.pruned_first;
   if (l.imputation == Imputation::kMean && pruned > 0) {
     c.Fill(l.imputed.data(), 0.0f, hidden_);
@@ -421,13 +447,13 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
   compute_timer_->Stop();
 
   comm_timer_->Start();
-  status = comm.AllReduceSum(y, l.x.size());
+  status = comm.AllReduceSum(y, n);
   comm_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
 
   compute_timer_->Start();
   c.AddRowVector(y, tokens, hidden_, hidden_, storage_->bias.data());
-  status = UpdateMeans(l.local, l.local_means.data());
+  if (sample_means) status = UpdateMeans(l.local, l.local_means.data());
   compute_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
   l.forward_done = true;
@@ -486,19 +512,17 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
     c.Fill(st.slab(p * kFieldsPerParam + kGrad, l.pruned_first), 0.0f,
            (st.units() - l.pruned_first) * e);
   }
-  c.Fill(dx, 0.0f, n);
+  float beta = 0.0f;  // the first range computed overwrites dx
   if (l.local > 0) {
-    BackwardRange(StorageRange(0, l.local, &l.local_cache, nullptr), l.x.data(), dy, l.batch,
-                  l.seq, dx);
+    BackwardRange(StorageRange(0, l.local, &l.local_cache, nullptr), l.x, dy, l.batch, l.seq,
+                  beta, dx);
+    beta = 1.0f;
   }
   for (auto& in : l.in) {
-    UnitRange range;
-    range.units = in.units;
-    range.cache = &in.cache;
-    for (auto& b : in.params) range.params.push_back(b.data());
-    for (auto& b : in.grads) range.grads.push_back(b.data());
-    BackwardRange(range, l.x.data(), dy, l.batch, l.seq, dx);
+    BackwardRange(HelperRange(in), l.x, dy, l.batch, l.seq, beta, dx);
+    beta = 1.0f;
   }
+  if (beta == 0.0f) c.Fill(dx, 0.0f, n);
   c.ColumnSum(dy, tokens, hidden_, hidden_, 1.0f, 0.0f, st.bias_grad.data());
   compute_timer_->Stop();
 

@@ -172,7 +172,7 @@ std::vector<size_t> ParallelAttention::CacheSizes(int32_t units, int32_t batch,
 }
 
 void ParallelAttention::ForwardRange(const UnitRange& r, const float* x, int32_t batch,
-                                     int32_t seq, float* z) {
+                                     int32_t seq, float beta, float* z) {
   Compute& c = compute();
   const int t = batch * seq, h = hidden(), d = head_dim_, k = r.units, s = seq;
   const int dk = d * k, ld_qkv = 3 * dk;
@@ -196,12 +196,12 @@ void ParallelAttention::ForwardRange(const UnitRange& r, const float* x, int32_t
                          per_sample_probs, qkv + j * 3 * d + 2 * d, ld_qkv, per_sample_qkv, 0.0f,
                          ctx + j * d, dk, static_cast<int64_t>(s) * dk, batch);
   }
-  c.Gemm(false, false, t, h, dk, 1.0f, ctx, dk, r.params[kWo], h, 1.0f, z, h);
+  c.Gemm(false, false, t, h, dk, 1.0f, ctx, dk, r.params[kWo], h, beta, z, h);
   if (r.mean_out != nullptr) c.ColumnSum(ctx, t, dk, dk, 1.0f / t, 0.0f, r.mean_out);
 }
 
 void ParallelAttention::BackwardRange(const UnitRange& r, const float* x, const float* dz,
-                                      int32_t batch, int32_t seq, float* dx) {
+                                      int32_t batch, int32_t seq, float beta, float* dx) {
   Compute& c = compute();
   const int t = batch * seq, h = hidden(), d = head_dim_, k = r.units, s = seq;
   const int dk = d * k, ld_qkv = 3 * dk;
@@ -241,7 +241,7 @@ void ParallelAttention::BackwardRange(const UnitRange& r, const float* x, const 
   }
   c.Gemm(true, false, ld_qkv, h, t, 1.0f, dqkv, ld_qkv, x, h, 0.0f, r.grads[kWqkv], h);
   c.ColumnSum(dqkv, t, ld_qkv, ld_qkv, 1.0f, 0.0f, r.grads[kBqkv]);
-  c.Gemm(false, false, t, h, ld_qkv, 1.0f, dqkv, ld_qkv, r.params[kWqkv], h, 1.0f, dx, h);
+  c.Gemm(false, false, t, h, ld_qkv, 1.0f, dqkv, ld_qkv, r.params[kWqkv], h, beta, dx, h);
 }
 
 void ParallelAttention::ImputeRange(const UnitRange& r, const float* means, float* out) {

@@ -133,7 +133,7 @@ std::vector<size_t> ParallelMlp::CacheSizes(int32_t units, int32_t batch, int32_
 }
 
 void ParallelMlp::ForwardRange(const UnitRange& r, const float* x, int32_t batch, int32_t seq,
-                               float* z) {
+                               float beta, float* z) {
   Compute& c = compute();
   const int t = batch * seq, h = hidden(), n = r.units * unit_size_;
   float* pre = (*r.cache)[0].data();
@@ -141,12 +141,12 @@ void ParallelMlp::ForwardRange(const UnitRange& r, const float* x, int32_t batch
   c.Gemm(false, true, t, n, h, 1.0f, x, h, r.params[kW1t], h, 0.0f, pre, n);
   c.AddRowVector(pre, t, n, n, r.params[kB1]);
   c.GeluForward(pre, act, t, n, n);
-  c.Gemm(false, false, t, h, n, 1.0f, act, n, r.params[kW2], h, 1.0f, z, h);
+  c.Gemm(false, false, t, h, n, 1.0f, act, n, r.params[kW2], h, beta, z, h);
   if (r.mean_out != nullptr) c.ColumnSum(act, t, n, n, 1.0f / t, 0.0f, r.mean_out);
 }
 
 void ParallelMlp::BackwardRange(const UnitRange& r, const float* x, const float* dz,
-                                int32_t batch, int32_t seq, float* dx) {
+                                int32_t batch, int32_t seq, float beta, float* dx) {
   Compute& c = compute();
   const int t = batch * seq, h = hidden(), n = r.units * unit_size_;
   const float* pre = (*r.cache)[0].data();
@@ -157,7 +157,7 @@ void ParallelMlp::BackwardRange(const UnitRange& r, const float* x, const float*
   c.GeluBackward(pre, d, d, t, n, n);
   c.Gemm(true, false, n, h, t, 1.0f, d, n, x, h, 0.0f, r.grads[kW1t], h);
   c.ColumnSum(d, t, n, n, 1.0f, 0.0f, r.grads[kB1]);
-  c.Gemm(false, false, t, h, n, 1.0f, d, n, r.params[kW1t], h, 1.0f, dx, h);
+  c.Gemm(false, false, t, h, n, 1.0f, d, n, r.params[kW1t], h, beta, dx, h);
 }
 
 void ParallelMlp::ImputeRange(const UnitRange& r, const float* means, float* out) {

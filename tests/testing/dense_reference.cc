@@ -30,8 +30,8 @@ double GeluGrad(double x) {
 
 absl::Status Annotate(const absl::Status& status, size_t step, const char* what) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat("step ", step, " ", what, ": ",
-                                                  status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat("step ", step, " ", what, ": ", status.message()));
 }
 
 }  // namespace
@@ -130,8 +130,7 @@ std::vector<bool> DenseBlock::ElementsOfUnits(const std::vector<bool>& units) co
   const std::vector<int32_t> unit_of = UnitOfElement();
   std::vector<bool> out(unit_of.size(), false);
   for (size_t i = 0; i < unit_of.size(); ++i) {
-    out[i] = unit_of[i] >= 0 && static_cast<size_t>(unit_of[i]) < units.size() &&
-             units[unit_of[i]];
+    out[i] = unit_of[i] >= 0 && static_cast<size_t>(unit_of[i]) < units.size() && units[unit_of[i]];
   }
   return out;
 }
@@ -177,10 +176,9 @@ void DenseBlock::MlpUnitPass(const std::vector<double>& params, const std::vecto
   }
 }
 
-void DenseBlock::AttentionUnitPass(const std::vector<double>& params,
-                                   const std::vector<double>& x, const std::vector<double>* dy,
-                                   int32_t batch, int32_t seq, int32_t unit,
-                                   std::vector<double>* y, std::vector<double>* dx,
+void DenseBlock::AttentionUnitPass(const std::vector<double>& params, const std::vector<double>& x,
+                                   const std::vector<double>* dy, int32_t batch, int32_t seq,
+                                   int32_t unit, std::vector<double>* y, std::vector<double>* dx,
                                    std::vector<double>* grad, std::vector<double>* mean) const {
   const size_t h = hidden_;
   const size_t hd = unit_width_;
@@ -297,8 +295,8 @@ void DenseBlock::AttentionUnitPass(const std::vector<double>& params,
 }
 
 void DenseBlock::UnitPass(const std::vector<double>& params, const std::vector<double>& x,
-                          const std::vector<double>* dy, int32_t batch, int32_t seq,
-                          int32_t unit, std::vector<double>* y, std::vector<double>* dx,
+                          const std::vector<double>* dy, int32_t batch, int32_t seq, int32_t unit,
+                          std::vector<double>* y, std::vector<double>* dx,
                           std::vector<double>* grad, std::vector<double>* mean) const {
   if (kind_ == Kind::kMlp) {
     MlpUnitPass(params, x, dy, batch * seq, unit, y, dx, grad, mean);
@@ -474,8 +472,8 @@ DenseResult ReferenceTrainer::Step(const std::vector<double>& x, const std::vect
 // ---------------------------------------------------------------------------------------
 // The driver.
 
-std::vector<ScriptStep> RandomSteps(const DenseBlock& block, int32_t batch, int32_t seq,
-                                    int count, uint32_t seed) {
+std::vector<ScriptStep> RandomSteps(const DenseBlock& block, int32_t batch, int32_t seq, int count,
+                                    uint32_t seed) {
   const size_t n = static_cast<size_t>(batch) * seq * block.hidden();
   std::vector<ScriptStep> steps(count);
   for (int i = 0; i < count; ++i) {
@@ -543,8 +541,7 @@ absl::Status RunRank(const Script& script, const BlockFactory& make_block, RankC
 
     compute.CopyFromHost(step.x.data(), x.data(), n);
     compute.CopyFromHost(step.dy.data(), dy.data(), n);
-    BALLAST_RETURN_IF_ERROR(
-        Annotate(block->Forward(x.data(), batch, seq, y.data()), s, "Forward"));
+    BALLAST_RETURN_IF_ERROR(Annotate(block->Forward(x.data(), batch, seq, y.data()), s, "Forward"));
     BALLAST_RETURN_IF_ERROR(Annotate(block->Backward(dy.data(), dx.data()), s, "Backward"));
     out.y = ToHost(compute, y.data(), n);
     out.dx = ToHost(compute, dx.data(), n);
@@ -628,9 +625,7 @@ std::optional<std::vector<UnitFate>> MergeFates(const Script& script, const Bloc
 }
 
 // True where `a` and `b` hold the same bits (so -0 != +0 and a NaN equals itself).
-bool BitwiseEqual(float a, float b) {
-  return std::memcmp(&a, &b, sizeof(float)) == 0;
-}
+bool BitwiseEqual(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
 // Elements whose bits differ; -1 when the sizes differ.
 int CountBitwiseDifferences(const std::vector<float>& a, const std::vector<float>& b) {
@@ -672,8 +667,7 @@ absl::StatusOr<RunRecord> RunScript(const Script& script, const BlockFactory& ma
 }
 
 void ExpectRunMatchesReference(const DenseBlock& block, const std::vector<float>& initial_params,
-                               const Script& script, const RunRecord& record,
-                               double tolerance) {
+                               const Script& script, const RunRecord& record, double tolerance) {
   ASSERT_EQ(record.steps.size(), script.steps.size());
   ASSERT_EQ(record.initial.size(), static_cast<size_t>(script.ranks));
   const int32_t num_units = block.num_units();
@@ -735,8 +729,7 @@ void ExpectRunMatchesReference(const DenseBlock& block, const std::vector<float>
 
     const Imputation imputation = plan != nullptr ? plan->imputation : Imputation::kZero;
     const DenseResult want = ref.Step(ToDouble(script.steps[s].x), ToDouble(script.steps[s].dy),
-                                      StepBatch(script, s), StepSeq(script, s), *fates,
-                                      imputation);
+                                      StepBatch(script, s), StepSeq(script, s), *fates, imputation);
     for (int32_t r = 0; r < script.ranks; ++r) {
       SCOPED_TRACE(absl::StrCat("rank ", r));
       const RankStep& got = ranks[r];
@@ -749,8 +742,7 @@ void ExpectRunMatchesReference(const DenseBlock& block, const std::vector<float>
           << "gradient of pruned units";
 
       const StateSnapshot& before = s == 0 ? record.initial[r] : record.steps[s - 1][r].after;
-      ExpectFieldMatches("value", got.after.value, before.value, ref.state().w, frozen,
-                         tolerance);
+      ExpectFieldMatches("value", got.after.value, before.value, ref.state().w, frozen, tolerance);
       ExpectFieldMatches("adam_m", got.after.adam_m, before.adam_m, ref.state().m, frozen,
                          tolerance);
       ExpectFieldMatches("adam_v", got.after.adam_v, before.adam_v, ref.state().v, frozen,

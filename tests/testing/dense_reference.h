@@ -113,8 +113,8 @@ class DenseBlock {
                   const UnitTreatment& treatment = {}) const;
   // What unit `unit` adds to y when computed (tokens x hidden, without the bias).
   std::vector<double> UnitContribution(const std::vector<double>& params,
-                                       const std::vector<double>& x, int32_t batch,
-                                       int32_t seq, int32_t unit) const;
+                                       const std::vector<double>& x, int32_t batch, int32_t seq,
+                                       int32_t unit) const;
   // What a pruned unit adds to every token row under kMean: mean (unit_width values)
   // times the unit's output weights (W2 rows / Wo rows of its head); hidden values.
   std::vector<double> ImputedRow(const std::vector<double>& params, int32_t unit,
@@ -142,8 +142,8 @@ class DenseBlock {
                    std::vector<double>* mean) const;
   void AttentionUnitPass(const std::vector<double>& params, const std::vector<double>& x,
                          const std::vector<double>* dy, int32_t batch, int32_t seq, int32_t unit,
-                         std::vector<double>* y, std::vector<double>* dx,
-                         std::vector<double>* grad, std::vector<double>* mean) const;
+                         std::vector<double>* y, std::vector<double>* dx, std::vector<double>* grad,
+                         std::vector<double>* mean) const;
   // Offset of the replicated bias and of the output weights in the dense layout.
   size_t BiasOffset() const;
   size_t OutputWeightOffset() const;
@@ -223,8 +223,8 @@ struct Script {
 };
 
 // `count` steps of random inputs for `block` (x ~ N(0, 1), dy ~ N(0, 1)), no plans.
-std::vector<ScriptStep> RandomSteps(const DenseBlock& block, int32_t batch, int32_t seq,
-                                    int count, uint32_t seed);
+std::vector<ScriptStep> RandomSteps(const DenseBlock& block, int32_t batch, int32_t seq, int count,
+                                    uint32_t seed);
 
 struct StateSnapshot {
   std::vector<float> value, adam_m, adam_v;  // GatherDense of each field
@@ -244,7 +244,7 @@ struct RankStep {
 };
 
 struct RunRecord {
-  std::vector<StateSnapshot> initial;       // [rank], as the factory returned the block
+  std::vector<StateSnapshot> initial;        // [rank], as the factory returned the block
   std::vector<std::vector<RankStep>> steps;  // [step][rank]
 };
 

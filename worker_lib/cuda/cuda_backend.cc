@@ -84,8 +84,7 @@ absl::Status CudaCallStatus(cudaError_t error, const char* call, const char* fil
   cudaGetLastError();
   return absl::Status(CudaErrorCode(error),
                       absl::StrCat(call, " failed at ", Basename(file), ":", line, ": ",
-                                   cudaGetErrorName(error), " (", cudaGetErrorString(error),
-                                   ")"));
+                                   cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
 }
 
 absl::StatusCode CublasErrorCode(cublasStatus_t status) {
@@ -102,13 +101,12 @@ absl::StatusCode CublasErrorCode(cublasStatus_t status) {
   }
 }
 
-absl::Status CublasCallStatus(cublasStatus_t status, const char* call, const char* file,
-                              int line) {
+absl::Status CublasCallStatus(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::Status(CublasErrorCode(status),
-                      absl::StrCat(call, " failed at ", Basename(file), ":", line, ": ",
-                                   cublasGetStatusName(status), " (",
-                                   cublasGetStatusString(status), ")"));
+  return absl::Status(
+      CublasErrorCode(status),
+      absl::StrCat(call, " failed at ", Basename(file), ":", line, ": ",
+                   cublasGetStatusName(status), " (", cublasGetStatusString(status), ")"));
 }
 
 absl::StatusCode NcclErrorCode(ncclResult_t result) {
@@ -126,16 +124,15 @@ absl::StatusCode NcclErrorCode(ncclResult_t result) {
   }
 }
 
-absl::Status NcclResultStatus(ncclResult_t result, const char* call, const char* file,
-                              int line) {
+absl::Status NcclResultStatus(ncclResult_t result, const char* call, const char* file, int line) {
   // Every communicator here is non-blocking, so ncclInProgress is the normal answer of an
   // enqueue or an init: the operation continues in the background and its outcome is read
   // later with ncclCommGetAsyncError.
   if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
-  return absl::Status(NcclErrorCode(result),
-                      absl::StrCat(call, " failed at ", Basename(file), ":", line, ": ",
-                                   ncclGetErrorString(result), " (last NCCL error: ",
-                                   ncclGetLastError(nullptr), ")"));
+  return absl::Status(
+      NcclErrorCode(result),
+      absl::StrCat(call, " failed at ", Basename(file), ":", line, ": ", ncclGetErrorString(result),
+                   " (last NCCL error: ", ncclGetLastError(nullptr), ")"));
 }
 
 }  // namespace
@@ -143,8 +140,7 @@ absl::Status NcclResultStatus(ncclResult_t result, const char* call, const char*
 
 #define BALLAST_CUDA_STATUS(call) ::ballast::CudaCallStatus((call), #call, __FILE__, __LINE__)
 #define BALLAST_CUDA_RETURN_IF_ERROR(call) BALLAST_RETURN_IF_ERROR(BALLAST_CUDA_STATUS(call))
-#define BALLAST_CUBLAS_STATUS(call) \
-  ::ballast::CublasCallStatus((call), #call, __FILE__, __LINE__)
+#define BALLAST_CUBLAS_STATUS(call) ::ballast::CublasCallStatus((call), #call, __FILE__, __LINE__)
 #define BALLAST_CUBLAS_RETURN_IF_ERROR(call) BALLAST_RETURN_IF_ERROR(BALLAST_CUBLAS_STATUS(call))
 #define BALLAST_NCCL_STATUS(call) ::ballast::NcclResultStatus((call), #call, __FILE__, __LINE__)
 #define BALLAST_NCCL_RETURN_IF_ERROR(call) BALLAST_RETURN_IF_ERROR(BALLAST_NCCL_STATUS(call))
@@ -384,8 +380,8 @@ cublasOperation_t ToCublasOp(bool transpose) { return transpose ? CUBLAS_OP_T : 
 
 absl::Status CheckRowMajor(const char* op, int rows, int cols, int ld) {
   if (rows < 0 || cols < 0 || ld < cols) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": invalid shape rows=", rows,
-                                                   " cols=", cols, " ld=", ld));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": invalid shape rows=", rows, " cols=", cols, " ld=", ld));
   }
   return absl::OkStatus();
 }
@@ -401,9 +397,9 @@ absl::Status CheckGemm(const char* op, bool trans_a, bool trans_b, int m, int n,
   const int min_ldb = std::max(1, trans_b ? k : n);
   const int min_ldc = std::max(1, n);
   if (lda < min_lda || ldb < min_ldb || ldc < min_ldc) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": row stride too small (trans_a=", trans_a, " trans_b=", trans_b, " m=", m,
-        " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": row stride too small (trans_a=", trans_a, " trans_b=", trans_b,
+                     " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")"));
   }
   return absl::OkStatus();
 }
@@ -479,8 +475,8 @@ class CudaCompute : public Compute {
     // Row-major C (m x n, stride ldc) is column-major C^T (n x m, same stride), and
     // C^T = op(B)^T op(A)^T. A row-major operand read column-major is its own transpose,
     // so cuBLAS gets B first, then A, with the transpose flags unchanged and m, n swapped.
-    Defer(BALLAST_CUBLAS_STATUS(cublasSgemm(cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n,
-                                            m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+    Defer(BALLAST_CUBLAS_STATUS(cublasSgemm(cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n, m,
+                                            k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
   }
 
   void GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -490,8 +486,7 @@ class CudaCompute : public Compute {
     if (!Activate()) return;
     if (!Defer(CheckGemm("GemmStridedBatched", trans_a, trans_b, m, n, k, lda, ldb, ldc))) return;
     if (batch < 0) {
-      Defer(absl::InvalidArgumentError(
-          absl::StrCat("GemmStridedBatched: negative batch ", batch)));
+      Defer(absl::InvalidArgumentError(absl::StrCat("GemmStridedBatched: negative batch ", batch)));
       return;
     }
     if (m == 0 || n == 0 || batch == 0) return;
@@ -513,8 +508,7 @@ class CudaCompute : public Compute {
 
   void AddRowVector(float* x, int rows, int cols, int ld, const float* v) override {
     if (!Activate() || !Defer(CheckRowMajor("AddRowVector", rows, cols, ld))) return;
-    Defer(BALLAST_CUDA_STATUS(
-        cuda_internal::LaunchAddRowVector(x, rows, cols, ld, v, stream())));
+    Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchAddRowVector(x, rows, cols, ld, v, stream())));
   }
 
   void ColumnSum(const float* x, int rows, int cols, int ld, float alpha, float beta,
@@ -526,8 +520,8 @@ class CudaCompute : public Compute {
 
   void GeluForward(const float* pre, float* out, int rows, int cols, int ld) override {
     if (!Activate() || !Defer(CheckRowMajor("GeluForward", rows, cols, ld))) return;
-    Defer(BALLAST_CUDA_STATUS(
-        cuda_internal::LaunchGeluForward(pre, out, rows, cols, ld, stream())));
+    Defer(
+        BALLAST_CUDA_STATUS(cuda_internal::LaunchGeluForward(pre, out, rows, cols, ld, stream())));
   }
 
   void GeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
@@ -581,13 +575,13 @@ class CudaCompute : public Compute {
     }
     BALLAST_RETURN_IF_ERROR(ctx_->Activate());
     const size_t partial_doubles = cuda_internal::UnitL1ScratchDoubles(units, unit_elems);
-    BALLAST_ASSIGN_OR_RETURN(char* raw, unit_l1_scratch_.Reserve(
-                                            (static_cast<size_t>(units) + partial_doubles) *
-                                            sizeof(double)));
+    BALLAST_ASSIGN_OR_RETURN(
+        char* raw,
+        unit_l1_scratch_.Reserve((static_cast<size_t>(units) + partial_doubles) * sizeof(double)));
     double* out_device = reinterpret_cast<double*>(raw);
     double* partials = out_device + units;
-    BALLAST_CUDA_RETURN_IF_ERROR(cuda_internal::LaunchUnitL1(a, b, units, unit_elems, partials,
-                                                             out_device, stream()));
+    BALLAST_CUDA_RETURN_IF_ERROR(
+        cuda_internal::LaunchUnitL1(a, b, units, unit_elems, partials, out_device, stream()));
     BALLAST_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_host, out_device, units * sizeof(double),
                                                  cudaMemcpyDeviceToHost, stream()));
     BALLAST_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream()));
@@ -667,13 +661,13 @@ absl::StatusOr<ncclUniqueId> ShareUniqueId(const CudaBackendOptions& options) {
     store->wait({key}, std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout)));
     bytes = store->get(key);
   } catch (const std::exception& e) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "rank ", options.rank, " did not get ", key, " from rank 0 within ",
-        absl::FormatDuration(options.timeout), ": ", e.what()));
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", options.rank, " did not get ", key, " from rank 0 within ",
+                     absl::FormatDuration(options.timeout), ": ", e.what()));
   }
   if (bytes.size() != sizeof(id)) {
-    return absl::DataLossError(absl::StrCat(key, " holds ", bytes.size(), " bytes, expected ",
-                                            sizeof(id)));
+    return absl::DataLossError(
+        absl::StrCat(key, " holds ", bytes.size(), " bytes, expected ", sizeof(id)));
   }
   std::memcpy(&id, bytes.data(), sizeof(id));
   return id;
@@ -702,8 +696,8 @@ class NcclCommunicator : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
-    const absl::Status init = BALLAST_NCCL_STATUS(
-        ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config));
+    const absl::Status init =
+        BALLAST_NCCL_STATUS(ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config));
     if (!init.ok()) {
       if (comm != nullptr) ncclCommAbort(comm);
       return init;
@@ -735,8 +729,8 @@ class NcclCommunicator : public Communicator {
     if (data == nullptr) return absl::InvalidArgumentError("AllReduceSum: null data");
     StagedBuffer buffer{data, n * sizeof(float), true, true};
     return Run("ncclAllReduce(sum)", {&buffer, 1}, [&] {
-      return BALLAST_NCCL_STATUS(ncclAllReduce(buffer.device, buffer.device, n, ncclFloat,
-                                               ncclSum, comm_, stream()));
+      return BALLAST_NCCL_STATUS(
+          ncclAllReduce(buffer.device, buffer.device, n, ncclFloat, ncclSum, comm_, stream()));
     });
   }
 
@@ -745,8 +739,8 @@ class NcclCommunicator : public Communicator {
     if (data == nullptr) return absl::InvalidArgumentError("AllReduceMin: null data");
     StagedBuffer buffer{data, n * sizeof(int64_t), true, true};
     return Run("ncclAllReduce(min)", {&buffer, 1}, [&] {
-      return BALLAST_NCCL_STATUS(ncclAllReduce(buffer.device, buffer.device, n, ncclInt64,
-                                               ncclMin, comm_, stream()));
+      return BALLAST_NCCL_STATUS(
+          ncclAllReduce(buffer.device, buffer.device, n, ncclInt64, ncclMin, comm_, stream()));
     });
   }
 
@@ -767,8 +761,8 @@ class NcclCommunicator : public Communicator {
     if (data == nullptr) return absl::InvalidArgumentError("Reduce: null data");
     StagedBuffer buffer{data, n * sizeof(float), true, rank_ == root};
     return Run("ncclReduce", {&buffer, 1}, [&] {
-      return BALLAST_NCCL_STATUS(ncclReduce(buffer.device, buffer.device, n, ncclFloat, ncclSum,
-                                            root, comm_, stream()));
+      return BALLAST_NCCL_STATUS(
+          ncclReduce(buffer.device, buffer.device, n, ncclFloat, ncclSum, root, comm_, stream()));
     });
   }
 
@@ -777,9 +771,8 @@ class NcclCommunicator : public Communicator {
     if (in == nullptr || out == nullptr) {
       return absl::InvalidArgumentError("AllGather: null input or output");
     }
-    StagedBuffer buffers[2] = {
-        {const_cast<float*>(in), n * sizeof(float), true, false},
-        {out, n * static_cast<size_t>(size_) * sizeof(float), false, true}};
+    StagedBuffer buffers[2] = {{const_cast<float*>(in), n * sizeof(float), true, false},
+                               {out, n * static_cast<size_t>(size_) * sizeof(float), false, true}};
     return Run("ncclAllGather", buffers, [&] {
       return BALLAST_NCCL_STATUS(
           ncclAllGather(buffers[0].device, buffers[1].device, n, ncclFloat, comm_, stream()));
@@ -813,12 +806,10 @@ class NcclCommunicator : public Communicator {
       absl::Status status;
       for (size_t i = 0; i < buffers.size() && status.ok(); ++i) {
         const size_t count = buffers[i].bytes / sizeof(float);
-        status = i < send_count ? BALLAST_NCCL_STATUS(ncclSend(buffers[i].device, count,
-                                                               ncclFloat, peers[i], comm_,
-                                                               stream()))
-                                : BALLAST_NCCL_STATUS(ncclRecv(buffers[i].device, count,
-                                                               ncclFloat, peers[i], comm_,
-                                                               stream()));
+        status = i < send_count ? BALLAST_NCCL_STATUS(ncclSend(buffers[i].device, count, ncclFloat,
+                                                               peers[i], comm_, stream()))
+                                : BALLAST_NCCL_STATUS(ncclRecv(buffers[i].device, count, ncclFloat,
+                                                               peers[i], comm_, stream()));
       }
       // Close the group even after a failed call inside it, so NCCL's per-thread group
       // state does not leak into the next call.
@@ -857,8 +848,8 @@ class NcclCommunicator : public Communicator {
   absl::Status CheckTransfers(const char* what, absl::Span<const PeerTransfer> transfers) const {
     for (const PeerTransfer& t : transfers) {
       if (t.peer < 0 || t.peer >= size_) {
-        return absl::InvalidArgumentError(absl::StrCat("Exchange: ", what, " peer ", t.peer,
-                                                       " outside group of size ", size_));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Exchange: ", what, " peer ", t.peer, " outside group of size ", size_));
       }
       if (t.count > 0 && t.data == nullptr) {
         return absl::InvalidArgumentError(
@@ -891,8 +882,7 @@ class NcclCommunicator : public Communicator {
     if (attributes.type == cudaMemoryTypeManaged) return true;
     if (attributes.type != cudaMemoryTypeDevice) return false;
     if (attributes.device != ctx_->device()) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer lives on device ",
-                                                     attributes.device,
+      return absl::InvalidArgumentError(absl::StrCat("buffer lives on device ", attributes.device,
                                                      ", the communicator on device ",
                                                      ctx_->device()));
     }
@@ -953,8 +943,8 @@ class NcclCommunicator : public Communicator {
       if (status.ok() && state != ncclSuccess && state != ncclInProgress) {
         status = absl::Status(NcclErrorCode(state),
                               absl::StrCat(what, " failed on rank ", rank_, " of ", size_, ": ",
-                                           ncclGetErrorString(state), " (last NCCL error: ",
-                                           ncclGetLastError(comm_), ")"));
+                                           ncclGetErrorString(state),
+                                           " (last NCCL error: ", ncclGetLastError(comm_), ")"));
       }
       if (status.ok() && state == ncclSuccess) {
         if (!wait_for_stream) return absl::OkStatus();
@@ -962,16 +952,16 @@ class NcclCommunicator : public Communicator {
         if (query == cudaSuccess) return absl::OkStatus();
         if (query != cudaErrorNotReady) {
           status = BALLAST_CUDA_STATUS(query);
-          status = absl::Status(status.code(), absl::StrCat("waiting for ", what, ": ",
-                                                            status.message()));
+          status = absl::Status(status.code(),
+                                absl::StrCat("waiting for ", what, ": ", status.message()));
         }
       }
       if (!status.ok()) return Abort(std::move(status));
       if (std::chrono::steady_clock::now() >= deadline) {
-        return Abort(absl::DeadlineExceededError(absl::StrCat(
-            what, " on rank ", rank_, " of ", size_, " did not complete within ",
-            absl::FormatDuration(absl::FromChrono(timeout_)),
-            " (a peer is missing or stalled); communicator aborted")));
+        return Abort(absl::DeadlineExceededError(
+            absl::StrCat(what, " on rank ", rank_, " of ", size_, " did not complete within ",
+                         absl::FormatDuration(absl::FromChrono(timeout_)),
+                         " (a peer is missing or stalled); communicator aborted")));
       }
       // Spin briefly (collectives of a TP step take tens of microseconds), then sleep so
       // a long wait does not burn a core.
@@ -1032,8 +1022,8 @@ absl::Status ValidateOptions(const CudaBackendOptions& options) {
         absl::StrCat("CudaBackendOptions.size must be >= 1, got ", options.size));
   }
   if (options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaBackendOptions.rank ", options.rank,
-                                                   " outside [0, ", options.size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaBackendOptions.rank ", options.rank, " outside [0, ", options.size, ")"));
   }
   if (options.device < 0) {
     return absl::InvalidArgumentError(
@@ -1065,9 +1055,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat(
-        "no usable CUDA device: cudaGetDeviceCount failed: ", cudaGetErrorName(error), " (",
-        cudaGetErrorString(error), ")"));
+    return absl::UnavailableError(
+        absl::StrCat("no usable CUDA device: cudaGetDeviceCount failed: ", cudaGetErrorName(error),
+                     " (", cudaGetErrorString(error), ")"));
   }
   if (count == 0) return absl::UnavailableError("no usable CUDA device: none found");
   if (options.device >= count) {
@@ -1082,8 +1072,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   int nccl_version = 0;
   ncclGetVersion(&nccl_version);
   BALLAST_LOG(INFO) << "cuda backend: prefix=" << options.prefix << " rank " << options.rank
-                    << " of " << options.size << " on device " << options.device
-                    << " (NCCL " << nccl_version << ")";
+                    << " of " << options.size << " on device " << options.device << " (NCCL "
+                    << nccl_version << ")";
   return std::make_unique<CudaBackend>(std::move(ctx), std::move(compute), std::move(comm));
 }
 

@@ -4,10 +4,10 @@
 // works with one launch; row kernels (softmax) use one block per row; reductions are done
 // in a fixed order so that repeated runs give bit-identical results, which keeps the ranks
 // of a group (and reruns of a test) in agreement.
-#include "worker_lib/cuda/cuda_kernels.h"
-
 #include <algorithm>
 #include <cstdint>
+
+#include "worker_lib/cuda/cuda_kernels.h"
 
 namespace ballast::cuda_internal {
 namespace {
@@ -135,8 +135,8 @@ __global__ void GeluBackwardKernel(const float* pre, const float* dout, float* d
 constexpr int kColumnSumCols = 32;
 constexpr int kColumnSumRowLanes = 16;
 
-__global__ void ColumnSumKernel(const float* x, int rows, int cols, int ld, float alpha,
-                                float beta, float* out) {
+__global__ void ColumnSumKernel(const float* x, int rows, int cols, int ld, float alpha, float beta,
+                                float* out) {
   __shared__ float partial[kColumnSumRowLanes][kColumnSumCols + 1];
   const int c = blockIdx.x * kColumnSumCols + threadIdx.x;
   float sum = 0.0f;
@@ -159,7 +159,8 @@ __global__ void SoftmaxRowsKernel(float* x, int rows, int cols, float scale) {
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     float* xr = x + static_cast<size_t>(row) * cols;
     float local_max = -INFINITY;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) local_max = fmaxf(local_max, scale * xr[c]);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+      local_max = fmaxf(local_max, scale * xr[c]);
     const float row_max = BlockReduce(local_max, MaxOp(), -INFINITY, shared);
     float local_sum = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) local_sum += expf(scale * xr[c] - row_max);
@@ -183,8 +184,8 @@ __global__ void SoftmaxBackwardRowsKernel(const float* p, float* dx, int rows, i
   }
 }
 
-__global__ void AdamWKernel(AdamWKernelParams params, float* w, const float* g, float* m,
-                            float* v, size_t n) {
+__global__ void AdamWKernel(AdamWKernelParams params, float* w, const float* g, float* m, float* v,
+                            size_t n) {
   for (size_t i = GlobalThread(); i < n; i += GridStride()) {
     const float grad = g[i];
     const float m_new = params.beta1 * m[i] + (1.0f - params.beta1) * grad;
@@ -214,8 +215,8 @@ size_t UnitL1Parts(int units, size_t unit_elems) {
   return std::max<size_t>(1, std::min({by_size, by_occupancy, kUnitL1MaxParts}));
 }
 
-__global__ void UnitL1PartialKernel(const float* a, const float* b, size_t unit_elems,
-                                    size_t chunk, double* partials) {
+__global__ void UnitL1PartialKernel(const float* a, const float* b, size_t unit_elems, size_t chunk,
+                                    double* partials) {
   __shared__ double shared[32];
   const size_t unit = blockIdx.x;
   const size_t part = blockIdx.y;
@@ -296,8 +297,8 @@ cudaError_t LaunchGeluForward(const float* pre, float* out, int rows, int cols, 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGeluBackward(const float* pre, const float* dout, float* dpre, int rows,
-                               int cols, int ld, cudaStream_t stream) {
+cudaError_t LaunchGeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
+                               int ld, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const size_t total = static_cast<size_t>(rows) * cols;
   GeluBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(pre, dout, dpre, rows, cols, ld);

@@ -36,8 +36,8 @@ cudaError_t LaunchColumnSum(const float* x, int rows, int cols, int ld, float al
 cudaError_t LaunchGeluForward(const float* pre, float* out, int rows, int cols, int ld,
                               cudaStream_t stream);
 // dpre[r, c] = dout[r, c] * gelu'(pre[r, c]); all with row stride ld. dpre may alias dout.
-cudaError_t LaunchGeluBackward(const float* pre, const float* dout, float* dpre, int rows,
-                               int cols, int ld, cudaStream_t stream);
+cudaError_t LaunchGeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
+                               int ld, cudaStream_t stream);
 // In place, contiguous rows: x[r, :] = softmax(scale * x[r, :]) (max-subtracted).
 cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, cudaStream_t stream);
 // In place: dx[r, :] = scale * p[r, :] * (dx[r, :] - <dx[r, :], p[r, :]>).

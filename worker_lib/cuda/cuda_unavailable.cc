@@ -9,8 +9,7 @@ namespace ballast {
 
 bool CudaAvailable() { return false; }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
-    const CudaBackendOptions& /*options*/) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& /*options*/) {
   return absl::UnimplementedError("built without CUDA: configure with -DBALLAST_WITH_CUDA=ON");
 }
 

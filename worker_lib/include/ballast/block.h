@@ -63,8 +63,10 @@ struct UnitConfig {
   int32_t priority_window = 50;
   // Seed for kRandom and for weight initialisation.
   uint64_t seed = 0;
-  // Decay of the running mean activation used by Imputation::kMean.
+  // Decay of the running mean activation used by Imputation::kMean, and how often (in
+  // steps) it is sampled: a full pass over the activations, so not every step.
   float mean_decay = 0.9f;
+  int32_t mean_interval = 4;
   // Owner of each unit; empty = contiguous, as even as possible (see EvenOwnership).
   std::vector<RankId> owner_of_unit;
 };
@@ -91,7 +93,8 @@ class ParallelBlock {
   // Fate of each of this rank's units in the current step, indexed like LocalUnits().
   std::vector<UnitFate> LocalFates() const;
 
-  // x: (batch * seq) x hidden rows, replicated on every rank, in backend memory.
+  // x: (batch * seq) x hidden rows, replicated on every rank, in backend memory; it must
+  // stay valid and unchanged until Backward (it is saved for the gradient, not copied).
   // y: same shape; receives the full (all-reduced) block output. Collective.
   absl::Status Forward(const float* x, int32_t batch, int32_t seq, float* y);
   // dy: gradient w.r.t. y; dx receives the full gradient w.r.t. x. Overwrites parameter
@@ -147,12 +150,13 @@ class ParallelBlock {
   virtual absl::Status ValidateShape(int32_t batch, int32_t seq) const = 0;
   // Sizes of the activation buffers a range of `units` needs for batch x seq tokens.
   virtual std::vector<size_t> CacheSizes(int32_t units, int32_t batch, int32_t seq) const = 0;
-  // z += contribution of the range (z: tokens x hidden). Fills range.mean_out if set.
+  // z = beta * z + contribution of the range (z: tokens x hidden; beta is 0 for the first
+  // range of a step, 1 after). Fills range.mean_out (batch-mean activation) if set.
   virtual void ForwardRange(const UnitRange& range, const float* x, int32_t batch, int32_t seq,
-                            float* z) = 0;
-  // Writes the range's parameter gradients and adds its input gradient into dx.
+                            float beta, float* z) = 0;
+  // Writes the range's parameter gradients; dx = beta * dx + its input gradient.
   virtual void BackwardRange(const UnitRange& range, const float* x, const float* dz,
-                             int32_t batch, int32_t seq, float* dx) = 0;
+                             int32_t batch, int32_t seq, float beta, float* dx) = 0;
   // out (1 x hidden) += sum over the range of mean activation (unit slab of `means`) times
   // the unit's output weights.
   virtual void ImputeRange(const UnitRange& range, const float* means, float* out) = 0;
@@ -167,6 +171,7 @@ class ParallelBlock {
   friend class TpGroup;
   struct Storage;
   struct StepLayout;
+  struct StepLayoutIn;
   struct SlabRef;
 
   // Called by TpGroup at step boundaries, identically on every rank.
@@ -182,6 +187,7 @@ class ParallelBlock {
   absl::Status UpdateMeans(int32_t units, const float* batch_means);
   UnitRange StorageRange(int32_t first, int32_t count, std::vector<Buffer>* cache,
                          float* mean_out);
+  UnitRange HelperRange(StepLayoutIn& in);
   absl::Status EnsureSize(Buffer& buffer, size_t n);
   absl::Status EnsureCache(std::vector<Buffer>& cache, int32_t units, int32_t batch,
                            int32_t seq);

@@ -4,7 +4,8 @@
 // Every method is collective over the group or over the named peers, and blocking from
 // the caller's point of view (on NCCL: enqueued on the backend's stream, ordered after
 // earlier compute). A peer that never arrives yields DEADLINE_EXCEEDED or UNAVAILABLE
-// after the communicator's timeout instead of hanging.
+// after the communicator's timeout instead of hanging. Buffers may be host memory or
+// backend memory (the NCCL communicator stages host buffers through the device).
 #ifndef BALLAST_COMMUNICATOR_H_
 #define BALLAST_COMMUNICATOR_H_
 

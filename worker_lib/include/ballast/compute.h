@@ -4,7 +4,8 @@
 // the CPU backend (OpenBLAS), device memory for the CUDA backend (cuBLAS + own kernels).
 // Calls are stream-ordered: they may run asynchronously and complete in call order;
 // `Synchronize()` waits and reports any deferred failure. Host <-> backend copies are
-// the only way data crosses, so block code is written once for both backends.
+// the only way data crosses, so block code is written once for both backends; they are
+// synchronous (the host buffer is ready, or free to reuse, when they return).
 //
 // Matrices are row-major. `Gemm` computes C = alpha * op(A) * op(B) + beta * C with
 // op(A) of shape m x k, op(B) k x n and C m x n; lda/ldb/ldc are row strides.
@@ -83,7 +84,8 @@ class Compute {
   virtual void Scale(float alpha, float* x, size_t n) = 0;
   // x[r, c] += v[c] for r < rows, c < cols; x has row stride ld.
   virtual void AddRowVector(float* x, int rows, int cols, int ld, const float* v) = 0;
-  // out[c] = beta * out[c] + alpha * sum_r x[r, c]; x has row stride ld.
+  // out[c] = beta * out[c] + alpha * sum_r x[r, c]; x has row stride ld. With beta == 0,
+  // out is not read (as in BLAS).
   virtual void ColumnSum(const float* x, int rows, int cols, int ld, float alpha, float beta,
                          float* out) = 0;
   // out[r, c] = gelu(pre[r, c]) (tanh approximation), row-major rows x cols, stride ld for both.

@@ -61,9 +61,9 @@ class ParallelMlp final : public ParallelBlock {
   absl::Status ValidateShape(int32_t batch, int32_t seq) const override;
   std::vector<size_t> CacheSizes(int32_t units, int32_t batch, int32_t seq) const override;
   void ForwardRange(const UnitRange& range, const float* x, int32_t batch, int32_t seq,
-                    float* z) override;
+                    float beta, float* z) override;
   void BackwardRange(const UnitRange& range, const float* x, const float* dz, int32_t batch,
-                     int32_t seq, float* dx) override;
+                     int32_t seq, float beta, float* dx) override;
   void ImputeRange(const UnitRange& range, const float* means, float* out) override;
   void InitDense(std::vector<float>& dense) const override;
 

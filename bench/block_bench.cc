@@ -1,0 +1,329 @@
+// Block benchmarks for the worker library; one JSON object per line on stdout.
+//
+//   prune:    forward+backward of a ViT block (attention + MLP) on one CPU rank at kept
+//             fractions 1.0 / 0.75 / 0.5 / 0.25. Target: time(k) / time(1) <= k + 0.05.
+//   offload:  2 ranks (threads); the cost per step of rank 1 offloading u MLP units to
+//             rank 0, against both computing their own units.
+//   overhead: the plan machinery with an empty plan against a plain TP MLP (the same
+//             GEMMs and all-reduces, no plan, ranges or timers). Target: <= 1%.
+//
+// Timings are medians over --reps steps after one warm-up step. Ratios within one run
+// are what to compare on a shared machine.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "ballast/ballast.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(std::string, which, "prune,offload,overhead", "Comma-separated benchmarks to run");
+ABSL_FLAG(int, hidden, 768, "Hidden size (ViT-Base: 768)");
+ABSL_FLAG(int, intermediate, 3072, "MLP size (ViT-Base: 3072)");
+ABSL_FLAG(int, heads, 12, "Attention heads (ViT-Base: 12)");
+ABSL_FLAG(int, unit_size, 64, "MLP neurons per unit");
+ABSL_FLAG(int, batch, 8, "Sequences per step");
+ABSL_FLAG(int, seq, 197, "Tokens per sequence (ViT-Base at 224px: 197)");
+ABSL_FLAG(int, reps, 5, "Timed steps per configuration (median reported)");
+
+namespace ballast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Shape {
+  int hidden, intermediate, heads, unit_size, batch, seq;
+  size_t activations() const { return static_cast<size_t>(batch) * seq * hidden; }
+};
+
+Shape FlagsShape() {
+  return {absl::GetFlag(FLAGS_hidden),    absl::GetFlag(FLAGS_intermediate),
+          absl::GetFlag(FLAGS_heads),     absl::GetFlag(FLAGS_unit_size),
+          absl::GetFlag(FLAGS_batch),     absl::GetFlag(FLAGS_seq)};
+}
+
+// Runs `body(rank, backend)` on `size` ranks as threads of this process.
+absl::Status RunRanks(int size, const std::string& prefix,
+                      const std::function<absl::Status(int, Backend&)>& body) {
+  RendezvousStore store = RendezvousStore::InProcess();
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      CpuBackendOptions options;
+      options.rank = r;
+      options.size = size;
+      options.store = store;
+      options.prefix = prefix;
+      auto backend = CreateCpuBackend(options);
+      results[r] = backend.ok() ? body(r, **backend) : backend.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : results) BALLAST_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+struct Activations {
+  Buffer x, y, dy, dx;
+};
+
+absl::StatusOr<Activations> MakeActivations(Compute& c, size_t n) {
+  Activations a;
+  BALLAST_ASSIGN_OR_RETURN(a.x, c.Allocate(n));
+  BALLAST_ASSIGN_OR_RETURN(a.y, c.Allocate(n));
+  BALLAST_ASSIGN_OR_RETURN(a.dy, c.Allocate(n));
+  BALLAST_ASSIGN_OR_RETURN(a.dx, c.Allocate(n));
+  c.Fill(a.x.data(), 0.02f, n);
+  c.Fill(a.dy.data(), 0.01f, n);
+  return a;
+}
+
+// One forward+backward step of `blocks`; returns the wall seconds of the step.
+absl::StatusOr<double> TimedStep(TpGroup& group, const std::vector<ParallelBlock*>& blocks,
+                                 Activations& a, const Shape& s) {
+  const auto start = Clock::now();
+  BALLAST_RETURN_IF_ERROR(group.BeginStep());
+  for (ParallelBlock* b : blocks) {
+    BALLAST_RETURN_IF_ERROR(b->Forward(a.x.data(), s.batch, s.seq, a.y.data()));
+  }
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    BALLAST_RETURN_IF_ERROR((*it)->Backward(a.dy.data(), a.dx.data()));
+  }
+  BALLAST_RETURN_IF_ERROR(group.EndStep());
+  return Seconds(start);
+}
+
+absl::Status BenchPrune(const Shape& s, int reps) {
+  return RunRanks(1, "bench-prune", [&](int, Backend& backend) -> absl::Status {
+    BALLAST_ASSIGN_OR_RETURN(auto group, TpGroup::Create({.group = GroupId("bench")}, &backend));
+    AttentionConfig ac{.id = BlockId(0), .hidden = s.hidden, .num_heads = s.heads,
+                       .head_dim = s.hidden / s.heads};
+    MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
+                 .unit_size = s.unit_size};
+    BALLAST_ASSIGN_OR_RETURN(auto attn, ParallelAttention::Create(group.get(), ac));
+    BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), mc));
+    BALLAST_ASSIGN_OR_RETURN(Activations a, MakeActivations(backend.compute(), s.activations()));
+    double base = 0;
+    int64_t version = 0;
+    for (double kept : {1.0, 0.75, 0.5, 0.25}) {
+      WorkloadPlan plan{.group = GroupId("bench"), .version = PlanVersion(++version)};
+      for (ParallelBlock* b : std::vector<ParallelBlock*>{attn.get(), mlp.get()}) {
+        BlockPlan& bp = plan.blocks.emplace_back();
+        bp.block = b->id();
+        bp.pruned_units = {static_cast<int32_t>(b->num_units() * (1.0 - kept) + 0.5)};
+      }
+      BALLAST_RETURN_IF_ERROR(group->OfferPlan(plan));
+      std::vector<double> times, attn_t, mlp_t;
+      for (int i = 0; i <= reps; ++i) {
+        BALLAST_ASSIGN_OR_RETURN(double t, TimedStep(*group, {attn.get(), mlp.get()}, a, s));
+        if (i == 0) continue;  // warm-up: buffers resized for the new plan
+        times.push_back(t);
+        attn_t.push_back(group->last_step_timings().blocks[0].compute_seconds);
+        mlp_t.push_back(group->last_step_timings().blocks[1].compute_seconds);
+      }
+      const double median = Median(times);
+      if (kept == 1.0) base = median;
+      std::printf(
+          "{\"bench\":\"prune\",\"hidden\":%d,\"intermediate\":%d,\"heads\":%d,\"tokens\":%d,"
+          "\"kept\":%.2f,\"step_seconds\":%.5f,\"attention_compute_seconds\":%.5f,"
+          "\"mlp_compute_seconds\":%.5f,\"ratio\":%.4f,\"target\":%.2f,\"meets_target\":%s}\n",
+          s.hidden, s.intermediate, s.heads, s.batch * s.seq, kept, median, Median(attn_t),
+          Median(mlp_t), median / base, kept + 0.05,
+          median / base <= kept + 0.05 ? "true" : "false");
+      std::fflush(stdout);
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status BenchOffload(const Shape& s, int reps) {
+  const int units = s.intermediate / s.unit_size;
+  for (int u : {0, 1, 2, 4, 8}) {
+    if (u > units / 2) break;
+    std::vector<std::vector<double>> step(2), compute(2), comm(2);
+    absl::Status status =
+        RunRanks(2, absl::StrFormat("bench-offload-%d", u), [&](int r, Backend& backend) {
+          auto run = [&]() -> absl::Status {
+            BALLAST_ASSIGN_OR_RETURN(auto group,
+                                     TpGroup::Create({.group = GroupId("bench")}, &backend));
+            MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
+                         .unit_size = s.unit_size};
+            BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), mc));
+            BALLAST_ASSIGN_OR_RETURN(Activations a,
+                                     MakeActivations(backend.compute(), s.activations()));
+            if (u > 0) {
+              WorkloadPlan plan{.group = GroupId("bench"), .version = PlanVersion(1)};
+              BlockPlan& bp = plan.blocks.emplace_back();
+              bp.block = BlockId(1);
+              bp.offloads = {{RankId(1), RankId(0), u}};
+              BALLAST_RETURN_IF_ERROR(group->OfferPlan(plan));
+            }
+            for (int i = 0; i <= reps; ++i) {
+              BALLAST_ASSIGN_OR_RETURN(double t, TimedStep(*group, {mlp.get()}, a, s));
+              if (i == 0) continue;
+              step[r].push_back(t);
+              compute[r].push_back(group->last_step_timings().compute_seconds());
+              comm[r].push_back(group->last_step_timings().comm_seconds());
+            }
+            return absl::OkStatus();
+          };
+          return run();
+        });
+    BALLAST_RETURN_IF_ERROR(status);
+    // Per offloaded unit: w1t + b1 + w2 go to the helper, the same sizes come back.
+    const double bytes = 2.0 * u * s.unit_size * (2.0 * s.hidden + 1) * sizeof(float);
+    std::printf(
+        "{\"bench\":\"offload\",\"ranks\":2,\"units_per_rank\":%d,\"offloaded_units\":%d,"
+        "\"step_seconds\":%.5f,\"helper_compute_seconds\":%.5f,\"owner_compute_seconds\":%.5f,"
+        "\"helper_comm_seconds\":%.5f,\"owner_comm_seconds\":%.5f,\"bytes_per_step\":%.0f}\n",
+        units / 2, u, Median(step[0]), Median(compute[0]), Median(compute[1]), Median(comm[0]),
+        Median(comm[1]), bytes);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// The baseline: a Megatron-style TP MLP written directly on Compute + Communicator, with
+// the same GEMMs and collectives as ParallelMlp but no plan, ranges, timers or copies.
+class PlainTpMlp {
+ public:
+  static absl::StatusOr<PlainTpMlp> Create(Backend& backend, const Shape& s) {
+    PlainTpMlp m(backend, s);
+    Compute& c = backend.compute();
+    const size_t local = static_cast<size_t>(s.intermediate) / backend.comm().size();
+    const size_t tokens = static_cast<size_t>(s.batch) * s.seq;
+    m.n_ = static_cast<int>(local);
+    const std::pair<Buffer*, size_t> buffers[] = {
+        {&m.w1t_, local * s.hidden}, {&m.w2_, local * s.hidden}, {&m.gw1t_, local * s.hidden},
+        {&m.gw2_, local * s.hidden}, {&m.b1_, local},            {&m.gb1_, local},
+        {&m.b2_, s.hidden},          {&m.gb2_, s.hidden},        {&m.pre_, tokens * local},
+        {&m.act_, tokens * local}};
+    for (auto [buffer, size] : buffers) {
+      BALLAST_ASSIGN_OR_RETURN(*buffer, c.Allocate(size));
+    }
+    c.Fill(m.w1t_.data(), 0.01f, m.w1t_.size());
+    c.Fill(m.w2_.data(), 0.01f, m.w2_.size());
+    return m;
+  }
+
+  absl::Status Forward(const float* x, float* y) {
+    Compute& c = backend_->compute();
+    const int t = s_.batch * s_.seq, h = s_.hidden;
+    c.Gemm(false, true, t, n_, h, 1.0f, x, h, w1t_.data(), h, 0.0f, pre_.data(), n_);
+    c.AddRowVector(pre_.data(), t, n_, n_, b1_.data());
+    c.GeluForward(pre_.data(), act_.data(), t, n_, n_);
+    c.Gemm(false, false, t, h, n_, 1.0f, act_.data(), n_, w2_.data(), h, 0.0f, y, h);
+    BALLAST_RETURN_IF_ERROR(backend_->comm().AllReduceSum(y, static_cast<size_t>(t) * h));
+    c.AddRowVector(y, t, h, h, b2_.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status Backward(const float* x, const float* dy, float* dx) {
+    Compute& c = backend_->compute();
+    const int t = s_.batch * s_.seq, h = s_.hidden;
+    c.Gemm(true, false, n_, h, t, 1.0f, act_.data(), n_, dy, h, 0.0f, gw2_.data(), h);
+    c.Gemm(false, true, t, n_, h, 1.0f, dy, h, w2_.data(), h, 0.0f, act_.data(), n_);
+    c.GeluBackward(pre_.data(), act_.data(), act_.data(), t, n_, n_);
+    c.Gemm(true, false, n_, h, t, 1.0f, act_.data(), n_, x, h, 0.0f, gw1t_.data(), h);
+    c.ColumnSum(act_.data(), t, n_, n_, 1.0f, 0.0f, gb1_.data());
+    c.Gemm(false, false, t, h, n_, 1.0f, act_.data(), n_, w1t_.data(), h, 0.0f, dx, h);
+    c.ColumnSum(dy, t, h, h, 1.0f, 0.0f, gb2_.data());
+    return backend_->comm().AllReduceSum(dx, static_cast<size_t>(t) * h);
+  }
+
+ private:
+  PlainTpMlp(Backend& backend, const Shape& s) : backend_(&backend), s_(s) {}
+  Backend* backend_;
+  Shape s_;
+  int n_ = 0;
+  Buffer w1t_, w2_, gw1t_, gw2_, b1_, gb1_, b2_, gb2_, pre_, act_;
+};
+
+absl::Status BenchOverhead(const Shape& s, int reps) {
+  for (int p : {1, 2}) {
+    std::vector<double> plain, planned;
+    std::mutex mu;
+    BALLAST_RETURN_IF_ERROR(RunRanks(
+        p, absl::StrFormat("bench-overhead-%d", p), [&](int r, Backend& backend) -> absl::Status {
+          BALLAST_ASSIGN_OR_RETURN(PlainTpMlp base, PlainTpMlp::Create(backend, s));
+          BALLAST_ASSIGN_OR_RETURN(auto group,
+                                   TpGroup::Create({.group = GroupId("bench")}, &backend));
+          MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
+                       .unit_size = s.unit_size};
+          BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), mc));
+          BALLAST_ASSIGN_OR_RETURN(Activations a,
+                                   MakeActivations(backend.compute(), s.activations()));
+          // Interleave the two so machine noise hits both alike.
+          for (int i = 0; i <= reps; ++i) {
+            auto start = Clock::now();
+            BALLAST_RETURN_IF_ERROR(base.Forward(a.x.data(), a.y.data()));
+            BALLAST_RETURN_IF_ERROR(base.Backward(a.x.data(), a.dy.data(), a.dx.data()));
+            const double t_plain = Seconds(start);
+            BALLAST_ASSIGN_OR_RETURN(double t_planned, TimedStep(*group, {mlp.get()}, a, s));
+            if (i == 0 || r != 0) continue;
+            std::lock_guard<std::mutex> lock(mu);
+            plain.push_back(t_plain);
+            planned.push_back(t_planned);
+          }
+          return absl::OkStatus();
+        }));
+    const double overhead = Median(planned) / Median(plain) - 1.0;
+    std::printf(
+        "{\"bench\":\"overhead\",\"ranks\":%d,\"plain_step_seconds\":%.5f,"
+        "\"planned_step_seconds\":%.5f,\"overhead\":%.4f,\"target\":0.01,\"meets_target\":%s}\n",
+        p, Median(plain), Median(planned), overhead, overhead <= 0.01 ? "true" : "false");
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ballast
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const ballast::Shape shape = ballast::FlagsShape();
+  const int reps = absl::GetFlag(FLAGS_reps);
+  if (shape.hidden <= 0 || shape.heads <= 0 || shape.hidden % shape.heads != 0 || reps <= 0) {
+    std::fprintf(stderr, "--hidden must be a positive multiple of --heads; --reps > 0\n");
+    return 2;
+  }
+  for (absl::string_view which : absl::StrSplit(absl::GetFlag(FLAGS_which), ',')) {
+    absl::Status status;
+    if (which == "prune") {
+      status = ballast::BenchPrune(shape, reps);
+    } else if (which == "offload") {
+      status = ballast::BenchOffload(shape, reps);
+    } else if (which == "overhead") {
+      status = ballast::BenchOverhead(shape, reps);
+    } else {
+      std::fprintf(stderr, "unknown benchmark '%.*s' (prune, offload, overhead)\n",
+                   static_cast<int>(which.size()), which.data());
+      return 2;
+    }
+    if (!status.ok()) {
+      std::fprintf(stderr, "%.*s failed: %s\n", static_cast<int>(which.size()), which.data(),
+                   status.ToString().c_str());
+      return 1;
+    }
+  }
+  return 0;
+}

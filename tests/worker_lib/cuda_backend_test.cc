@@ -1,0 +1,560 @@
+// Tests of the CUDA backend (worker_lib/cuda/): every Compute kernel against a
+// straightforward host reference (computed here, in double), the one-rank NCCL
+// communicator, timers, deferred errors and option checks.
+//
+// Without a usable GPU, or in a build without -DBALLAST_WITH_CUDA=ON, the GPU tests skip
+// and CudaBackendBuildTest checks that asking for the backend fails cleanly.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numbers>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "ballast/backend.h"
+#include "gtest/gtest.h"
+
+namespace ballast {
+namespace {
+
+#define BALLAST_TEST_EXPECT_OK(expr)                       \
+  do {                                                     \
+    const ::absl::Status status_ = (expr);                 \
+    EXPECT_TRUE(status_.ok()) << #expr << ": " << status_; \
+  } while (0)
+#define BALLAST_TEST_ASSERT_OK(expr)                       \
+  do {                                                     \
+    const ::absl::Status status_ = (expr);                 \
+    ASSERT_TRUE(status_.ok()) << #expr << ": " << status_; \
+  } while (0)
+
+constexpr char kNoGpu[] = "no usable CUDA device, or built without -DBALLAST_WITH_CUDA=ON";
+
+std::string UniquePrefix() {
+  static std::atomic<int> counter{0};
+  return absl::StrCat("cuda-backend-test-", counter.fetch_add(1));
+}
+
+std::vector<float> Random(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(gen);
+  return out;
+}
+
+std::vector<double> ToDouble(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+// |got - want| <= rel * max(|want|, floor): ~1e-5 relative, with an absolute floor for
+// values near zero where float rounding of the inputs dominates.
+void ExpectClose(const std::vector<float>& got, const std::vector<double>& want, double rel = 1e-5,
+                 double floor = 1.0) {
+  ASSERT_EQ(got.size(), want.size());
+  int reported = 0;
+  for (size_t i = 0; i < got.size() && reported < 10; ++i) {
+    const double tolerance = rel * std::max(std::abs(want[i]), floor);
+    if (!(std::abs(got[i] - want[i]) <= tolerance)) {
+      ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << want[i]
+                    << " (tolerance " << tolerance << ")";
+      ++reported;
+    }
+  }
+}
+
+// op(X)[i][j] for a row-major stored X with row stride ld.
+double OpAt(const float* x, bool trans, int ld, int i, int j) {
+  return trans ? x[static_cast<size_t>(j) * ld + i] : x[static_cast<size_t>(i) * ld + j];
+}
+
+// c = alpha * op(a) op(b) + beta * c, row-major, in double.
+void ReferenceGemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const float* a,
+                   int lda, const float* b, int ldb, double beta, double* c, int ldc) {
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) sum += OpAt(a, trans_a, lda, i, p) * OpAt(b, trans_b, ldb, p, j);
+      double& out = c[static_cast<size_t>(i) * ldc + j];
+      out = alpha * sum + beta * out;
+    }
+  }
+}
+
+double GeluRef(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+double GeluGradRef(double x) {
+  const double s = std::sqrt(2.0 / std::numbers::pi);
+  const double t = std::tanh(s * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+std::vector<double> ReferenceSoftmax(const std::vector<float>& x, int rows, int cols,
+                                     double scale) {
+  std::vector<double> out(x.size());
+  for (int r = 0; r < rows; ++r) {
+    const size_t row = static_cast<size_t>(r) * cols;
+    double max = -INFINITY;
+    for (int c = 0; c < cols; ++c) max = std::max(max, scale * x[row + c]);
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) sum += std::exp(scale * x[row + c] - max);
+    for (int c = 0; c < cols; ++c) out[row + c] = std::exp(scale * x[row + c] - max) / sum;
+  }
+  return out;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CudaAvailable()) GTEST_SKIP() << kNoGpu;
+    CudaBackendOptions options;
+    options.prefix = UniquePrefix();
+    options.timeout = absl::Seconds(30);
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = *std::move(backend);
+  }
+
+  Compute& compute() { return backend_->compute(); }
+  Communicator& comm() { return backend_->comm(); }
+
+  Buffer Allocate(size_t n) {
+    absl::StatusOr<Buffer> buffer = compute().Allocate(n);
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    return buffer.ok() ? *std::move(buffer) : Buffer();
+  }
+
+  Buffer Upload(const std::vector<float>& host) {
+    Buffer buffer = Allocate(host.size());
+    compute().CopyFromHost(host.data(), buffer.data(), host.size());
+    return buffer;
+  }
+
+  std::vector<float> Download(const Buffer& buffer) {
+    std::vector<float> host(buffer.size());
+    compute().CopyToHost(buffer.data(), host.data(), host.size());
+    return host;
+  }
+
+  void ExpectSynchronized() { BALLAST_TEST_EXPECT_OK(compute().Synchronize()); }
+
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(CudaBackendTest, NameIsCuda) { EXPECT_STREQ(backend_->name(), "cuda"); }
+
+TEST_F(CudaBackendTest, AllocateZeroFillsAndCopiesRoundTrip) {
+  const size_t n = 1000;
+  Buffer a = Allocate(n);
+  ASSERT_EQ(a.size(), n);
+  EXPECT_EQ(Download(a), std::vector<float>(n, 0.0f));
+
+  const std::vector<float> host = Random(n, -1, 1, 1);
+  compute().CopyFromHost(host.data(), a.data(), n);
+  Buffer b = Allocate(n);
+  compute().Copy(a.data(), b.data(), n);
+  EXPECT_EQ(Download(b), host);
+  ExpectSynchronized();
+
+  absl::StatusOr<Buffer> empty = compute().Allocate(0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST_F(CudaBackendTest, FillAxpyScale) {
+  const size_t n = 100003;  // not a multiple of any block size
+  const std::vector<float> y = Random(n, -1, 1, 2);
+  Buffer x = Allocate(n);
+  Buffer dy = Upload(y);
+  compute().Fill(x.data(), 2.5f, n);
+  EXPECT_EQ(Download(x), std::vector<float>(n, 2.5f));
+
+  compute().Axpy(0.5f, dy.data(), x.data(), n);
+  compute().Scale(-2.0f, x.data(), n);
+  ExpectSynchronized();
+  std::vector<double> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = -2.0 * (2.5 + 0.5 * y[i]);
+  ExpectClose(Download(x), want);
+}
+
+TEST_F(CudaBackendTest, GemmMatchesHostReferenceForAllTransposes) {
+  const int m = 13, n = 11, k = 9;
+  const float alpha = 0.75f, beta = -0.5f;
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("trans_a=", trans_a, " trans_b=", trans_b));
+      // Strides wider than the rows, so a mix-up of lda/ldb/ldc or of the operand swap
+      // shows; C's padding must come back untouched.
+      const int lda = (trans_a ? m : k) + 3;
+      const int ldb = (trans_b ? k : n) + 2;
+      const int ldc = n + 4;
+      const std::vector<float> a = Random(static_cast<size_t>(trans_a ? k : m) * lda, -1, 1, 3);
+      const std::vector<float> b = Random(static_cast<size_t>(trans_b ? n : k) * ldb, -1, 1, 4);
+      const std::vector<float> c = Random(static_cast<size_t>(m) * ldc, -1, 1, 5);
+      Buffer da = Upload(a), db = Upload(b), dc = Upload(c);
+      compute().Gemm(trans_a, trans_b, m, n, k, alpha, da.data(), lda, db.data(), ldb, beta,
+                     dc.data(), ldc);
+      ExpectSynchronized();
+      std::vector<double> want = ToDouble(c);
+      ReferenceGemm(trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta,
+                    want.data(), ldc);
+      ExpectClose(Download(dc), want);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, GemmStridedBatchedMatchesHostReference) {
+  const int m = 7, n = 5, k = 6, batch = 3;
+  const float alpha = 1.25f, beta = 0.5f;
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("trans_a=", trans_a, " trans_b=", trans_b));
+      const int lda = (trans_a ? m : k) + 1;
+      const int ldb = (trans_b ? k : n) + 2;
+      const int ldc = n + 3;
+      // Gaps between the matrices, so the strides matter.
+      const int64_t stride_a = static_cast<int64_t>(trans_a ? k : m) * lda + 5;
+      const int64_t stride_b = static_cast<int64_t>(trans_b ? n : k) * ldb + 7;
+      const int64_t stride_c = static_cast<int64_t>(m) * ldc + 2;
+      const std::vector<float> a = Random(stride_a * batch, -1, 1, 6);
+      const std::vector<float> b = Random(stride_b * batch, -1, 1, 7);
+      const std::vector<float> c = Random(stride_c * batch, -1, 1, 8);
+      Buffer da = Upload(a), db = Upload(b), dc = Upload(c);
+      compute().GemmStridedBatched(trans_a, trans_b, m, n, k, alpha, da.data(), lda, stride_a,
+                                   db.data(), ldb, stride_b, beta, dc.data(), ldc, stride_c, batch);
+      ExpectSynchronized();
+      std::vector<double> want = ToDouble(c);
+      for (int i = 0; i < batch; ++i) {
+        ReferenceGemm(trans_a, trans_b, m, n, k, alpha, a.data() + i * stride_a, lda,
+                      b.data() + i * stride_b, ldb, beta, want.data() + i * stride_c, ldc);
+      }
+      ExpectClose(Download(dc), want);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, GeluReferenceDerivativeIsConsistent) {
+  // Guards the host reference itself: its derivative formula against finite differences.
+  for (double x = -4.0; x <= 4.0; x += 0.37) {
+    const double h = 1e-5;
+    EXPECT_NEAR(GeluGradRef(x), (GeluRef(x + h) - GeluRef(x - h)) / (2 * h), 1e-7) << x;
+  }
+}
+
+TEST_F(CudaBackendTest, GeluForwardAndBackwardMatchHostReference) {
+  const int rows = 6, cols = 10, ld = 13;
+  const size_t size = static_cast<size_t>(rows) * ld;
+  const std::vector<float> pre = Random(size, -4, 4, 9);
+  const std::vector<float> dout = Random(size, -1, 1, 10);
+  const std::vector<float> sentinel = Random(size, -1, 1, 11);
+  Buffer dpre = Upload(pre), ddout = Upload(dout);
+  Buffer out = Upload(sentinel), dgrad = Upload(sentinel);
+  compute().GeluForward(dpre.data(), out.data(), rows, cols, ld);
+  compute().GeluBackward(dpre.data(), ddout.data(), dgrad.data(), rows, cols, ld);
+  ExpectSynchronized();
+  std::vector<double> want_out = ToDouble(sentinel);
+  std::vector<double> want_grad = ToDouble(sentinel);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r) * ld + c;
+      want_out[i] = GeluRef(pre[i]);
+      want_grad[i] = dout[i] * GeluGradRef(pre[i]);
+    }
+  }
+  ExpectClose(Download(out), want_out);
+  ExpectClose(Download(dgrad), want_grad);
+}
+
+TEST_F(CudaBackendTest, SoftmaxRowsMatchesHostReference) {
+  const float scale = 0.7f;
+  for (const auto& [rows, cols] : {std::pair{5, 37}, std::pair{3, 1500}, std::pair{4, 1}}) {
+    SCOPED_TRACE(absl::StrCat("rows=", rows, " cols=", cols));
+    const std::vector<float> x = Random(static_cast<size_t>(rows) * cols, -3, 3, 12);
+    Buffer dx = Upload(x);
+    compute().SoftmaxRows(dx.data(), rows, cols, scale);
+    ExpectSynchronized();
+    ExpectClose(Download(dx), ReferenceSoftmax(x, rows, cols, scale));
+  }
+}
+
+TEST_F(CudaBackendTest, SoftmaxBackwardRowsMatchesHostReference) {
+  const float scale = 0.125f;
+  for (const auto& [rows, cols] : {std::pair{5, 37}, std::pair{2, 1300}}) {
+    SCOPED_TRACE(absl::StrCat("rows=", rows, " cols=", cols));
+    const size_t size = static_cast<size_t>(rows) * cols;
+    const std::vector<double> p_exact = ReferenceSoftmax(Random(size, -3, 3, 13), rows, cols, 1.0);
+    const std::vector<float> p(p_exact.begin(), p_exact.end());
+    const std::vector<float> dx = Random(size, -1, 1, 14);
+    Buffer dp = Upload(p), ddx = Upload(dx);
+    compute().SoftmaxBackwardRows(dp.data(), ddx.data(), rows, cols, scale);
+    ExpectSynchronized();
+    std::vector<double> want(size);
+    for (int r = 0; r < rows; ++r) {
+      const size_t row = static_cast<size_t>(r) * cols;
+      double dot = 0;
+      for (int c = 0; c < cols; ++c) dot += static_cast<double>(dx[row + c]) * p[row + c];
+      for (int c = 0; c < cols; ++c) want[row + c] = scale * p[row + c] * (dx[row + c] - dot);
+    }
+    ExpectClose(Download(ddx), want);
+  }
+}
+
+TEST_F(CudaBackendTest, ColumnSumMatchesHostReference) {
+  struct Case {
+    int rows, cols, ld;
+    float alpha, beta;
+  };
+  for (const Case& t :
+       {Case{37, 45, 50, 0.5f, 2.0f}, Case{1000, 3, 3, 1.0f, 0.0f}, Case{0, 4, 4, 1.0f, -1.0f}}) {
+    SCOPED_TRACE(absl::StrCat("rows=", t.rows, " cols=", t.cols, " beta=", t.beta));
+    const std::vector<float> x = Random(static_cast<size_t>(t.rows) * t.ld, -1, 1, 15);
+    const std::vector<float> out = Random(t.cols, -1, 1, 16);
+    Buffer dx = Upload(x), dout = Upload(out);
+    compute().ColumnSum(dx.data(), t.rows, t.cols, t.ld, t.alpha, t.beta, dout.data());
+    ExpectSynchronized();
+    std::vector<double> want(t.cols);
+    for (int c = 0; c < t.cols; ++c) {
+      double sum = 0;
+      for (int r = 0; r < t.rows; ++r) sum += x[static_cast<size_t>(r) * t.ld + c];
+      want[c] = static_cast<double>(t.beta) * out[c] + t.alpha * sum;
+    }
+    ExpectClose(Download(dout), want);
+  }
+}
+
+TEST_F(CudaBackendTest, AddRowVectorMatchesHostReference) {
+  const int rows = 7, cols = 9, ld = 12;
+  const std::vector<float> x = Random(static_cast<size_t>(rows) * ld, -1, 1, 17);
+  const std::vector<float> v = Random(cols, -1, 1, 18);
+  Buffer dx = Upload(x), dv = Upload(v);
+  compute().AddRowVector(dx.data(), rows, cols, ld, dv.data());
+  ExpectSynchronized();
+  std::vector<double> want = ToDouble(x);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) want[static_cast<size_t>(r) * ld + c] += v[c];
+  }
+  ExpectClose(Download(dx), want);
+}
+
+TEST_F(CudaBackendTest, AdamWMatchesHostReferenceOverThreeSteps) {
+  const size_t n = 3001;
+  AdamWOptions options;
+  options.lr = 1e-2f;
+  options.weight_decay = 0.1f;
+  const std::vector<float> w0 = Random(n, -1, 1, 19);
+  Buffer w = Upload(w0), m = Allocate(n), v = Allocate(n);
+  std::vector<double> want_w = ToDouble(w0), want_m(n, 0.0), want_v(n, 0.0);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> g = Random(n, -1, 1, 20 + static_cast<uint32_t>(step));
+    Buffer dg = Upload(g);
+    compute().AdamW(options, step, w.data(), dg.data(), m.data(), v.data(), n);
+    const double b1 = options.beta1, b2 = options.beta2;
+    for (size_t i = 0; i < n; ++i) {
+      want_m[i] = b1 * want_m[i] + (1 - b1) * g[i];
+      want_v[i] = b2 * want_v[i] + (1 - b2) * g[i] * g[i];
+      const double m_hat = want_m[i] / (1 - std::pow(b1, step));
+      const double v_hat = want_v[i] / (1 - std::pow(b2, step));
+      want_w[i] -= options.lr *
+                   (options.weight_decay * want_w[i] + m_hat / (std::sqrt(v_hat) + options.eps));
+    }
+  }
+  ExpectSynchronized();
+  ExpectClose(Download(w), want_w);
+  ExpectClose(Download(m), want_m, 1e-5, 1e-6);
+  ExpectClose(Download(v), want_v, 1e-5, 1e-8);
+}
+
+TEST_F(CudaBackendTest, UnitL1MatchesHostReference) {
+  struct Case {
+    int units;
+    size_t unit_elems;
+    bool with_b;
+  };
+  // Few large units exercise the split into parts; b == nullptr means |a|.
+  for (const Case& t : {Case{5, 3001, true}, Case{5, 3001, false}, Case{3, 200000, true},
+                        Case{1, 1, true}, Case{4, 0, true}}) {
+    SCOPED_TRACE(
+        absl::StrCat("units=", t.units, " unit_elems=", t.unit_elems, " with_b=", t.with_b));
+    const size_t size = static_cast<size_t>(t.units) * t.unit_elems;
+    const std::vector<float> a = Random(size, -1, 1, 30);
+    const std::vector<float> b = Random(size, -1, 1, 31);
+    Buffer da = Upload(a), db = Upload(b);
+    std::vector<double> got(t.units, -1.0);
+    BALLAST_TEST_ASSERT_OK(compute().UnitL1(da.data(), t.with_b ? db.data() : nullptr, t.units,
+                                            t.unit_elems, got.data()));
+    for (int u = 0; u < t.units; ++u) {
+      double want = 0;
+      for (size_t i = 0; i < t.unit_elems; ++i) {
+        const size_t at = u * t.unit_elems + i;
+        want += t.with_b ? std::fabs(a[at] - b[at]) : std::fabs(a[at]);
+      }
+      EXPECT_NEAR(got[u], want, 1e-9 * std::max(want, 1.0)) << "unit " << u;
+    }
+  }
+  BALLAST_TEST_EXPECT_OK(compute().UnitL1(nullptr, nullptr, 0, 10, nullptr));
+  double unused = 0;
+  EXPECT_EQ(compute().UnitL1(nullptr, nullptr, -1, 10, &unused).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaBackendTest, DeferredErrorIsReportedOnceBySynchronize) {
+  Buffer x = Allocate(16);
+  compute().Gemm(false, false, -1, 4, 4, 1.0f, x.data(), 4, x.data(), 4, 0.0f, x.data(), 4);
+  compute().SoftmaxRows(x.data(), -3, 4, 1.0f);  // a second failure; the first one wins
+  const absl::Status status = compute().Synchronize();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("Gemm"), absl::string_view::npos) << status;
+  ExpectSynchronized();
+}
+
+TEST_F(CudaBackendTest, TimerMeasuresQueuedWork) {
+  const int n = 512;
+  const size_t size = static_cast<size_t>(n) * n;
+  Buffer a = Allocate(size), b = Allocate(size), c = Allocate(size);
+  compute().Fill(a.data(), 1.0f, size);
+  compute().Fill(b.data(), 1.0f, size);
+  std::unique_ptr<IntervalTimer> timer = compute().NewTimer();
+  timer->Start();
+  for (int i = 0; i < 10; ++i) {
+    compute().Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  }
+  timer->Stop();
+  absl::StatusOr<double> first = timer->Seconds();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(*first, 0.0);
+
+  timer->Start();
+  compute().Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  timer->Stop();
+  absl::StatusOr<double> total = timer->Seconds();
+  ASSERT_TRUE(total.ok()) << total.status();
+  EXPECT_GT(*total, *first);
+
+  timer->Reset();
+  absl::StatusOr<double> after_reset = timer->Seconds();
+  ASSERT_TRUE(after_reset.ok()) << after_reset.status();
+  EXPECT_EQ(*after_reset, 0.0);
+  ExpectSynchronized();
+}
+
+TEST_F(CudaBackendTest, OneRankCollectivesAreIdentity) {
+  EXPECT_EQ(comm().rank(), 0);
+  EXPECT_EQ(comm().size(), 1);
+  const size_t n = 257;
+  const std::vector<float> host = Random(n, -1, 1, 40);
+  Buffer data = Upload(host);
+
+  BALLAST_TEST_EXPECT_OK(comm().AllReduceSum(data.data(), n));
+  EXPECT_EQ(Download(data), host);
+  BALLAST_TEST_EXPECT_OK(comm().Broadcast(data.data(), n, 0));
+  EXPECT_EQ(Download(data), host);
+  BALLAST_TEST_EXPECT_OK(comm().Reduce(data.data(), n, 0));
+  EXPECT_EQ(Download(data), host);
+  Buffer gathered = Allocate(n);
+  BALLAST_TEST_EXPECT_OK(comm().AllGather(data.data(), n, gathered.data()));
+  EXPECT_EQ(Download(gathered), host);
+
+  // Plan agreement reduces host int64s; device ones work too.
+  const std::vector<int64_t> ints = {5, -3, int64_t{1} << 40, 0};
+  std::vector<int64_t> host_ints = ints;
+  BALLAST_TEST_EXPECT_OK(comm().AllReduceMin(host_ints.data(), host_ints.size()));
+  EXPECT_EQ(host_ints, ints);
+  static_assert(sizeof(int64_t) == 2 * sizeof(float));
+  Buffer device_ints = Allocate(2 * ints.size());
+  compute().CopyFromHost(reinterpret_cast<const float*>(ints.data()), device_ints.data(),
+                         2 * ints.size());
+  BALLAST_TEST_EXPECT_OK(
+      comm().AllReduceMin(reinterpret_cast<int64_t*>(device_ints.data()), ints.size()));
+  std::vector<int64_t> back(ints.size());
+  compute().CopyToHost(device_ints.data(), reinterpret_cast<float*>(back.data()), 2 * ints.size());
+  EXPECT_EQ(back, ints);
+
+  // Host floats are staged through device memory.
+  std::vector<float> host_copy = host;
+  BALLAST_TEST_EXPECT_OK(comm().AllReduceSum(host_copy.data(), n));
+  EXPECT_EQ(host_copy, host);
+
+  BALLAST_TEST_EXPECT_OK(comm().Exchange({}, {}));
+  ExpectSynchronized();
+}
+
+TEST_F(CudaBackendTest, CollectiveArgumentsAreCheckedWithoutBreakingTheCommunicator) {
+  Buffer data = Allocate(8);
+  EXPECT_EQ(comm().Broadcast(data.data(), 8, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm().Reduce(data.data(), 8, -1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm().Send(data.data(), 8, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm().Recv(data.data(), 8, -2).code(), absl::StatusCode::kInvalidArgument);
+  BALLAST_TEST_EXPECT_OK(comm().AllReduceSum(data.data(), 8));
+}
+
+TEST(CudaBackendOptionsTest, BadRankSizeOrDeviceIsInvalidArgument) {
+  if (!CudaAvailable()) GTEST_SKIP() << kNoGpu;
+  struct Case {
+    int rank, size, device;
+  };
+  for (const Case& t : {Case{1, 1, 0}, Case{2, 2, 0}, Case{-1, 2, 0}, Case{0, 0, 0}, Case{0, 1, -1},
+                        Case{0, 1, 1 << 20}}) {
+    CudaBackendOptions options;
+    options.rank = t.rank;
+    options.size = t.size;
+    options.device = t.device;
+    options.prefix = UniquePrefix();
+    EXPECT_EQ(CreateCudaBackend(options).status().code(), absl::StatusCode::kInvalidArgument)
+        << "rank=" << t.rank << " size=" << t.size << " device=" << t.device;
+  }
+}
+
+TEST(CudaBackendOptionsTest, MissingPeerTimesOutInsteadOfHanging) {
+  if (!CudaAvailable()) GTEST_SKIP() << kNoGpu;
+  // Rank 1 of 2 alone: rank 0 never publishes the NCCL id.
+  CudaBackendOptions lonely_follower;
+  lonely_follower.rank = 1;
+  lonely_follower.size = 2;
+  lonely_follower.prefix = UniquePrefix();
+  lonely_follower.timeout = absl::Milliseconds(300);
+  EXPECT_EQ(CreateCudaBackend(lonely_follower).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+
+  // Rank 0 of 2 alone: it publishes the id, then NCCL init waits for rank 1 until the
+  // timeout and the communicator is aborted.
+  CudaBackendOptions lonely_root;
+  lonely_root.rank = 0;
+  lonely_root.size = 2;
+  lonely_root.prefix = UniquePrefix();
+  lonely_root.timeout = absl::Seconds(2);
+  const absl::StatusCode code = CreateCudaBackend(lonely_root).status().code();
+  EXPECT_TRUE(code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable)
+      << absl::StatusCodeToString(code);
+}
+
+// Runs on every machine and build: asking for the CUDA backend never crashes, and says
+// why it cannot be had.
+TEST(CudaBackendBuildTest, CreateSucceedsOrFailsCleanly) {
+  CudaBackendOptions options;
+  options.prefix = UniquePrefix();
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(options);
+  if (CudaAvailable()) {
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    EXPECT_STREQ((*backend)->name(), "cuda");
+    return;
+  }
+  ASSERT_FALSE(backend.ok());
+  EXPECT_FALSE(backend.status().message().empty());
+#ifdef BALLAST_WITH_CUDA
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+#else
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented) << backend.status();
+#endif
+}
+
+}  // namespace
+}  // namespace ballast
