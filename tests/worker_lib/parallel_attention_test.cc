@@ -125,14 +125,20 @@ AttentionRun NewRun(int ranks, const std::vector<RankId>& owner, int steps, uint
   run.config.head_dim = kHeadDim;
   run.config.units.owner_of_unit = owner;
   run.config.units.seed = seed;
+  // The reference samples running means every step.
+  run.config.units.mean_interval = 1;
   run.script.ranks = ranks;
   run.script.block = kBlock;
   run.script.owner_of_unit = owner;
   run.script.batch = batch;
   run.script.seq = seq;
-  // Large enough that three steps move weights far beyond the tolerance, so a skipped or
-  // doubled update cannot pass.
+  // lr: large enough that three steps move weights far beyond the tolerance, so a skipped
+  // or doubled update cannot pass. eps: large, because AdamW's first steps are ~lr * g / |g|
+  // and would turn float rounding in a gradient that is zero in exact arithmetic (the key
+  // bias of attention: softmax ignores a shift of all scores) into steps of +-lr; with
+  // lr / eps = 0.1 a gradient's rounding error moves a weight by a tenth of it at most.
   run.script.adamw.lr = 1e-2f;
+  run.script.adamw.eps = 1e-1f;
   run.script.mean_decay = run.config.units.mean_decay;
   run.script.steps = RandomSteps(run.dense, batch, seq, steps, seed + 1);
   return run;
@@ -204,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Ownership, AttentionOwnershipTest,
                            return info.param.name;
                          });
 
-TEST(AttentionOwnershipTest, ChangingSequenceLengthBetweenStepsMatchesDense) {
+TEST(AttentionPlainTpTest, ChangingSequenceLengthBetweenStepsMatchesDense) {
   // HotSPa-style: sequence length changes from step to step on the same block.
   AttentionRun run = NewRun(2, EvenOwnership(kHeads, 2), 3, 8);
   ScriptStep& longer = run.script.steps[1];

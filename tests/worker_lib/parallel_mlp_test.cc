@@ -132,14 +132,20 @@ MlpRun NewRun(int ranks, const std::vector<RankId>& owner, int steps, uint32_t s
   run.config.unit_size = kUnitSize;
   run.config.units.owner_of_unit = owner;
   run.config.units.seed = seed;
+  // The reference samples running means every step.
+  run.config.units.mean_interval = 1;
   run.script.ranks = ranks;
   run.script.block = kBlock;
   run.script.owner_of_unit = owner;
   run.script.batch = kBatch;
   run.script.seq = kSeq;
-  // Large enough that three steps move weights far beyond the tolerance, so a skipped or
-  // doubled update cannot pass.
+  // lr: large enough that three steps move weights far beyond the tolerance, so a skipped
+  // or doubled update cannot pass. eps: large, because AdamW's first steps are ~lr * g / |g|
+  // and would turn float rounding in a gradient that is zero in exact arithmetic (the key
+  // bias of attention: softmax ignores a shift of all scores) into steps of +-lr; with
+  // lr / eps = 0.1 a gradient's rounding error moves a weight by a tenth of it at most.
   run.script.adamw.lr = 1e-2f;
+  run.script.adamw.eps = 1e-1f;
   run.script.mean_decay = run.config.units.mean_decay;
   run.script.steps = RandomSteps(run.dense, kBatch, kSeq, steps, seed + 1);
   return run;
@@ -205,13 +211,13 @@ INSTANTIATE_TEST_SUITE_P(Ownership, MlpOwnershipTest,
                            return info.param.name;
                          });
 
-TEST(MlpOwnershipTest, InterleavedOwnershipMatchesDense) {
+TEST(MlpPlainTpTest, InterleavedOwnershipMatchesDense) {
   // Units of one rank need not be contiguous in the dense layout.
   MlpRun run = NewRun(3, Interleaved(3, 0), 3, 7);
   RunAndExpectMatch(run);
 }
 
-TEST(MlpOwnershipTest, ChangingBatchShapeBetweenStepsMatchesDense) {
+TEST(MlpPlainTpTest, ChangingBatchShapeBetweenStepsMatchesDense) {
   // A short last batch, then a longer sequence: buffers sized by the first step must not
   // be reused blindly.
   MlpRun run = NewRun(2, EvenOwnership(kUnits, 2), 3, 8);
@@ -239,12 +245,17 @@ struct PlanCase {
   Imputation imputation = Imputation::kZero;
   int steps = 4;
   std::vector<std::pair<int, BlockPlan>> plans;  // step -> the block's plan
+  // Priority policy and window; a window of 1 reorders storage at every step boundary.
+  Priority priority = Priority::kChange;
+  int32_t priority_window = 50;
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
 
 MlpRun RunForCase(const PlanCase& c, uint32_t seed) {
   MlpRun run = NewRun(c.ranks, c.owner, c.steps, seed);
+  run.config.units.priority = c.priority;
+  run.config.units.priority_window = c.priority_window;
   int64_t version = 0;
   for (const auto& [step, block_plan] : c.plans) {
     run.script.steps[step].plan = Plan(++version, {block_plan}, c.imputation);
@@ -374,6 +385,41 @@ std::vector<PlanCase> PruningCases() {
        .imputation = Imputation::kZero,
        .steps = 5,
        .plans = {{1, Prune({0, 5})}, {3, Reshard(Contiguous({12, 4}))}}},
+      // Storage reorders at every step boundary under each priority policy: the pruned
+      // set moves between units while weights, moments, step counts and means travel
+      // with their units.
+      {.name = "ChangeWindowEveryStep",
+       .ranks = 2,
+       .owner = Contiguous({8, 8}),
+       .imputation = Imputation::kMean,
+       .steps = 6,
+       .plans = {{1, Prune({2, 3}, {Off(1, 0, 2)})}, {5, AllLocal()}},
+       .priority = Priority::kChange,
+       .priority_window = 1},
+      {.name = "MagnitudeWindowEveryStep",
+       .ranks = 2,
+       .owner = Contiguous({8, 8}),
+       .imputation = Imputation::kZero,
+       .steps = 5,
+       .plans = {{1, Prune({2, 3})}, {4, AllLocal()}},
+       .priority = Priority::kMagnitude,
+       .priority_window = 1},
+      {.name = "RandomWindowEveryStep",
+       .ranks = 3,
+       .owner = Contiguous({4, 8, 4}),
+       .imputation = Imputation::kMean,
+       .steps = 6,
+       .plans = {{1, Prune({1, 3, 1}, {Off(1, 2, 2)})}, {5, AllLocal()}},
+       .priority = Priority::kRandom,
+       .priority_window = 1},
+      {.name = "RoundRobinWindowEveryStep",
+       .ranks = 2,
+       .owner = Contiguous({8, 8}),
+       .imputation = Imputation::kZero,
+       .steps = 6,
+       .plans = {{1, Prune({3, 3})}, {5, AllLocal()}},
+       .priority = Priority::kRoundRobin,
+       .priority_window = 1},
   };
 }
 
