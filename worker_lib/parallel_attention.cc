@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "internal/checked_math.h"
 #include "internal/init.h"
 
 namespace ballast {
@@ -62,8 +63,7 @@ absl::StatusOr<std::unique_ptr<ParallelAttention>> ParallelAttention::Create(
     return absl::InvalidArgumentError(
         absl::StrCat(where, "head_dim ", config.head_dim, " must be > 0"));
   }
-  if (3LL * config.num_heads * config.head_dim * config.hidden >
-      std::numeric_limits<int32_t>::max()) {
+  if (!internal::ProductAtMost({3, config.num_heads, config.head_dim, config.hidden})) {
     return absl::InvalidArgumentError(absl::StrCat(where, "parameters too large"));
   }
   std::unique_ptr<ParallelAttention> attn(new ParallelAttention(group, config));
@@ -154,10 +154,10 @@ void ParallelAttention::DenseToUnit(int32_t unit, const float* dense,
 }
 
 absl::Status ParallelAttention::ValidateShape(int32_t batch, int32_t seq) const {
-  const int64_t tokens = static_cast<int64_t>(batch) * seq;
-  const int64_t widest = std::max<int64_t>(
-      {tokens * 3 * num_heads() * head_dim_, tokens * seq * num_heads(), tokens * hidden()});
-  if (widest > std::numeric_limits<int32_t>::max()) {
+  // Every buffer index (QKV, attention probabilities, activations) must fit an int.
+  if (!internal::ProductAtMost({batch, seq, 3, num_heads(), head_dim_}) ||
+      !internal::ProductAtMost({batch, seq, seq, num_heads()}) ||
+      !internal::ProductAtMost({batch, seq, hidden()})) {
     return absl::InvalidArgumentError(absl::StrCat("attention block ", id().value(), ": batch ",
                                                    batch, " x seq ", seq, " too large"));
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "internal/checked_math.h"
 #include "internal/init.h"
 
 namespace ballast {
@@ -119,8 +120,7 @@ void ParallelMlp::DenseToUnit(int32_t unit, const float* dense, const std::vecto
 }
 
 absl::Status ParallelMlp::ValidateShape(int32_t batch, int32_t seq) const {
-  const int64_t elems = static_cast<int64_t>(batch) * seq * std::max(hidden(), intermediate_);
-  if (elems > std::numeric_limits<int32_t>::max()) {
+  if (!internal::ProductAtMost({batch, seq, std::max(hidden(), intermediate_)})) {
     return absl::InvalidArgumentError(absl::StrCat("mlp block ", id().value(), ": batch ", batch,
                                                    " x seq ", seq, " too large"));
   }

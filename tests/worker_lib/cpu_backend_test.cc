@@ -3,6 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -289,6 +297,104 @@ TEST(RendezvousStoreTest, FileSystemStoreCreatesDirectory) {
   EXPECT_NE(store->handle(), nullptr);
   EXPECT_FALSE(RendezvousStore::FileSystem("").ok());
   EXPECT_FALSE(RendezvousStore::FileSystem("/proc/forbidden/x").ok());
+}
+
+}  // namespace
+}  // namespace ballast
+
+namespace ballast {
+namespace {
+
+// A real redis-server on a free loopback port, stopped when the test ends.
+class RedisServer {
+ public:
+  static constexpr const char* kBinary = "/usr/bin/redis-server";
+
+  RedisServer() {
+    // Ask the kernel for a free port, then hand it to redis.
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    ::close(fd);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const std::string port = std::to_string(port_);
+      ::execl(kBinary, kBinary, "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+              "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+              static_cast<char*>(nullptr));
+      std::_Exit(127);
+    }
+  }
+  ~RedisServer() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+
+ private:
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+TEST(RendezvousStoreTest, RedisStoreConnectsRanks) {
+  if (::access(RedisServer::kBinary, X_OK) != 0) {
+    GTEST_SKIP() << "redis-server not installed (scripts/setup installs it)";
+  }
+  RedisServer server;
+  // Poll until the server accepts connections (bounded), instead of sleeping a guess.
+  absl::StatusOr<RendezvousStore> store = absl::UnavailableError("not tried");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!store.ok() && std::chrono::steady_clock::now() < deadline) {
+    store = RendezvousStore::Redis("127.0.0.1", server.port());
+    if (!store.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      // Each rank opens its own connection, as separate hosts would.
+      auto own = RendezvousStore::Redis("127.0.0.1", server.port());
+      if (!own.ok()) {
+        results[r] = own.status();
+        return;
+      }
+      CpuBackendOptions options;
+      options.rank = r;
+      options.size = 2;
+      options.store = *own;
+      options.prefix = "redis-run-" + std::to_string(::getpid());
+      options.timeout = absl::Seconds(20);
+      auto backend = CreateCpuBackend(options);
+      if (!backend.ok()) {
+        results[r] = backend.status();
+        return;
+      }
+      std::vector<float> x = {1.0f + r};
+      results[r] = (*backend)->comm().AllReduceSum(x.data(), 1);
+      if (results[r].ok() && x[0] != 3.0f) results[r] = absl::InternalError("wrong sum");
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
+TEST(RendezvousStoreTest, UnreachableRedisIsAnError) {
+  EXPECT_EQ(RendezvousStore::Redis("127.0.0.1", 1).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(RendezvousStore::Redis("", 6379).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RendezvousStore::Redis("127.0.0.1", 70000).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 #include <cblas.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
+// Debian installs hiredis.h under hiredis/.
+#define HIREDIS_NESTED_INCLUDE 1
+#include <gloo/rendezvous/redis_store.h>
 
 #include <filesystem>
 #include <system_error>
@@ -47,6 +50,32 @@ absl::StatusOr<RendezvousStore> RendezvousStore::FileSystem(const std::string& d
   std::shared_ptr<gloo::rendezvous::Store> store =
       std::make_shared<gloo::rendezvous::FileStore>(directory);
   return RendezvousStore(std::static_pointer_cast<void>(store));
+}
+
+absl::StatusOr<RendezvousStore> RendezvousStore::Redis(const std::string& host, int port) {
+  if (host.empty()) return absl::InvalidArgumentError("redis host is empty");
+  if (port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("redis port ", port, " out of range"));
+  }
+  // Gloo's RedisStore leaks its connection when the server is unreachable (it throws
+  // without redisFree), so probe with hiredis first and free the probe either way.
+  const timeval connect_timeout{.tv_sec = 5, .tv_usec = 0};
+  redisContext* probe = redisConnectWithTimeout(host.c_str(), port, connect_timeout);
+  const std::string probe_error =
+      probe == nullptr ? "out of memory" : (probe->err != 0 ? probe->errstr : "");
+  if (probe != nullptr) redisFree(probe);
+  if (!probe_error.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach redis at ", host, ":", port, ": ", probe_error));
+  }
+  try {
+    std::shared_ptr<gloo::rendezvous::Store> store =
+        std::make_shared<gloo::rendezvous::RedisStore>(host, port);
+    return RendezvousStore(std::static_pointer_cast<void>(store));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach redis at ", host, ":", port, ": ", e.what()));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {

@@ -4,9 +4,9 @@
 //   CPU:  OpenBLAS GEMMs + Gloo collectives over TCP.
 //   CUDA: cuBLAS + NCCL on one stream (built with -DBALLAST_WITH_CUDA=ON).
 //
-// Ranks find each other through a RendezvousStore: in-process (ranks as threads, tests)
-// or a directory on a filesystem every rank can see (ranks as processes on one host, or
-// on many hosts over a shared filesystem).
+// Ranks find each other through a RendezvousStore: in-process (ranks as threads, tests),
+// a directory every rank can see (processes on one host, or hosts sharing a filesystem),
+// or a Redis server every rank can reach (processes on any hosts).
 //
 //   auto store = ballast::RendezvousStore::FileSystem("/tmp/ballast-run-42");
 //   ballast::CpuBackendOptions opts;
@@ -35,6 +35,9 @@ class RendezvousStore {
   // Ranks share a directory; created if missing. Keys are files that are never removed,
   // so every run needs a fresh directory or a unique prefix.
   static absl::StatusOr<RendezvousStore> FileSystem(const std::string& directory);
+  // Ranks share a Redis server; fails (UNAVAILABLE) when it cannot be reached. Keys are
+  // not removed either: use a unique prefix per run.
+  static absl::StatusOr<RendezvousStore> Redis(const std::string& host, int port);
 
   // Implementation detail: a gloo::rendezvous::Store.
   const std::shared_ptr<void>& handle() const { return handle_; }
