@@ -1,0 +1,85 @@
+#include "coordinator/policy.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::coordinator {
+
+absl::string_view BalanceModeName(BalanceMode mode) {
+  switch (mode) {
+    case BalanceMode::kOff:
+      return "off";
+    case BalanceMode::kObserve:
+      return "observe";
+    case BalanceMode::kResize:
+      return "resize";
+    case BalanceMode::kMigrate:
+      return "migrate";
+    case BalanceMode::kAuto:
+      return "auto";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<BalanceMode> ParseBalanceMode(absl::string_view name) {
+  for (BalanceMode m : {BalanceMode::kOff, BalanceMode::kObserve, BalanceMode::kResize,
+                        BalanceMode::kMigrate, BalanceMode::kAuto}) {
+    if (name == BalanceModeName(m)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mode '", name, "' unknown; expected off, observe, resize, migrate or auto"));
+}
+
+namespace {
+
+absl::Status CheckFraction(absl::string_view field, double value) {
+  if (!std::isfinite(value) || value < 0 || value > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", value, " out of range [0, 1]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidatePolicy(const JobPolicy& p) {
+  if (BalanceModeName(p.mode) == "unknown") {
+    return absl::InvalidArgumentError(absl::StrCat("mode ", static_cast<int>(p.mode), " unknown"));
+  }
+  if (ImputationName(p.imputation) == "unknown") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("imputation ", static_cast<int>(p.imputation), " unknown"));
+  }
+  if (PriorityName(p.priority) == "unknown") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("priority ", static_cast<int>(p.priority), " unknown"));
+  }
+  for (auto [field, value] : {std::pair<absl::string_view, double>{"max_pruned_fraction_rank",
+                                                                   p.max_pruned_fraction_rank},
+                              {"max_pruned_fraction_group", p.max_pruned_fraction_group},
+                              {"hysteresis", p.hysteresis}}) {
+    if (absl::Status s = CheckFraction(field, value); !s.ok()) return s;
+  }
+  if (!std::isfinite(p.accuracy_weight_seconds) || p.accuracy_weight_seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "accuracy_weight_seconds ", p.accuracy_weight_seconds, " must be finite and >= 0"));
+  }
+  if (!std::isfinite(p.straggler_threshold) || p.straggler_threshold < 0 ||
+      p.straggler_threshold > 10) {
+    return absl::InvalidArgumentError(absl::StrCat("straggler_threshold ", p.straggler_threshold,
+                                                   " out of range [0, 10]"));
+  }
+  if (p.reshard_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reshard_after ", absl::FormatDuration(p.reshard_after), " must be >= 0"));
+  }
+  if (p.report_period < absl::Milliseconds(10) || p.report_period > absl::Minutes(10)) {
+    return absl::InvalidArgumentError(absl::StrCat("report_period ",
+                                                   absl::FormatDuration(p.report_period),
+                                                   " out of range [10ms, 10m]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::coordinator

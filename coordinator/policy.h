@@ -1,0 +1,62 @@
+// A job's balancing policy: what the coordinator may do to the job's TP groups, and how
+// eagerly. Operators set it through the admin API (ballastctl policy set); it persists in
+// the policy store.
+//
+//   JobPolicy policy;
+//   policy.mode = BalanceMode::kMigrate;
+//   policy.max_pruned_fraction_rank = 0.0;
+//   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;  // names the field
+#ifndef BALLAST_COORDINATOR_POLICY_H_
+#define BALLAST_COORDINATOR_POLICY_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "ballast/plan.h"
+
+namespace ballast::coordinator {
+
+enum class BalanceMode {
+  kOff,      // no measurement-driven plans; groups run all-local
+  kObserve,  // measure and explain, but push no plans
+  kResize,   // ZERO-resizing only (pruning)
+  kMigrate,  // migration (offload) and resharding only: exact
+  kAuto,     // the planner weighs pruning, offloading and resharding
+};
+
+absl::string_view BalanceModeName(BalanceMode mode);
+absl::StatusOr<BalanceMode> ParseBalanceMode(absl::string_view name);
+
+struct JobPolicy {
+  BalanceMode mode = BalanceMode::kAuto;
+  // Pruning budget: at most this fraction of a rank's units, and of a group's units.
+  double max_pruned_fraction_rank = 0.5;
+  double max_pruned_fraction_group = 0.25;
+  // What pruned units contribute, and which units go first (worker-side policies).
+  Imputation imputation = Imputation::kMean;
+  Priority priority = Priority::kChange;
+  // The accuracy price of pruning, in seconds of step time per unit fraction of the
+  // group pruned: the planner minimises step_time + accuracy_weight * pruned / total.
+  double accuracy_weight_seconds = 1.0;
+  // A rank straggles when its seconds per unit exceed the group's median by this fraction.
+  double straggler_threshold = 0.10;
+  // A new plan replaces the current one only if it improves the objective by this fraction.
+  double hysteresis = 0.05;
+  // How long a straggler must persist before the planner reshards (a chronic straggler)
+  // rather than offloading or pruning step by step.
+  absl::Duration reshard_after = absl::Seconds(60);
+  // How often workers report timings.
+  absl::Duration report_period = absl::Seconds(1);
+  friend bool operator==(const JobPolicy&, const JobPolicy&) = default;
+};
+
+// OK, or INVALID_ARGUMENT naming the first bad field (e.g. "max_pruned_fraction_rank 1.5
+// out of range [0, 1]").
+absl::Status ValidatePolicy(const JobPolicy& policy);
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_POLICY_H_

@@ -1,0 +1,70 @@
+#include "proto/convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast {
+
+v1::WorkloadPlan ToProto(const WorkloadPlan& plan) {
+  v1::WorkloadPlan out;
+  out.set_group(plan.group.value());
+  out.set_version(plan.version.value());
+  out.set_imputation(plan.imputation == Imputation::kMean ? v1::IMPUTATION_MEAN
+                                                          : v1::IMPUTATION_ZERO);
+  for (const BlockPlan& b : plan.blocks) {
+    v1::BlockPlan* pb = out.add_blocks();
+    pb->set_block(b.block.value());
+    for (int32_t n : b.pruned_units) pb->add_pruned_units(n);
+    for (const Offload& o : b.offloads) {
+      v1::Offload* po = pb->add_offloads();
+      po->set_owner(o.owner.value());
+      po->set_helper(o.helper.value());
+      po->set_units(o.units);
+    }
+    for (RankId r : b.owner_of_unit) pb->add_owner_of_unit(r.value());
+  }
+  return out;
+}
+
+absl::StatusOr<WorkloadPlan> FromProto(const v1::WorkloadPlan& in) {
+  WorkloadPlan plan;
+  plan.group = GroupId(in.group());
+  plan.version = PlanVersion(in.version());
+  switch (in.imputation()) {
+    case v1::IMPUTATION_ZERO:
+      plan.imputation = Imputation::kZero;
+      break;
+    case v1::IMPUTATION_MEAN:
+      plan.imputation = Imputation::kMean;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan v", in.version(), ": imputation ", in.imputation(), " unknown"));
+  }
+  for (const v1::BlockPlan& pb : in.blocks()) {
+    BlockPlan& b = plan.blocks.emplace_back();
+    b.block = BlockId(pb.block());
+    b.pruned_units.assign(pb.pruned_units().begin(), pb.pruned_units().end());
+    for (const v1::Offload& o : pb.offloads()) {
+      b.offloads.push_back({RankId(o.owner()), RankId(o.helper()), o.units()});
+    }
+    for (int32_t r : pb.owner_of_unit()) b.owner_of_unit.push_back(RankId(r));
+  }
+  return plan;
+}
+
+v1::StepReport ToProto(const StepTimings& timings) {
+  v1::StepReport out;
+  out.set_step(timings.step);
+  out.set_plan_version(timings.plan_version.value());
+  out.set_agreement_seconds(timings.agreement_seconds);
+  for (const BlockTiming& b : timings.blocks) {
+    v1::BlockTiming* pb = out.add_blocks();
+    pb->set_block(b.block.value());
+    pb->set_compute_seconds(b.compute_seconds);
+    pb->set_comm_seconds(b.comm_seconds);
+    pb->set_units_computed(b.units_computed);
+  }
+  return out;
+}
+
+}  // namespace ballast
