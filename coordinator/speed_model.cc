@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,8 +23,8 @@ constexpr double kMinSpreadSeconds = 1e-9;
 absl::Status CheckName(absl::string_view field, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " empty"));
   if (name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " is ", name.size(),
-                                                   " bytes, more than ", kMaxNameBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is ", name.size(), " bytes, more than ", kMaxNameBytes));
   }
   return absl::OkStatus();
 }
@@ -39,8 +41,8 @@ absl::Status ValidateReport(const SpeedKey& key, double compute_seconds, int64_t
   }
   // Written so that NaN fails too (every comparison with NaN is false).
   if (!(compute_seconds >= 0 && compute_seconds <= kMaxComputeSeconds)) {
-    return absl::InvalidArgumentError(absl::StrCat("compute_seconds ", compute_seconds,
-                                                   " not in [0, ", kMaxComputeSeconds, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("compute_seconds ", compute_seconds, " not in [0, ", kMaxComputeSeconds, "]"));
   }
   if (units < 0 || units > kMaxUnits) {
     return absl::InvalidArgumentError(
@@ -107,8 +109,8 @@ absl::Status ValidateSpeedModelOptions(const SpeedModelOptions& o) {
         absl::StrCat("mad_floor_fraction ", o.mad_floor_fraction, " not in [0, 1]"));
   }
   if (o.persist_samples < 1 || o.persist_samples > o.window) {
-    return absl::InvalidArgumentError(absl::StrCat("persist_samples ", o.persist_samples,
-                                                   " not in [1, window ", o.window, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("persist_samples ", o.persist_samples, " not in [1, window ", o.window, "]"));
   }
   if (o.min_samples_for_outliers < 1 || o.min_samples_for_outliers > o.window) {
     return absl::InvalidArgumentError(absl::StrCat("min_samples_for_outliers ",
@@ -120,9 +122,9 @@ absl::Status ValidateSpeedModelOptions(const SpeedModelOptions& o) {
         "stale_after ", absl::FormatDuration(o.stale_after), " must be finite and > 0"));
   }
   if (o.forget_after < o.stale_after || o.forget_after == absl::InfiniteDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("forget_after ", absl::FormatDuration(o.forget_after),
-                     " must be finite and >= stale_after"));
+    return absl::InvalidArgumentError(absl::StrCat("forget_after ",
+                                                   absl::FormatDuration(o.forget_after),
+                                                   " must be finite and >= stale_after"));
   }
   if (o.max_keys < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_keys ", o.max_keys, " must be >= 1"));
@@ -154,8 +156,10 @@ SpeedModel::SpeedModel(const SpeedModelOptions& options, Clock* clock)
   scratch_.resize(options_.window);
 }
 
-absl::Status SpeedModel::Report(const SpeedKey& key, double compute_seconds,
-                                int64_t units_computed, int64_t step, absl::Time at_time) {
+SpeedModel::~SpeedModel() = default;
+
+absl::Status SpeedModel::Report(const SpeedKey& key, double compute_seconds, int64_t units_computed,
+                                int64_t step, absl::Time at_time) {
   if (absl::Status s = ValidateReport(key, compute_seconds, units_computed, step, at_time);
       !s.ok()) {
     absl::MutexLock lock(&mu_);
@@ -181,10 +185,9 @@ absl::Status SpeedModel::Report(const SpeedKey& key, double compute_seconds,
   if (state == nullptr) {
     if (counters_.keys >= options_.max_keys) {
       ++counters_.rejected;
-      return absl::ResourceExhaustedError(
-          absl::StrCat("speed model holds max_keys ", options_.max_keys,
-                       " keys; refusing job ", key.job, " group ", key.group.value(), " rank ",
-                       key.rank.value(), " block ", key.block.value()));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "speed model holds max_keys ", options_.max_keys, " keys; refusing job ", key.job,
+          " group ", key.group.value(), " rank ", key.rank.value(), " block ", key.block.value()));
     }
     std::unique_ptr<JobState>& job = jobs_[key.job];
     if (job == nullptr) job = std::make_unique<JobState>();
@@ -269,8 +272,8 @@ absl::StatusOr<GroupSpeeds> SpeedModel::Speeds(absl::string_view job, const Grou
                                                BlockId block, double straggler_threshold,
                                                absl::Duration chronic_after) {
   if (!(straggler_threshold >= 0) || !std::isfinite(straggler_threshold)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "straggler_threshold ", straggler_threshold, " must be finite and >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("straggler_threshold ", straggler_threshold, " must be finite and >= 0"));
   }
   if (chronic_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -330,8 +333,8 @@ absl::StatusOr<GroupSpeeds> SpeedModel::Speeds(absl::string_view job, const Grou
     }
     if (!s.straggling_since.has_value()) s.straggling_since = now;
     r.straggling_for = now - *s.straggling_since;
-    r.state = r.straggling_for >= chronic_after ? StragglerState::kChronic
-                                                : StragglerState::kTransient;
+    r.state =
+        r.straggling_for >= chronic_after ? StragglerState::kChronic : StragglerState::kTransient;
   }
   return out;
 }

@@ -24,7 +24,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,6 +136,7 @@ class SpeedModel {
   static absl::StatusOr<std::unique_ptr<SpeedModel>> Create(const SpeedModelOptions& options,
                                                             Clock* clock);
 
+  ~SpeedModel();
   SpeedModel(const SpeedModel&) = delete;
   SpeedModel& operator=(const SpeedModel&) = delete;
 
@@ -156,12 +156,11 @@ class SpeedModel {
   // each tick, so the tick is the resolution) and restarts whenever a call finds it
   // recovered. INVALID_ARGUMENT for a negative or non-finite threshold or a negative
   // chronic_after; NOT_FOUND when nothing was reported for the block.
-  absl::StatusOr<GroupSpeeds> Speeds(absl::string_view job, const GroupId& group,
-                                     BlockId block, double straggler_threshold,
-                                     absl::Duration chronic_after);
+  absl::StatusOr<GroupSpeeds> Speeds(absl::string_view job, const GroupId& group, BlockId block,
+                                     double straggler_threshold, absl::Duration chronic_after);
   // The same, with the job's straggler_threshold and reshard_after.
-  absl::StatusOr<GroupSpeeds> Speeds(absl::string_view job, const GroupId& group,
-                                     BlockId block, const JobPolicy& policy);
+  absl::StatusOr<GroupSpeeds> Speeds(absl::string_view job, const GroupId& group, BlockId block,
+                                     const JobPolicy& policy);
 
   // The (group, block) pairs of a job that hold at least one key, sorted.
   std::vector<GroupBlock> ListBlocks(absl::string_view job) const;

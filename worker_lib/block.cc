@@ -226,6 +226,12 @@ absl::Status ParallelBlock::ResetState() {
   return compute().Synchronize();
 }
 
+size_t ParallelBlock::unit_bytes() const {
+  size_t floats = 0;
+  for (const ShardedParamSpec& spec : sharded_) floats += spec.unit_elems;
+  return floats * sizeof(float);
+}
+
 std::vector<int32_t> ParallelBlock::LocalUnits() const {
   std::vector<int32_t> units;
   for (const UnitMeta& m : storage_->meta) units.push_back(static_cast<int32_t>(m.unit));

@@ -88,6 +88,8 @@ class ParallelBlock {
   int32_t num_units() const { return num_units_; }
   int32_t hidden() const { return hidden_; }
   const std::vector<RankId>& owner_of_unit() const { return owner_of_unit_; }
+  // Bytes of one unit's parameters: what offloading it moves each way, per step.
+  size_t unit_bytes() const;
   // Unit ids this rank owns, in storage order.
   std::vector<int32_t> LocalUnits() const;
   // Fate of each of this rank's units in the current step, indexed like LocalUnits().

@@ -1,0 +1,106 @@
+// ballast-agent: one per node. Serves the node's training processes on a Unix socket,
+// batches their timings to the coordinator over one stream, relays plans back.
+//
+//   ballast-agent --coordinator=coord.example:7070 --socket=/run/ballast/agent.sock
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <memory>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "agent/agent_state.h"
+#include "agent/coordinator_session.h"
+#include "agent/worker_service.h"
+#include "common/logging.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address (host:port)");
+ABSL_FLAG(std::string, socket, "/run/ballast/agent.sock", "Unix socket for local workers");
+ABSL_FLAG(std::string, node, "", "This node's name (default: the hostname)");
+ABSL_FLAG(std::string, agent_id, "", "This agent's id (default: the node name)");
+ABSL_FLAG(absl::Duration, batch_period, absl::Milliseconds(100),
+          "How often queued reports are sent to the coordinator");
+ABSL_FLAG(int32_t, report_queue, 65536, "Reports held while the coordinator is away");
+
+namespace {
+
+absl::Notification* shutdown_requested = nullptr;
+
+void OnSignal(int) {
+  if (shutdown_requested != nullptr && !shutdown_requested->HasBeenNotified()) {
+    shutdown_requested->Notify();
+  }
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("ballast-agent: the per-node Ballast agent");
+  absl::ParseCommandLine(argc, argv);
+  const std::string node = absl::GetFlag(FLAGS_node).empty() ? Hostname() : absl::GetFlag(FLAGS_node);
+  const std::string agent_id =
+      absl::GetFlag(FLAGS_agent_id).empty() ? node : absl::GetFlag(FLAGS_agent_id);
+  const std::string socket_path = absl::GetFlag(FLAGS_socket);
+  if (absl::GetFlag(FLAGS_report_queue) < 1) {
+    std::fprintf(stderr, "--report_queue must be >= 1\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_batch_period) <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "--batch_period must be positive\n");
+    return 2;
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(socket_path).parent_path(), ec);
+  std::filesystem::remove(socket_path, ec);  // a stale socket from a previous run
+
+  ballast::agent::AgentState state(absl::GetFlag(FLAGS_report_queue));
+  ballast::agent::WorkerService worker_service(&state);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", socket_path), grpc::InsecureServerCredentials());
+  builder.RegisterService(&worker_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    BALLAST_LOG(ERROR) << "cannot listen on unix:" << socket_path;
+    return 1;
+  }
+  // Only the node's training processes (same user or group) may attach.
+  ::chmod(socket_path.c_str(), 0660);
+
+  ballast::agent::CoordinatorSessionOptions session_options;
+  session_options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  session_options.agent_id = agent_id;
+  session_options.node = node;
+  session_options.batch_period = absl::GetFlag(FLAGS_batch_period);
+  auto session = std::make_unique<ballast::agent::CoordinatorSession>(session_options, &state);
+  BALLAST_LOG(INFO) << "ballast-agent " << agent_id << " serving workers on unix:" << socket_path
+                    << ", coordinator " << session_options.coordinator_address;
+
+  absl::Notification shutdown;
+  shutdown_requested = &shutdown;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  shutdown.WaitForNotification();
+  BALLAST_LOG(INFO) << "ballast-agent " << agent_id << " shutting down";
+  session.reset();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::filesystem::remove(socket_path, ec);
+  return 0;
+}

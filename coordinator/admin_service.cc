@@ -1,0 +1,54 @@
+#include "coordinator/admin_service.h"
+
+#include "common/grpc_status.h"
+#include "coordinator/policy_proto.h"
+
+namespace ballast::coordinator {
+
+grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* req,
+                                         v1::ClusterStatus* resp) {
+  absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status(req->job());
+  if (!status.ok()) return ToGrpcStatus(status.status());
+  *resp = *std::move(status);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::GetPolicy(grpc::ServerContext*, const v1::GetPolicyRequest* req,
+                                         v1::Policy* resp) {
+  absl::StatusOr<JobPolicy> policy = coordinator_->GetPolicy(req->job());
+  if (!policy.ok()) return ToGrpcStatus(policy.status());
+  *resp = PolicyToProto(*policy);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::SetPolicy(grpc::ServerContext*, const v1::SetPolicyRequest* req,
+                                         v1::Policy* resp) {
+  if (req->job().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job is empty"));
+  absl::StatusOr<JobPolicy> policy = PolicyFromProto(req->policy());
+  if (!policy.ok()) return ToGrpcStatus(policy.status());
+  if (absl::Status s = coordinator_->SetPolicy(req->job(), *policy); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  *resp = PolicyToProto(*policy);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::SetPaused(grpc::ServerContext*, const v1::SetPausedRequest* req,
+                                         v1::SetPausedResponse*) {
+  return ToGrpcStatus(coordinator_->SetPaused(req->job(), req->paused()));
+}
+
+grpc::Status AdminServiceImpl::SetCordon(grpc::ServerContext*, const v1::SetCordonRequest* req,
+                                         v1::SetCordonResponse*) {
+  return ToGrpcStatus(coordinator_->SetCordon(req->device(), req->cordoned(), req->reason()));
+}
+
+grpc::Status AdminServiceImpl::Explain(grpc::ServerContext*, const v1::ExplainRequest* req,
+                                       v1::Explanation* resp) {
+  absl::StatusOr<v1::Explanation> explanation = coordinator_->Explain(req->job(), req->group());
+  if (!explanation.ok()) return ToGrpcStatus(explanation.status());
+  *resp = *std::move(explanation);
+  return grpc::Status::OK;
+}
+
+}  // namespace ballast::coordinator

@@ -1,0 +1,158 @@
+// Coordinator: the cluster's decisions, free of gRPC (the services in agent_service.h and
+// admin_service.h are thin glue over it).
+//
+// It keeps the registry (jobs, TP groups, ranks, devices, agents), feeds worker timings to
+// the speed model, and on every Tick() plans each group whose report period has elapsed:
+// per block, the planner turns the ranks' measured speeds into prune / offload / reshard
+// counts under the job's policy. A plan that differs from the one in force gets a new
+// version and is pushed to every agent hosting a rank of the group.
+//
+// Plan versions are wall-clock microseconds (strictly increasing per group), so they stay
+// newer than anything a worker holds even after the coordinator restarts without state.
+//
+// Thread-safe: agent sessions, admin calls and the tick loop call in concurrently.
+#ifndef BALLAST_COORDINATOR_COORDINATOR_H_
+#define BALLAST_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "ballast/plan.h"
+#include "ballast/v1/admin.pb.h"
+#include "ballast/v1/agent.pb.h"
+#include "common/clock.h"
+#include "coordinator/planner.h"
+#include "coordinator/policy.h"
+#include "coordinator/policy_store.h"
+#include "coordinator/speed_model.h"
+
+namespace ballast::coordinator {
+
+// Where an agent's session delivers what the coordinator sends. Thread-safe.
+class AgentSink {
+ public:
+  virtual ~AgentSink() = default;
+  virtual void Send(const v1::CoordinatorMessage& message) = 0;
+};
+
+struct CoordinatorOptions {
+  // Link bandwidth assumed between ranks of a group, for the cost of an offload.
+  double link_bytes_per_second = 1e9;
+  // Reports in one batch beyond this are refused (a bound on one message's work).
+  int32_t max_reports_per_batch = 100000;
+};
+
+// Counters for metrics and tests.
+struct CoordinatorCounters {
+  int64_t reports_accepted = 0;
+  int64_t reports_rejected = 0;
+  int64_t reports_dropped_by_agents = 0;
+  int64_t plans_pushed = 0;
+  int64_t plan_changes = 0;
+  int64_t decisions = 0;
+};
+
+class Coordinator {
+ public:
+  // `clock`, `store` and `speeds` must outlive the coordinator. Loads policies, pauses and
+  // cordons from the store.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options,
+                                                             Clock* clock, PolicyStore* store,
+                                                             SpeedModel* speeds);
+
+  // --- Agents (from AgentService). ---
+  // Registers the agent and its workers (replacing an earlier session of the same id), and
+  // sends it the plans in force for its workers' groups.
+  absl::Status AgentConnected(const v1::AgentHello& hello, AgentSink* sink);
+  // Forgets the session if it is still the agent's current one; its workers stay known
+  // (marked detached) so their groups keep their plans across an agent restart.
+  void AgentDisconnected(const std::string& agent_id, AgentSink* sink);
+  absl::Status WorkerJoined(const std::string& agent_id, const v1::WorkerIdentity& worker);
+  absl::Status WorkerLeft(const std::string& agent_id, const v1::WorkerIdentity& worker);
+  // NOT_FOUND for an unknown job, group or rank; INVALID_ARGUMENT naming the field for bad
+  // numbers. Nothing changes on error.
+  absl::Status Report(const std::string& agent_id, const v1::WorkerReport& report);
+  void AgentDroppedReports(int64_t dropped);
+
+  // --- The decision loop. ---
+  // Plans every group whose report period has elapsed; pushes changed plans.
+  void Tick();
+
+  // --- Admin (from AdminService). ---
+  absl::StatusOr<v1::ClusterStatus> Status(const std::string& job) const;
+  absl::StatusOr<JobPolicy> GetPolicy(const std::string& job) const;
+  absl::Status SetPolicy(const std::string& job, const JobPolicy& policy);
+  absl::Status SetPaused(const std::string& job, bool paused);
+  absl::Status SetCordon(const std::string& device, bool cordoned, const std::string& reason);
+  absl::StatusOr<v1::Explanation> Explain(const std::string& job, const std::string& group) const;
+
+  CoordinatorCounters counters() const;
+  int32_t connected_agents() const;
+  int32_t attached_workers() const;
+
+ private:
+  struct RankEntry {
+    v1::WorkerIdentity identity;
+    std::string agent_id;
+    bool attached = false;
+    double last_step_seconds = 0;  // compute + comm in its blocks, latest report
+  };
+  struct BlockEntry {
+    int32_t num_units = 0;
+    int64_t unit_bytes = 0;
+    std::vector<RankId> owner_of_unit;  // in force
+  };
+  struct GroupEntry {
+    std::string job;
+    std::string name;
+    int32_t size = 0;
+    std::map<int32_t, RankEntry> ranks;
+    std::map<int32_t, BlockEntry> blocks;
+    WorkloadPlan plan;  // in force (version 0: none pushed yet)
+    std::map<int32_t, BlockDecision> decisions;  // last, per block
+    std::string explanation;
+    absl::Duration next_decision = absl::ZeroDuration();
+  };
+  struct AgentEntry {
+    std::string node;
+    AgentSink* sink = nullptr;  // null while disconnected
+  };
+  using GroupKey = std::pair<std::string, std::string>;
+
+  Coordinator(const CoordinatorOptions& options, Clock* clock, PolicyStore* store,
+              SpeedModel* speeds);
+  absl::Status LoadFromStore();
+  absl::Status RegisterWorker(const std::string& agent_id, const v1::WorkerIdentity& worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobPolicy PolicyFor(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Paused(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans one group; returns the plan to push, if it changed.
+  std::optional<WorkloadPlan> Decide(GroupEntry& group, const JobPolicy& policy)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Push(const GroupEntry& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t NextVersion(const GroupEntry& group) const;
+
+  const CoordinatorOptions options_;
+  Clock* const clock_;
+  PolicyStore* const store_;
+  SpeedModel* const speeds_;
+
+  mutable absl::Mutex mu_;
+  std::map<GroupKey, GroupEntry> groups_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, AgentEntry> agents_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobPolicy> policies_ ABSL_GUARDED_BY(mu_);  // cache of the store
+  std::map<std::string, bool> paused_ ABSL_GUARDED_BY(mu_);         // "" = cluster
+  std::map<std::string, std::string> cordons_ ABSL_GUARDED_BY(mu_);  // device -> reason
+  CoordinatorCounters counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,149 @@
+// ballast-coordinator: one per cluster. Serves agents (ballast.v1.AgentService) and
+// operators (ballast.v1.Admin) over gRPC, with grpc.health.v1 and server reflection;
+// exposes Prometheus metrics; keeps policies, pauses and cordons in SQLite.
+//
+//   ballast-coordinator --listen=0.0.0.0:7070 --metrics=0.0.0.0:9464 \
+//       --store=/var/lib/ballast/coordinator.db
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/synchronization/notification.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "coordinator/admin_service.h"
+#include "coordinator/agent_service.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/metrics.h"
+#include "coordinator/policy_store.h"
+#include "coordinator/speed_model.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address for agents and admin calls");
+ABSL_FLAG(std::string, metrics, "127.0.0.1:9464", "Prometheus /metrics address ('' = off)");
+ABSL_FLAG(std::string, store, "/var/lib/ballast/coordinator.db",
+          "SQLite file for policies, pauses and cordons");
+ABSL_FLAG(absl::Duration, tick, absl::Milliseconds(50),
+          "How often groups are checked for a due decision");
+ABSL_FLAG(double, link_bytes_per_second, 1e9,
+          "Bandwidth assumed between ranks of a group, for offload costs");
+ABSL_FLAG(int32_t, max_message_bytes, 16 << 20, "Largest gRPC message accepted");
+
+namespace {
+
+absl::Notification* shutdown_requested = nullptr;
+
+void OnSignal(int) {
+  if (shutdown_requested != nullptr && !shutdown_requested->HasBeenNotified()) {
+    shutdown_requested->Notify();
+  }
+}
+
+constexpr char kVersion[] = "0.1.0";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("ballast-coordinator: Ballast's cluster coordinator");
+  absl::ParseCommandLine(argc, argv);
+  using namespace ballast::coordinator;  // NOLINT: a main file
+
+  if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "--tick must be positive\n");
+    return 2;
+  }
+  const std::string store_path = absl::GetFlag(FLAGS_store);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(store_path).parent_path(), ec);
+  auto store = SqlitePolicyStore::Open(store_path);
+  if (!store.ok()) {
+    BALLAST_LOG(ERROR) << "cannot open store " << store_path << ": " << store.status();
+    return 1;
+  }
+  auto speeds = SpeedModel::Create(SpeedModelOptions{}, ballast::RealClock());
+  if (!speeds.ok()) {
+    BALLAST_LOG(ERROR) << speeds.status();
+    return 1;
+  }
+  CoordinatorOptions options;
+  options.link_bytes_per_second = absl::GetFlag(FLAGS_link_bytes_per_second);
+  auto coordinator = Coordinator::Create(options, ballast::RealClock(), store->get(), speeds->get());
+  if (!coordinator.ok()) {
+    BALLAST_LOG(ERROR) << coordinator.status();
+    return 1;
+  }
+
+  AgentServiceImpl agent_service(coordinator->get());
+  AdminServiceImpl admin_service(coordinator->get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  // Agents' streams live for days: answer their keepalive pings, even between messages.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.RegisterService(&agent_service);
+  builder.RegisterService(&admin_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    BALLAST_LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    return 1;
+  }
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  CoordinatorMetrics metrics(*registry, kVersion);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (!absl::GetFlag(FLAGS_metrics).empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(absl::GetFlag(FLAGS_metrics));
+      exposer->RegisterCollectable(registry);
+    } catch (const std::exception& e) {
+      BALLAST_LOG(ERROR) << "cannot serve metrics on " << absl::GetFlag(FLAGS_metrics) << ": "
+                         << e.what();
+      return 1;
+    }
+  }
+  BALLAST_LOG(INFO) << "ballast-coordinator " << kVersion << " listening on "
+                    << absl::GetFlag(FLAGS_listen) << " (port " << port << "), metrics on "
+                    << absl::GetFlag(FLAGS_metrics) << ", store " << store_path;
+
+  absl::Notification shutdown;
+  shutdown_requested = &shutdown;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::thread ticker([&] {
+    absl::Time next_metrics = absl::InfinitePast();
+    absl::Time next_sweep = absl::Now() + absl::Minutes(1);
+    while (!shutdown.WaitForNotificationWithTimeout(absl::GetFlag(FLAGS_tick))) {
+      (*coordinator)->Tick();
+      const absl::Time now = absl::Now();
+      if (now >= next_metrics) {
+        auto status = (*coordinator)->Status("");
+        if (status.ok()) {
+          metrics.Update(*status, (*coordinator)->counters(), (*speeds)->counters());
+        }
+        next_metrics = now + absl::Milliseconds(500);
+      }
+      if (now >= next_sweep) {
+        (*speeds)->Sweep();
+        next_sweep = now + absl::Minutes(1);
+      }
+    }
+  });
+  shutdown.WaitForNotification();
+  BALLAST_LOG(INFO) << "ballast-coordinator shutting down";
+  ticker.join();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

@@ -1,0 +1,147 @@
+#include "coordinator/metrics.h"
+
+#include <prometheus/family.h>
+
+namespace ballast::coordinator {
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std::string& version)
+    : build_info_(prometheus::BuildGauge()
+                      .Name("ballast_build_info")
+                      .Help("Build information; always 1")
+                      .Register(registry)),
+      reports_(prometheus::BuildCounter()
+                   .Name("ballast_coordinator_reports_total")
+                   .Help("Worker step reports received, by result")
+                   .Register(registry)),
+      reports_accepted_(reports_.Add({{"result", "accepted"}})),
+      reports_rejected_(reports_.Add({{"result", "rejected"}})),
+      reports_dropped_(reports_.Add({{"result", "dropped_by_agent"}})),
+      plan_changes_(prometheus::BuildCounter()
+                        .Name("ballast_coordinator_plan_changes_total")
+                        .Help("New plan versions decided")
+                        .Register(registry)
+                        .Add({})),
+      plans_pushed_(prometheus::BuildCounter()
+                        .Name("ballast_coordinator_plans_pushed_total")
+                        .Help("Plan messages sent to agents")
+                        .Register(registry)
+                        .Add({})),
+      decisions_(prometheus::BuildCounter()
+                     .Name("ballast_coordinator_decisions_total")
+                     .Help("Group planning rounds")
+                     .Register(registry)
+                     .Add({})),
+      outliers_(prometheus::BuildCounter()
+                    .Name("ballast_coordinator_timing_outliers_total")
+                    .Help("Timing samples rejected as one-off stalls")
+                    .Register(registry)
+                    .Add({})),
+      agents_(prometheus::BuildGauge()
+                  .Name("ballast_coordinator_agents_connected")
+                  .Help("Agents with a live session")
+                  .Register(registry)
+                  .Add({})),
+      workers_(prometheus::BuildGauge()
+                   .Name("ballast_coordinator_workers_attached")
+                   .Help("Workers attached through a connected agent")
+                   .Register(registry)
+                   .Add({})),
+      paused_(prometheus::BuildGauge()
+                  .Name("ballast_coordinator_paused")
+                  .Help("1 while balancing is paused cluster-wide")
+                  .Register(registry)
+                  .Add({})),
+      rank_speed_(prometheus::BuildGauge()
+                      .Name("ballast_rank_seconds_per_unit")
+                      .Help("Measured compute seconds per unit of work (first block)")
+                      .Register(registry)),
+      rank_straggler_(prometheus::BuildGauge()
+                          .Name("ballast_rank_straggler_state")
+                          .Help("0 normal, 1 transient straggler, 2 chronic straggler, "
+                                "3 stale, 4 cordoned, 5 detached")
+                          .Register(registry)),
+      group_pruned_(prometheus::BuildGauge()
+                        .Name("ballast_group_pruned_ratio")
+                        .Help("Share of the group's units pruned by the plan in force")
+                        .Register(registry)),
+      group_offloaded_(prometheus::BuildGauge()
+                           .Name("ballast_group_offloaded_ratio")
+                           .Help("Share of the group's units offloaded by the plan in force")
+                           .Register(registry)),
+      group_predicted_(prometheus::BuildGauge()
+                           .Name("ballast_group_predicted_step_seconds")
+                           .Help("Planner's predicted time of the group's blocks per step")
+                           .Register(registry)),
+      group_measured_(prometheus::BuildGauge()
+                          .Name("ballast_group_measured_step_seconds")
+                          .Help("Slowest rank's measured time in the group's blocks per step")
+                          .Register(registry)),
+      group_plan_version_(prometheus::BuildGauge()
+                              .Name("ballast_group_plan_timestamp_seconds")
+                              .Help("When the plan in force was decided (its version)")
+                              .Register(registry)) {
+  build_info_.Add({{"version", version}}).Set(1);
+}
+
+void CoordinatorMetrics::Mirror(prometheus::Counter& counter, int64_t value) {
+  const double delta = static_cast<double>(value) - counter.Value();
+  if (delta > 0) counter.Increment(delta);
+}
+
+void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
+                                const CoordinatorCounters& counters,
+                                const SpeedModelCounters& speed_counters) {
+  Mirror(reports_accepted_, counters.reports_accepted);
+  Mirror(reports_rejected_, counters.reports_rejected);
+  Mirror(reports_dropped_, counters.reports_dropped_by_agents);
+  Mirror(plan_changes_, counters.plan_changes);
+  Mirror(plans_pushed_, counters.plans_pushed);
+  Mirror(decisions_, counters.decisions);
+  Mirror(outliers_, speed_counters.outliers);
+  agents_.Set(status.agents());
+  workers_.Set(status.workers());
+  paused_.Set(status.paused() ? 1 : 0);
+  static const std::map<std::string, double> kStates = {
+      {"normal", 0}, {"transient", 1}, {"chronic", 2},
+      {"stale", 3},  {"cordoned", 4},  {"detached", 5}};
+  for (const v1::JobStatus& job : status.jobs()) {
+    for (const v1::GroupStatus& group : job.groups()) {
+      const GroupKey gkey{job.job(), group.group()};
+      auto git = groups_.find(gkey);
+      if (git == groups_.end()) {
+        const prometheus::Labels labels = {{"job", job.job()}, {"group", group.group()}};
+        git = groups_
+                  .emplace(gkey, GroupGauges{&group_pruned_.Add(labels),
+                                             &group_offloaded_.Add(labels),
+                                             &group_predicted_.Add(labels),
+                                             &group_measured_.Add(labels),
+                                             &group_plan_version_.Add(labels)})
+                  .first;
+      }
+      git->second.pruned->Set(group.pruned_fraction());
+      git->second.offloaded->Set(group.offloaded_fraction());
+      git->second.predicted->Set(group.predicted_step_seconds());
+      git->second.measured->Set(group.measured_step_seconds());
+      git->second.plan_version->Set(static_cast<double>(group.plan_version()) / 1e6);
+      for (const v1::RankStatus& rank : group.ranks()) {
+        const RankKey rkey{job.job(), group.group(), rank.rank(), rank.device()};
+        auto rit = ranks_.find(rkey);
+        if (rit == ranks_.end()) {
+          const prometheus::Labels labels = {{"job", job.job()},
+                                             {"group", group.group()},
+                                             {"rank", std::to_string(rank.rank())},
+                                             {"device", rank.device()}};
+          rit = ranks_
+                    .emplace(rkey, RankGauges{&rank_speed_.Add(labels),
+                                              &rank_straggler_.Add(labels)})
+                    .first;
+        }
+        rit->second.speed->Set(rank.seconds_per_unit());
+        auto state = kStates.find(rank.state());
+        rit->second.straggler->Set(state == kStates.end() ? 0 : state->second);
+      }
+    }
+  }
+}
+
+}  // namespace ballast::coordinator

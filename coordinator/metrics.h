@@ -1,0 +1,75 @@
+// The coordinator's Prometheus metrics (see ../shared/conventions.md: one `ballast_`
+// prefix, base units in names, bounded labels: job, group, rank, device).
+//
+// Everything is derived from the same snapshot the admin API serves (Coordinator::Status)
+// plus the counters, so /metrics and `ballastctl status` never disagree. Metric objects
+// are created once per label set and cached; Update() only sets values.
+#ifndef BALLAST_COORDINATOR_METRICS_H_
+#define BALLAST_COORDINATOR_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include "ballast/v1/admin.pb.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/speed_model.h"
+
+namespace ballast::coordinator {
+
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(prometheus::Registry& registry, const std::string& version);
+  void Update(const v1::ClusterStatus& status, const CoordinatorCounters& counters,
+              const SpeedModelCounters& speed_counters);
+
+ private:
+  // Counters mirror monotonic internal counts: increment by what is new.
+  static void Mirror(prometheus::Counter& counter, int64_t value);
+
+  prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Counter>& reports_;
+  prometheus::Counter& reports_accepted_;
+  prometheus::Counter& reports_rejected_;
+  prometheus::Counter& reports_dropped_;
+  prometheus::Counter& plan_changes_;
+  prometheus::Counter& plans_pushed_;
+  prometheus::Counter& decisions_;
+  prometheus::Counter& outliers_;
+  prometheus::Gauge& agents_;
+  prometheus::Gauge& workers_;
+  prometheus::Gauge& paused_;
+  prometheus::Family<prometheus::Gauge>& rank_speed_;
+  prometheus::Family<prometheus::Gauge>& rank_straggler_;
+  prometheus::Family<prometheus::Gauge>& group_pruned_;
+  prometheus::Family<prometheus::Gauge>& group_offloaded_;
+  prometheus::Family<prometheus::Gauge>& group_predicted_;
+  prometheus::Family<prometheus::Gauge>& group_measured_;
+  prometheus::Family<prometheus::Gauge>& group_plan_version_;
+
+  using RankKey = std::tuple<std::string, std::string, int32_t, std::string>;
+  using GroupKey = std::pair<std::string, std::string>;
+  struct RankGauges {
+    prometheus::Gauge* speed;
+    prometheus::Gauge* straggler;
+  };
+  struct GroupGauges {
+    prometheus::Gauge* pruned;
+    prometheus::Gauge* offloaded;
+    prometheus::Gauge* predicted;
+    prometheus::Gauge* measured;
+    prometheus::Gauge* plan_version;
+  };
+  std::map<RankKey, RankGauges> ranks_;
+  std::map<GroupKey, GroupGauges> groups_;
+};
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_METRICS_H_

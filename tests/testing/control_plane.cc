@@ -1,0 +1,93 @@
+#include "testing/control_plane.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/status_macros.h"
+
+namespace ballast::testing {
+
+absl::Status InProcessCoordinator::Start() {
+  BALLAST_ASSIGN_OR_RETURN(store_, coordinator::SqlitePolicyStore::Open(options_.store_path));
+  BALLAST_ASSIGN_OR_RETURN(speeds_,
+                           coordinator::SpeedModel::Create(coordinator::SpeedModelOptions{},
+                                                           RealClock()));
+  BALLAST_ASSIGN_OR_RETURN(coordinator_, coordinator::Coordinator::Create(
+                                             coordinator::CoordinatorOptions{}, RealClock(),
+                                             store_.get(), speeds_.get()));
+  agent_service_ = std::make_unique<coordinator::AgentServiceImpl>(coordinator_.get());
+  admin_service_ = std::make_unique<coordinator::AdminServiceImpl>(coordinator_.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", port_), grpc::InsecureServerCredentials(),
+                           &port_);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.RegisterService(agent_service_.get());
+  builder.RegisterService(admin_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on 127.0.0.1:", port_));
+  }
+  stop_ = std::make_unique<absl::Notification>();
+  ticker_ = std::thread([this] {
+    while (!stop_->WaitForNotificationWithTimeout(options_.tick)) coordinator_->Tick();
+  });
+  return absl::OkStatus();
+}
+
+void InProcessCoordinator::Stop() {
+  if (server_ == nullptr) return;
+  stop_->Notify();
+  ticker_.join();
+  // A zero deadline cancels every open stream at once, as a crash would.
+  server_->Shutdown(std::chrono::system_clock::now());
+  server_->Wait();
+  server_.reset();
+  agent_service_.reset();
+  admin_service_.reset();
+  coordinator_.reset();
+  speeds_.reset();
+  store_.reset();
+}
+
+absl::Status InProcessAgent::Start() {
+  std::error_code ec;
+  std::filesystem::remove(socket_path_, ec);
+  state_ = std::make_unique<agent::AgentState>(4096);
+  service_ = std::make_unique<agent::WorkerService>(state_.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", socket_path_), grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) return absl::UnavailableError("cannot listen on " + socket_path_);
+  agent::CoordinatorSessionOptions options;
+  options.coordinator_address = coordinator_address_;
+  options.agent_id = agent_id_;
+  options.node = agent_id_;
+  options.batch_period = absl::Milliseconds(20);
+  options.initial_backoff = absl::Milliseconds(20);
+  options.max_backoff = absl::Milliseconds(500);
+  session_ = std::make_unique<agent::CoordinatorSession>(options, state_.get());
+  return absl::OkStatus();
+}
+
+void InProcessAgent::Stop() {
+  if (server_ == nullptr) return;
+  session_.reset();
+  server_->Shutdown(std::chrono::system_clock::now());
+  server_->Wait();
+  server_.reset();
+  service_.reset();
+  state_.reset();
+}
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return condition();
+}
+
+}  // namespace ballast::testing
