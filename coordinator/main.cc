@@ -2,7 +2,7 @@
 // operators (ballast.v1.Admin) over gRPC, with grpc.health.v1 and server reflection;
 // exposes Prometheus metrics; keeps policies, pauses and cordons in SQLite.
 //
-//   ballast-coordinator --listen=0.0.0.0:7070 --metrics=0.0.0.0:9464 \
+//   ballast-coordinator --listen=0.0.0.0:7070 --metrics=0.0.0.0:9464
 //       --store=/var/lib/ballast/coordinator.db
 #include <csignal>
 #include <filesystem>

@@ -1,0 +1,133 @@
+// Planner benchmark: how long PlanBlock takes per block decision; one JSON object per line.
+//
+// A group of 8 ranks, 64 units per rank, 24 blocks, the default policy (w = 1 s, prune
+// budgets 0.5 / 0.25, hysteresis 0.05), 1 ms per unit on a healthy rank, 0.1 ms transfer
+// per offloaded unit. Cases:
+//   straggler_2x          one rank 2x slower
+//   straggler_2x_chronic  the same, marked chronic, so a reshard is priced as well
+//   two_stragglers        two ranks 1.5x and 2x slower, both chronic
+//   random                every rank 1x-10x, each block its own speeds, transfer cost
+//                         (0 to 2 ms), accuracy weight (pruning from free to dear) and
+//                         budgets: the planner's worst case (pruning worth weighing)
+// Modes auto, migrate, resize. Each repetition plans all 24 blocks from scratch (no current
+// plan); the reported time per block is the median over repetitions, and the slowest
+// block's median is reported too. Target: 50 us per block decision.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coordinator/planner.h"
+#include "coordinator/policy.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kRanks = 8;
+constexpr int kUnitsPerRank = 64;
+constexpr int kBlocks = 24;
+constexpr double kTargetMicroseconds = 50;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Block {
+  PlannerInput input;
+  JobPolicy policy;
+};
+
+std::vector<Block> MakeBlocks(const std::string& name, BalanceMode mode, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<Block> blocks;
+  for (int b = 0; b < kBlocks; ++b) {
+    Block block;
+    block.policy.mode = mode;
+    PlannerInput& in = block.input;
+    in.block = BlockId(b);
+    in.transfer_seconds_per_unit = 1e-4;
+    for (int r = 0; r < kRanks; ++r) {
+      PlannerRank rank;
+      // Blocks differ a little (attention vs MLP, measurement noise).
+      rank.seconds_per_unit = 1e-3 * (1 + 0.01 * (unit(rng) - 0.5));
+      rank.owned_units = kUnitsPerRank;
+      in.ranks.push_back(rank);
+      for (int u = 0; u < kUnitsPerRank; ++u) in.owner_of_unit.push_back(RankId(r));
+    }
+    if (name == "straggler_2x" || name == "straggler_2x_chronic") {
+      in.ranks[5].seconds_per_unit *= 2;
+      in.ranks[5].chronic = name == "straggler_2x_chronic";
+    } else if (name == "two_stragglers") {
+      in.ranks[2].seconds_per_unit *= 1.5;
+      in.ranks[6].seconds_per_unit *= 2;
+      in.ranks[2].chronic = in.ranks[6].chronic = true;
+    } else if (name == "random") {
+      for (PlannerRank& rank : in.ranks) {
+        rank.seconds_per_unit = 1e-3 * (1 + 9 * unit(rng));
+        rank.chronic = unit(rng) < 0.25;
+      }
+      in.transfer_seconds_per_unit = 2e-3 * unit(rng);
+      const double lambda = 3e-3 * unit(rng);  // seconds per pruned unit
+      block.policy.accuracy_weight_seconds = lambda * kRanks * kUnitsPerRank;
+      block.policy.max_pruned_fraction_rank = unit(rng);
+      block.policy.max_pruned_fraction_group = unit(rng);
+    }
+    blocks.push_back(std::move(block));
+  }
+  return blocks;
+}
+
+int Run() {
+  const char* names[] = {"straggler_2x", "straggler_2x_chronic", "two_stragglers", "random"};
+  const BalanceMode modes[] = {BalanceMode::kAuto, BalanceMode::kMigrate, BalanceMode::kResize};
+  for (const char* name : names) {
+    for (BalanceMode mode : modes) {
+      const std::vector<Block> blocks = MakeBlocks(name, mode, 17);
+      constexpr int kReps = 200;
+      std::vector<double> per_rep;
+      std::vector<std::vector<double>> per_block(kBlocks);
+      double sink = 0;
+      for (int rep = 0; rep < kReps + 5; ++rep) {
+        const Clock::time_point start = Clock::now();
+        for (int b = 0; b < kBlocks; ++b) {
+          const Clock::time_point t0 = Clock::now();
+          absl::StatusOr<BlockDecision> d = PlanBlock(blocks[b].input, blocks[b].policy, nullptr);
+          const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          if (!d.ok()) {
+            std::fprintf(stderr, "%s %s block %d: %s\n", name,
+                         std::string(BalanceModeName(mode)).c_str(), b,
+                         std::string(d.status().message()).c_str());
+            return 1;
+          }
+          sink += d->objective;
+          if (rep >= 5) per_block[b].push_back(us);
+        }
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+        if (rep >= 5) per_rep.push_back(us / kBlocks);  // the first 5 warm the caches
+      }
+      double slowest = 0;
+      for (const std::vector<double>& v : per_block) slowest = std::max(slowest, Median(v));
+      const double us = Median(per_rep);
+      std::printf(
+          "{\"bench\":\"planner\",\"case\":\"%s\",\"mode\":\"%s\",\"ranks\":%d,"
+          "\"units_per_rank\":%d,\"blocks\":%d,\"microseconds_per_block\":%.2f,"
+          "\"slowest_block_microseconds\":%.2f,\"target_microseconds\":%.0f,"
+          "\"meets_target\":%s}\n",
+          name, std::string(BalanceModeName(mode)).c_str(), kRanks, kUnitsPerRank, kBlocks, us,
+          slowest, kTargetMicroseconds, us <= kTargetMicroseconds ? "true" : "false");
+      if (sink < 0) std::printf("unreachable\n");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
+
+int main() { return ballast::coordinator::Run(); }

@@ -1,0 +1,757 @@
+#include "coordinator/planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ballast/block.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------------------
+// Test inputs.
+
+struct Case {
+  std::vector<double> c;
+  std::vector<int32_t> n;
+  std::vector<bool> cordoned;
+  std::vector<bool> chronic;
+  double tau = 0;
+  JobPolicy policy;
+};
+
+PlannerInput MakeInput(const Case& k) {
+  PlannerInput in;
+  in.block = BlockId(1);
+  in.transfer_seconds_per_unit = k.tau;
+  for (size_t r = 0; r < k.c.size(); ++r) {
+    PlannerRank rank;
+    rank.seconds_per_unit = k.c[r];
+    rank.owned_units = k.n[r];
+    rank.cordoned = !k.cordoned.empty() && k.cordoned[r];
+    rank.chronic = !k.chronic.empty() && k.chronic[r];
+    in.ranks.push_back(rank);
+    for (int32_t i = 0; i < k.n[r]; ++i) in.owner_of_unit.push_back(RankId(static_cast<int>(r)));
+  }
+  return in;
+}
+
+int64_t Floor(double fraction, int64_t units) {
+  // The documented budget: floor(fraction * units), nudged so 0.3 * 10 counts as 3.
+  return static_cast<int64_t>(std::floor(fraction * static_cast<double>(units) + 1e-9));
+}
+
+int64_t Total(const Case& k) {
+  int64_t total = 0;
+  for (int32_t v : k.n) total += v;
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------
+// The oracle: exhaustive search over every per-rank triple (z, y, x), written without any
+// of the planner's reasoning. A dynamic programme over ranks with state (units pruned so
+// far, units received minus units sent so far) keeps, per state, the least max load of
+// any partial assignment; since the loads of later ranks do not depend on earlier choices
+// beyond that state, this is the same minimum as enumerating all vectors.
+double Oracle(const Case& k, BalanceMode mode, bool allow_send_and_receive = true) {
+  const int p = static_cast<int>(k.c.size());
+  const int64_t total = Total(k);
+  const bool prune = mode == BalanceMode::kResize || mode == BalanceMode::kAuto;
+  const bool transfer = mode == BalanceMode::kMigrate || mode == BalanceMode::kAuto;
+  const int64_t group_cap = prune ? Floor(k.policy.max_pruned_fraction_group, total) : 0;
+  const int64_t zmax = std::min<int64_t>(group_cap, total);
+  const int64_t dspan = 2 * total + 1;
+  std::vector<double> dp((zmax + 1) * dspan, kInf), next;
+  auto at = [&](int64_t zsum, int64_t d) { return zsum * dspan + (d + total); };
+  dp[at(0, 0)] = 0;
+  for (int r = 0; r < p; ++r) {
+    const int64_t n = k.n[r];
+    const bool cordoned = !k.cordoned.empty() && k.cordoned[r];
+    const int64_t zcap = prune ? Floor(k.policy.max_pruned_fraction_rank, n) : 0;
+    std::vector<std::pair<int64_t, std::pair<int64_t, double>>> options;  // z, (d, load)
+    for (int64_t z = 0; z <= zcap; ++z) {
+      for (int64_t y = 0; y <= (transfer ? n - z : 0); ++y) {
+        for (int64_t x = 0; x <= (transfer ? total - n : 0); ++x) {
+          if (!allow_send_and_receive && y > 0 && x > 0) continue;
+          const int64_t u = n - z - y + x;
+          if (cordoned && (u != 0 || x != 0)) continue;
+          const double load = k.c[r] * static_cast<double>(u) + k.tau * static_cast<double>(y + x);
+          options.push_back({z, {x - y, load}});
+        }
+      }
+    }
+    next.assign(dp.size(), kInf);
+    for (int64_t zs = 0; zs <= zmax; ++zs) {
+      for (int64_t d = -total; d <= total; ++d) {
+        const double cur = dp[at(zs, d)];
+        if (cur == kInf) continue;
+        for (const auto& [z, dl] : options) {
+          const int64_t nz = zs + z, nd = d + dl.first;
+          if (nz > zmax || nd < -total || nd > total) continue;
+          double& slot = next[at(nz, nd)];
+          slot = std::min(slot, std::max(cur, dl.second));
+        }
+      }
+    }
+    dp.swap(next);
+  }
+  const double lambda = total > 0 ? k.policy.accuracy_weight_seconds / total : 0;
+  double best = kInf;
+  for (int64_t zs = 0; zs <= zmax; ++zs) {
+    const double t = dp[at(zs, 0)];
+    if (t < kInf) best = std::min(best, t + lambda * static_cast<double>(zs));
+  }
+  return best;
+}
+
+// Literal enumeration of all z, y, x vectors: checks the oracle itself on tiny groups.
+double Enumerate(const Case& k, BalanceMode mode) {
+  const int p = static_cast<int>(k.c.size());
+  const int64_t total = Total(k);
+  const bool prune = mode == BalanceMode::kResize || mode == BalanceMode::kAuto;
+  const bool transfer = mode == BalanceMode::kMigrate || mode == BalanceMode::kAuto;
+  const int64_t group_cap = prune ? Floor(k.policy.max_pruned_fraction_group, total) : 0;
+  const double lambda = total > 0 ? k.policy.accuracy_weight_seconds / total : 0;
+  std::vector<int64_t> lim(3 * p);
+  for (int r = 0; r < p; ++r) {
+    lim[3 * r] = prune ? Floor(k.policy.max_pruned_fraction_rank, k.n[r]) : 0;
+    lim[3 * r + 1] = transfer ? k.n[r] : 0;
+    lim[3 * r + 2] = transfer ? total : 0;
+  }
+  std::vector<int64_t> v(3 * p, 0);
+  double best = kInf;
+  while (true) {
+    int64_t zsum = 0, ysum = 0, xsum = 0;
+    bool ok = true;
+    double t = 0;
+    for (int r = 0; r < p && ok; ++r) {
+      const int64_t z = v[3 * r], y = v[3 * r + 1], x = v[3 * r + 2];
+      const int64_t u = k.n[r] - z - y + x;
+      const bool cordoned = !k.cordoned.empty() && k.cordoned[r];
+      ok = z + y <= k.n[r] && (!cordoned || (u == 0 && x == 0));
+      zsum += z;
+      ysum += y;
+      xsum += x;
+      t = std::max(t, k.c[r] * static_cast<double>(u) + k.tau * static_cast<double>(y + x));
+    }
+    if (ok && zsum <= group_cap && ysum == xsum) {
+      best = std::min(best, t + lambda * static_cast<double>(zsum));
+    }
+    int i = 0;
+    while (i < 3 * p && v[i] == lim[i]) v[i++] = 0;
+    if (i == 3 * p) break;
+    ++v[i];
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------
+// An independent feasibility check of a plan; returns its recomputed T and objective.
+struct Checked {
+  std::string error;  // empty: feasible
+  double step = 0;
+  double objective = 0;
+  int64_t pruned = 0;
+};
+
+Checked CheckPlan(const PlannerInput& in, const JobPolicy& policy, BalanceMode mode,
+                  const BlockPlan& plan) {
+  Checked out;
+  const size_t p = in.ranks.size();
+  const int64_t total = static_cast<int64_t>(in.owner_of_unit.size());
+  std::vector<int64_t> owned(p, 0);
+  const std::vector<RankId>& owners = plan.owner_of_unit.empty() ? in.owner_of_unit
+                                                                  : plan.owner_of_unit;
+  if (static_cast<int64_t>(owners.size()) != total) return {"owner_of_unit size"};
+  for (RankId r : owners) {
+    if (r.value() < 0 || static_cast<size_t>(r.value()) >= p) return {"owner out of range"};
+    ++owned[r.value()];
+  }
+  const bool prune = mode == BalanceMode::kResize || mode == BalanceMode::kAuto;
+  const bool transfer = mode == BalanceMode::kMigrate || mode == BalanceMode::kAuto;
+  std::vector<int64_t> z(p, 0), y(p, 0), x(p, 0);
+  if (!plan.pruned_units.empty()) {
+    if (plan.pruned_units.size() != p) return {"pruned_units size"};
+    for (size_t r = 0; r < p; ++r) z[r] = plan.pruned_units[r];
+  }
+  std::set<std::pair<int, int>> pairs;
+  for (const Offload& o : plan.offloads) {
+    if (o.owner.value() < 0 || static_cast<size_t>(o.owner.value()) >= p ||
+        o.helper.value() < 0 || static_cast<size_t>(o.helper.value()) >= p) {
+      return {"offload rank out of range"};
+    }
+    if (o.owner == o.helper) return {"offload to self"};
+    if (o.units <= 0) return {"offload of no units"};
+    if (!pairs.insert({o.owner.value(), o.helper.value()}).second) return {"duplicate pair"};
+    y[o.owner.value()] += o.units;
+    x[o.helper.value()] += o.units;
+  }
+  if (!transfer && (!plan.offloads.empty() || !plan.owner_of_unit.empty())) {
+    return {"transfers in a prune-only mode"};
+  }
+  const double lambda = total > 0 ? policy.accuracy_weight_seconds / total : 0;
+  for (size_t r = 0; r < p; ++r) {
+    if (z[r] < 0) return {"negative prune"};
+    if (z[r] > (prune ? Floor(policy.max_pruned_fraction_rank, owned[r]) : 0)) {
+      return {"rank prune budget"};
+    }
+    if (z[r] + y[r] > owned[r]) return {"prunes + offloads exceed owned"};
+    const int64_t u = owned[r] - z[r] - y[r] + x[r];
+    if (in.ranks[r].cordoned && (u != 0 || x[r] != 0)) return {"cordon broken"};
+    out.step = std::max(out.step, in.ranks[r].seconds_per_unit * static_cast<double>(u) +
+                                      in.transfer_seconds_per_unit * static_cast<double>(y[r] + x[r]));
+    out.pruned += z[r];
+  }
+  if (out.pruned > (prune ? Floor(policy.max_pruned_fraction_group, total) : 0)) {
+    return {"group prune budget"};
+  }
+  out.objective = out.step + lambda * static_cast<double>(out.pruned);
+  return out;
+}
+
+void ExpectNear(double got, double want, const std::string& what) {
+  EXPECT_NEAR(got, want, 1e-9 * std::max(1e-300, std::abs(want))) << what;
+}
+
+std::string Describe(const Case& k, BalanceMode mode) {
+  std::string s = absl::StrCat("mode ", BalanceModeName(mode), " tau ", k.tau, " w ",
+                               k.policy.accuracy_weight_seconds, " f_rank ",
+                               k.policy.max_pruned_fraction_rank, " f_group ",
+                               k.policy.max_pruned_fraction_group, " ranks:");
+  for (size_t r = 0; r < k.c.size(); ++r) {
+    absl::StrAppend(&s, " ", k.c[r], "x", k.n[r],
+                    !k.cordoned.empty() && k.cordoned[r] ? "(cordoned)" : "");
+  }
+  return s;
+}
+
+// Random groups: equal speeds, 1x-10x stragglers and arbitrary speeds; tau from zero to
+// more than a unit's compute; budgets from none to everything; weights from free pruning
+// to prohibitive; some cordons.
+Case RandomCase(std::mt19937_64& rng, int max_ranks, int max_units, double cordon_chance) {
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Case k;
+  const int p = pick(1, max_ranks);
+  const double base = 1e-3;
+  const int speed_kind = pick(0, 3);
+  for (int r = 0; r < p; ++r) {
+    double c = base;
+    if (speed_kind == 1) c = base * uniform(1, 10);
+    if (speed_kind == 2 && r == p - 1) c = base * pick(1, 10);  // one straggler, exact ratio
+    if (speed_kind == 3 && r % 2 == 1) c = base * uniform(1, 3);
+    k.c.push_back(c);
+    k.n.push_back(pick(0, max_units));
+  }
+  const double taus[] = {0, 0.05 * base, 0.5 * base, base, 2 * base, uniform(0, 3) * base};
+  k.tau = taus[pick(0, 5)];
+  const double fractions[] = {0, 0.25, 0.5, 1, uniform(0, 1)};
+  k.policy.max_pruned_fraction_rank = fractions[pick(0, 4)];
+  k.policy.max_pruned_fraction_group = fractions[pick(0, 4)];
+  const int64_t total = Total(k);
+  const double lambdas[] = {0, 0.1 * base, base, 3 * base, uniform(0, 5) * base};
+  k.policy.accuracy_weight_seconds = lambdas[pick(0, 4)] * std::max<int64_t>(1, total);
+  k.policy.hysteresis = 0.05;
+  k.cordoned.assign(p, false);
+  k.chronic.assign(p, false);
+  if (p > 1 && uniform(0, 1) < cordon_chance) k.cordoned[pick(0, p - 1)] = true;
+  return k;
+}
+
+const BalanceMode kModes[] = {BalanceMode::kResize, BalanceMode::kMigrate, BalanceMode::kAuto};
+
+// ---------------------------------------------------------------------------------------
+
+TEST(PlannerOracleTest, OracleMatchesLiteralEnumeration) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 150; ++i) {
+    Case k = RandomCase(rng, /*max_ranks=*/3, /*max_units=*/2, /*cordon_chance=*/0.2);
+    for (BalanceMode mode : kModes) {
+      const double a = Oracle(k, mode), b = Enumerate(k, mode);
+      if (b == kInf) {
+        EXPECT_EQ(a, kInf) << Describe(k, mode);
+      } else {
+        ExpectNear(a, b, Describe(k, mode));
+      }
+    }
+  }
+}
+
+// The core property: on thousands of small groups, every mode's plan is feasible, its
+// predicted T is what the plan recomputes to, and its objective is the brute-force optimum.
+TEST(PlannerOracleTest, MatchesBruteForceOnSmallGroups) {
+  std::mt19937_64 rng(42);
+  int compared = 0, infeasible = 0;
+  for (int i = 0; i < 1500; ++i) {
+    Case k = RandomCase(rng, /*max_ranks=*/4, /*max_units=*/5, /*cordon_chance=*/0.2);
+    const PlannerInput in = MakeInput(k);
+    for (BalanceMode mode : kModes) {
+      JobPolicy policy = k.policy;
+      policy.mode = mode;
+      const std::string what = Describe(k, mode);
+      const double want = Oracle(k, mode);
+      absl::StatusOr<PlanCandidate> got = BestPlan(in, policy);
+      if (want == kInf) {
+        EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition) << what;
+        ++infeasible;
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << got.status() << " " << what;
+      const Checked check = CheckPlan(in, policy, mode, got->plan);
+      ASSERT_EQ(check.error, "") << what;
+      ExpectNear(got->cost.objective, want, what);
+      ExpectNear(check.objective, want, what);
+      EXPECT_NEAR(check.step, got->cost.step_seconds, 1e-12 * check.step) << what;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 4000);
+  EXPECT_GT(infeasible, 0);  // resize with an over-budget cordon must be reported
+}
+
+// Larger groups than the literal oracle allows, against the oracle restricted to plans in
+// which no rank both sends and receives (such a rank can always drop one of each).
+TEST(PlannerOracleTest, MatchesOracleOnMediumGroups) {
+  std::mt19937_64 rng(99);
+  for (int i = 0; i < 120; ++i) {
+    Case k = RandomCase(rng, /*max_ranks=*/4, /*max_units=*/10, /*cordon_chance=*/0.2);
+    JobPolicy policy = k.policy;
+    policy.mode = BalanceMode::kAuto;
+    const double want = Oracle(k, BalanceMode::kAuto, /*allow_send_and_receive=*/false);
+    absl::StatusOr<PlanCandidate> got = BestPlan(MakeInput(k), policy);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const Checked check = CheckPlan(MakeInput(k), policy, BalanceMode::kAuto, got->plan);
+    ASSERT_EQ(check.error, "");
+    ExpectNear(got->cost.objective, want, Describe(k, BalanceMode::kAuto));
+  }
+}
+
+// PlanBlock's decision (with resharding and hysteresis in play) is feasible and never worse
+// than the optimum on the current ownership; without chronic ranks or cordons it is it.
+TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 400; ++i) {
+    Case k = RandomCase(rng, 4, 5, 0.3);
+    if (i % 3 == 0) k.chronic[0] = true;
+    const PlannerInput in = MakeInput(k);
+    for (BalanceMode mode : {BalanceMode::kMigrate, BalanceMode::kAuto}) {
+      JobPolicy policy = k.policy;
+      policy.mode = mode;
+      const std::string what = Describe(k, mode);
+      absl::StatusOr<BlockDecision> d = PlanBlock(in, policy, nullptr);
+      ASSERT_TRUE(d.ok()) << d.status() << what;
+      const Checked check = CheckPlan(in, policy, mode, d->plan);
+      ASSERT_EQ(check.error, "") << what;
+      EXPECT_NEAR(check.step, d->predicted_step_seconds, 1e-12 * check.step) << what;
+      const double want = Oracle(k, mode);
+      bool trigger = false;
+      for (size_t r = 0; r < k.c.size(); ++r) trigger = trigger || k.cordoned[r] || k.chronic[r];
+      if (d->chosen == CandidateKind::kReshard) {
+        ASSERT_TRUE(trigger) << what;
+        EXPECT_LT(d->objective, (1 - policy.hysteresis) * want * (1 + 1e-9)) << what;
+        // The reshard's own plan is the optimum on the water-filled ownership.
+        Case moved = k;
+        absl::StatusOr<std::vector<int32_t>> filled =
+            WaterFillCounts(in.ranks, static_cast<int32_t>(Total(k)));
+        ASSERT_TRUE(filled.ok());
+        moved.n = *filled;
+        ExpectNear(d->objective, Oracle(moved, mode), what);
+      } else {
+        ExpectNear(d->objective, want, what);
+      }
+    }
+  }
+}
+
+TEST(PlannerWaterFillTest, MatchesBruteForce) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 300; ++i) {
+    const int p = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int total = std::uniform_int_distribution<int>(0, 12)(rng);
+    std::vector<PlannerRank> ranks(p);
+    for (int r = 0; r < p; ++r) {
+      ranks[r].seconds_per_unit = i % 4 == 0 ? 1e-3 * std::uniform_int_distribution<int>(1, 3)(rng)
+                                             : std::uniform_real_distribution<double>(1e-3, 1e-2)(rng);
+      ranks[r].cordoned = p > 1 && r == 0 && i % 5 == 0;
+    }
+    absl::StatusOr<std::vector<int32_t>> counts = WaterFillCounts(ranks, total);
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    auto worst = [&](const std::vector<int32_t>& n) {
+      double t = 0;
+      for (int r = 0; r < p; ++r) t = std::max(t, ranks[r].seconds_per_unit * n[r]);
+      return t;
+    };
+    int sum = 0;
+    for (int r = 0; r < p; ++r) {
+      sum += (*counts)[r];
+      if (ranks[r].cordoned) {
+        EXPECT_EQ((*counts)[r], 0);
+      }
+    }
+    EXPECT_EQ(sum, total);
+    // Every composition of `total` over the non-cordoned ranks.
+    double best = kInf;
+    std::vector<int32_t> n(p, 0);
+    while (true) {
+      int s = 0;
+      bool ok = true;
+      for (int r = 0; r < p; ++r) {
+        s += n[r];
+        ok = ok && !(ranks[r].cordoned && n[r] > 0);
+      }
+      if (ok && s == total) best = std::min(best, worst(n));
+      int r = 0;
+      while (r < p && n[r] == total) n[r++] = 0;
+      if (r == p) break;
+      ++n[r];
+    }
+    EXPECT_DOUBLE_EQ(worst(*counts), best);
+  }
+}
+
+TEST(PlannerWaterFillTest, MoveUnitsMovesTheFewest) {
+  const std::vector<RankId> owners = EvenOwnership(12, 3);  // 0000 1111 2222
+  const std::vector<RankId> moved = MoveUnits(owners, {6, 5, 1});
+  std::vector<int> counts(3, 0);
+  int changed = 0;
+  for (size_t u = 0; u < moved.size(); ++u) {
+    ++counts[moved[u].value()];
+    changed += moved[u] != owners[u];
+  }
+  EXPECT_EQ(counts, (std::vector<int>{6, 5, 1}));
+  EXPECT_EQ(changed, 3);  // rank 2 gives 3 units: its highest ids, to rank 0 then rank 1
+  EXPECT_EQ(moved[8], RankId(2));
+  EXPECT_EQ(moved[9], RankId(0));
+  EXPECT_EQ(moved[10], RankId(0));
+  EXPECT_EQ(moved[11], RankId(1));
+}
+
+// Groups of realistic size: the decision is feasible, inside the budgets, and never worse
+// than all-local (when that is allowed) or than any single technique's best.
+TEST(PlannerPropertyTest, LargeGroupsAreFeasibleAndDominate) {
+  std::mt19937_64 rng(2024);
+  for (int i = 0; i < 250; ++i) {
+    Case k = RandomCase(rng, /*max_ranks=*/16, /*max_units=*/64, /*cordon_chance=*/0.2);
+    if (k.c.size() < 2) continue;
+    const PlannerInput in = MakeInput(k);
+    JobPolicy policy = k.policy;
+    policy.mode = BalanceMode::kAuto;
+    const std::string what = Describe(k, BalanceMode::kAuto);
+    absl::StatusOr<BlockDecision> d = PlanBlock(in, policy, nullptr);
+    ASSERT_TRUE(d.ok()) << d.status() << what;
+    const Checked check = CheckPlan(in, policy, BalanceMode::kAuto, d->plan);
+    ASSERT_EQ(check.error, "") << what;
+    EXPECT_NEAR(check.step, d->predicted_step_seconds, 1e-12 * check.step) << what;
+    const double tol = 1e-12 * d->objective;
+    for (const PlanCandidate& c : d->candidates) {
+      if (!c.feasible) continue;
+      if (c.kind == CandidateKind::kReshard) continue;  // chosen only when clearly better
+      EXPECT_LE(d->objective, c.cost.objective + tol) << CandidateKindName(c.kind) << what;
+      const Checked cc = CheckPlan(in, policy, BalanceMode::kAuto, c.plan);
+      EXPECT_EQ(cc.error, "") << CandidateKindName(c.kind) << what;
+    }
+    for (BalanceMode single : {BalanceMode::kResize, BalanceMode::kMigrate}) {
+      policy.mode = single;
+      absl::StatusOr<PlanCandidate> one = BestPlan(in, policy);
+      if (!one.ok()) continue;  // resize cannot honour some cordons
+      EXPECT_EQ(CheckPlan(in, policy, single, one->plan).error, "") << what;
+      EXPECT_LE(d->objective, one->cost.objective + tol) << BalanceModeName(single) << what;
+    }
+    if (check.pruned == 0) {  // without pruning nothing beats perfect balance
+      EXPECT_GE(d->predicted_step_seconds, d->ideal_step_seconds * (1 - 1e-12)) << what;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Hysteresis.
+
+Case Straggler() {
+  Case k;
+  k.c.assign(8, 1e-3);
+  k.c[7] = 2e-3;
+  k.n.assign(8, 64);
+  k.tau = 1e-4;
+  return k;
+}
+
+int CountChanges(double hysteresis, int steps, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> noise(-0.02, 0.02);
+  Case k = Straggler();
+  k.policy.hysteresis = hysteresis;
+  BlockPlan current;
+  bool have = false;
+  int changes = 0;
+  for (int i = 0; i < steps; ++i) {
+    Case noisy = k;
+    for (double& c : noisy.c) c *= 1 + noise(rng);
+    absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(noisy), k.policy, have ? &current : nullptr);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return -1;
+    if (have && !(d->plan == current)) ++changes;
+    current = d->plan;
+    have = true;
+  }
+  return changes;
+}
+
+TEST(PlannerHysteresisTest, NoiseDoesNotFlapThePlan) {
+  const int with = CountChanges(0.05, 1000, 1);
+  const int without = CountChanges(0.0, 1000, 1);
+  EXPECT_LE(with, 5);
+  EXPECT_GT(without, 5 * std::max(with, 4));
+}
+
+TEST(PlannerHysteresisTest, RealSlowdownChangesThePlan) {
+  Case k = Straggler();
+  absl::StatusOr<BlockDecision> first = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(first.ok());
+  k.c[3] *= 2;  // a second rank becomes 2x slower
+  absl::StatusOr<BlockDecision> second = PlanBlock(MakeInput(k), k.policy, &first->plan);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->kept_current);
+  EXPECT_FALSE(second->plan == first->plan);
+  bool rank3_sheds = false;
+  for (const Offload& o : second->plan.offloads) rank3_sheds = rank3_sheds || o.owner == RankId(3);
+  EXPECT_TRUE(rank3_sheds) << second->explanation;
+}
+
+TEST(PlannerHysteresisTest, KeepsAnEquallyGoodCurrentPlanAndDropsAnInfeasibleOne) {
+  Case k = Straggler();
+  const PlannerInput in = MakeInput(k);
+  absl::StatusOr<BlockDecision> first = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(first.ok());
+  absl::StatusOr<BlockDecision> again = PlanBlock(in, k.policy, &first->plan);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->kept_current);
+  EXPECT_EQ(again->plan, first->plan);
+
+  BlockPlan broken = first->plan;
+  broken.pruned_units.assign(8, 0);
+  broken.pruned_units[7] = 60;  // over the per-rank budget
+  absl::StatusOr<BlockDecision> fixed = PlanBlock(in, k.policy, &broken);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_FALSE(fixed->kept_current);
+  EXPECT_THAT(fixed->explanation, HasSubstr("budget"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Modes, resharding, explanation.
+
+TEST(PlannerTest, ObserveExplainsButPushesAllLocal) {
+  Case k = Straggler();
+  k.policy.mode = BalanceMode::kObserve;
+  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->plan.offloads.empty());
+  EXPECT_TRUE(d->plan.pruned_units.empty());
+  EXPECT_DOUBLE_EQ(d->predicted_step_seconds, d->all_local_step_seconds);
+  EXPECT_FALSE(d->recommended.plan.offloads.empty());
+  EXPECT_LT(d->recommended.cost.step_seconds, d->all_local_step_seconds);
+  EXPECT_THAT(d->explanation, HasSubstr("would push"));
+}
+
+TEST(PlannerTest, StragglerOffloadsNearTheIdeal) {
+  Case k = Straggler();
+  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->chosen, CandidateKind::kAuto);
+  EXPECT_DOUBLE_EQ(d->all_local_step_seconds, 0.128);
+  EXPECT_NEAR(d->ideal_step_seconds, 512 * 1e-3 / 7.5, 1e-12);
+  EXPECT_LT(d->predicted_step_seconds, 1.02 * (d->ideal_step_seconds + 2e-3));
+  EXPECT_TRUE(d->plan.pruned_units.empty());  // w = 1 s makes pruning too dear here
+  EXPECT_THAT(d->explanation, HasSubstr("predicted step"));
+  EXPECT_THAT(d->explanation, HasSubstr("migrate"));
+}
+
+TEST(PlannerTest, ResizePrunesTheStragglerWithinBudget) {
+  Case k = Straggler();
+  k.policy.mode = BalanceMode::kResize;
+  k.policy.accuracy_weight_seconds = 0.1;  // a pruned unit costs 0.2 ms, computing it 2 ms
+  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->plan.pruned_units.size(), 8u);
+  EXPECT_EQ(d->plan.pruned_units[7], 32);  // down to the fast ranks' 64 ms
+  EXPECT_DOUBLE_EQ(d->predicted_step_seconds, 0.064);
+}
+
+TEST(PlannerTest, CordonedRankOffloadsEverythingOrReshards) {
+  Case k = Straggler();
+  k.c[7] = 1e-3;
+  k.cordoned.assign(8, false);
+  k.cordoned[2] = true;
+  k.tau = 1e-3;
+  k.policy.mode = BalanceMode::kMigrate;
+  const PlannerInput in = MakeInput(k);
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // Offloading costs rank 2 tau per unit each step; resharding does not.
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  ASSERT_EQ(d->plan.owner_of_unit.size(), 512u);
+  std::vector<int> counts(8, 0);
+  int moved = 0;
+  for (size_t u = 0; u < 512; ++u) {
+    ++counts[d->plan.owner_of_unit[u].value()];
+    moved += d->plan.owner_of_unit[u] != in.owner_of_unit[u];
+  }
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_EQ(moved, 64);
+  const Checked check = CheckPlan(in, k.policy, BalanceMode::kMigrate, d->plan);
+  EXPECT_EQ(check.error, "");
+
+  // Once applied, the same inputs keep it: no flapping back.
+  Case after = k;
+  after.n.clear();
+  for (int c : counts) after.n.push_back(c);
+  PlannerInput in2 = MakeInput(after);
+  in2.owner_of_unit = d->plan.owner_of_unit;
+  absl::StatusOr<BlockDecision> d2 = PlanBlock(in2, k.policy, &d->plan);
+  ASSERT_TRUE(d2.ok()) << d2.status();
+  EXPECT_TRUE(d2->plan.owner_of_unit.empty()) << d2->explanation;
+  EXPECT_TRUE(d2->plan.offloads.empty()) << d2->explanation;
+}
+
+TEST(PlannerTest, ChronicStragglerReshardsOnlyWhenItPays) {
+  Case k = Straggler();
+  k.chronic.assign(8, false);
+  k.chronic[7] = true;
+  k.tau = 1e-3;  // offloads are dear: moving units for good beats shipping them each step
+  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  k.tau = 0;  // free offloads already balance it: a reshard cannot beat that by 5%
+  d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(d->chosen, CandidateKind::kReshard) << d->explanation;
+}
+
+TEST(PlannerTest, EvaluatePlanPricesAndRejects) {
+  Case k = Straggler();
+  const PlannerInput in = MakeInput(k);
+  BlockPlan plan;
+  plan.block = BlockId(1);
+  plan.offloads = {{RankId(7), RankId(0), 4}};
+  absl::StatusOr<PlanCost> cost = EvaluatePlan(in, k.policy, plan);
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_DOUBLE_EQ(cost->rank_seconds[7], 2e-3 * 60 + 1e-4 * 4);
+  EXPECT_DOUBLE_EQ(cost->rank_seconds[0], 1e-3 * 68 + 1e-4 * 4);
+  plan.pruned_units.assign(8, 0);
+  plan.pruned_units[7] = 33;
+  EXPECT_EQ(EvaluatePlan(in, k.policy, plan).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  JobPolicy migrate = k.policy;
+  migrate.mode = BalanceMode::kMigrate;
+  plan.pruned_units[7] = 1;
+  EXPECT_THAT(std::string(EvaluatePlan(in, migrate, plan).status().message()),
+              HasSubstr("pruned_units[7]"));
+  plan.pruned_units.clear();
+  plan.offloads.push_back({RankId(7), RankId(0), 1});
+  EXPECT_EQ(EvaluatePlan(in, k.policy, plan).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlannerTest, ResizeCannotHonourAnOverBudgetCordon) {
+  Case k = Straggler();
+  k.cordoned.assign(8, false);
+  k.cordoned[1] = true;
+  k.policy.mode = BalanceMode::kResize;
+  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("cordoned rank 1"));
+}
+
+TEST(PlannerTest, EmptyBlockIsAllLocal) {
+  Case k;
+  k.c = {1e-3, 2e-3};
+  k.n = {0, 0};
+  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->predicted_step_seconds, 0);
+  EXPECT_TRUE(d->plan.offloads.empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad input names the field.
+
+void ExpectInvalid(const PlannerInput& in, const JobPolicy& policy, const std::string& field) {
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, policy, nullptr);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << d.status();
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr(field));
+}
+
+TEST(PlannerInputTest, BadInputsNameTheField) {
+  const Case k = Straggler();
+  const PlannerInput good = MakeInput(k);
+  ASSERT_TRUE(PlanBlock(good, k.policy, nullptr).ok());
+  for (double bad : {std::nan(""), kInf, -kInf, 0.0, -1e-3}) {
+    PlannerInput in = good;
+    in.ranks[2].seconds_per_unit = bad;
+    ExpectInvalid(in, k.policy, "ranks[2].seconds_per_unit");
+  }
+  {
+    PlannerInput in = good;
+    in.ranks[2].seconds_per_unit = std::nan("");
+    ExpectInvalid(in, k.policy, "ranks[2].seconds_per_unit nan");
+  }
+  {
+    PlannerInput in = good;
+    in.ranks[1].owned_units = -1;
+    ExpectInvalid(in, k.policy, "ranks[1].owned_units");
+  }
+  {
+    PlannerInput in = good;
+    in.ranks[1].owned_units = 63;
+    ExpectInvalid(in, k.policy, "ranks[1].owned_units 63");
+  }
+  {
+    PlannerInput in = good;
+    in.owner_of_unit[5] = RankId(8);
+    ExpectInvalid(in, k.policy, "owner_of_unit[5]");
+  }
+  {
+    PlannerInput in = good;
+    for (PlannerRank& r : in.ranks) r.cordoned = true;
+    ExpectInvalid(in, k.policy, "cordoned");
+  }
+  for (double bad : {std::nan(""), -1e-4, kInf}) {
+    PlannerInput in = good;
+    in.transfer_seconds_per_unit = bad;
+    ExpectInvalid(in, k.policy, "transfer_seconds_per_unit");
+  }
+  {
+    PlannerInput in = good;
+    in.ranks.clear();
+    ExpectInvalid(in, k.policy, "ranks");
+  }
+  {
+    JobPolicy policy = k.policy;
+    policy.hysteresis = 2;
+    ExpectInvalid(good, policy, "hysteresis");
+    policy = k.policy;
+    policy.max_pruned_fraction_rank = std::nan("");
+    ExpectInvalid(good, policy, "max_pruned_fraction_rank");
+    policy = k.policy;
+    policy.accuracy_weight_seconds = -1;
+    ExpectInvalid(good, policy, "accuracy_weight_seconds");
+  }
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
