@@ -12,6 +12,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,6 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "agent/agent_state.h"
 #include "agent/coordinator_session.h"
+#include "agent/metrics.h"
 #include "agent/worker_service.h"
 #include "common/logging.h"
 
@@ -30,6 +33,7 @@ ABSL_FLAG(std::string, agent_id, "", "This agent's id (default: the node name)")
 ABSL_FLAG(absl::Duration, batch_period, absl::Milliseconds(100),
           "How often queued reports are sent to the coordinator");
 ABSL_FLAG(int32_t, report_queue, 65536, "Reports held while the coordinator is away");
+ABSL_FLAG(std::string, metrics, "127.0.0.1:9465", "Prometheus /metrics address ('' = off)");
 
 namespace {
 
@@ -93,11 +97,27 @@ int main(int argc, char** argv) {
   BALLAST_LOG(INFO) << "ballast-agent " << agent_id << " serving workers on unix:" << socket_path
                     << ", coordinator " << session_options.coordinator_address;
 
+  auto registry = std::make_shared<prometheus::Registry>();
+  ballast::agent::AgentMetrics metrics(*registry, node, "0.1.0");
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (!absl::GetFlag(FLAGS_metrics).empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(absl::GetFlag(FLAGS_metrics));
+      exposer->RegisterCollectable(registry);
+    } catch (const std::exception& e) {
+      BALLAST_LOG(ERROR) << "cannot serve metrics on " << absl::GetFlag(FLAGS_metrics) << ": "
+                         << e.what();
+      return 1;
+    }
+  }
+
   absl::Notification shutdown;
   shutdown_requested = &shutdown;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  shutdown.WaitForNotification();
+  while (!shutdown.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+    metrics.Update(state.stats(), session->connected(), session->connects());
+  }
   BALLAST_LOG(INFO) << "ballast-agent " << agent_id << " shutting down";
   session.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/agent.grpc.pb.h"
+#include "testing/http_get.h"
 
 ABSL_FLAG(std::string, coordinator_binary, "build-release/coordinator/ballast-coordinator",
           "Path of the ballast-coordinator binary to measure");
@@ -165,7 +166,8 @@ int main(int argc, char** argv) {
   if (pid == 0) {
     const std::string listen = absl::StrCat("--listen=", address);
     const std::string store = absl::StrCat("--store=", dir, "/c.db");
-    execl(binary.c_str(), binary.c_str(), listen.c_str(), store.c_str(), "--metrics=",
+    const std::string metrics = absl::StrCat("--metrics=127.0.0.1:", port + 1);
+    execl(binary.c_str(), binary.c_str(), listen.c_str(), store.c_str(), metrics.c_str(),
           static_cast<char*>(nullptr));
     std::perror("exec ballast-coordinator");
     _exit(127);
@@ -199,12 +201,21 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::duration<double>(start + absl::GetFlag(FLAGS_seconds) - Now()));
   const double cpu1 = CpuSeconds(pid);
   const double wall = Now() - start;
-  shared.stop = true;
-  for (auto& t : threads) t.join();
-
   grpc::ClientContext c;
   ballast::v1::ClusterStatus status;
   (void)admin->GetStatus(&c, ballast::v1::GetStatusRequest(), &status);
+  shared.stop = true;
+  for (auto& t : threads) t.join();
+  // What the coordinator itself counted, once every sender has stopped and its last
+  // batch was read (metrics refresh every 500 ms).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  double accepted = -1;
+  if (auto body = ballast::testing::HttpGet(port + 1, "/metrics"); body.ok()) {
+    const std::string key = "ballast_coordinator_reports_total{result=\"accepted\"} ";
+    if (size_t at = body->find(key); at != std::string::npos) {
+      accepted = std::stod(body->substr(at + key.size()));
+    }
+  }
   kill(pid, SIGTERM);
   waitpid(pid, nullptr, 0);
   std::filesystem::remove_all(dir);
@@ -219,12 +230,13 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "{\"bench\":\"ingest\",\"devices\":%d,\"agents\":%d,\"reports_per_second_offered\":%.0f,"
-      "\"reports_offered\":%lld,\"reports_rejected\":%lld,\"reports_dropped\":%lld,"
+      "\"reports_offered\":%lld,\"reports_accepted\":%.0f,\"reports_rejected\":%lld,"
+      "\"reports_dropped\":%lld,"
       "\"coordinator_cpu_cores\":%.3f,\"straggler_groups\":%zu,\"straggler_groups_relieved\":%lld,"
       "\"plan_latency_p50_seconds\":%.3f,\"plan_latency_p99_seconds\":%.3f,"
       "\"workers_registered\":%d}\n",
       devices, agents, shared.offered.load() / wall, static_cast<long long>(shared.offered.load()),
-      static_cast<long long>(shared.rejected.load()), static_cast<long long>(shared.dropped.load()),
+      accepted, static_cast<long long>(shared.rejected.load()), static_cast<long long>(shared.dropped.load()),
       (cpu1 - cpu0) / wall, shared.straggle_sent.size(), static_cast<long long>(relieved),
       Percentile(latencies, 0.5), Percentile(latencies, 0.99), status.workers());
   return 0;

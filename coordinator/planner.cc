@@ -359,54 +359,6 @@ class TransferSolver {
     return max_load;
   }
 
-  // The largest load value below t that any rank can have with any prune count (-1 if
-  // none): MinPrunes only changes at such values, so on [PrevBreak(t), t) it is constant.
-  double PrevBreak(double t) const {
-    double best = -1;
-    const double tau = pb_.tau;
-    for (int32_t r = 0; r < pb_.p; ++r) {
-      const int32_t n = pb_.owned[r], cap = pb_.prune_cap[r];
-      const double c = pb_.c[r];
-      if (pb_.cordoned[r]) {
-        // tau (n - z): the largest value below t is at the fewest prunes that get below t.
-        for (int32_t z = SmallestPrune(tau, n, t); z <= std::min(cap, n); ++z) {
-          const double value = Load(c, tau, 0, n - z);
-          if (value < t) {
-            best = std::max(best, value);
-            break;
-          }
-        }
-        continue;
-      }
-      const int32_t first = std::min(SmallestPrune(c, n, t), SmallestPrune(tau, n, t));
-      for (int32_t z = first; z <= cap; ++z) {
-        const int64_t left = n - z;
-        // Keeping u of its left units and sending the rest: a line in u.
-        auto send = [&](int64_t u) { return Load(c, tau, u, left - u); };
-        if (c > tau) {
-          int64_t u = std::clamp<int64_t>(
-              static_cast<int64_t>(std::ceil((t - tau * left) / (c - tau))) - 1, -1, left);
-          while (u + 1 <= left && send(u + 1) < t) ++u;
-          while (u >= 0 && send(u) >= t) --u;
-          if (u >= 0) best = std::max(best, send(u));
-        } else {
-          for (int64_t u = 0; u <= left; ++u) {  // rare (c <= tau): not worth a formula
-            if (send(u) < t) best = std::max(best, send(u));
-          }
-        }
-        // Keeping all of them and receiving x >= 1.
-        auto receive = [&](int64_t x) { return Load(c, tau, left + x, x); };
-        const int64_t max_in = std::max<int64_t>(0, pb_.total - n);
-        int64_t x = std::clamp<int64_t>(
-            static_cast<int64_t>(std::ceil((t - c * left) / (c + tau))) - 1, 0, max_in);
-        while (x + 1 <= max_in && receive(x + 1) < t) ++x;
-        while (x >= 1 && receive(x) >= t) --x;
-        if (x >= 1) best = std::max(best, receive(x));
-      }
-    }
-    return best;
-  }
-
   // Linear relaxation of MinPrunes(t): a lower bound, kInf where even it is infeasible.
   double LpPrunes(double t) {
     double sum_m = 0, covered = 0;
@@ -535,13 +487,36 @@ class TransferSolver {
   }
 
   // Options of a sender: every prune beyond `start` (up to `end`) raises its coverage, by
-  // at least one unit; stop once the gain reaches `target`.
+  // at least one unit; stop once the gain reaches `target`. While it still sends, its
+  // least send count y(z) = ceil((c (n - z) - t) / (c - tau)) falls by c / (c - tau) per
+  // prune, so it is tracked incrementally and only checked against the load formula.
   void FillSenderOptions(double t, int32_t start, int32_t end, int64_t target,
                          Item* item) const {
-    const int64_t base = Coverage(item->rank, t, start);
+    const int32_t r = item->rank;
+    const int64_t base = Coverage(r, t, start);
+    if (pb_.cordoned[r]) {  // a pruned unit is one unit it need not send
+      for (int32_t zz = start + 1; zz <= end && zz - start <= target; ++zz) {
+        item->options.push_back({zz - start, zz - start});
+      }
+      return;
+    }
+    const double c = pb_.c[r], tau = pb_.tau;
+    const int64_t n = pb_.owned[r];
+    const double step = c / (c - tau);
+    double q = (c * static_cast<double>(n - start) - t) / (c - tau);
     int64_t last = 0;
     for (int32_t zz = start + 1; zz <= end; ++zz) {
-      const int64_t gain = Coverage(item->rank, t, zz) - base;
+      const int64_t left = n - zz;
+      int64_t gain;
+      if (Load(c, tau, left, 0) <= t) {
+        gain = Coverage(r, t, zz) - base;  // keeps everything from here on
+      } else {
+        q -= step;
+        int64_t y = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(q)), 1, left);
+        while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
+        while (y < left && Load(c, tau, left - y, y) > t) ++y;
+        gain = n - y - base;
+      }
       if (gain <= last) continue;
       item->options.push_back({zz - start, gain});
       last = gain;
@@ -578,19 +553,13 @@ class TransferSolver {
   // Fewest total extra prunes (<= budget) whose gains sum to >= target over items_; each
   // item takes at most one option. Adds the chosen prunes to z when non-null.
   //
-  // A DP over "coverage gained so far". When that is large (many ranks pruning many units),
-  // most states cannot lead to an optimum: a state is expanded only if its cost plus an LP
-  // bound for the items still to come (their options' concave hulls, filled steepest
-  // first) is within a known feasible cost (a greedy solution). The LP-to-integer gap is a
-  // few prunes, so only states near the LP's path survive; the result is still exact.
+  // A DP over "coverage gained so far" (which can run to hundreds of units when many ranks
+  // prune many units), pruned: a state is expanded only if its cost plus an LP bound for
+  // the items still to come (their options' concave hulls, filled steepest first) fits
+  // under a limit. Limits are tried from the LP bound up to a greedy solution's cost; the
+  // LP-to-integer gap is a few prunes, so only states near the LP's path survive, and the
+  // first limit that admits a solution yields the exact optimum.
   int64_t Knapsack(int64_t target, int64_t budget, std::vector<int32_t>* z) {
-    const size_t width = static_cast<size_t>(target) + 1;
-    const size_t k = num_items_;
-    size_t work = 0;
-    for (size_t i = 0; i < k; ++i) work += width * items_[i].options.size();
-    order_.resize(k);
-    for (size_t i = 0; i < k; ++i) order_[i] = i;
-    if (work <= 4096) return RunDp(target, budget, false, z);
     const int64_t cap = std::min(budget, PrepareBounds(target));
     const double root = RestBound(0, target);
     if (!std::isfinite(root)) return kNoPlan;
@@ -598,16 +567,15 @@ class TransferSolver {
     // the exact optimum, since no state on an optimal path is ever cut.
     int64_t limit = std::max<int64_t>(0, static_cast<int64_t>(std::ceil(root - 1e-7)));
     for (int64_t step = 1;; step *= 2) {
-      if (limit >= cap) return RunDp(target, cap, true, z);
-      const int64_t got = RunDp(target, limit, true, z);
+      if (limit >= cap) return RunDp(target, cap, z);
+      const int64_t got = RunDp(target, limit, z);
       if (got != kNoPlan) return got;
       limit += step;
     }
   }
 
-  // The DP itself, keeping only solutions of cost <= upper (and, when bounded, only states
-  // whose LP completion fits under it).
-  int64_t RunDp(int64_t target, int64_t upper, bool bounded, std::vector<int32_t>* z) {
+  // The DP itself, keeping only states whose cost plus LP completion fits under `upper`.
+  int64_t RunDp(int64_t target, int64_t upper, std::vector<int32_t>* z) {
     constexpr int32_t kBig = std::numeric_limits<int32_t>::max() / 2;
     const size_t width = static_cast<size_t>(target) + 1;
     const size_t k = num_items_;
@@ -625,14 +593,16 @@ class TransferSolver {
     dp_.assign(width, kBig);
     dp_[0] = 0;
     live_.assign(1, 0);
+    listed_.assign(width, 0);  // in live_ or fresh_: each state is expanded once per item
+    listed_[0] = 1;
     for (size_t i = 0; i < k; ++i) {
       std::sort(live_.begin(), live_.end(), std::greater<>());
       fresh_.clear();
       const std::vector<Option>& options = items_[order_[i]].options;
       for (const int32_t g : live_) {
         const int32_t here = dp_[g];
-        if (bounded && here + RestBound(i, target - g) > limit) {
-          dp_[g] = kBig;  // cannot finish within the known solution's cost
+        if (here + RestBound(i, target - g) > limit) {
+          dp_[g] = kBig;  // cannot finish within `upper`
           continue;
         }
         for (size_t j = 0; j < options.size(); ++j) {
@@ -640,8 +610,11 @@ class TransferSolver {
           if (cost > upper) break;  // options grow in cost
           const int32_t ng = static_cast<int32_t>(std::min<int64_t>(target, g + options[j].gain));
           if (cost >= dp_[ng]) continue;
-          if (bounded && static_cast<double>(cost) + RestBound(i + 1, target - ng) > limit) continue;
-          if (dp_[ng] >= kBig) fresh_.push_back(ng);
+          if (static_cast<double>(cost) + RestBound(i + 1, target - ng) > limit) continue;
+          if (!listed_[ng]) {
+            listed_[ng] = 1;
+            fresh_.push_back(ng);
+          }
           dp_[ng] = static_cast<int32_t>(cost);
           if (track) {
             const size_t at = i * width + static_cast<size_t>(ng);
@@ -652,11 +625,13 @@ class TransferSolver {
         }
       }
       live_.erase(std::remove_if(live_.begin(), live_.end(),
-                                 [&](int32_t g) { return dp_[g] >= kBig; }),
+                                 [&](int32_t g) {
+                                   if (dp_[g] < kBig) return false;
+                                   listed_[g] = 0;
+                                   return true;
+                                 }),
                   live_.end());
-      for (int32_t g : fresh_) {
-        if (dp_[g] < kBig) live_.push_back(g);
-      }
+      live_.insert(live_.end(), fresh_.begin(), fresh_.end());
     }
     if (dp_[width - 1] >= kBig) return kNoPlan;
     if (track) {
@@ -675,6 +650,7 @@ class TransferSolver {
   // Least fractional cost to gain h from items i.. on (kInf if they cannot).
   double RestBound(size_t i, int64_t h) const {
     if (h <= 0) return 0;
+    if (!dense_.empty()) return dense_[i * dense_width_ + static_cast<size_t>(h)];
     const size_t from = rest_begin_[i], to = rest_end_[i];
     const double want = static_cast<double>(h);
     // First cumulative point that reaches h.
@@ -693,11 +669,13 @@ class TransferSolver {
     return cost0 + (want - gain0) * (rest_[lo].cost - cost0) / (rest_[lo].gain - gain0);
   }
 
-  // For the bounded knapsack: orders the items by efficiency (order_), builds the suffix
+  // For the knapsack: orders the items by efficiency (order_), builds the suffix
   // LP bounds (rest_: the cumulative hull points of items order_[i..] merged by slope) and
   // returns a greedy solution's cost (kNoPlan if the greedy finds none).
   int64_t PrepareBounds(int64_t target) {
     const size_t k = num_items_;
+    order_.resize(k);
+    for (size_t i = 0; i < k; ++i) order_[i] = i;
     // Upper concave hull of each item's (cost, gain) points from the origin: few segments,
     // since the gains are floors of a line.
     if (hulls_.size() < k) hulls_.resize(k);
@@ -748,6 +726,19 @@ class TransferSolver {
       }
       rest_end_[i] = rest_.size();
     }
+    // Small tables are cheaper to fill than to search pair by pair.
+    const size_t width = static_cast<size_t>(target) + 1;
+    dense_.clear();
+    if ((k + 1) * width <= 2048) {
+      std::vector<double> table((k + 1) * width);
+      for (size_t i = 0; i <= k; ++i) {
+        for (size_t h = 0; h < width; ++h) {
+          table[i * width + h] = RestBound(i, static_cast<int64_t>(h));
+        }
+      }
+      dense_ = std::move(table);
+      dense_width_ = width;
+    }
 
     // Greedy: most efficient items first, each the cheapest option that finishes, else
     // its largest.
@@ -779,11 +770,14 @@ class TransferSolver {
   std::vector<Item> items_;  // the first num_items_ are in use
   size_t num_items_ = 0;
   std::vector<int32_t> dp_, live_, fresh_, pick_, prev_;
+  std::vector<char> listed_;
   std::vector<uint64_t> stamp_;
   uint64_t epoch_ = 0;
   std::vector<std::vector<Segment>> hulls_;
   std::vector<Segment> segments_, merged_, rest_;
   std::vector<size_t> rest_begin_, rest_end_;
+  std::vector<double> dense_;  // RestBound(i, h) at [i * dense_width_ + h], when small
+  size_t dense_width_ = 0;
   std::vector<size_t> order_;
 };
 
@@ -873,11 +867,12 @@ Solution SolveAuto(const Problem& pb, TransferSolver& solver, const Solution& mi
       // Steps starting inside (a, b) need fewer prunes than at a: none if ka is too small.
       if (node.ka >= 0 && node.ka <= node.kb + (node.exact ? 1 : 0)) continue;
       if (node.b - node.a <= kRelTol * node.b) continue;
-      if (node.b - node.a <= 1e-6 * node.b) {
-        // Close to a step boundary: rather than halving down to rounding, test the one
-        // load value just below b. MinPrunes is constant on [below, b), so either nothing
-        // new starts in (a, b) or the next candidate is at or below `below`.
-        const double below = solver.PrevBreak(node.b);
+      if ((node.ka >= 0 && node.ka <= node.kb + 2) || node.b - node.a <= 1e-6 * node.b) {
+        // At most a step or two can start in (a, b), or it is tiny: rather than halving down
+        // to rounding, look just below b. Every load value is a double, so MinPrunes at the
+        // double below b is its value on the whole step left of b: either b is where its
+        // step starts, or the search moves to a lower plan.
+        const double below = std::nextafter(node.b, 0.0);
         if (!(below > node.a)) continue;
         const int64_t kp = solver.MinPrunes(below, &z);
         if (kp == kNoPlan) continue;  // nor anything below it

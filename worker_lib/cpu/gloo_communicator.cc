@@ -2,6 +2,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/reduce.h>
@@ -61,6 +62,14 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout_ms);
     context->connectFullMesh(prefixed, device);
+    // connectFullMesh returns when this rank's side of every pair is up, possibly before
+    // a peer has finished its handshake. Without this barrier a rank that goes on to do
+    // nothing collective can tear its context down under a peer still connecting.
+    if (size > 1) {
+      gloo::BarrierOptions barrier(context);
+      barrier.setTimeout(timeout_ms);
+      gloo::barrier(barrier);
+    }
   });
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("rank ", rank, "/", size, " prefix '", prefix,

@@ -22,8 +22,8 @@ namespace ballast::internal {
 
 class GlooCommunicator final : public Communicator {
  public:
-  // Connects a full mesh among `size` ranks through `store`; fails (never hangs) when the
-  // peers do not all arrive within `timeout`.
+  // Connects a full mesh among `size` ranks through `store` and returns once every rank
+  // has; fails (never hangs) when the peers do not all arrive within `timeout`.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
       int rank, int size, gloo::rendezvous::Store& store, const std::string& prefix,
       const std::string& hostname, absl::Duration timeout);

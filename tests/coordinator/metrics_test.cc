@@ -1,0 +1,91 @@
+// Metrics are served over real HTTP with the names, labels and values the conventions
+// call for (../shared/conventions.md), for the coordinator and the agent.
+#include "coordinator/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <prometheus/exposer.h>
+
+#include "agent/metrics.h"
+#include "testing/http_get.h"
+
+namespace ballast {
+namespace {
+
+using ::testing::HasSubstr;
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = std::make_shared<prometheus::Registry>();
+    exposer_ = std::make_unique<prometheus::Exposer>("127.0.0.1:0");
+    exposer_->RegisterCollectable(registry_);
+    ASSERT_FALSE(exposer_->GetListeningPorts().empty());
+    port_ = exposer_->GetListeningPorts()[0];
+  }
+  std::string Scrape() {
+    absl::StatusOr<std::string> body = testing::HttpGet(port_, "/metrics");
+    EXPECT_TRUE(body.ok()) << body.status();
+    return body.ok() ? *body : "";
+  }
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
+  coordinator::CoordinatorMetrics metrics(*registry_, "9.9.9");
+  v1::ClusterStatus status;
+  status.set_agents(2);
+  status.set_workers(4);
+  v1::JobStatus* job = status.add_jobs();
+  job->set_job("vit");
+  v1::GroupStatus* g = job->add_groups();
+  g->set_group("tp0");
+  g->set_pruned_fraction(0.125);
+  g->set_offloaded_fraction(0.25);
+  g->set_predicted_step_seconds(0.5);
+  g->set_measured_step_seconds(0.6);
+  v1::RankStatus* r = g->add_ranks();
+  r->set_rank(3);
+  r->set_device("n1/gpu3");
+  r->set_seconds_per_unit(0.002);
+  r->set_state("chronic");
+  coordinator::CoordinatorCounters counters{.reports_accepted = 10, .reports_rejected = 2,
+                                            .plan_changes = 3};
+  metrics.Update(status, counters, coordinator::SpeedModelCounters{.outliers = 5});
+  counters.reports_accepted = 15;  // counters only grow by the difference
+  metrics.Update(status, counters, coordinator::SpeedModelCounters{.outliers = 5});
+
+  const std::string body = Scrape();
+  EXPECT_THAT(body, HasSubstr("ballast_build_info{version=\"9.9.9\"} 1"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_reports_total{result=\"accepted\"} 15"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_reports_total{result=\"rejected\"} 2"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_plan_changes_total 3"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_timing_outliers_total 5"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_agents_connected 2"));
+  EXPECT_THAT(body, HasSubstr("ballast_group_pruned_ratio{group=\"tp0\",job=\"vit\"} 0.125"));
+  EXPECT_THAT(body, HasSubstr("ballast_group_offloaded_ratio{group=\"tp0\",job=\"vit\"} 0.25"));
+  EXPECT_THAT(body, HasSubstr("ballast_group_measured_step_seconds{group=\"tp0\",job=\"vit\"} 0.6"));
+  EXPECT_THAT(body, HasSubstr("ballast_rank_seconds_per_unit{device=\"n1/gpu3\",group=\"tp0\","
+                              "job=\"vit\",rank=\"3\"} 0.002"));
+  EXPECT_THAT(body, HasSubstr("ballast_rank_straggler_state{device=\"n1/gpu3\",group=\"tp0\","
+                              "job=\"vit\",rank=\"3\"} 2"));
+}
+
+TEST_F(MetricsTest, AgentExportsSessionAndReportCounters) {
+  agent::AgentMetrics metrics(*registry_, "node-1", "9.9.9");
+  agent::AgentStats stats{.workers = 3, .reports_queued = 100, .reports_dropped = 7,
+                          .reports_rejected = 1, .plans_relayed = 4};
+  metrics.Update(stats, /*coordinator_connected=*/true, /*connects=*/2);
+  const std::string body = Scrape();
+  EXPECT_THAT(body, HasSubstr("ballast_agent_workers_attached{node=\"node-1\"} 3"));
+  EXPECT_THAT(body, HasSubstr("ballast_agent_coordinator_connected{node=\"node-1\"} 1"));
+  EXPECT_THAT(body, HasSubstr("ballast_agent_coordinator_connects_total{node=\"node-1\"} 2"));
+  EXPECT_THAT(body, HasSubstr("ballast_agent_reports_total{node=\"node-1\",result=\"dropped\"} 7"));
+  EXPECT_THAT(body, HasSubstr("ballast_agent_plans_relayed_total{node=\"node-1\"} 4"));
+  EXPECT_THAT(body, HasSubstr("ballast_build_info{component=\"agent\",version=\"9.9.9\"} 1"));
+}
+
+}  // namespace
+}  // namespace ballast
