@@ -258,11 +258,15 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
         pr.cordoned = cordons_.contains(entry.identity.device());
         input.ranks.push_back(pr);
       }
-      const BlockPlan* current = nullptr;
+      // A block the plan in force leaves out runs all-local: that is the current plan to
+      // beat by the hysteresis, so noise never flips a group in and out of balancing.
+      BlockPlan current;
+      current.block = BlockId(block_id);
       for (const BlockPlan& bp : group.plan.blocks) {
-        if (bp.block.value() == block_id) current = &bp;
+        if (bp.block.value() == block_id) current = bp;
       }
-      absl::StatusOr<BlockDecision> decision = PlanBlock(input, policy, current);
+      current.owner_of_unit.clear();  // ownership already moved: counts refer to it
+      absl::StatusOr<BlockDecision> decision = PlanBlock(input, policy, &current);
       if (!decision.ok()) {
         lines.push_back(absl::StrCat("block ", block_id, ": ", decision.status().message()));
         continue;

@@ -1,10 +1,10 @@
 #include "coordinator/planner.h"
 
 #include <algorithm>
-#include <iterator>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <queue>
 #include <string>
@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 // How the optimum is found (exactly, at unit granularity).
@@ -32,19 +33,23 @@
 // least one unit fewer), while a prune on any other rank raises it by 0 or 1. So, by an
 // exchange argument, some optimum prunes beyond m_r on non-senders only once every sender
 // is saturated (at its budget or no longer sending). Phase A solves a small knapsack over
-// the senders; only if saturating them is not enough does phase B solve one over the
-// others. Both are exact DPs over "coverage still missing" (capped at the deficit).
+// the senders (one sender, the usual straggler, is a bisection); only if saturating them
+// is not enough does phase B solve one over the others. Both knapsacks are exact DPs over
+// "coverage gained" whose states are cut by an LP bound (see Knapsack).
 //
 // Over t. MinPrunes(t) is a non-increasing step function that changes only at load values
 // c_r u + tau w, and the objective t + lambda MinPrunes(t) is minimised at the left end of
 // one of its steps. Resize-only has a direct scan, migrate-only is the N-th smallest
 // "coverage slot" (MinStepWithoutPruning). Auto runs a best-first branch and bound over
-// intervals of t: an interval (a, b) whose right end has k_b prunes can hold nothing better
-// than a + lambda * max(k_b [+1 if b is a step's left end], ceil(LP(b))), where LP is the
+// intervals (a, b) of t: one whose right end needs k_b prunes can hold nothing better than
+// a + lambda * max(k_b [+1 if b is known to start its step], ceil(LP(b))), where LP is the
 // linear relaxation of MinPrunes (fractional prunes and coverage, a greedy over concave
-// pieces). Intervals are split at their midpoint, the midpoint's exact plan is re-balanced
-// to its true max load (which snaps the split to a step boundary), and every plan seen is a
-// candidate, so nothing better than the result is ever discarded (up to 1e-12 relative).
+// pieces). An interval is split at its midpoint, whose min-prune plan is re-balanced to
+// its true max load (snapping the split to where that plan's step region begins). When an
+// interval can hold only a step or two, the search instead looks at the double just below
+// b: MinPrunes is constant between consecutive load values, so that settles whether b
+// starts its step. Every plan seen is a candidate and an interval is dropped only when its
+// bound cannot beat the best, so the result is the optimum (to 1e-12 relative).
 
 namespace ballast::coordinator {
 namespace {
@@ -64,8 +69,7 @@ bool PrunesAllowed(BalanceMode mode) { return mode != BalanceMode::kMigrate; }
 bool TransfersAllowed(BalanceMode mode) { return mode != BalanceMode::kResize; }
 // Off and observe compute what auto would do (to explain it), and push all-local.
 BalanceMode PlanningMode(BalanceMode mode) {
-  return (mode == BalanceMode::kOff || mode == BalanceMode::kObserve) ? BalanceMode::kAuto
-                                                                       : mode;
+  return (mode == BalanceMode::kOff || mode == BalanceMode::kObserve) ? BalanceMode::kAuto : mode;
 }
 
 // One block under one ownership and policy, in the solver's terms.
@@ -148,17 +152,18 @@ Solution SolveResize(const Problem& pb) {
   for (int32_t r = 0; r < pb.p; ++r) {
     if (!pb.cordoned[r]) continue;
     if (pb.owned[r] > pb.prune_cap[r]) {
-      s.reason = absl::StrCat("cordoned rank ", r, " owns ", pb.owned[r],
-                              " units but may prune at most ", pb.prune_cap[r],
-                              " (max_pruned_fraction_rank)");
+      s.reason =
+          absl::StrCat("cordoned rank ", r, " owns ", pb.owned[r], " units but may prune at most ",
+                       pb.prune_cap[r], " (max_pruned_fraction_rank)");
       return s;
     }
     s.z[r] = pb.owned[r];
     pruned += pb.owned[r];
   }
   if (pruned > pb.group_cap) {
-    s.reason = absl::StrCat("cordoned ranks own ", pruned, " units but the group may prune at most ",
-                            pb.group_cap, " (max_pruned_fraction_group)");
+    s.reason =
+        absl::StrCat("cordoned ranks own ", pruned, " units but the group may prune at most ",
+                     pb.group_cap, " (max_pruned_fraction_group)");
     return s;
   }
   std::vector<double> load(pb.p, 0.0);
@@ -414,9 +419,9 @@ class TransferSolver {
     for (int32_t r = 0; r < pb_.p; ++r) {
       const double c = pb_.c[r], tau = pb_.tau;
       const int64_t n = pb_.owned[r];
-      floor_load = std::max(floor_load, pb_.cordoned[r]
-                                            ? Load(c, tau, 0, n)
-                                            : std::min(Load(c, tau, n, 0), Load(c, tau, 0, n)));
+      floor_load =
+          std::max(floor_load, pb_.cordoned[r] ? Load(c, tau, 0, n)
+                                               : std::min(Load(c, tau, n, 0), Load(c, tau, 0, n)));
       if (pb_.cordoned[r]) continue;
       top = std::max(top, Load(c, tau, pb_.total, pb_.total - n));  // it alone covers N
       step = std::max(step, c + tau);
@@ -490,8 +495,7 @@ class TransferSolver {
   // at least one unit; stop once the gain reaches `target`. While it still sends, its
   // least send count y(z) = ceil((c (n - z) - t) / (c - tau)) falls by c / (c - tau) per
   // prune, so it is tracked incrementally and only checked against the load formula.
-  void FillSenderOptions(double t, int32_t start, int32_t end, int64_t target,
-                         Item* item) const {
+  void FillSenderOptions(double t, int32_t start, int32_t end, int64_t target, Item* item) const {
     const int32_t r = item->rank;
     const int64_t base = Coverage(r, t, start);
     if (pb_.cordoned[r]) {  // a pruned unit is one unit it need not send
@@ -527,8 +531,7 @@ class TransferSolver {
   // Options of a rank that keeps all its units from `start` prunes on: the g-th extra unit
   // it can take needs the smallest z with c (n - z + x) + tau x <= t, x its units received;
   // found directly for each g rather than by scanning z.
-  void FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target,
-                           Item* item) const {
+  void FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target, Item* item) const {
     const int32_t r = item->rank;
     const double c = pb_.c[r], tau = pb_.tau;
     const int64_t n = pb_.owned[r];
@@ -726,17 +729,24 @@ class TransferSolver {
       }
       rest_end_[i] = rest_.size();
     }
-    // Small tables are cheaper to fill than to search pair by pair.
+    // Small tables are cheaper to fill (one walk per suffix) than to search pair by pair.
     const size_t width = static_cast<size_t>(target) + 1;
     dense_.clear();
-    if ((k + 1) * width <= 2048) {
-      std::vector<double> table((k + 1) * width);
+    if ((k + 1) * width <= 1024) {
+      dense_.assign((k + 1) * width, kInf);
       for (size_t i = 0; i <= k; ++i) {
-        for (size_t h = 0; h < width; ++h) {
-          table[i * width + h] = RestBound(i, static_cast<int64_t>(h));
+        double* row = &dense_[i * width];
+        row[0] = 0;
+        size_t at = rest_begin_[i];
+        for (size_t h = 1; h < width; ++h) {
+          const double want = static_cast<double>(h);
+          while (at < rest_end_[i] && rest_[at].gain < want) ++at;
+          if (at == rest_end_[i]) break;  // the rest stay kInf
+          const double gain0 = at == rest_begin_[i] ? 0.0 : rest_[at - 1].gain;
+          const double cost0 = at == rest_begin_[i] ? 0.0 : rest_[at - 1].cost;
+          row[h] = cost0 + (want - gain0) * (rest_[at].cost - cost0) / (rest_[at].gain - gain0);
         }
       }
-      dense_ = std::move(table);
       dense_width_ = width;
     }
 
@@ -884,7 +894,8 @@ Solution SolveAuto(const Problem& pb, TransferSolver& solver, const Solution& mi
       const double mid = 0.5 * (node.a + node.b);
       if (!(mid > node.a && mid < node.b)) continue;
       const double lp_mid = solver.LpPrunes(mid);
-      // Anything in (a, mid] needs more than kb prunes (at least kb) and LP(mid) or more.
+      // Anything in (a, mid] needs at least kb prunes (more if b starts its step) and at
+      // least LP(mid).
       const double left_bound = bound_of(node.a, node.kb, node.exact, lp_mid);
       if (left_bound >= best.objective - kRelTol * best.objective) {
         push(mid, -1, node.b, node.kb, node.exact, node.lp_b);
@@ -954,9 +965,8 @@ PlanCandidate MakeCandidate(CandidateKind kind, BlockId block, const Problem& pb
   for (int32_t r = 0; r < pb.p; ++r) {
     cand.cost.pruned_units += s.z[r];
     cand.cost.offloaded_units += s.y[r];
-    cand.cost.rank_seconds[r] = Load(pb.c[r], pb.tau,
-                                     int64_t{pb.owned[r]} - s.z[r] - s.y[r] + s.x[r],
-                                     int64_t{s.y[r]} + s.x[r]);
+    cand.cost.rank_seconds[r] = Load(
+        pb.c[r], pb.tau, int64_t{pb.owned[r]} - s.z[r] - s.y[r] + s.x[r], int64_t{s.y[r]} + s.x[r]);
   }
   return cand;
 }
@@ -998,20 +1008,31 @@ std::vector<int32_t> OwnedCounts(const PlannerInput& input) {
 
 std::string Num(double v) { return absl::StrFormat("%.6g", v); }
 
-std::string DescribePlan(const BlockPlan& plan) {
-  std::string out;
+// "prune 7:32; offload 7->0:4 7->1:4; reshard to 68,68,34 (moves 30)".
+std::string DescribePlan(const BlockPlan& plan, int32_t ranks) {
+  std::vector<std::string> parts;
   if (!plan.pruned_units.empty()) {
-    absl::StrAppend(&out, "prune");
+    std::string part = "prune";
     for (size_t r = 0; r < plan.pruned_units.size(); ++r) {
-      if (plan.pruned_units[r] > 0) absl::StrAppend(&out, " ", r, ":", plan.pruned_units[r]);
+      if (plan.pruned_units[r] > 0) absl::StrAppend(&part, " ", r, ":", plan.pruned_units[r]);
     }
+    parts.push_back(std::move(part));
   }
-  for (const Offload& o : plan.offloads) {
-    absl::StrAppend(&out, out.empty() ? "" : ", ", "offload ", o.owner.value(), "->",
-                    o.helper.value(), " x", o.units);
+  if (!plan.offloads.empty()) {
+    std::string part = "offload";
+    for (const Offload& o : plan.offloads) {
+      absl::StrAppend(&part, " ", o.owner.value(), "->", o.helper.value(), ":", o.units);
+    }
+    parts.push_back(std::move(part));
   }
-  if (!plan.owner_of_unit.empty()) absl::StrAppend(&out, out.empty() ? "" : ", ", "reshard");
-  return out.empty() ? "all local" : out;
+  if (!plan.owner_of_unit.empty()) {
+    std::vector<int32_t> counts(ranks, 0);
+    for (RankId r : plan.owner_of_unit) {
+      if (r.value() >= 0 && r.value() < ranks) ++counts[r.value()];
+    }
+    parts.push_back(absl::StrCat("reshard to ", absl::StrJoin(counts, ",")));
+  }
+  return parts.empty() ? "all local" : absl::StrJoin(parts, "; ");
 }
 
 }  // namespace
@@ -1177,8 +1198,8 @@ absl::StatusOr<PlanCost> EvaluatePlan(const PlannerInput& input, const JobPolicy
     for (size_t u = 0; u < total; ++u) {
       const int32_t r = plan.owner_of_unit[u].value();
       if (r < 0 || r >= p) {
-        return absl::InvalidArgumentError(absl::StrCat("plan.owner_of_unit[", u, "] = ", r,
-                                                       " out of range [0, ", p, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("plan.owner_of_unit[", u, "] = ", r, " out of range [0, ", p, ")"));
       }
       ++owned[r];
       if (plan.owner_of_unit[u] != input.owner_of_unit[u]) ++cost.moved_units;
@@ -1187,14 +1208,13 @@ absl::StatusOr<PlanCost> EvaluatePlan(const PlannerInput& input, const JobPolicy
   std::vector<int64_t> z(p, 0), y(p, 0), x(p, 0);
   if (!plan.pruned_units.empty()) {
     if (plan.pruned_units.size() != static_cast<size_t>(p)) {
-      return absl::InvalidArgumentError(absl::StrCat("plan.pruned_units has ",
-                                                     plan.pruned_units.size(),
-                                                     " entries, group has ", p, " ranks"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan.pruned_units has ", plan.pruned_units.size(), " entries, group has ", p, " ranks"));
     }
     for (int32_t r = 0; r < p; ++r) {
       if (plan.pruned_units[r] < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "plan.pruned_units[", r, "] = ", plan.pruned_units[r], " must be >= 0"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("plan.pruned_units[", r, "] = ", plan.pruned_units[r], " must be >= 0"));
       }
       z[r] = plan.pruned_units[r];
     }
@@ -1203,8 +1223,8 @@ absl::StatusOr<PlanCost> EvaluatePlan(const PlannerInput& input, const JobPolicy
     const Offload& o = plan.offloads[i];
     const int32_t owner = o.owner.value(), helper = o.helper.value();
     if (owner < 0 || owner >= p || helper < 0 || helper >= p || owner == helper || o.units <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("plan.offloads[", i, "] ", owner, "->",
-                                                     helper, " x", o.units, " is malformed"));
+      return absl::InvalidArgumentError(absl::StrCat("plan.offloads[", i, "] ", owner, "->", helper,
+                                                     " x", o.units, " is malformed"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (plan.offloads[j].owner == o.owner && plan.offloads[j].helper == o.helper) {
@@ -1250,8 +1270,8 @@ absl::StatusOr<PlanCost> EvaluatePlan(const PlannerInput& input, const JobPolicy
   for (int32_t r = 0; r < p; ++r) {
     const int64_t u = owned[r] - z[r] - y[r] + x[r];
     if (input.ranks[r].cordoned && (u != 0 || x[r] != 0)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", r, " is cordoned but the plan has it compute ", u, " units"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", r, " is cordoned but the plan has it compute ", u, " units"));
     }
     cost.rank_seconds[r] = Load(input.ranks[r].seconds_per_unit, tau, u, y[r] + x[r]);
     cost.step_seconds = std::max(cost.step_seconds, cost.rank_seconds[r]);
@@ -1324,8 +1344,7 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     d.candidates.push_back(MakeCandidate(CandidateKind::kResize, input.block, pb, plans.resize));
   }
   if (TransfersAllowed(mode)) {
-    d.candidates.push_back(
-        MakeCandidate(CandidateKind::kMigrate, input.block, pb, plans.migrate));
+    d.candidates.push_back(MakeCandidate(CandidateKind::kMigrate, input.block, pb, plans.migrate));
   }
   if (mode == BalanceMode::kAuto) {
     d.candidates.push_back(MakeCandidate(CandidateKind::kAuto, input.block, pb, plans.joint));
@@ -1357,11 +1376,12 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
         reshard.cost.moved_units += reshard.plan.owner_of_unit[u] != input.owner_of_unit[u];
       }
     }
-    d.candidates.push_back(reshard);
-    if (reshard.feasible &&
-        reshard.cost.objective < (1 - policy.hysteresis) * best.cost.objective) {
-      best = reshard;
+    const double needed = (1 - policy.hysteresis) * best.cost.objective;
+    if (reshard.feasible && !(reshard.cost.objective < needed)) {
+      reshard.note = absl::StrCat("not chosen: must beat ", Num(needed), " (hysteresis)");
     }
+    d.candidates.push_back(reshard);
+    if (reshard.feasible && reshard.cost.objective < needed) best = reshard;
   }
   d.recommended = best;
 
@@ -1421,37 +1441,44 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
   }
   absl::StrAppend(&out, "\n  all-local ", Num(d.all_local_step_seconds), " s, ideal ",
                   Num(d.ideal_step_seconds), " s\n  candidates:");
-  for (const PlanCandidate& c : d.candidates) {
+  const int32_t p = static_cast<int32_t>(input.ranks.size());
+  for (size_t i = 0; i < d.candidates.size(); ++i) {
+    const PlanCandidate& c = d.candidates[i];
     absl::StrAppend(&out, "\n    ", CandidateKindName(c.kind), ": ");
     if (!c.feasible) {
       absl::StrAppend(&out, c.note.empty() ? "infeasible" : c.note);
       continue;
     }
+    if (c.kind == CandidateKind::kAuto && i > 0 && d.candidates[i - 1].plan == c.plan) {
+      absl::StrAppend(&out, "same as ", CandidateKindName(d.candidates[i - 1].kind));
+      continue;
+    }
     absl::StrAppend(&out, "step ", Num(c.cost.step_seconds), " s, objective ",
-                    Num(c.cost.objective), ", pruned ", c.cost.pruned_units, ", offloaded ",
-                    c.cost.offloaded_units);
-    if (c.kind == CandidateKind::kReshard) absl::StrAppend(&out, ", moves ", c.cost.moved_units);
-    absl::StrAppend(&out, " (", DescribePlan(c.plan), ")");
+                    Num(c.cost.objective), " (", DescribePlan(c.plan, p), ")");
+    if (c.kind == CandidateKind::kReshard) {
+      absl::StrAppend(&out, ", moves ", c.cost.moved_units, " units once");
+    }
     if (!c.note.empty()) absl::StrAppend(&out, "; ", c.note);
   }
   absl::StrAppend(&out, "\n  decision: ");
   if (policy.mode == BalanceMode::kOff || policy.mode == BalanceMode::kObserve) {
     absl::StrAppend(&out, "mode ", BalanceModeName(policy.mode), " pushes all-local; would push ",
-                    CandidateKindName(d.recommended.kind), " (", DescribePlan(d.recommended.plan),
-                    ") for step ", Num(d.recommended.cost.step_seconds), " s");
+                    CandidateKindName(d.recommended.kind), " (",
+                    DescribePlan(d.recommended.plan, p), ") for step ",
+                    Num(d.recommended.cost.step_seconds), " s");
   } else if (d.kept_current) {
-    absl::StrAppend(&out, "keep the current plan (", DescribePlan(d.plan),
+    absl::StrAppend(&out, "keep the current plan (", DescribePlan(d.plan, p),
                     "): the best new plan, ", CandidateKindName(d.recommended.kind), " at ",
-                    Num(d.recommended.cost.objective), ", is not better than ",
-                    Num(d.objective), " by the hysteresis");
+                    Num(d.recommended.cost.objective), ", is not better than ", Num(d.objective),
+                    " by the hysteresis");
   } else {
-    absl::StrAppend(&out, CandidateKindName(d.chosen), " (", DescribePlan(d.plan), ")");
+    absl::StrAppend(&out, CandidateKindName(d.chosen), " (", DescribePlan(d.plan, p), ")");
   }
   absl::StrAppend(&out, "; predicted step ", Num(d.predicted_step_seconds), " s");
   if (d.predicted_step_seconds > 0) {
     absl::StrAppend(&out, " (", Num(d.all_local_step_seconds / d.predicted_step_seconds),
-                    "x all-local speed, ", Num(d.predicted_step_seconds / d.ideal_step_seconds),
-                    "x the ideal)");
+                    "x faster than all-local, ",
+                    Num(d.predicted_step_seconds / d.ideal_step_seconds), "x the ideal)");
   }
   return out;
 }

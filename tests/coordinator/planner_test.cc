@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "ballast/block.h"
+#include "ballast/plan.h"
 
 namespace ballast::coordinator {
 namespace {
@@ -174,8 +176,8 @@ Checked CheckPlan(const PlannerInput& in, const JobPolicy& policy, BalanceMode m
   const size_t p = in.ranks.size();
   const int64_t total = static_cast<int64_t>(in.owner_of_unit.size());
   std::vector<int64_t> owned(p, 0);
-  const std::vector<RankId>& owners = plan.owner_of_unit.empty() ? in.owner_of_unit
-                                                                  : plan.owner_of_unit;
+  const std::vector<RankId>& owners =
+      plan.owner_of_unit.empty() ? in.owner_of_unit : plan.owner_of_unit;
   if (static_cast<int64_t>(owners.size()) != total) return {"owner_of_unit size"};
   for (RankId r : owners) {
     if (r.value() < 0 || static_cast<size_t>(r.value()) >= p) return {"owner out of range"};
@@ -190,8 +192,8 @@ Checked CheckPlan(const PlannerInput& in, const JobPolicy& policy, BalanceMode m
   }
   std::set<std::pair<int, int>> pairs;
   for (const Offload& o : plan.offloads) {
-    if (o.owner.value() < 0 || static_cast<size_t>(o.owner.value()) >= p ||
-        o.helper.value() < 0 || static_cast<size_t>(o.helper.value()) >= p) {
+    if (o.owner.value() < 0 || static_cast<size_t>(o.owner.value()) >= p || o.helper.value() < 0 ||
+        static_cast<size_t>(o.helper.value()) >= p) {
       return {"offload rank out of range"};
     }
     if (o.owner == o.helper) return {"offload to self"};
@@ -212,8 +214,9 @@ Checked CheckPlan(const PlannerInput& in, const JobPolicy& policy, BalanceMode m
     if (z[r] + y[r] > owned[r]) return {"prunes + offloads exceed owned"};
     const int64_t u = owned[r] - z[r] - y[r] + x[r];
     if (in.ranks[r].cordoned && (u != 0 || x[r] != 0)) return {"cordon broken"};
-    out.step = std::max(out.step, in.ranks[r].seconds_per_unit * static_cast<double>(u) +
-                                      in.transfer_seconds_per_unit * static_cast<double>(y[r] + x[r]));
+    out.step =
+        std::max(out.step, in.ranks[r].seconds_per_unit * static_cast<double>(u) +
+                               in.transfer_seconds_per_unit * static_cast<double>(y[r] + x[r]));
     out.pruned += z[r];
   }
   if (out.pruned > (prune ? Floor(policy.max_pruned_fraction_group, total) : 0)) {
@@ -223,15 +226,29 @@ Checked CheckPlan(const PlannerInput& in, const JobPolicy& policy, BalanceMode m
   return out;
 }
 
+// The worker-side validator must accept what the planner pushes.
+absl::Status WorkerAccepts(const PlannerInput& in, const BlockPlan& block) {
+  GroupShape shape;
+  shape.group = GroupId("job/tp0");
+  shape.size = static_cast<int32_t>(in.ranks.size());
+  shape.blocks.push_back(
+      {block.block, static_cast<int32_t>(in.owner_of_unit.size()), in.owner_of_unit});
+  WorkloadPlan plan;
+  plan.group = shape.group;
+  plan.version = PlanVersion(1);
+  plan.blocks.push_back(block);
+  return ValidatePlan(plan, shape);
+}
+
 void ExpectNear(double got, double want, const std::string& what) {
   EXPECT_NEAR(got, want, 1e-9 * std::max(1e-300, std::abs(want))) << what;
 }
 
 std::string Describe(const Case& k, BalanceMode mode) {
-  std::string s = absl::StrCat("mode ", BalanceModeName(mode), " tau ", k.tau, " w ",
-                               k.policy.accuracy_weight_seconds, " f_rank ",
-                               k.policy.max_pruned_fraction_rank, " f_group ",
-                               k.policy.max_pruned_fraction_group, " ranks:");
+  std::string s =
+      absl::StrCat("mode ", BalanceModeName(mode), " tau ", k.tau, " w ",
+                   k.policy.accuracy_weight_seconds, " f_rank ", k.policy.max_pruned_fraction_rank,
+                   " f_group ", k.policy.max_pruned_fraction_group, " ranks:");
   for (size_t r = 0; r < k.c.size(); ++r) {
     absl::StrAppend(&s, " ", k.c[r], "x", k.n[r],
                     !k.cordoned.empty() && k.cordoned[r] ? "(cordoned)" : "");
@@ -298,7 +315,7 @@ TEST(PlannerOracleTest, OracleMatchesLiteralEnumeration) {
 TEST(PlannerOracleTest, MatchesBruteForceOnSmallGroups) {
   std::mt19937_64 rng(42);
   int compared = 0, infeasible = 0;
-  for (int i = 0; i < 1500; ++i) {
+  for (int i = 0; i < 2500; ++i) {
     Case k = RandomCase(rng, /*max_ranks=*/4, /*max_units=*/5, /*cordon_chance=*/0.2);
     const PlannerInput in = MakeInput(k);
     for (BalanceMode mode : kModes) {
@@ -321,7 +338,7 @@ TEST(PlannerOracleTest, MatchesBruteForceOnSmallGroups) {
       ++compared;
     }
   }
-  EXPECT_GT(compared, 4000);
+  EXPECT_GT(compared, 7000);
   EXPECT_GT(infeasible, 0);  // resize with an over-budget cordon must be reported
 }
 
@@ -329,7 +346,7 @@ TEST(PlannerOracleTest, MatchesBruteForceOnSmallGroups) {
 // which no rank both sends and receives (such a rank can always drop one of each).
 TEST(PlannerOracleTest, MatchesOracleOnMediumGroups) {
   std::mt19937_64 rng(99);
-  for (int i = 0; i < 120; ++i) {
+  for (int i = 0; i < 400; ++i) {
     Case k = RandomCase(rng, /*max_ranks=*/4, /*max_units=*/10, /*cordon_chance=*/0.2);
     JobPolicy policy = k.policy;
     policy.mode = BalanceMode::kAuto;
@@ -342,11 +359,44 @@ TEST(PlannerOracleTest, MatchesOracleOnMediumGroups) {
   }
 }
 
+// Up to 8 ranks of up to 12 units, with pruning cheap enough to matter: several senders at
+// once, helpers that prune to make room, and the DP's LP cuts all get exercised.
+TEST(PlannerOracleTest, MatchesOracleOnEightRankGroupsWherePruningPays) {
+  std::mt19937_64 rng(31);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int i = 0; i < 200; ++i) {
+    Case k;
+    const int p = pick(3, 8);
+    const int most = pick(4, 12);
+    for (int r = 0; r < p; ++r) {
+      k.c.push_back(1e-3 * (pick(0, 2) == 0 ? 1.0 : uniform(1, 10)));
+      k.n.push_back(pick(most / 2, most));
+    }
+    k.tau = 1e-3 * uniform(0, 2.5);
+    k.policy.max_pruned_fraction_rank = uniform(0.2, 1);
+    k.policy.max_pruned_fraction_group = uniform(0.1, 1);
+    k.policy.accuracy_weight_seconds = 1e-3 * uniform(0, 4) * Total(k);
+    k.cordoned.assign(p, false);
+    if (pick(0, 3) == 0) k.cordoned[pick(0, p - 1)] = true;
+    JobPolicy policy = k.policy;
+    policy.mode = BalanceMode::kAuto;
+    const std::string what = Describe(k, BalanceMode::kAuto);
+    absl::StatusOr<PlanCandidate> got = BestPlan(MakeInput(k), policy);
+    ASSERT_TRUE(got.ok()) << got.status() << what;
+    const Checked check = CheckPlan(MakeInput(k), policy, BalanceMode::kAuto, got->plan);
+    ASSERT_EQ(check.error, "") << what;
+    ExpectNear(got->cost.objective, Oracle(k, BalanceMode::kAuto, false), what);
+  }
+}
+
 // PlanBlock's decision (with resharding and hysteresis in play) is feasible and never worse
 // than the optimum on the current ownership; without chronic ranks or cordons it is it.
 TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
   std::mt19937_64 rng(5);
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 600; ++i) {
     Case k = RandomCase(rng, 4, 5, 0.3);
     if (i % 3 == 0) k.chronic[0] = true;
     const PlannerInput in = MakeInput(k);
@@ -358,6 +408,7 @@ TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
       ASSERT_TRUE(d.ok()) << d.status() << what;
       const Checked check = CheckPlan(in, policy, mode, d->plan);
       ASSERT_EQ(check.error, "") << what;
+      EXPECT_TRUE(WorkerAccepts(in, d->plan).ok()) << WorkerAccepts(in, d->plan) << what;
       EXPECT_NEAR(check.step, d->predicted_step_seconds, 1e-12 * check.step) << what;
       const double want = Oracle(k, mode);
       bool trigger = false;
@@ -386,8 +437,9 @@ TEST(PlannerWaterFillTest, MatchesBruteForce) {
     const int total = std::uniform_int_distribution<int>(0, 12)(rng);
     std::vector<PlannerRank> ranks(p);
     for (int r = 0; r < p; ++r) {
-      ranks[r].seconds_per_unit = i % 4 == 0 ? 1e-3 * std::uniform_int_distribution<int>(1, 3)(rng)
-                                             : std::uniform_real_distribution<double>(1e-3, 1e-2)(rng);
+      ranks[r].seconds_per_unit = i % 4 == 0
+                                      ? 1e-3 * std::uniform_int_distribution<int>(1, 3)(rng)
+                                      : std::uniform_real_distribution<double>(1e-3, 1e-2)(rng);
       ranks[r].cordoned = p > 1 && r == 0 && i % 5 == 0;
     }
     absl::StatusOr<std::vector<int32_t>> counts = WaterFillCounts(ranks, total);
@@ -446,7 +498,7 @@ TEST(PlannerWaterFillTest, MoveUnitsMovesTheFewest) {
 // than all-local (when that is allowed) or than any single technique's best.
 TEST(PlannerPropertyTest, LargeGroupsAreFeasibleAndDominate) {
   std::mt19937_64 rng(2024);
-  for (int i = 0; i < 250; ++i) {
+  for (int i = 0; i < 400; ++i) {
     Case k = RandomCase(rng, /*max_ranks=*/16, /*max_units=*/64, /*cordon_chance=*/0.2);
     if (k.c.size() < 2) continue;
     const PlannerInput in = MakeInput(k);
@@ -457,6 +509,7 @@ TEST(PlannerPropertyTest, LargeGroupsAreFeasibleAndDominate) {
     ASSERT_TRUE(d.ok()) << d.status() << what;
     const Checked check = CheckPlan(in, policy, BalanceMode::kAuto, d->plan);
     ASSERT_EQ(check.error, "") << what;
+    EXPECT_TRUE(WorkerAccepts(in, d->plan).ok()) << WorkerAccepts(in, d->plan) << what;
     EXPECT_NEAR(check.step, d->predicted_step_seconds, 1e-12 * check.step) << what;
     const double tol = 1e-12 * d->objective;
     for (const PlanCandidate& c : d->candidates) {
@@ -502,7 +555,8 @@ int CountChanges(double hysteresis, int steps, uint64_t seed) {
   for (int i = 0; i < steps; ++i) {
     Case noisy = k;
     for (double& c : noisy.c) c *= 1 + noise(rng);
-    absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(noisy), k.policy, have ? &current : nullptr);
+    absl::StatusOr<BlockDecision> d =
+        PlanBlock(MakeInput(noisy), k.policy, have ? &current : nullptr);
     EXPECT_TRUE(d.ok()) << d.status();
     if (!d.ok()) return -1;
     if (have && !(d->plan == current)) ++changes;
@@ -663,8 +717,7 @@ TEST(PlannerTest, EvaluatePlanPricesAndRejects) {
               HasSubstr("pruned_units[7]"));
   plan.pruned_units.clear();
   plan.offloads.push_back({RankId(7), RankId(0), 1});
-  EXPECT_EQ(EvaluatePlan(in, k.policy, plan).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EvaluatePlan(in, k.policy, plan).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PlannerTest, ResizeCannotHonourAnOverBudgetCordon) {
