@@ -177,13 +177,15 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
     }
   }
   if (status.ok()) {
-    double step_seconds = report.step().agreement_seconds();
+    double compute = 0, collective = report.step().agreement_seconds();
     for (const v1::BlockTiming& b : report.step().blocks()) {
-      step_seconds += b.compute_seconds() + b.comm_seconds();
+      compute += b.compute_seconds();
+      collective += b.comm_seconds();
     }
     absl::MutexLock lock(&mu_);
-    groups_.at({report.job(), report.group()}).ranks.at(report.rank()).last_step_seconds =
-        step_seconds;
+    RankEntry& rank = groups_.at({report.job(), report.group()}).ranks.at(report.rank());
+    rank.last_compute_seconds = compute;
+    rank.last_collective_seconds = collective;
   }
   if (status.ok()) {
     const absl::Time now = clock_->Now();
@@ -367,7 +369,9 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
       gs->set_offloaded_fraction(static_cast<double>(offloaded) / units);
     }
     double measured = 0;
-    for (const auto& [r, rank] : group.ranks) measured = std::max(measured, rank.last_step_seconds);
+    for (const auto& [r, rank] : group.ranks) {
+      measured = std::max(measured, rank.last_compute_seconds + rank.last_collective_seconds);
+    }
     gs->set_measured_step_seconds(measured);
     const int32_t first_block = group.blocks.empty() ? -1 : group.blocks.begin()->first;
     absl::StatusOr<GroupSpeeds> speeds =
@@ -379,6 +383,8 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
       rs->set_rank(r);
       rs->set_device(rank.identity.device());
       rs->set_node(rank.identity.node());
+      rs->set_compute_seconds(rank.last_compute_seconds);
+      rs->set_collective_seconds(rank.last_collective_seconds);
       std::string state = rank.attached ? "normal" : "detached";
       if (speeds.ok()) {
         for (const RankSpeed& s : speeds->ranks) {

@@ -102,7 +102,9 @@ class Coordinator {
     v1::WorkerIdentity identity;
     std::string agent_id;
     bool attached = false;
-    double last_step_seconds = 0;  // compute + comm in its blocks, latest report
+    // From its latest report, summed over blocks: compute, and collectives (with agreement).
+    double last_compute_seconds = 0;
+    double last_collective_seconds = 0;
   };
   struct BlockEntry {
     int32_t num_units = 0;

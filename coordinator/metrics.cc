@@ -60,6 +60,15 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
                           .Help("0 normal, 1 transient straggler, 2 chronic straggler, "
                                 "3 stale, 4 cordoned, 5 detached")
                           .Register(registry)),
+      rank_compute_(prometheus::BuildGauge()
+                        .Name("ballast_rank_compute_seconds")
+                        .Help("Compute seconds of the rank's latest step, over its blocks")
+                        .Register(registry)),
+      rank_collective_(prometheus::BuildGauge()
+                           .Name("ballast_rank_collective_seconds")
+                           .Help("Seconds in collectives (waits included) of the rank's latest "
+                                 "step, over its blocks and the plan agreement")
+                           .Register(registry)),
       group_pruned_(prometheus::BuildGauge()
                         .Name("ballast_group_pruned_ratio")
                         .Help("Share of the group's units pruned by the plan in force")
@@ -133,10 +142,14 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
                                              {"device", rank.device()}};
           rit = ranks_
                     .emplace(rkey, RankGauges{&rank_speed_.Add(labels),
-                                              &rank_straggler_.Add(labels)})
+                                              &rank_straggler_.Add(labels),
+                                              &rank_compute_.Add(labels),
+                                              &rank_collective_.Add(labels)})
                     .first;
         }
         rit->second.speed->Set(rank.seconds_per_unit());
+        rit->second.compute->Set(rank.compute_seconds());
+        rit->second.collective->Set(rank.collective_seconds());
         auto state = kStates.find(rank.state());
         rit->second.straggler->Set(state == kStates.end() ? 0 : state->second);
       }

@@ -47,6 +47,8 @@ class CoordinatorMetrics {
   prometheus::Gauge& paused_;
   prometheus::Family<prometheus::Gauge>& rank_speed_;
   prometheus::Family<prometheus::Gauge>& rank_straggler_;
+  prometheus::Family<prometheus::Gauge>& rank_compute_;
+  prometheus::Family<prometheus::Gauge>& rank_collective_;
   prometheus::Family<prometheus::Gauge>& group_pruned_;
   prometheus::Family<prometheus::Gauge>& group_offloaded_;
   prometheus::Family<prometheus::Gauge>& group_predicted_;
@@ -58,6 +60,8 @@ class CoordinatorMetrics {
   struct RankGauges {
     prometheus::Gauge* speed;
     prometheus::Gauge* straggler;
+    prometheus::Gauge* compute;
+    prometheus::Gauge* collective;
   };
   struct GroupGauges {
     prometheus::Gauge* pruned;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/policy_proto.h"
 
 namespace ballast::ctl {
 namespace {
@@ -173,6 +174,10 @@ int RunCommand(const std::vector<std::string>& args, bool json, AdminClient& cli
     v1::GetPolicyRequest get;
     get.set_job(args[2]);
     absl::StatusOr<v1::Policy> policy = client.GetPolicy(get);
+    // A job that has not started yet may be configured ahead: start from the defaults.
+    if (args[1] == "set" && policy.status().code() == absl::StatusCode::kNotFound) {
+      policy = coordinator::PolicyToProto(coordinator::JobPolicy{});
+    }
     if (!policy.ok()) return Failed(err, policy.status());
     if (args[1] == "get") {
       if (n != 3) return Usage(err, "policy get takes one JOB");

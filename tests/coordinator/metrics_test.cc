@@ -51,6 +51,8 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
   r->set_device("n1/gpu3");
   r->set_seconds_per_unit(0.002);
   r->set_state("chronic");
+  r->set_compute_seconds(0.04);
+  r->set_collective_seconds(0.01);
   coordinator::CoordinatorCounters counters{.reports_accepted = 10, .reports_rejected = 2,
                                             .plan_changes = 3};
   metrics.Update(status, counters, coordinator::SpeedModelCounters{.outliers = 5});
@@ -71,6 +73,10 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
                               "job=\"vit\",rank=\"3\"} 0.002"));
   EXPECT_THAT(body, HasSubstr("ballast_rank_straggler_state{device=\"n1/gpu3\",group=\"tp0\","
                               "job=\"vit\",rank=\"3\"} 2"));
+  EXPECT_THAT(body, HasSubstr("ballast_rank_compute_seconds{device=\"n1/gpu3\",group=\"tp0\","
+                              "job=\"vit\",rank=\"3\"} 0.04"));
+  EXPECT_THAT(body, HasSubstr("ballast_rank_collective_seconds{device=\"n1/gpu3\",group=\"tp0\","
+                              "job=\"vit\",rank=\"3\"} 0.01"));
 }
 
 TEST_F(MetricsTest, AgentExportsSessionAndReportCounters) {

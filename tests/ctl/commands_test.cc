@@ -84,6 +84,14 @@ TEST_F(CommandsTest, PolicySetRejectsBadAssignmentsNamingThem) {
   EXPECT_TRUE(client_.policy_sets.empty());
 }
 
+TEST_F(CommandsTest, PolicySetForAJobNotStartedYetStartsFromDefaults) {
+  EXPECT_EQ(Run({"policy", "set", "newjob", "mode=observe"}), 0) << err_.str();
+  ASSERT_EQ(client_.policy_sets.size(), 1u);
+  EXPECT_EQ(client_.policy_sets[0].policy().mode(), "observe");
+  EXPECT_EQ(client_.policy_sets[0].policy().imputation(), "mean");  // the default
+  EXPECT_GT(client_.policy_sets[0].policy().report_period_ms(), 0);
+}
+
 TEST_F(CommandsTest, ServerErrorsAreReportedWithTheirCode) {
   client_.fail_next = absl::InvalidArgumentError("max_pruned_fraction_rank 2 out of range [0, 1]");
   EXPECT_EQ(Run({"policy", "get", "vit"}), 1);
