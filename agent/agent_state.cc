@@ -58,6 +58,19 @@ absl::Status AgentState::EnqueueReport(const v1::WorkerIdentity& from,
     ++stats_.reports_rejected;
     return valid;
   }
+  // A reshard: keep the identity re-announced to a (restarted) coordinator current.
+  for (const v1::BlockTiming& b : report.blocks()) {
+    if (b.owner_of_unit_size() == 0) continue;
+    for (Attached& w : workers_) {
+      if (w.identity.job() != from.job() || w.identity.group() != from.group() ||
+          w.identity.rank() != from.rank()) {
+        continue;
+      }
+      for (v1::BlockInfo& info : *w.identity.mutable_blocks()) {
+        if (info.block() == b.block()) *info.mutable_owner_of_unit() = b.owner_of_unit();
+      }
+    }
+  }
   if (static_cast<int32_t>(reports_.size()) >= report_capacity_) {
     reports_.pop_front();
     ++dropped_since_batch_;

@@ -168,10 +168,34 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
                                                 " of group '", report.group(), "'"));
     } else {
       for (const v1::BlockTiming& b : report.step().blocks()) {
-        if (!it->second.blocks.contains(b.block())) {
+        auto block = it->second.blocks.find(b.block());
+        if (block == it->second.blocks.end()) {
           status = absl::NotFoundError(absl::StrCat("report for unknown block ", b.block(),
                                                     " of group '", report.group(), "'"));
           break;
+        }
+        if (b.owner_of_unit_size() == 0) continue;
+        if (b.owner_of_unit_size() != block->second.num_units) {
+          status = absl::InvalidArgumentError(absl::StrCat(
+              "report.blocks[", b.block(), "].owner_of_unit has ", b.owner_of_unit_size(),
+              " entries, block has ", block->second.num_units, " units"));
+          break;
+        }
+        for (int32_t owner : b.owner_of_unit()) {
+          if (owner >= it->second.size) {
+            status = absl::InvalidArgumentError(absl::StrCat(
+                "report.blocks[", b.block(), "].owner_of_unit has rank ", owner));
+          }
+        }
+      }
+      if (status.ok()) {
+        // A worker reporting ownership has applied a reshard: later plans count units
+        // against it (this is what a restarted coordinator relearns from).
+        for (const v1::BlockTiming& b : report.step().blocks()) {
+          if (b.owner_of_unit_size() == 0) continue;
+          std::vector<RankId>& owners = it->second.blocks[b.block()].owner_of_unit;
+          owners.clear();
+          for (int32_t owner : b.owner_of_unit()) owners.push_back(RankId(owner));
         }
       }
     }

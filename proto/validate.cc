@@ -54,6 +54,12 @@ absl::Status ValidateReport(const v1::StepReport& r) {
             absl::StrCat("report.blocks[", i, "].", name, " ", v, " not in [0, 3600]"));
       }
     }
+    for (int32_t owner : b.owner_of_unit()) {
+      if (owner < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("report.blocks[", i, "].owner_of_unit has rank ", owner));
+      }
+    }
     if (b.units_computed() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("report.blocks[", i, "].units_computed ", b.units_computed(), " < 0"));

@@ -79,6 +79,11 @@ GroupShape TpGroup::Shape() const {
   return shape;
 }
 
+GroupShape TpGroup::ShapeSnapshot() const {
+  absl::MutexLock lock(&mu_);
+  return shape_for_offer_;
+}
+
 absl::Status TpGroup::OfferPlan(WorkloadPlan plan) {
   absl::MutexLock lock(&mu_);
   if (plan.version.value() <= applied_version_for_offer_) {

@@ -121,5 +121,18 @@ TEST(AgentStateTest, WorkerEventsAreQueuedForTheCoordinator) {
   EXPECT_TRUE(state.Workers().empty());
 }
 
+TEST(AgentStateTest, OwnershipInAReportRefreshesTheIdentityReannouncedToTheCoordinator) {
+  AgentState state(8);
+  RecordingChannel a;
+  ASSERT_TRUE(state.AddWorker(Worker("tp0", 0), &a).ok());
+  v1::StepReport report = Report(3);
+  report.mutable_blocks(0)->add_owner_of_unit(1);  // after a reshard: rank 1 owns both
+  report.mutable_blocks(0)->add_owner_of_unit(1);
+  ASSERT_TRUE(state.EnqueueReport(Worker("tp0", 0), report).ok());
+  const std::vector<v1::WorkerIdentity> workers = state.Workers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_THAT(workers[0].blocks(0).owner_of_unit(), ::testing::ElementsAre(1, 1));
+}
+
 }  // namespace
 }  // namespace ballast::agent

@@ -145,6 +145,23 @@ TEST_F(CoordinatorServiceTest, BadReportsAreRejectedNamingTheFieldAndCounted) {
                       absl::Seconds(5)));
 }
 
+TEST_F(CoordinatorServiceTest, ReportedOwnershipIsCheckedAgainstTheBlock) {
+  v1::AgentMessage bad = Reports("vit", 0, 0, 0.1);
+  for (int r : {0, 1, 1}) {
+    bad.mutable_reports()->mutable_reports(0)->mutable_step()->mutable_blocks(0)->add_owner_of_unit(r);
+  }
+  v1::Rejection rejection = SendExpectingRejection(bad);
+  EXPECT_EQ(rejection.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rejection.message(), HasSubstr("owner_of_unit has 3 entries, block has 4"));
+  v1::AgentMessage out_of_range = Reports("vit", 0, 0, 0.1, 2);
+  for (int r : {0, 0, 1, 2}) {
+    out_of_range.mutable_reports()->mutable_reports(0)->mutable_step()->mutable_blocks(0)
+        ->add_owner_of_unit(r);
+  }
+  EXPECT_THAT(SendExpectingRejection(out_of_range).message(), HasSubstr("has rank 2"));
+  EXPECT_EQ(coordinator_->coordinator()->counters().reports_accepted, 0);
+}
+
 TEST_F(CoordinatorServiceTest, SessionMustStartWithHello) {
   grpc::ClientContext context;
   auto stream = agent_->Session(&context);

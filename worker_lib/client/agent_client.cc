@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -19,20 +20,9 @@ class AgentClientImpl final : public AgentClient {
  public:
   AgentClientImpl(const AgentClientOptions& options, TpGroup* group)
       : options_(options), group_(group) {
-    // The group's shape at start: every block's units and ownership.
-    hello_.set_job(options_.job);
-    hello_.set_group(group_->group().value());
-    hello_.set_rank(group_->rank().value());
-    hello_.set_group_size(group_->size());
-    hello_.set_device(options_.device);
-    hello_.set_node(options_.node);
-    for (const BlockShape& b : group_->Shape().blocks) {
-      v1::BlockInfo* info = hello_.add_blocks();
-      info->set_block(b.block.value());
-      info->set_num_units(b.num_units);
-      for (RankId r : b.owner_of_unit) info->add_owner_of_unit(r.value());
+    for (const BlockShape& b : group_->ShapeSnapshot().blocks) {
       if (ParallelBlock* block = group_->FindBlock(b.block)) {
-        info->set_unit_bytes(static_cast<int64_t>(block->unit_bytes()));
+        unit_bytes_[b.block.value()] = static_cast<int64_t>(block->unit_bytes());
       }
     }
     thread_ = std::thread([this] { Run(); });
@@ -49,6 +39,11 @@ class AgentClientImpl final : public AgentClient {
 
   void Report(const StepTimings& timings) override {
     absl::MutexLock lock(&mu_);
+    if (timings.plan_version != last_plan_version_) {
+      // Only a new plan can reshard; look at ownership then, not every step.
+      last_plan_version_ = timings.plan_version;
+      ownership_dirty_ = true;
+    }
     if (static_cast<int32_t>(queue_.size()) >= options_.queue_capacity) {
       queue_.pop_front();  // the newest timings are the useful ones
       ++stats_.reports_dropped;
@@ -97,7 +92,7 @@ class AgentClientImpl final : public AgentClient {
     }
     auto stream = stub->Attach(context.get());
     v1::WorkerMessage hello;
-    *hello.mutable_hello() = hello_;
+    *hello.mutable_hello() = Hello();
     bool ok = stream->Write(hello);
     if (ok) {
       absl::MutexLock lock(&mu_);
@@ -118,6 +113,7 @@ class AgentClientImpl final : public AgentClient {
       for (const StepTimings& t : batch) {
         v1::WorkerMessage msg;
         *msg.mutable_report() = ToProto(t);
+        AttachOwnershipIfChanged(*msg.mutable_report());
         if (!stream->Write(msg)) {
           ok = false;
           break;
@@ -143,6 +139,51 @@ class AgentClientImpl final : public AgentClient {
     return was_connected;
   }
 
+  // This worker's identity, with every block's ownership as of the last step boundary.
+  v1::WorkerIdentity Hello() {
+    v1::WorkerIdentity hello;
+    hello.set_job(options_.job);
+    hello.set_group(group_->group().value());
+    hello.set_rank(group_->rank().value());
+    hello.set_group_size(group_->size());
+    hello.set_device(options_.device);
+    hello.set_node(options_.node);
+    const GroupShape shape = group_->ShapeSnapshot();
+    for (const BlockShape& b : shape.blocks) {
+      v1::BlockInfo* info = hello.add_blocks();
+      info->set_block(b.block.value());
+      info->set_num_units(b.num_units);
+      for (RankId r : b.owner_of_unit) info->add_owner_of_unit(r.value());
+      if (auto it = unit_bytes_.find(b.block.value()); it != unit_bytes_.end()) {
+        info->set_unit_bytes(it->second);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    announced_.clear();
+    for (const BlockShape& b : shape.blocks) announced_[b.block.value()] = b.owner_of_unit;
+    return hello;
+  }
+
+  // After a reshard, the next report carries the new ownership of the blocks it changed.
+  void AttachOwnershipIfChanged(v1::StepReport& report) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ownership_dirty_) return;
+      ownership_dirty_ = false;
+    }
+    const GroupShape shape = group_->ShapeSnapshot();
+    absl::MutexLock lock(&mu_);
+    for (const BlockShape& b : shape.blocks) {
+      std::vector<RankId>& known = announced_[b.block.value()];
+      if (known == b.owner_of_unit) continue;
+      known = b.owner_of_unit;
+      for (v1::BlockTiming& timing : *report.mutable_blocks()) {
+        if (timing.block() != b.block.value()) continue;
+        for (RankId r : b.owner_of_unit) timing.add_owner_of_unit(r.value());
+      }
+    }
+  }
+
   void ReadDirectives(grpc::ClientReaderWriter<v1::WorkerMessage, v1::WorkerDirective>* stream) {
     v1::WorkerDirective directive;
     while (stream->Read(&directive)) {
@@ -163,13 +204,17 @@ class AgentClientImpl final : public AgentClient {
 
   const AgentClientOptions options_;
   TpGroup* const group_;
-  v1::WorkerIdentity hello_;
+  std::map<int32_t, int64_t> unit_bytes_;  // per block; fixed at start
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<StepTimings> queue_ ABSL_GUARDED_BY(mu_);
+  // Ownership this stream has announced, per block; and whether it may have changed.
+  std::map<int32_t, std::vector<RankId>> announced_ ABSL_GUARDED_BY(mu_);
+  PlanVersion last_plan_version_ ABSL_GUARDED_BY(mu_);
+  bool ownership_dirty_ ABSL_GUARDED_BY(mu_) = false;
   AgentClientStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -89,8 +89,11 @@ class TpGroup {
   // Why the last plan skipped at apply time was skipped; OK if none was.
   const absl::Status& last_rejection() const { return last_rejection_; }
 
-  // The shape plans are validated against (current ownership of every block).
+  // The shape plans are validated against (current ownership of every block). Training
+  // thread only; other threads use ShapeSnapshot().
   GroupShape Shape() const;
+  // The shape as of the last step boundary; safe from any thread.
+  GroupShape ShapeSnapshot() const ABSL_LOCKS_EXCLUDED(mu_);
   ParallelBlock* FindBlock(BlockId id) const;
 
  private:

@@ -1,0 +1,186 @@
+// Coordinator logic with fakes (clock, policy store, agent sink): no servers, so time and
+// restarts are fully under the test's control.
+#include "coordinator/coordinator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/synchronization/mutex.h"
+#include "proto/convert.h"
+#include "testing/fake_clock.h"
+#include "testing/fake_policy_store.h"
+
+namespace ballast::coordinator {
+namespace {
+
+constexpr int kUnits = 8;
+
+class RecordingSink final : public AgentSink {
+ public:
+  void Send(const v1::CoordinatorMessage& message) override {
+    absl::MutexLock lock(&mu_);
+    if (message.has_plan()) plans_.push_back(message.plan().plan());
+  }
+  std::vector<v1::WorkloadPlan> plans() {
+    absl::MutexLock lock(&mu_);
+    return plans_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::WorkloadPlan> plans_;
+};
+
+v1::AgentHello Hello(const std::vector<int>& owners) {
+  v1::AgentHello hello;
+  hello.set_agent_id("agent-1");
+  for (int rank : {0, 1}) {
+    v1::WorkerIdentity* w = hello.add_workers();
+    w->set_job("vit");
+    w->set_group("tp0");
+    w->set_rank(rank);
+    w->set_group_size(2);
+    w->set_device("dev" + std::to_string(rank));
+    v1::BlockInfo* b = w->add_blocks();
+    b->set_block(0);
+    b->set_num_units(kUnits);
+    for (int o : owners) b->add_owner_of_unit(o);
+    b->set_unit_bytes(1000);
+  }
+  return hello;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Restart(); }
+
+  // A fresh coordinator over the same durable store, as after a crash.
+  void Restart() {
+    coordinator_.reset();
+    speeds_ = *SpeedModel::Create(SpeedModelOptions{}, &clock_);
+    // A slow link: offloading a unit costs 2 s a step, so only a reshard can help.
+    coordinator_ = *Coordinator::Create({.link_bytes_per_second = 1e3}, &clock_,
+                                        &store_, speeds_.get());
+  }
+
+  // One report per rank: rank r computes `units[r]` units at `seconds_per_unit[r]`.
+  void Report(int64_t step, const std::vector<int>& units, const std::vector<double>& spu,
+              const std::vector<int>& owners_to_report = {}) {
+    for (int rank : {0, 1}) {
+      v1::WorkerReport r;
+      r.set_job("vit");
+      r.set_group("tp0");
+      r.set_rank(rank);
+      r.mutable_step()->set_step(step);
+      v1::BlockTiming* b = r.mutable_step()->add_blocks();
+      b->set_block(0);
+      b->set_units_computed(units[rank]);
+      b->set_compute_seconds(spu[rank] * units[rank]);
+      for (int o : owners_to_report) b->add_owner_of_unit(o);
+      ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
+    }
+  }
+
+  testing::FakeClock clock_;
+  testing::InMemoryPolicyStore store_;
+  std::unique_ptr<SpeedModel> speeds_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, ChronicStragglerIsReshardedAndARestartPlansOnTheNewOwnership) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.reshard_after = absl::Seconds(2);
+  policy.report_period = absl::Milliseconds(100);
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  RecordingSink sink;
+  const std::vector<int> even = {0, 0, 0, 0, 1, 1, 1, 1};
+  ASSERT_TRUE(coordinator_->AgentConnected(Hello(even), &sink).ok());
+
+  // Rank 1 runs 2x slower. Offloading cannot pay on this link, so nothing happens while
+  // the straggler is transient; once it is chronic the planner reshards.
+  int64_t step = 0;
+  for (; step < 60 && sink.plans().empty(); ++step) {
+    Report(step, {4, 4}, {1e-3, 2e-3});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  ASSERT_EQ(sink.plans().size(), 1u) << "no reshard after " << step << " steps";
+  EXPECT_GE(step, 20) << "resharded before the straggler was chronic";
+  absl::StatusOr<WorkloadPlan> plan = FromProto(sink.plans()[0]);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->blocks.size(), 1u);
+  const std::vector<RankId>& moved = plan->blocks[0].owner_of_unit;
+  ASSERT_EQ(moved.size(), static_cast<size_t>(kUnits));
+  const int rank1_units = std::count(moved.begin(), moved.end(), RankId(1));
+  EXPECT_LT(rank1_units, 4);  // work moved off the straggler, for good
+
+  // The workers apply it and say so in their next reports. Then the coordinator dies.
+  std::vector<int> now_owned;
+  for (RankId r : moved) now_owned.push_back(r.value());
+  Report(step++, {kUnits - rank1_units, rank1_units}, {1e-3, 2e-3}, now_owned);
+  Restart();
+  EXPECT_EQ(coordinator_->GetPolicy("vit")->mode, BalanceMode::kMigrate);  // durable
+
+  // The agent re-announces the workers (its cached identity may predate the reshard);
+  // reports carry the ownership the workers really have, and every later plan must be
+  // valid against it, as the workers' own validation will check.
+  RecordingSink sink2;
+  ASSERT_TRUE(coordinator_->AgentConnected(Hello(even), &sink2).ok());
+  for (int i = 0; i < 40; ++i, ++step) {
+    // Rank 0 now slows down a lot, so the coordinator wants to act again.
+    Report(step, {kUnits - rank1_units, rank1_units}, {6e-3, 2e-3},
+           i == 0 ? now_owned : std::vector<int>{});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  GroupShape shape{.group = GroupId("tp0"), .size = 2};
+  shape.blocks.push_back({BlockId(0), kUnits, moved});
+  ASSERT_FALSE(sink2.plans().empty()) << "the restarted coordinator made no plan";
+  for (const v1::WorkloadPlan& p : sink2.plans()) {
+    absl::StatusOr<WorkloadPlan> got = FromProto(p);
+    ASSERT_TRUE(got.ok());
+    // A plan without owner_of_unit counts units against the ownership in force.
+    for (const BlockPlan& bp : got->blocks) {
+      if (!bp.owner_of_unit.empty()) shape.blocks[0].owner_of_unit = bp.owner_of_unit;
+    }
+    EXPECT_TRUE(ValidatePlan(*got, shape).ok()) << ValidatePlan(*got, shape);
+  }
+}
+
+TEST_F(CoordinatorTest, PausedJobsKeepTheirPlanAndObserveModePushesNothing) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kObserve;
+  policy.report_period = absl::Milliseconds(100);
+  // Offloading cannot pay on this link; cheap accuracy makes pruning the straggler pay.
+  policy.accuracy_weight_seconds = 1e-3;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  RecordingSink sink;
+  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
+  for (int step = 0; step < 20; ++step) {
+    Report(step, {4, 4}, {1e-3, 3e-3});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  EXPECT_TRUE(sink.plans().empty());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("block 0"));  // explained, not pushed
+
+  ASSERT_TRUE(coordinator_->SetPaused("", true).ok());
+  policy.mode = BalanceMode::kAuto;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  for (int step = 20; step < 30; ++step) {
+    Report(step, {4, 4}, {1e-3, 3e-3});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  EXPECT_TRUE(sink.plans().empty()) << "a paused cluster got a plan";
+  ASSERT_TRUE(coordinator_->SetPaused("", false).ok());
+  clock_.Advance(absl::Milliseconds(100));
+  coordinator_->Tick();
+  EXPECT_EQ(sink.plans().size(), 1u);
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
