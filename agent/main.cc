@@ -5,14 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <filesystem>
 #include <memory>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
@@ -24,6 +22,7 @@
 #include "agent/coordinator_session.h"
 #include "agent/metrics.h"
 #include "agent/worker_service.h"
+#include "common/daemon.h"
 #include "common/logging.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address (host:port)");
@@ -36,14 +35,6 @@ ABSL_FLAG(int32_t, report_queue, 65536, "Reports held while the coordinator is a
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9465", "Prometheus /metrics address ('' = off)");
 
 namespace {
-
-absl::Notification* shutdown_requested = nullptr;
-
-void OnSignal(int) {
-  if (shutdown_requested != nullptr && !shutdown_requested->HasBeenNotified()) {
-    shutdown_requested->Notify();
-  }
-}
 
 std::string Hostname() {
   char name[256] = {};
@@ -99,22 +90,13 @@ int main(int argc, char** argv) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   ballast::agent::AgentMetrics metrics(*registry, node, "0.1.0");
-  std::unique_ptr<prometheus::Exposer> exposer;
-  if (!absl::GetFlag(FLAGS_metrics).empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(absl::GetFlag(FLAGS_metrics));
-      exposer->RegisterCollectable(registry);
-    } catch (const std::exception& e) {
-      BALLAST_LOG(ERROR) << "cannot serve metrics on " << absl::GetFlag(FLAGS_metrics) << ": "
-                         << e.what();
-      return 1;
-    }
+  auto exposer = ballast::ServeMetrics(absl::GetFlag(FLAGS_metrics), registry);
+  if (!exposer.ok()) {
+    BALLAST_LOG(ERROR) << exposer.status().message();
+    return 1;
   }
 
-  absl::Notification shutdown;
-  shutdown_requested = &shutdown;
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
+  absl::Notification& shutdown = ballast::ShutdownOnSignal();
   while (!shutdown.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
     metrics.Update(state.stats(), session->connected(), session->connects());
   }

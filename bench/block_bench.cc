@@ -96,6 +96,23 @@ absl::StatusOr<Activations> MakeActivations(Compute& c, size_t n) {
   return a;
 }
 
+// A group with one ViT-sized MLP block on `backend`.
+struct MlpOnGroup {
+  std::unique_ptr<TpGroup> group;
+  std::unique_ptr<ParallelMlp> mlp;
+  Activations activations;
+};
+
+absl::StatusOr<MlpOnGroup> MakeMlp(Backend& backend, const Shape& s) {
+  MlpOnGroup out;
+  BALLAST_ASSIGN_OR_RETURN(out.group, TpGroup::Create({.group = GroupId("bench")}, &backend));
+  MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
+               .unit_size = s.unit_size};
+  BALLAST_ASSIGN_OR_RETURN(out.mlp, ParallelMlp::Create(out.group.get(), mc));
+  BALLAST_ASSIGN_OR_RETURN(out.activations, MakeActivations(backend.compute(), s.activations()));
+  return out;
+}
+
 // One forward+backward step of `blocks`; returns the wall seconds of the step.
 absl::StatusOr<double> TimedStep(TpGroup& group, const std::vector<ParallelBlock*>& blocks,
                                  Activations& a, const Shape& s) {
@@ -162,13 +179,8 @@ absl::Status BenchOffload(const Shape& s, int reps) {
     absl::Status status =
         RunRanks(2, absl::StrFormat("bench-offload-%d", u), [&](int r, Backend& backend) {
           auto run = [&]() -> absl::Status {
-            BALLAST_ASSIGN_OR_RETURN(auto group,
-                                     TpGroup::Create({.group = GroupId("bench")}, &backend));
-            MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
-                         .unit_size = s.unit_size};
-            BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), mc));
-            BALLAST_ASSIGN_OR_RETURN(Activations a,
-                                     MakeActivations(backend.compute(), s.activations()));
+            BALLAST_ASSIGN_OR_RETURN(MlpOnGroup m, MakeMlp(backend, s));
+            auto& [group, mlp, a] = m;
             if (u > 0) {
               WorkloadPlan plan{.group = GroupId("bench"), .version = PlanVersion(1)};
               BlockPlan& bp = plan.blocks.emplace_back();
@@ -264,13 +276,8 @@ absl::Status BenchOverhead(const Shape& s, int reps) {
     BALLAST_RETURN_IF_ERROR(RunRanks(
         p, absl::StrFormat("bench-overhead-%d", p), [&](int r, Backend& backend) -> absl::Status {
           BALLAST_ASSIGN_OR_RETURN(PlainTpMlp base, PlainTpMlp::Create(backend, s));
-          BALLAST_ASSIGN_OR_RETURN(auto group,
-                                   TpGroup::Create({.group = GroupId("bench")}, &backend));
-          MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
-                       .unit_size = s.unit_size};
-          BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), mc));
-          BALLAST_ASSIGN_OR_RETURN(Activations a,
-                                   MakeActivations(backend.compute(), s.activations()));
+          BALLAST_ASSIGN_OR_RETURN(MlpOnGroup m, MakeMlp(backend, s));
+          auto& [group, mlp, a] = m;
           // Interleave the two so machine noise hits both alike.
           for (int i = 0; i <= reps; ++i) {
             auto start = Clock::now();

@@ -4,7 +4,6 @@
 //
 //   ballast-coordinator --listen=0.0.0.0:7070 --metrics=0.0.0.0:9464
 //       --store=/var/lib/ballast/coordinator.db
-#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -12,7 +11,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
@@ -20,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
+#include "common/daemon.h"
 #include "common/logging.h"
 #include "coordinator/admin_service.h"
 #include "coordinator/agent_service.h"
@@ -39,14 +38,6 @@ ABSL_FLAG(double, link_bytes_per_second, 1e9,
 ABSL_FLAG(int32_t, max_message_bytes, 16 << 20, "Largest gRPC message accepted");
 
 namespace {
-
-absl::Notification* shutdown_requested = nullptr;
-
-void OnSignal(int) {
-  if (shutdown_requested != nullptr && !shutdown_requested->HasBeenNotified()) {
-    shutdown_requested->Notify();
-  }
-}
 
 constexpr char kVersion[] = "0.1.0";
 
@@ -103,25 +94,16 @@ int main(int argc, char** argv) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   CoordinatorMetrics metrics(*registry, kVersion);
-  std::unique_ptr<prometheus::Exposer> exposer;
-  if (!absl::GetFlag(FLAGS_metrics).empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(absl::GetFlag(FLAGS_metrics));
-      exposer->RegisterCollectable(registry);
-    } catch (const std::exception& e) {
-      BALLAST_LOG(ERROR) << "cannot serve metrics on " << absl::GetFlag(FLAGS_metrics) << ": "
-                         << e.what();
-      return 1;
-    }
+  auto exposer = ballast::ServeMetrics(absl::GetFlag(FLAGS_metrics), registry);
+  if (!exposer.ok()) {
+    BALLAST_LOG(ERROR) << exposer.status().message();
+    return 1;
   }
   BALLAST_LOG(INFO) << "ballast-coordinator " << kVersion << " listening on "
                     << absl::GetFlag(FLAGS_listen) << " (port " << port << "), metrics on "
                     << absl::GetFlag(FLAGS_metrics) << ", store " << store_path;
 
-  absl::Notification shutdown;
-  shutdown_requested = &shutdown;
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
+  absl::Notification& shutdown = ballast::ShutdownOnSignal();
   std::thread ticker([&] {
     absl::Time next_metrics = absl::InfinitePast();
     absl::Time next_sweep = absl::Now() + absl::Minutes(1);

@@ -1,3 +1,4 @@
+#include "coordinator/names.h"
 #include "coordinator/policy_store.h"
 
 #include <sqlite3.h>
@@ -22,17 +23,7 @@ static_assert(sizeof(JobPolicy) == 88,
 
 namespace {
 
-constexpr size_t kMaxNameBytes = 256;
 constexpr size_t kMaxReasonBytes = 1024;
-
-absl::Status CheckName(absl::string_view field, absl::string_view name) {
-  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " empty"));
-  if (name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " is ", name.size(), " bytes, more than ", kMaxNameBytes));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckWholeMilliseconds(absl::string_view field, absl::Duration d) {
   if (d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {

@@ -1,3 +1,4 @@
+#include "coordinator/names.h"
 #include "coordinator/speed_model.h"
 
 #include <algorithm>
@@ -13,21 +14,9 @@ namespace {
 
 constexpr double kMaxComputeSeconds = 3600;
 constexpr int64_t kMaxUnits = 1'000'000;
-// Names become map keys and metric labels; a bound keeps a bad reporter from spending
-// the coordinator's memory on them.
-constexpr size_t kMaxNameBytes = 256;
 // Below this spread (1 ns per unit) a sample's difference from the median is timer noise;
 // it keeps the outlier band open when every sample is 0.
 constexpr double kMinSpreadSeconds = 1e-9;
-
-absl::Status CheckName(absl::string_view field, absl::string_view name) {
-  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " empty"));
-  if (name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " is ", name.size(), " bytes, more than ", kMaxNameBytes));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status ValidateReport(const SpeedKey& key, double compute_seconds, int64_t units,
                             int64_t step, absl::Time at_time) {
