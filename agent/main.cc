@@ -2,15 +2,12 @@
 // batches their timings to the coordinator over one stream, relays plans back.
 //
 //   ballast-agent --coordinator=coord.example:7070 --socket=/run/ballast/agent.sock
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <memory>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
@@ -60,24 +57,13 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(socket_path).parent_path(), ec);
-  std::filesystem::remove(socket_path, ec);  // a stale socket from a previous run
-
   ballast::agent::AgentState state(absl::GetFlag(FLAGS_report_queue));
   ballast::agent::WorkerService worker_service(&state);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("unix:", socket_path), grpc::InsecureServerCredentials());
-  builder.RegisterService(&worker_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    BALLAST_LOG(ERROR) << "cannot listen on unix:" << socket_path;
+  auto server = ballast::agent::StartWorkerServer(socket_path, &worker_service);
+  if (!server.ok()) {
+    BALLAST_LOG(ERROR) << server.status().message();
     return 1;
   }
-  // Only the node's training processes (same user or group) may attach.
-  ::chmod(socket_path.c_str(), 0660);
 
   ballast::agent::CoordinatorSessionOptions session_options;
   session_options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
@@ -102,7 +88,8 @@ int main(int argc, char** argv) {
   }
   BALLAST_LOG(INFO) << "ballast-agent " << agent_id << " shutting down";
   session.reset();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::error_code ec;
   std::filesystem::remove(socket_path, ec);
   return 0;
 }

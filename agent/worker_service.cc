@@ -1,5 +1,14 @@
 #include "agent/worker_service.h"
 
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -48,6 +57,26 @@ grpc::Status WorkerService::Attach(
   BALLAST_LOG(INFO) << "worker detached: job=" << identity.job() << " group=" << identity.group()
                     << " rank=" << identity.rank();
   return grpc::Status::OK;
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartWorkerServer(const std::string& socket_path,
+                                                                WorkerService* service) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(socket_path).parent_path(), ec);
+  std::filesystem::remove(socket_path, ec);  // a stale socket from a previous run
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", socket_path), grpc::InsecureServerCredentials());
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix:", socket_path));
+  }
+  if (::chmod(socket_path.c_str(), 0660) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot restrict ", socket_path, " to 0660"));
+  }
+  return server;
 }
 
 }  // namespace ballast::agent

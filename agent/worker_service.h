@@ -3,6 +3,12 @@
 #ifndef BALLAST_AGENT_WORKER_SERVICE_H_
 #define BALLAST_AGENT_WORKER_SERVICE_H_
 
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
 #include "agent/agent_state.h"
 #include "ballast/v1/worker.grpc.pb.h"
 
@@ -18,6 +24,12 @@ class WorkerService final : public v1::WorkerAgent::Service {
  private:
   AgentState* state_;
 };
+
+// Serves `service` on the Unix socket `socket_path` (replacing a stale socket file), with
+// grpc.health.v1 and reflection, and restricts the socket to its owner and group (0660):
+// only the node's training processes may attach. Used by the binary and by tests.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartWorkerServer(const std::string& socket_path,
+                                                                WorkerService* service);
 
 }  // namespace ballast::agent
 

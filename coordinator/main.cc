@@ -8,9 +8,7 @@
 #include <memory>
 #include <thread>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
@@ -25,6 +23,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
 #include "coordinator/policy_store.h"
+#include "coordinator/server.h"
 #include "coordinator/speed_model.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address for agents and admin calls");
@@ -75,22 +74,17 @@ int main(int argc, char** argv) {
 
   AgentServiceImpl agent_service(coordinator->get());
   AdminServiceImpl admin_service(coordinator->get());
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  // Agents' streams live for days: answer their keepalive pings, even between messages.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.RegisterService(&agent_service);
-  builder.RegisterService(&admin_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    BALLAST_LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+  ServerOptions server_options;
+  server_options.address = absl::GetFlag(FLAGS_listen);
+  server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  absl::StatusOr<RunningServer> running =
+      StartServer(server_options, &agent_service, &admin_service);
+  if (!running.ok()) {
+    BALLAST_LOG(ERROR) << running.status().message();
     return 1;
   }
+  const int port = running->port;
+  std::unique_ptr<grpc::Server>& server = running->server;
 
   auto registry = std::make_shared<prometheus::Registry>();
   CoordinatorMetrics metrics(*registry, kVersion);

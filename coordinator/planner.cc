@@ -460,6 +460,7 @@ class TransferSolver {
   struct Segment {
     double cost;
     double gain;
+    size_t item = 0;  // hull segments only: the index into items_ it belongs to
   };
 
   double LoadAt(int32_t r, int64_t v, int32_t z) const {
@@ -569,12 +570,68 @@ class TransferSolver {
     // Tight limits first: few states survive them, and the first limit that succeeds gives
     // the exact optimum, since no state on an optimal path is ever cut.
     int64_t limit = std::max<int64_t>(0, static_cast<int64_t>(std::ceil(root - 1e-7)));
+    // Usually the LP's own solution, rounded up to whole options, already costs no more
+    // than that first limit. It is feasible, so it is then optimal and the DP can be
+    // skipped: the DP at that limit could find nothing cheaper (no integer solution costs
+    // less than the LP), which is exactly the test it would pass.
+    if (limit <= budget) {
+      const int64_t rounded = RoundLp(target);
+      if (rounded <= limit) {
+        if (z != nullptr) {
+          for (size_t i = 0; i < num_items_; ++i) {
+            if (chosen_[i] >= 0) (*z)[items_[i].rank] += items_[i].options[chosen_[i]].cost;
+          }
+        }
+        return rounded;
+      }
+    }
     for (int64_t step = 1;; step *= 2) {
       if (limit >= cap) return RunDp(target, cap, z);
       const int64_t got = RunDp(target, limit, z);
       if (got != kNoPlan) return got;
       limit += step;
     }
+  }
+
+  // A feasible solution read off the LP (call after PrepareBounds): the LP fills the items'
+  // hull segments steepest first, so each item gets a prefix of its hull, ending at one of
+  // its options, except the last segment, taken in part; take that one whole. Then, item
+  // by item, drop to the cheapest option that still keeps the total gain >= target.
+  // Leaves the chosen option per item in chosen_ (-1: none); returns the cost (kNoPlan if
+  // even the whole LP falls short).
+  int64_t RoundLp(int64_t target) {
+    const size_t k = num_items_;
+    chosen_.assign(k, -1);
+    took_gain_.assign(k, 0);
+    int64_t gained = 0;
+    for (const Segment& seg : segments_) {  // after PrepareBounds: all items, steepest first
+      if (gained >= target) break;
+      const int64_t g = std::llround(seg.gain);
+      took_gain_[seg.item] += g;
+      gained += g;
+    }
+    if (gained < target) return kNoPlan;
+    int64_t cost = 0;
+    for (size_t i = 0; i < k; ++i) {
+      if (took_gain_[i] == 0) continue;
+      const std::vector<Option>& options = items_[i].options;
+      const int64_t want = took_gain_[i] - (gained - target);  // what it must still give
+      int32_t pick = -1;
+      if (want > 0) {
+        for (size_t j = 0; j < options.size(); ++j) {
+          if (options[j].gain >= want) {
+            pick = static_cast<int32_t>(j);
+            break;
+          }
+        }
+        if (pick < 0) return kNoPlan;  // cannot happen: its hull vertex is an option
+      }
+      const int64_t gives = pick < 0 ? 0 : options[pick].gain;
+      gained += gives - took_gain_[i];
+      chosen_[i] = pick;
+      if (pick >= 0) cost += options[pick].cost;
+    }
+    return cost;
   }
 
   // The DP itself, keeping only states whose cost plus LP completion fits under `upper`.
@@ -687,7 +744,8 @@ class TransferSolver {
       hull.clear();
       int64_t at_cost = 0, at_gain = 0;
       for (const Option& o : items_[i].options) {
-        Segment next{static_cast<double>(o.cost - at_cost), static_cast<double>(o.gain - at_gain)};
+        Segment next{static_cast<double>(o.cost - at_cost), static_cast<double>(o.gain - at_gain),
+                     i};
         // Merge while the new segment is at least as steep as the last one.
         while (!hull.empty() && next.gain * hull.back().cost >= hull.back().gain * next.cost) {
           next.cost += hull.back().cost;
@@ -725,7 +783,7 @@ class TransferSolver {
       for (const Segment& seg : segments_) {
         cost += seg.cost;
         gain += seg.gain;
-        rest_.push_back({cost, gain});
+        rest_.push_back({cost, gain, 0});
       }
       rest_end_[i] = rest_.size();
     }
@@ -789,6 +847,8 @@ class TransferSolver {
   std::vector<double> dense_;  // RestBound(i, h) at [i * dense_width_ + h], when small
   size_t dense_width_ = 0;
   std::vector<size_t> order_;
+  std::vector<int32_t> chosen_;     // RoundLp's option per item
+  std::vector<int64_t> took_gain_;  // RoundLp's scratch
 };
 
 Solution FromCoverage(const Problem& pb, const std::vector<int32_t>& z,

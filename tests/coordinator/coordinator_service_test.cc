@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/agent.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "testing/control_plane.h"
 
 namespace ballast {
@@ -160,6 +161,17 @@ TEST_F(CoordinatorServiceTest, ReportedOwnershipIsCheckedAgainstTheBlock) {
   }
   EXPECT_THAT(SendExpectingRejection(out_of_range).message(), HasSubstr("has rank 2"));
   EXPECT_EQ(coordinator_->coordinator()->counters().reports_accepted, 0);
+}
+
+TEST_F(CoordinatorServiceTest, ServesGrpcHealth) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = health->Check(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 TEST_F(CoordinatorServiceTest, SessionMustStartWithHello) {

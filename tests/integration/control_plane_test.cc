@@ -16,6 +16,7 @@
 #include "ballast/ballast.h"
 #include "common/status_macros.h"
 #include "ctl/admin_client.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "testing/control_plane.h"
 #include "testing/rank_threads.h"
 
@@ -265,6 +266,46 @@ TEST_F(ControlPlaneTest, CoordinatorRestartLosesNothing) {
   // version newer than the one the workers hold.
   ASSERT_TRUE(WaitFor([&] { return Version(0) > version && AllRelieveRank3(); },
                       absl::Seconds(10)));
+}
+
+TEST_F(ControlPlaneTest, WorkersKeepTrainingWhileTheirAgentIsAwayAndReattach) {
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->coordinator()->attached_workers() == kRanks; },
+                      absl::Seconds(10)));
+  // The agent serves grpc.health.v1 on its socket, like every Ballast server.
+  {
+    auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+        "unix:" + agents_[0]->socket_path(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::health::v1::HealthCheckResponse response;
+    ASSERT_TRUE(health->Check(&context, {}, &response).ok());
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  seconds_per_unit_[3] = kSlow;
+  ASSERT_TRUE(WaitFor([&] { return AllRelieveRank3(); }, absl::Seconds(10)));
+  const int64_t version = Version(2);
+
+  // Ranks 2 and 3 lose their agent. They keep training, on the plan they agreed on.
+  agents_[1]->Stop();
+  const int64_t steps = Steps(2);
+  ASSERT_TRUE(WaitFor([&] { return Steps(2) > steps + 10; }, absl::Seconds(10)));
+  EXPECT_EQ(Version(2), version);
+  EXPECT_EQ(Version(3), version);
+
+  // The agent comes back on the same socket: the workers reattach by themselves, and
+  // plans flow again (rank 3 recovers, so every rank returns to all-local).
+  ASSERT_TRUE(agents_[1]->Start().ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::MutexLock l2(&views_[2].mu);
+        absl::MutexLock l3(&views_[3].mu);
+        return views_[2].attached && views_[3].attached;
+      },
+      absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->coordinator()->attached_workers() == kRanks; },
+                      absl::Seconds(10)));
+  seconds_per_unit_[3] = kFast;
+  ASSERT_TRUE(WaitFor([&] { return AllLocalEverywhere(); }, absl::Seconds(10)));
 }
 
 }  // namespace

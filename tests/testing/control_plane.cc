@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "coordinator/server.h"
 
 namespace ballast::testing {
 
@@ -18,16 +19,14 @@ absl::Status InProcessCoordinator::Start() {
                                              store_.get(), speeds_.get()));
   agent_service_ = std::make_unique<coordinator::AgentServiceImpl>(coordinator_.get());
   admin_service_ = std::make_unique<coordinator::AdminServiceImpl>(coordinator_.get());
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("127.0.0.1:", port_), grpc::InsecureServerCredentials(),
-                           &port_);
-  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
-  builder.RegisterService(agent_service_.get());
-  builder.RegisterService(admin_service_.get());
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr || port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on 127.0.0.1:", port_));
-  }
+  coordinator::ServerOptions server_options;
+  server_options.address = absl::StrCat("127.0.0.1:", port_);  // 0 the first time
+  server_options.max_message_bytes = options_.max_message_bytes;
+  BALLAST_ASSIGN_OR_RETURN(
+      coordinator::RunningServer running,
+      coordinator::StartServer(server_options, agent_service_.get(), admin_service_.get()));
+  server_ = std::move(running.server);
+  port_ = running.port;
   stop_ = std::make_unique<absl::Notification>();
   ticker_ = std::thread([this] {
     while (!stop_->WaitForNotificationWithTimeout(options_.tick)) coordinator_->Tick();
@@ -51,15 +50,9 @@ void InProcessCoordinator::Stop() {
 }
 
 absl::Status InProcessAgent::Start() {
-  std::error_code ec;
-  std::filesystem::remove(socket_path_, ec);
   state_ = std::make_unique<agent::AgentState>(4096);
   service_ = std::make_unique<agent::WorkerService>(state_.get());
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("unix:", socket_path_), grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr) return absl::UnavailableError("cannot listen on " + socket_path_);
+  BALLAST_ASSIGN_OR_RETURN(server_, agent::StartWorkerServer(socket_path_, service_.get()));
   agent::CoordinatorSessionOptions options;
   options.coordinator_address = coordinator_address_;
   options.agent_id = agent_id_;
