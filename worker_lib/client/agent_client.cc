@@ -64,8 +64,8 @@ class AgentClientImpl final : public AgentClient {
       const bool attached = Attach();
       if (Stopping()) break;
       if (attached) backoff = options_.initial_backoff;
-      // Full jitter: sleep a uniform fraction of the backoff, so workers of a restarted
-      // agent do not reconnect in lockstep.
+      // Equal jitter: sleep between half and all of the backoff, so the workers of a
+      // restarted agent do not reconnect in lockstep, yet never retry at once.
       const double fraction = std::uniform_real_distribution<double>(0.5, 1.0)(rng);
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff * fraction);
