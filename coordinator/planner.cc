@@ -35,7 +35,9 @@
 // is saturated (at its budget or no longer sending). Phase A solves a small knapsack over
 // the senders (one sender, the usual straggler, is a bisection); only if saturating them
 // is not enough does phase B solve one over the others. Both knapsacks are exact DPs over
-// "coverage gained" whose states are cut by an LP bound (see Knapsack).
+// "coverage gained" whose states are cut by an LP bound (see Knapsack); the DP is skipped
+// when the LP's own solution, rounded up to whole options, already costs ceil(LP), which
+// proves it optimal (the usual case).
 //
 // Over t. MinPrunes(t) is a non-increasing step function that changes only at load values
 // c_r u + tau w, and the objective t + lambda MinPrunes(t) is minimised at the left end of
@@ -555,7 +557,8 @@ class TransferSolver {
   }
 
   // Fewest total extra prunes (<= budget) whose gains sum to >= target over items_; each
-  // item takes at most one option. Adds the chosen prunes to z when non-null.
+  // item takes at most one option. Adds the chosen prunes to z when non-null. First tries
+  // the LP's rounded solution (RoundLp): when it costs no more than ceil(LP) it is optimal.
   //
   // A DP over "coverage gained so far" (which can run to hundreds of units when many ranks
   // prune many units), pruned: a state is expanded only if its cost plus an LP bound for
@@ -585,6 +588,7 @@ class TransferSolver {
         return rounded;
       }
     }
+    FillDense(target);
     for (int64_t step = 1;; step *= 2) {
       if (limit >= cap) return RunDp(target, cap, z);
       const int64_t got = RunDp(target, limit, z);
@@ -729,6 +733,30 @@ class TransferSolver {
     return cost0 + (want - gain0) * (rest_[lo].cost - cost0) / (rest_[lo].gain - gain0);
   }
 
+  // RestBound as a table, for the DP: small tables are cheaper to fill (one walk per
+  // suffix) than to search pair by pair. Call after PrepareBounds.
+  void FillDense(int64_t target) {
+    const size_t k = num_items_;
+    const size_t width = static_cast<size_t>(target) + 1;
+    if ((k + 1) * width <= 1024) {
+      dense_.assign((k + 1) * width, kInf);
+      for (size_t i = 0; i <= k; ++i) {
+        double* row = &dense_[i * width];
+        row[0] = 0;
+        size_t at = rest_begin_[i];
+        for (size_t h = 1; h < width; ++h) {
+          const double want = static_cast<double>(h);
+          while (at < rest_end_[i] && rest_[at].gain < want) ++at;
+          if (at == rest_end_[i]) break;  // the rest stay kInf
+          const double gain0 = at == rest_begin_[i] ? 0.0 : rest_[at - 1].gain;
+          const double cost0 = at == rest_begin_[i] ? 0.0 : rest_[at - 1].cost;
+          row[h] = cost0 + (want - gain0) * (rest_[at].cost - cost0) / (rest_[at].gain - gain0);
+        }
+      }
+      dense_width_ = width;
+    }
+  }
+
   // For the knapsack: orders the items by efficiency (order_), builds the suffix
   // LP bounds (rest_: the cumulative hull points of items order_[i..] merged by slope) and
   // returns a greedy solution's cost (kNoPlan if the greedy finds none).
@@ -737,24 +765,32 @@ class TransferSolver {
     order_.resize(k);
     for (size_t i = 0; i < k; ++i) order_[i] = i;
     // Upper concave hull of each item's (cost, gain) points from the origin: few segments,
-    // since the gains are floors of a line.
+    // since the gains are floors of a line. A monotone chain over the integer points (the
+    // cross products are exact in int64), then cut into segments.
     if (hulls_.size() < k) hulls_.resize(k);
     for (size_t i = 0; i < k; ++i) {
-      std::vector<Segment>& hull = hulls_[i];
-      hull.clear();
-      int64_t at_cost = 0, at_gain = 0;
-      for (const Option& o : items_[i].options) {
-        Segment next{static_cast<double>(o.cost - at_cost), static_cast<double>(o.gain - at_gain),
-                     i};
-        // Merge while the new segment is at least as steep as the last one.
-        while (!hull.empty() && next.gain * hull.back().cost >= hull.back().gain * next.cost) {
-          next.cost += hull.back().cost;
-          next.gain += hull.back().gain;
-          hull.pop_back();
+      const std::vector<Option>& options = items_[i].options;
+      chain_.resize(options.size() + 1);
+      size_t top = 0;
+      chain_[top++] = {0, 0};
+      for (const Option& o : options) {
+        // Drop the last vertex while o is at least as steep from the one before it.
+        while (top >= 2) {
+          const Option& v0 = chain_[top - 2];
+          const Option& v1 = chain_[top - 1];
+          if ((o.gain - v1.gain) * int64_t{v1.cost - v0.cost} <
+              (v1.gain - v0.gain) * int64_t{o.cost - v1.cost}) {
+            break;
+          }
+          --top;
         }
-        hull.push_back(next);
-        at_cost = o.cost;
-        at_gain = o.gain;
+        chain_[top++] = o;
+      }
+      std::vector<Segment>& hull = hulls_[i];
+      hull.resize(top - 1);
+      for (size_t j = 1; j < top; ++j) {
+        hull[j - 1] = {static_cast<double>(chain_[j].cost - chain_[j - 1].cost),
+                       static_cast<double>(chain_[j].gain - chain_[j - 1].gain), i};
       }
     }
     // Most efficient item first, so that the bound bites early.
@@ -787,26 +823,7 @@ class TransferSolver {
       }
       rest_end_[i] = rest_.size();
     }
-    // Small tables are cheaper to fill (one walk per suffix) than to search pair by pair.
-    const size_t width = static_cast<size_t>(target) + 1;
-    dense_.clear();
-    if ((k + 1) * width <= 1024) {
-      dense_.assign((k + 1) * width, kInf);
-      for (size_t i = 0; i <= k; ++i) {
-        double* row = &dense_[i * width];
-        row[0] = 0;
-        size_t at = rest_begin_[i];
-        for (size_t h = 1; h < width; ++h) {
-          const double want = static_cast<double>(h);
-          while (at < rest_end_[i] && rest_[at].gain < want) ++at;
-          if (at == rest_end_[i]) break;  // the rest stay kInf
-          const double gain0 = at == rest_begin_[i] ? 0.0 : rest_[at - 1].gain;
-          const double cost0 = at == rest_begin_[i] ? 0.0 : rest_[at - 1].cost;
-          row[h] = cost0 + (want - gain0) * (rest_[at].cost - cost0) / (rest_[at].gain - gain0);
-        }
-      }
-      dense_width_ = width;
-    }
+    dense_.clear();  // FillDense builds it, once the DP is needed
 
     // Greedy: most efficient items first, each the cheapest option that finishes, else
     // its largest.
@@ -847,6 +864,7 @@ class TransferSolver {
   std::vector<double> dense_;  // RestBound(i, h) at [i * dense_width_ + h], when small
   size_t dense_width_ = 0;
   std::vector<size_t> order_;
+  std::vector<Option> chain_;       // PrepareBounds' hull scratch
   std::vector<int32_t> chosen_;     // RoundLp's option per item
   std::vector<int64_t> took_gain_;  // RoundLp's scratch
 };

@@ -392,6 +392,56 @@ TEST(PlannerOracleTest, MatchesOracleOnEightRankGroupsWherePruningPays) {
   }
 }
 
+// The branch and bound's hard regime (the bench's `random` case, scaled down): the
+// accuracy price of a prune is drawn around what a prune saves in step time
+// (lambda ~ 1 / sum_r 1/c_r, the slope of the water level), so dozens of prune levels
+// nearly tie and every interval bound is tight. Half the cases put speeds, transfer cost
+// and weight on a coarse grid so that objectives tie exactly, which exercises the
+// tolerance and the fewest-prunes tie-break; the rest are continuous. Multi-sender
+// knapsacks (several slow ranks) and helpers that prune to make room both occur.
+TEST(PlannerOracleTest, MatchesOracleWhenManyPruneLevelsTie) {
+  std::mt19937_64 rng(2024);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int pruned_plans = 0;
+  for (int i = 0; i < 600; ++i) {
+    Case k;
+    const bool grid = i % 2 == 0;
+    const int p = pick(2, 8);
+    const int most = pick(3, 12);
+    double inverse_sum = 0;
+    for (int r = 0; r < p; ++r) {
+      const double c = 1e-3 * (grid ? pick(1, 4) : uniform(1, 10));
+      k.c.push_back(c);
+      k.n.push_back(pick(most / 2, most));
+      inverse_sum += 1 / c;
+    }
+    k.tau = 1e-3 * (grid ? 0.5 * pick(0, 4) : uniform(0, 2));
+    k.policy.max_pruned_fraction_rank = uniform(0.3, 1);
+    k.policy.max_pruned_fraction_group = uniform(0.2, 1);
+    // Per-unit weight near the water level's slope: pruning barely pays or barely loses.
+    const double slope = 1 / inverse_sum;
+    const double lambda = grid ? slope * 0.25 * pick(2, 6) : slope * uniform(0.5, 1.5);
+    k.policy.accuracy_weight_seconds = lambda * static_cast<double>(Total(k));
+    k.cordoned.assign(p, false);
+    k.chronic.assign(p, false);
+    if (pick(0, 5) == 0) k.cordoned[pick(0, p - 1)] = true;
+    JobPolicy policy = k.policy;
+    policy.mode = BalanceMode::kAuto;
+    const std::string what = Describe(k, BalanceMode::kAuto);
+    absl::StatusOr<PlanCandidate> got = BestPlan(MakeInput(k), policy);
+    ASSERT_TRUE(got.ok()) << got.status() << what;
+    const Checked check = CheckPlan(MakeInput(k), policy, BalanceMode::kAuto, got->plan);
+    ASSERT_EQ(check.error, "") << what;
+    ExpectNear(got->cost.objective, Oracle(k, BalanceMode::kAuto, false), what);
+    ExpectNear(check.objective, got->cost.objective, what);
+    pruned_plans += got->cost.pruned_units > 0;
+  }
+  EXPECT_GT(pruned_plans, 200);  // the regime really is one where pruning competes
+}
+
 // PlanBlock's decision (with resharding and hysteresis in play) is feasible and never worse
 // than the optimum on the current ownership; without chronic ranks or cordons it is it.
 TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
