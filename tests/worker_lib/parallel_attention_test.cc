@@ -27,6 +27,7 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/block_checks.h"
 #include "testing/dense_reference.h"
 #include "testing/rank_threads.h"
 
@@ -34,6 +35,9 @@ namespace ballast {
 namespace {
 
 using ::ballast::testing::BlockFactory;
+using ::ballast::testing::CheckedBlock;
+using ::ballast::testing::ExpectBlockOutsideThePlanStaysExact;
+using ::ballast::testing::ExpectRejectsBadShapesAndKeepsWorking;
 using ::ballast::testing::DenseBlock;
 using ::ballast::testing::DenseResult;
 using ::ballast::testing::ExpectRunMatchesReference;
@@ -155,6 +159,18 @@ BlockFactory Factory(const AttentionConfig& config, const AttentionParams& param
 
 BlockFactory Factory(const AttentionRun& run) {
   return Factory(run.config, run.dense.ToAttentionParams(run.params));
+}
+
+// The block of `run` and its first step, for the shared checks in testing/block_checks.h.
+CheckedBlock Checked(const AttentionRun& run) {
+  return CheckedBlock{.factory = Factory(run),
+                      .dense = &run.dense,
+                      .params = run.params,
+                      .step = &run.script.steps[0],
+                      .adamw = run.script.adamw,
+                      .batch = kBatch,
+                      .seq = kSeq,
+                      .hidden = kHidden};
 }
 
 void RunAndExpectMatch(const AttentionRun& run) {
@@ -361,7 +377,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, AttentionPruningTest, ::testing::ValuesIn(Prunin
 TEST(AttentionPlanTest, PlanForTheMlpLeavesAttentionExact) {
   // A transformer layer's two blocks on one group; the plan prunes only the MLP. The
   // attention block must still be plain TP.
-  AttentionRun run = NewRun(2, EvenOwnership(kHeads, 2), 1, 400);
+  const AttentionRun run = NewRun(2, EvenOwnership(kHeads, 2), 1, 400);
   const DenseBlock mlp_dense = DenseBlock::Mlp(kHidden, 64, 8);
   MlpConfig mlp_config;
   mlp_config.id = BlockId(1);
@@ -372,50 +388,13 @@ TEST(AttentionPlanTest, PlanForTheMlpLeavesAttentionExact) {
   BlockPlan mlp_plan = Prune({2, 1});
   mlp_plan.block = BlockId(1);
   const WorkloadPlan plan = Plan(1, {mlp_plan});
-  const ScriptStep& step = run.script.steps[0];
-  const DenseResult want =
-      run.dense.Run(ToDouble(run.params), ToDouble(step.x), ToDouble(step.dy), kBatch, kSeq);
-  const size_t n = static_cast<size_t>(kBatch) * kSeq * kHidden;
-
-  absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
-    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelBlock> attention, Factory(run)(ctx));
-    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelMlp> mlp,
+  const BlockFactory mlp = [&](RankContext& ctx) -> absl::StatusOr<std::unique_ptr<ParallelBlock>> {
+    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelMlp> m,
                              ParallelMlp::Create(ctx.group.get(), mlp_config));
-    BALLAST_RETURN_IF_ERROR(mlp->LoadDense(mlp_params));
-    BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(plan));
-    BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
-    EXPECT_EQ(ctx.group->applied_version(), PlanVersion(1));
-    for (UnitFate fate : attention->LocalFates()) EXPECT_EQ(fate, UnitFate::kLocal);
-    int pruned = 0;
-    for (UnitFate fate : mlp->LocalFates()) pruned += fate == UnitFate::kPruned;
-    EXPECT_EQ(pruned, ctx.rank == 0 ? 2 : 1) << "rank " << ctx.rank;
-
-    Compute& compute = ctx.backend->compute();
-    BALLAST_ASSIGN_OR_RETURN(Buffer x, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer y, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer z, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dy, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dx, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dz, compute.Allocate(n));
-    compute.CopyFromHost(step.x.data(), x.data(), n);
-    compute.CopyFromHost(step.dy.data(), dy.data(), n);
-    // As in a layer: attention then MLP forward, MLP then attention backward.
-    BALLAST_RETURN_IF_ERROR(attention->Forward(x.data(), kBatch, kSeq, y.data()));
-    BALLAST_RETURN_IF_ERROR(mlp->Forward(y.data(), kBatch, kSeq, z.data()));
-    BALLAST_RETURN_IF_ERROR(mlp->Backward(dy.data(), dz.data()));
-    BALLAST_RETURN_IF_ERROR(attention->Backward(dy.data(), dx.data()));
-    const std::vector<float> got_y = ToHost(compute, y.data(), n);
-    const std::vector<float> got_dx = ToHost(compute, dx.data(), n);
-    BALLAST_RETURN_IF_ERROR(compute.Synchronize());
-    BALLAST_ASSIGN_OR_RETURN(std::vector<float> grad, attention->GatherDense(ParamField::kGrad));
-    EXPECT_LE(MaxRelError(got_y, want.y), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(got_dx, want.dx), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(grad, want.grad), kTolerance) << "rank " << ctx.rank;
-    BALLAST_RETURN_IF_ERROR(mlp->AdamWStep(run.script.adamw));
-    BALLAST_RETURN_IF_ERROR(attention->AdamWStep(run.script.adamw));
-    return ctx.group->EndStep();
-  });
-  EXPECT_TRUE(status.ok()) << status;
+    BALLAST_RETURN_IF_ERROR(m->LoadDense(mlp_params));
+    return std::unique_ptr<ParallelBlock>(std::move(m));
+  };
+  ExpectBlockOutsideThePlanStaysExact(Checked(run), mlp, plan, {2, 1});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -512,63 +491,10 @@ TEST(AttentionCreateTest, LoadDenseRejectsWrongSizes) {
 }
 
 TEST(AttentionForwardTest, RejectsBadShapesAndKeepsWorking) {
-  AttentionRun run = NewRun(2, EvenOwnership(kHeads, 2), 1, 500);
-  const ScriptStep& step = run.script.steps[0];
-  const DenseResult want =
-      run.dense.Run(ToDouble(run.params), ToDouble(step.x), ToDouble(step.dy), kBatch, kSeq);
-  const size_t n = static_cast<size_t>(kBatch) * kSeq * kHidden;
-  struct Shape {
-    int32_t batch;
-    int32_t seq;
-  };
-  const std::vector<Shape> non_positive = {
-      {0, kSeq}, {-1, kSeq}, {kBatch, 0}, {kBatch, -5}, {0, 0}};
-  // batch * seq (and seq * seq for the scores) overflow int32: refused, not wrapped.
-  const std::vector<Shape> overflowing = {{1 << 20, 1 << 20},
-                                          {1, std::numeric_limits<int32_t>::max()}};
-
-  absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
-    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelBlock> block, Factory(run)(ctx));
-    Compute& compute = ctx.backend->compute();
-    BALLAST_ASSIGN_OR_RETURN(Buffer x, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer y, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dy, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dx, compute.Allocate(n));
-    compute.CopyFromHost(step.x.data(), x.data(), n);
-    compute.CopyFromHost(step.dy.data(), dy.data(), n);
-    BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
-
-    EXPECT_FALSE(block->Backward(dy.data(), dx.data()).ok()) << "Backward before Forward";
-    for (const Shape& s : non_positive) {
-      absl::Status bad = block->Forward(x.data(), s.batch, s.seq, y.data());
-      EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument)
-          << "batch " << s.batch << " seq " << s.seq << ": " << bad;
-    }
-    for (const Shape& s : overflowing) {
-      EXPECT_FALSE(block->Forward(x.data(), s.batch, s.seq, y.data()).ok())
-          << "batch " << s.batch << " seq " << s.seq;
-    }
-    EXPECT_FALSE(block->Forward(nullptr, kBatch, kSeq, y.data()).ok()) << "null x";
-    EXPECT_FALSE(block->Forward(x.data(), kBatch, kSeq, nullptr).ok()) << "null y";
-    // A rejected Forward is no Forward: there is still nothing to differentiate.
-    EXPECT_FALSE(block->Backward(dy.data(), dx.data()).ok()) << "Backward after bad Forward";
-
-    // The block is unharmed: a good step matches the dense reference.
-    BALLAST_RETURN_IF_ERROR(block->Forward(x.data(), kBatch, kSeq, y.data()));
-    EXPECT_FALSE(block->Backward(nullptr, dx.data()).ok()) << "null dy";
-    EXPECT_FALSE(block->Backward(dy.data(), nullptr).ok()) << "null dx";
-    BALLAST_RETURN_IF_ERROR(block->Backward(dy.data(), dx.data()));
-    const std::vector<float> got_y = ToHost(compute, y.data(), n);
-    const std::vector<float> got_dx = ToHost(compute, dx.data(), n);
-    BALLAST_RETURN_IF_ERROR(compute.Synchronize());
-    BALLAST_ASSIGN_OR_RETURN(std::vector<float> grad, block->GatherDense(ParamField::kGrad));
-    EXPECT_LE(MaxRelError(got_y, want.y), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(got_dx, want.dx), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(grad, want.grad), kTolerance) << "rank " << ctx.rank;
-    BALLAST_RETURN_IF_ERROR(block->AdamWStep(run.script.adamw));
-    return ctx.group->EndStep();
-  });
-  EXPECT_TRUE(status.ok()) << status;
+  const AttentionRun run = NewRun(2, EvenOwnership(kHeads, 2), 1, 500);
+  // batch * seq (and seq * seq for the scores) overflow int32.
+  ExpectRejectsBadShapesAndKeepsWorking(
+      Checked(run), {{1 << 20, 1 << 20}, {1, std::numeric_limits<int32_t>::max()}});
 }
 
 TEST(AttentionForwardTest, UnitMeanRejectsHeadsNotOwnedHere) {

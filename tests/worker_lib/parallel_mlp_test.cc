@@ -27,6 +27,7 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/block_checks.h"
 #include "testing/dense_reference.h"
 #include "testing/rank_threads.h"
 
@@ -34,6 +35,9 @@ namespace ballast {
 namespace {
 
 using ::ballast::testing::BlockFactory;
+using ::ballast::testing::CheckedBlock;
+using ::ballast::testing::ExpectBlockOutsideThePlanStaysExact;
+using ::ballast::testing::ExpectRejectsBadShapesAndKeepsWorking;
 using ::ballast::testing::DenseBlock;
 using ::ballast::testing::DenseResult;
 using ::ballast::testing::ExpectRunMatchesReference;
@@ -162,6 +166,18 @@ BlockFactory Factory(const MlpConfig& config, const MlpParams& params) {
 
 BlockFactory Factory(const MlpRun& run) {
   return Factory(run.config, run.dense.ToMlpParams(run.params));
+}
+
+// The block of `run` and its first step, for the shared checks in testing/block_checks.h.
+CheckedBlock Checked(const MlpRun& run) {
+  return CheckedBlock{.factory = Factory(run),
+                      .dense = &run.dense,
+                      .params = run.params,
+                      .step = &run.script.steps[0],
+                      .adamw = run.script.adamw,
+                      .batch = kBatch,
+                      .seq = kSeq,
+                      .hidden = kHidden};
 }
 
 void RunAndExpectMatch(const MlpRun& run) {
@@ -431,53 +447,12 @@ INSTANTIATE_TEST_SUITE_P(Plans, MlpPruningTest, ::testing::ValuesIn(PruningCases
 TEST(MlpPlanTest, BlocksNotInThePlanStayExact) {
   // Two MLPs on one group; the plan prunes only the second. The first must still be plain
   // TP: a plan applies to the blocks it names and no others.
-  MlpRun first = NewRun(2, EvenOwnership(kUnits, 2), 1, 400);
+  const MlpRun first = NewRun(2, EvenOwnership(kUnits, 2), 1, 400);
   MlpRun second = NewRun(2, EvenOwnership(kUnits, 2), 1, 401);
   second.config.id = BlockId(2);
   WorkloadPlan plan = Plan(1, {Prune({3, 2})}, Imputation::kZero);
   plan.blocks[0].block = BlockId(2);
-  const ScriptStep& step = first.script.steps[0];
-  const DenseResult want =
-      first.dense.Run(ToDouble(first.params), ToDouble(step.x), ToDouble(step.dy), kBatch, kSeq);
-  const size_t n = static_cast<size_t>(kBatch) * kSeq * kHidden;
-
-  absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
-    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelBlock> a, Factory(first)(ctx));
-    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelBlock> b, Factory(second)(ctx));
-    BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(plan));
-    BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
-    EXPECT_EQ(ctx.group->applied_version(), PlanVersion(1));
-    for (UnitFate fate : a->LocalFates()) EXPECT_EQ(fate, UnitFate::kLocal);
-    int pruned = 0;
-    for (UnitFate fate : b->LocalFates()) pruned += fate == UnitFate::kPruned;
-    EXPECT_EQ(pruned, ctx.rank == 0 ? 3 : 2) << "rank " << ctx.rank;
-
-    Compute& compute = ctx.backend->compute();
-    BALLAST_ASSIGN_OR_RETURN(Buffer x, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer y, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer z, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dy, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dx, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dz, compute.Allocate(n));
-    compute.CopyFromHost(step.x.data(), x.data(), n);
-    compute.CopyFromHost(step.dy.data(), dy.data(), n);
-    // Interleave the blocks as a model would: a then b forward, b then a backward.
-    BALLAST_RETURN_IF_ERROR(a->Forward(x.data(), kBatch, kSeq, y.data()));
-    BALLAST_RETURN_IF_ERROR(b->Forward(x.data(), kBatch, kSeq, z.data()));
-    BALLAST_RETURN_IF_ERROR(b->Backward(dy.data(), dz.data()));
-    BALLAST_RETURN_IF_ERROR(a->Backward(dy.data(), dx.data()));
-    const std::vector<float> got_y = ToHost(compute, y.data(), n);
-    const std::vector<float> got_dx = ToHost(compute, dx.data(), n);
-    BALLAST_RETURN_IF_ERROR(compute.Synchronize());
-    BALLAST_ASSIGN_OR_RETURN(std::vector<float> grad, a->GatherDense(ParamField::kGrad));
-    EXPECT_LE(MaxRelError(got_y, want.y), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(got_dx, want.dx), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(grad, want.grad), kTolerance) << "rank " << ctx.rank;
-    BALLAST_RETURN_IF_ERROR(a->AdamWStep(first.script.adamw));
-    BALLAST_RETURN_IF_ERROR(b->AdamWStep(first.script.adamw));
-    return ctx.group->EndStep();
-  });
-  EXPECT_TRUE(status.ok()) << status;
+  ExpectBlockOutsideThePlanStaysExact(Checked(first), Factory(second), plan, {3, 2});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -569,59 +544,9 @@ TEST(MlpCreateTest, LoadDenseRejectsWrongSizes) {
 }
 
 TEST(MlpForwardTest, RejectsBadShapesAndKeepsWorking) {
-  MlpRun run = NewRun(2, EvenOwnership(kUnits, 2), 1, 500);
-  const ScriptStep& step = run.script.steps[0];
-  const DenseResult want =
-      run.dense.Run(ToDouble(run.params), ToDouble(step.x), ToDouble(step.dy), kBatch, kSeq);
-  const size_t n = static_cast<size_t>(kBatch) * kSeq * kHidden;
-  struct Shape {
-    int32_t batch;
-    int32_t seq;
-  };
-  const std::vector<Shape> non_positive = {
-      {0, kSeq}, {-1, kSeq}, {kBatch, 0}, {kBatch, -5}, {0, 0}};
-  // batch * seq overflows int32 (and any buffer): must be refused, not wrapped around.
-  const std::vector<Shape> overflowing = {{1 << 20, 1 << 20},
-                                          {std::numeric_limits<int32_t>::max(), 2}};
-
-  absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
-    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelBlock> block, Factory(run)(ctx));
-    Compute& compute = ctx.backend->compute();
-    BALLAST_ASSIGN_OR_RETURN(Buffer x, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer y, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dy, compute.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dx, compute.Allocate(n));
-    compute.CopyFromHost(step.x.data(), x.data(), n);
-    compute.CopyFromHost(step.dy.data(), dy.data(), n);
-    BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
-
-    EXPECT_FALSE(block->Backward(dy.data(), dx.data()).ok()) << "Backward before Forward";
-    for (const Shape& s : non_positive) {
-      absl::Status bad = block->Forward(x.data(), s.batch, s.seq, y.data());
-      EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument)
-          << "batch " << s.batch << " seq " << s.seq << ": " << bad;
-    }
-    for (const Shape& s : overflowing) {
-      EXPECT_FALSE(block->Forward(x.data(), s.batch, s.seq, y.data()).ok())
-          << "batch " << s.batch << " seq " << s.seq;
-    }
-    // A rejected Forward is no Forward: there is still nothing to differentiate.
-    EXPECT_FALSE(block->Backward(dy.data(), dx.data()).ok()) << "Backward after bad Forward";
-
-    // The block is unharmed: a good step matches the dense reference.
-    BALLAST_RETURN_IF_ERROR(block->Forward(x.data(), kBatch, kSeq, y.data()));
-    BALLAST_RETURN_IF_ERROR(block->Backward(dy.data(), dx.data()));
-    const std::vector<float> got_y = ToHost(compute, y.data(), n);
-    const std::vector<float> got_dx = ToHost(compute, dx.data(), n);
-    BALLAST_RETURN_IF_ERROR(compute.Synchronize());
-    BALLAST_ASSIGN_OR_RETURN(std::vector<float> grad, block->GatherDense(ParamField::kGrad));
-    EXPECT_LE(MaxRelError(got_y, want.y), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(got_dx, want.dx), kTolerance) << "rank " << ctx.rank;
-    EXPECT_LE(MaxRelError(grad, want.grad), kTolerance) << "rank " << ctx.rank;
-    BALLAST_RETURN_IF_ERROR(block->AdamWStep(run.script.adamw));
-    return ctx.group->EndStep();
-  });
-  EXPECT_TRUE(status.ok()) << status;
+  const MlpRun run = NewRun(2, EvenOwnership(kUnits, 2), 1, 500);
+  ExpectRejectsBadShapesAndKeepsWorking(
+      Checked(run), {{1 << 20, 1 << 20}, {std::numeric_limits<int32_t>::max(), 2}});
 }
 
 TEST(MlpForwardTest, RejectsNullBuffers) {
