@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "ballast/tp_group.h"
@@ -813,6 +814,79 @@ absl::StatusOr<std::vector<float>> ParallelBlock::GatherDense(ParamField field) 
   c.CopyToHost(buffer.data(), dense.data(), dense.size());
   BALLAST_RETURN_IF_ERROR(c.Synchronize());
   return dense;
+}
+
+absl::StatusOr<BlockCheckpoint> ParallelBlock::SaveCheckpoint() {
+  if (group_->in_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", id_.value(), ": SaveCheckpoint called inside a step"));
+  }
+  BlockCheckpoint checkpoint;
+  BALLAST_ASSIGN_OR_RETURN(checkpoint.value, GatherDense(ParamField::kValue));
+  BALLAST_ASSIGN_OR_RETURN(checkpoint.adam_m, GatherDense(ParamField::kAdamM));
+  BALLAST_ASSIGN_OR_RETURN(checkpoint.adam_v, GatherDense(ParamField::kAdamV));
+  // Each unit's step count lives with its owner: a min-reduce with "no value" as the
+  // largest int64 gathers them without another message type.
+  checkpoint.unit_steps.assign(num_units_, std::numeric_limits<int64_t>::max());
+  for (const UnitMeta& m : storage_->meta) checkpoint.unit_steps[m.unit] = m.adam_step;
+  BALLAST_RETURN_IF_ERROR(group_->backend().comm().AllReduceMin(checkpoint.unit_steps.data(),
+                                                                checkpoint.unit_steps.size()));
+  checkpoint.bias_step = storage_->bias_step;
+  return checkpoint;
+}
+
+absl::Status ParallelBlock::RestoreCheckpoint(const BlockCheckpoint& checkpoint) {
+  const auto check = [&](const char* field, size_t got, size_t want) -> absl::Status {
+    if (got == want) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": checkpoint ", field,
+                                                   " has ", got, " elements, expected ", want));
+  };
+  BALLAST_RETURN_IF_ERROR(check("value", checkpoint.value.size(), DenseSize()));
+  BALLAST_RETURN_IF_ERROR(check("adam_m", checkpoint.adam_m.size(), DenseSize()));
+  BALLAST_RETURN_IF_ERROR(check("adam_v", checkpoint.adam_v.size(), DenseSize()));
+  BALLAST_RETURN_IF_ERROR(check("unit_steps", checkpoint.unit_steps.size(), num_units_));
+  for (int32_t u = 0; u < num_units_; ++u) {
+    if (checkpoint.unit_steps[u] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": checkpoint unit ",
+                                                     u, " has negative step count ",
+                                                     checkpoint.unit_steps[u]));
+    }
+  }
+  if (checkpoint.bias_step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block ", id_.value(), ": checkpoint bias_step ", checkpoint.bias_step, " is negative"));
+  }
+  if (group_->in_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", id_.value(), ": RestoreCheckpoint called inside a step"));
+  }
+  BALLAST_RETURN_IF_ERROR(LoadDenseVector(checkpoint.value));  // also resets the rest
+
+  Storage& st = *storage_;
+  Compute& c = compute();
+  std::vector<std::vector<float>> host(sharded_.size());
+  std::vector<float*> slabs(sharded_.size());
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    host[p].resize(sharded_[p].unit_elems);
+    slabs[p] = host[p].data();
+  }
+  std::vector<float> bias(hidden_);
+  for (const auto& [kind, dense, bias_field] :
+       {std::tuple{kMoment1, &checkpoint.adam_m, &st.bias_m},
+        std::tuple{kMoment2, &checkpoint.adam_v, &st.bias_v}}) {
+    for (int32_t pos = 0; pos < st.units(); ++pos) {
+      DenseToUnit(static_cast<int32_t>(st.meta[pos].unit), dense->data(), slabs, nullptr);
+      for (size_t p = 0; p < sharded_.size(); ++p) {
+        c.CopyFromHost(host[p].data(), st.slab(p * kFieldsPerParam + kind, pos),
+                       sharded_[p].unit_elems);
+      }
+    }
+    DenseToUnit(-1, dense->data(), slabs, bias.data());
+    c.CopyFromHost(bias.data(), bias_field->data(), hidden_);
+  }
+  for (UnitMeta& m : st.meta) m.adam_step = checkpoint.unit_steps[m.unit];
+  st.bias_step = checkpoint.bias_step;
+  return c.Synchronize();
 }
 
 }  // namespace ballast

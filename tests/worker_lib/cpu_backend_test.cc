@@ -120,6 +120,62 @@ TEST(CpuComputeTest, SoftmaxAndItsGradient) {
   }
 }
 
+TEST(CpuComputeTest, LayerNormAndItsGradients) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  const int rows = 3, cols = 7;
+  const float eps = 1e-5f;
+  const std::vector<float> x = Random(rows * cols, 8), gamma = Random(cols, 9),
+                           beta = Random(cols, 10), w = Random(rows * cols, 11);
+  std::vector<float> y(rows * cols), mean(rows), rstd(rows);
+  c.LayerNormForward(x.data(), gamma.data(), beta.data(), rows, cols, eps, y.data(), mean.data(),
+                     rstd.data());
+  for (int r = 0; r < rows; ++r) {
+    double mu = 0, var = 0;
+    for (int j = 0; j < cols; ++j) mu += x[r * cols + j];
+    mu /= cols;
+    for (int j = 0; j < cols; ++j) var += (x[r * cols + j] - mu) * (x[r * cols + j] - mu);
+    var /= cols;
+    EXPECT_NEAR(mean[r], mu, 1e-6);
+    EXPECT_NEAR(rstd[r], 1.0 / std::sqrt(var + eps), 1e-4);
+    for (int j = 0; j < cols; ++j) {
+      EXPECT_NEAR(y[r * cols + j], (x[r * cols + j] - mu) / std::sqrt(var + eps) * gamma[j] + beta[j],
+                  1e-5);
+    }
+  }
+  // Finite differences of L = <w, layernorm(x; gamma, beta)> in x, gamma and beta.
+  std::vector<float> dx(rows * cols), dgamma(cols), dbeta(cols);
+  c.LayerNormBackward(x.data(), gamma.data(), mean.data(), rstd.data(), w.data(), rows, cols,
+                      dx.data(), dgamma.data(), dbeta.data());
+  auto loss = [&](const std::vector<float>& xx, const std::vector<float>& g,
+                  const std::vector<float>& b) {
+    std::vector<float> yy(rows * cols), m(rows), s(rows);
+    c.LayerNormForward(xx.data(), g.data(), b.data(), rows, cols, eps, yy.data(), m.data(),
+                       s.data());
+    double out = 0;
+    for (int i = 0; i < rows * cols; ++i) out += w[i] * yy[i];
+    return out;
+  };
+  const float h = 1e-2f;
+  for (int i = 0; i < rows * cols; ++i) {
+    std::vector<float> plus = x, minus = x;
+    plus[i] += h;
+    minus[i] -= h;
+    EXPECT_NEAR(dx[i], (loss(plus, gamma, beta) - loss(minus, gamma, beta)) / (2 * h), 2e-3) << i;
+  }
+  for (int j = 0; j < cols; ++j) {
+    std::vector<float> plus = gamma, minus = gamma;
+    plus[j] += h;
+    minus[j] -= h;
+    EXPECT_NEAR(dgamma[j], (loss(x, plus, beta) - loss(x, minus, beta)) / (2 * h), 2e-3) << j;
+    plus = beta;
+    minus = beta;
+    plus[j] += h;
+    minus[j] -= h;
+    EXPECT_NEAR(dbeta[j], (loss(x, gamma, plus) - loss(x, gamma, minus)) / (2 * h), 2e-3) << j;
+  }
+}
+
 TEST(CpuComputeTest, GeluAndItsGradient) {
   auto backend = SingleRank();
   Compute& c = backend->compute();

@@ -286,6 +286,52 @@ TEST_F(CudaBackendTest, SoftmaxRowsMatchesHostReference) {
   }
 }
 
+TEST_F(CudaBackendTest, LayerNormMatchesHostReference) {
+  const float eps = 1e-5f;
+  for (const auto& [rows, cols] : {std::pair{5, 37}, std::pair{3, 768}, std::pair{2, 1}}) {
+    SCOPED_TRACE(absl::StrCat("rows=", rows, " cols=", cols));
+    const size_t size = static_cast<size_t>(rows) * cols;
+    const std::vector<float> x = Random(size, -3, 3, 21), gamma = Random(cols, 0.5, 1.5, 22),
+                             beta = Random(cols, -1, 1, 23), dy = Random(size, -1, 1, 24);
+    // Double-precision reference of the forward pass and all three gradients.
+    std::vector<double> want_y(size), want_dx(size), want_dgamma(cols, 0), want_dbeta(cols, 0);
+    for (int r = 0; r < rows; ++r) {
+      double mu = 0, var = 0;
+      for (int c = 0; c < cols; ++c) mu += x[r * cols + c];
+      mu /= cols;
+      for (int c = 0; c < cols; ++c) var += (x[r * cols + c] - mu) * (x[r * cols + c] - mu);
+      const double inv = 1.0 / std::sqrt(var / cols + eps);
+      double mean_g = 0, mean_gx = 0;
+      for (int c = 0; c < cols; ++c) {
+        const size_t i = static_cast<size_t>(r) * cols + c;
+        const double xhat = (x[i] - mu) * inv;
+        want_y[i] = xhat * gamma[c] + beta[c];
+        mean_g += dy[i] * gamma[c] / cols;
+        mean_gx += dy[i] * gamma[c] * xhat / cols;
+        want_dgamma[c] += dy[i] * xhat;
+        want_dbeta[c] += dy[i];
+      }
+      for (int c = 0; c < cols; ++c) {
+        const size_t i = static_cast<size_t>(r) * cols + c;
+        want_dx[i] = inv * (dy[i] * gamma[c] - mean_g - (x[i] - mu) * inv * mean_gx);
+      }
+    }
+    Buffer dx_in = Upload(x), dg = Upload(gamma), db = Upload(beta), ddy = Upload(dy);
+    Buffer y = Upload(std::vector<float>(size)), mean = Upload(std::vector<float>(rows)),
+           rstd = Upload(std::vector<float>(rows)), dx = Upload(std::vector<float>(size)),
+           dgamma = Upload(std::vector<float>(cols)), dbeta = Upload(std::vector<float>(cols));
+    compute().LayerNormForward(dx_in.data(), dg.data(), db.data(), rows, cols, eps, y.data(),
+                               mean.data(), rstd.data());
+    compute().LayerNormBackward(dx_in.data(), dg.data(), mean.data(), rstd.data(), ddy.data(), rows,
+                                cols, dx.data(), dgamma.data(), dbeta.data());
+    ExpectSynchronized();
+    ExpectClose(Download(y), want_y);
+    ExpectClose(Download(dx), want_dx, 1e-4);
+    ExpectClose(Download(dgamma), want_dgamma);
+    ExpectClose(Download(dbeta), want_dbeta);
+  }
+}
+
 TEST_F(CudaBackendTest, SoftmaxBackwardRowsMatchesHostReference) {
   const float scale = 0.125f;
   for (const auto& [rows, cols] : {std::pair{5, 37}, std::pair{2, 1300}}) {

@@ -154,6 +154,53 @@ void CpuCompute::SoftmaxBackwardRows(const float* p, float* dx, int rows, int co
   }
 }
 
+void CpuCompute::LayerNormForward(const float* x, const float* gamma, const float* beta, int rows,
+                                  int cols, float eps, float* y, float* mean, float* rstd) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * cols;
+    float* yr = y + static_cast<int64_t>(r) * cols;
+    // Two passes in double: cheap at these widths, and immune to cancellation in E[x^2].
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) sum += xr[c];
+    const double mu = sum / cols;
+    double sq = 0;
+    for (int c = 0; c < cols; ++c) sq += (xr[c] - mu) * (xr[c] - mu);
+    const float inv = static_cast<float>(1.0 / std::sqrt(sq / cols + eps));
+    const float m = static_cast<float>(mu);
+    for (int c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * inv * gamma[c] + beta[c];
+    mean[r] = m;
+    rstd[r] = inv;
+  }
+}
+
+void CpuCompute::LayerNormBackward(const float* x, const float* gamma, const float* mean,
+                                   const float* rstd, const float* dy, int rows, int cols,
+                                   float* dx, float* dgamma, float* dbeta) {
+  std::fill(dgamma, dgamma + cols, 0.0f);
+  std::fill(dbeta, dbeta + cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * cols;
+    const float* dyr = dy + static_cast<int64_t>(r) * cols;
+    float* dxr = dx + static_cast<int64_t>(r) * cols;
+    // With g = dy * gamma and xhat the normalised input:
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+    float sum_g = 0, sum_gx = 0;
+    for (int c = 0; c < cols; ++c) {
+      const float xhat = (xr[c] - mean[r]) * rstd[r];
+      const float g = dyr[c] * gamma[c];
+      sum_g += g;
+      sum_gx += g * xhat;
+      dgamma[c] += dyr[c] * xhat;
+      dbeta[c] += dyr[c];
+    }
+    const float mean_g = sum_g / cols, mean_gx = sum_gx / cols;
+    for (int c = 0; c < cols; ++c) {
+      const float xhat = (xr[c] - mean[r]) * rstd[r];
+      dxr[c] = rstd[r] * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
 void CpuCompute::AdamW(const AdamWOptions& o, int64_t step, float* w, const float* g, float* m,
                        float* v, size_t n) {
   const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(step));

@@ -34,6 +34,11 @@ class CpuCompute final : public Compute {
                     int ld) override;
   void SoftmaxRows(float* x, int rows, int cols, float scale) override;
   void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) override;
+  void LayerNormForward(const float* x, const float* gamma, const float* beta, int rows, int cols,
+                        float eps, float* y, float* mean, float* rstd) override;
+  void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                         const float* dy, int rows, int cols, float* dx, float* dgamma,
+                         float* dbeta) override;
   void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g, float* m,
              float* v, size_t n) override;
   absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,

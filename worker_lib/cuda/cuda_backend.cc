@@ -542,6 +542,21 @@ class CudaCompute : public Compute {
         cuda_internal::LaunchSoftmaxBackwardRows(p, dx, rows, cols, scale, stream())));
   }
 
+  void LayerNormForward(const float* x, const float* gamma, const float* beta, int rows, int cols,
+                        float eps, float* y, float* mean, float* rstd) override {
+    if (!Activate() || !Defer(CheckRowMajor("LayerNormForward", rows, cols, cols))) return;
+    Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchLayerNormForward(x, gamma, beta, rows, cols, eps,
+                                                                    y, mean, rstd, stream())));
+  }
+
+  void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                         const float* dy, int rows, int cols, float* dx, float* dgamma,
+                         float* dbeta) override {
+    if (!Activate() || !Defer(CheckRowMajor("LayerNormBackward", rows, cols, cols))) return;
+    Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchLayerNormBackward(
+        x, gamma, mean, rstd, dy, rows, cols, dx, dgamma, dbeta, stream())));
+  }
+
   void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g, float* m,
              float* v, size_t n) override {
     if (!Activate()) return;

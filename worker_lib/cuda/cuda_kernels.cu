@@ -184,6 +184,70 @@ __global__ void SoftmaxBackwardRowsKernel(const float* p, float* dx, int rows, i
   }
 }
 
+// One block per row: mean and variance by two block reductions (the row is re-read from
+// L1/L2, which at transformer widths is cheaper than staging it in shared memory).
+__global__ void LayerNormForwardKernel(const float* x, const float* gamma, const float* beta,
+                                       int rows, int cols, float eps, float* y, float* mean,
+                                       float* rstd) {
+  __shared__ float shared[32];
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* xr = x + static_cast<size_t>(row) * cols;
+    float* yr = y + static_cast<size_t>(row) * cols;
+    float local = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) local += xr[c];
+    const float mu = BlockReduce(local, SumOp(), 0.0f, shared) / cols;
+    float local_sq = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) local_sq += (xr[c] - mu) * (xr[c] - mu);
+    const float inv = rsqrtf(BlockReduce(local_sq, SumOp(), 0.0f, shared) / cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      yr[c] = (xr[c] - mu) * inv * gamma[c] + beta[c];
+    }
+    if (threadIdx.x == 0) {
+      mean[row] = mu;
+      rstd[row] = inv;
+    }
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+__global__ void LayerNormBackwardDxKernel(const float* x, const float* gamma, const float* mean,
+                                          const float* rstd, const float* dy, int rows, int cols,
+                                          float* dx) {
+  __shared__ float shared[32];
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const size_t base = static_cast<size_t>(row) * cols;
+    const float mu = mean[row], inv = rstd[row];
+    float local_g = 0.0f, local_gx = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float g = dy[base + c] * gamma[c];
+      local_g += g;
+      local_gx += g * (x[base + c] - mu) * inv;
+    }
+    const float mean_g = BlockReduce(local_g, SumOp(), 0.0f, shared) / cols;
+    const float mean_gx = BlockReduce(local_gx, SumOp(), 0.0f, shared) / cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float xhat = (x[base + c] - mu) * inv;
+      dx[base + c] = inv * (dy[base + c] * gamma[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+// One thread per column, walking the rows: coalesced across the warp, and deterministic.
+__global__ void LayerNormBackwardParamsKernel(const float* x, const float* mean, const float* rstd,
+                                              const float* dy, int rows, int cols, float* dgamma,
+                                              float* dbeta) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+    float dg = 0.0f, db = 0.0f;
+    for (int r = 0; r < rows; ++r) {
+      const size_t i = static_cast<size_t>(r) * cols + c;
+      dg += dy[i] * (x[i] - mean[r]) * rstd[r];
+      db += dy[i];
+    }
+    dgamma[c] = dg;
+    dbeta[c] = db;
+  }
+}
+
 __global__ void AdamWKernel(AdamWKernelParams params, float* w, const float* g, float* m, float* v,
                             size_t n) {
   for (size_t i = GlobalThread(); i < n; i += GridStride()) {
@@ -317,6 +381,30 @@ cudaError_t LaunchSoftmaxBackwardRows(const float* p, float* dx, int rows, int c
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const int blocks = std::min(rows, kMaxRowBlocks);
   SoftmaxBackwardRowsKernel<<<blocks, RowThreads(cols), 0, stream>>>(p, dx, rows, cols, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLayerNormForward(const float* x, const float* gamma, const float* beta, int rows,
+                                   int cols, float eps, float* y, float* mean, float* rstd,
+                                   cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const int blocks = std::min(rows, kMaxRowBlocks);
+  LayerNormForwardKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, gamma, beta, rows, cols, eps,
+                                                                   y, mean, rstd);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchLayerNormBackward(const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, const float* dy, int rows, int cols,
+                                    float* dx, float* dgamma, float* dbeta, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const int blocks = std::min(rows, kMaxRowBlocks);
+  LayerNormBackwardDxKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, gamma, mean, rstd, dy,
+                                                                      rows, cols, dx);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  LayerNormBackwardParamsKernel<<<BlocksFor(cols), kThreads, 0, stream>>>(x, mean, rstd, dy, rows,
+                                                                          cols, dgamma, dbeta);
   return cudaGetLastError();
 }
 

@@ -44,6 +44,15 @@ cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, cudaStr
 cudaError_t LaunchSoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale,
                                       cudaStream_t stream);
 
+// Row-wise layer norm of contiguous rows; writes mean and rstd per row (see Compute).
+cudaError_t LaunchLayerNormForward(const float* x, const float* gamma, const float* beta, int rows,
+                                   int cols, float eps, float* y, float* mean, float* rstd,
+                                   cudaStream_t stream);
+// dx per row, then dgamma and dbeta as column sums over rows (all overwritten).
+cudaError_t LaunchLayerNormBackward(const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, const float* dy, int rows, int cols,
+                                    float* dx, float* dgamma, float* dbeta, cudaStream_t stream);
+
 // Per-call constants of one AdamW update. The bias corrections (1 - beta^step) are computed
 // once on the host, in double, rather than per element.
 struct AdamWKernelParams {

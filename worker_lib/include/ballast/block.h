@@ -56,6 +56,19 @@ enum class UnitFate { kLocal, kOffloaded, kPruned };
 // Which part of the block's state a dense gather returns.
 enum class ParamField { kValue, kGrad, kAdamM, kAdamV };
 
+// What resuming a block's training needs: dense parameters and AdamW moments (in the
+// subclass's GatherDense layout) and every unit's AdamW step count, indexed by unit id.
+// It does not depend on ownership, so it restores onto any ownership (after a reshard,
+// or with a different number of ranks of the same model). Running mean activations and
+// priority scores are statistics, not state: they restart after a restore.
+struct BlockCheckpoint {
+  std::vector<float> value;
+  std::vector<float> adam_m;
+  std::vector<float> adam_v;
+  std::vector<int64_t> unit_steps;
+  int64_t bias_step = 0;
+};
+
 struct UnitConfig {
   // Priority policy and window (in steps) after which scores are recomputed and storage
   // reordered. The window is also the period over which `kChange` measures change.
@@ -110,6 +123,11 @@ class ParallelBlock {
   // Dense (unsharded) copy of one field, row-major in the subclass's documented layout,
   // concatenated over its parameters. Collective; every rank receives the whole.
   absl::StatusOr<std::vector<float>> GatherDense(ParamField field);
+  // Collective: every rank receives the whole checkpoint. Call between steps.
+  absl::StatusOr<BlockCheckpoint> SaveCheckpoint();
+  // Every rank passes the same checkpoint; each loads its own units. Call between steps.
+  // Errors name the field whose size does not match this block.
+  absl::Status RestoreCheckpoint(const BlockCheckpoint& checkpoint);
   // Timing of the current (or, after TpGroup::EndStep, the last) step.
   const BlockTiming& timing() const { return timing_; }
   // Running mean activation of a unit this rank owns (for kMean), host copy.

@@ -98,6 +98,16 @@ class Compute {
   // In place: dx[r, :] = scale * p[r, :] * (dx[r, :] - <dx[r, :], p[r, :]>), i.e. turns the
   // gradient w.r.t. the softmax output into the gradient w.r.t. its (pre-scale) input.
   virtual void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) = 0;
+  // Row-wise layer normalisation of `rows` contiguous rows of `cols`:
+  // y = (x - mean) * rstd * gamma + beta, with rstd = 1 / sqrt(var + eps) and the biased
+  // variance. Writes mean and rstd (rows floats each), which the backward pass reuses.
+  virtual void LayerNormForward(const float* x, const float* gamma, const float* beta, int rows,
+                                int cols, float eps, float* y, float* mean, float* rstd) = 0;
+  // Gradients of LayerNormForward given dy: dx (rows x cols), and dgamma and dbeta (cols
+  // each, summed over rows). All three outputs are overwritten.
+  virtual void LayerNormBackward(const float* x, const float* gamma, const float* mean,
+                                 const float* rstd, const float* dy, int rows, int cols, float* dx,
+                                 float* dgamma, float* dbeta) = 0;
   // Decoupled AdamW on n parameters that all have taken `step` steps (step >= 1):
   // w -= lr * (weight_decay * w + m_hat / (sqrt(v_hat) + eps)).
   virtual void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g,

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""End-to-end benchmark: the ViT job under real contention, one configuration at a time.
+
+  (a) none      no straggler                          (policy mode off: the reference)
+  (b) plain     rank 1 slowed 2x, balancing off       (plain tensor parallelism)
+  (c) resize    rank 1 slowed 2x, ZERO-resizing only
+  (d) migrate   rank 1 slowed 2x, migration/resharding only (exact)
+  (e) auto      rank 1 slowed 2x, the planner chooses
+  (f) midrun    auto, rank 1 slowed 2x from step 200 to step 450 only
+
+Prints one JSON object per configuration (stdout), writes them all to <out>/e2e.json and
+a plot of step time over steps and accuracy per configuration to <out>/e2e.png.
+
+The ideal step time of a configuration is the reference's total work divided by the sum
+of the measured rank speeds: with T_ref the reference's median step time and v_r rank r's
+speed relative to the reference (its median seconds per computed unit there, divided by
+its median seconds per unit here), ideal = T_ref * world / sum_r v_r.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
+import launch  # noqa: E402
+
+CONFIGS = [
+    ("none", "off", []),
+    ("plain", "off", ["1:2"]),
+    ("resize", "resize", ["1:2"]),
+    ("migrate", "migrate", ["1:2"]),
+    ("auto", "auto", ["1:2"]),
+    ("midrun", "auto", ["1:2@200-450"]),
+]
+WARMUP_STEPS = 10  # first steps pay allocation and cache warm-up
+
+
+def spu(records):
+    return launch.median([r["seconds_per_unit"] for r in records if r["units_computed"] > 0])
+
+
+def analyse(name, ranks, stragglers, reference, elapsed):
+    steps0 = ranks[0]["steps"]
+    contended = lambda s: any(st.active(s) for st in stragglers)
+    measured = [r for r in steps0 if r["step"] >= WARMUP_STEPS]
+    out = {
+        "config": name,
+        "steps": len(steps0),
+        "median_step_seconds": launch.median([r["wall_s"] for r in measured]),
+        "test_accuracy": ranks[0]["final"]["test_accuracy"],
+        "test_loss": ranks[0]["final"]["test_loss"],
+        "pruned_fraction": sum(r["pruned_fraction"] for r in measured) / len(measured),
+        "offloaded_fraction": sum(r["offloaded_fraction"] for r in measured) / len(measured),
+        "final_owned_units": steps0[-1]["owned_units"],
+        "plan_changes": len({r["plan_version"] for r in steps0}) - 1,
+        "wall_seconds": round(elapsed, 1),
+    }
+    # Per-rank speed (seconds per computed unit) over the contended steps (all steps when
+    # there is no straggler).
+    window = [s for s in range(WARMUP_STEPS, len(steps0)) if contended(s) or not stragglers]
+    rank_spu = []
+    for rank in ranks:
+        by_step = {r["step"]: r for r in rank["steps"]}
+        rank_spu.append(spu([by_step[s] for s in window if s in by_step]))
+    out["rank_seconds_per_unit"] = rank_spu
+    if reference is None:
+        out["ideal_step_seconds"] = out["median_step_seconds"]
+    else:
+        speeds = [ref / mine for ref, mine in zip(reference["rank_seconds_per_unit"], rank_spu)]
+        out["rank_relative_speed"] = [round(v, 3) for v in speeds]
+        out["ideal_step_seconds"] = reference["median_step_seconds"] * len(ranks) / sum(speeds)
+        contended_steps = [r["wall_s"] for r in measured if contended(r["step"])]
+        out["median_contended_step_seconds"] = launch.median(contended_steps)
+        out["vs_ideal"] = out["median_contended_step_seconds"] / out["ideal_step_seconds"]
+    if name == "midrun":
+        out.update(midrun(steps0, stragglers[0], out["ideal_step_seconds"]))
+    return out
+
+
+def midrun(steps, straggler, ideal):
+    """Steps after contention starts until the step time is back within 10% of the new
+    ideal (3-step running median), and whether plans return to all-local after it ends."""
+    start, end = straggler.windows[0]
+    walls = {r["step"]: r["wall_s"] for r in steps}
+    recovered = None
+    for s in range(start, end - 2):
+        window = sorted(walls[t] for t in (s, s + 1, s + 2) if t in walls)
+        if window and window[len(window) // 2] <= 1.10 * ideal:
+            recovered = s - start
+            break
+    after = [r for r in steps if r["step"] >= end]
+    back_local = next((r["step"] - end for r in after if r["pruned_fraction"] == 0 and
+                       r["offloaded_fraction"] == 0 and len(set(r["owned_units"])) == 1), None)
+    last = steps[-1]
+    return {
+        "contention_window": [start, end],
+        "steps_to_within_10pct_of_ideal": recovered,
+        "steps_to_all_local_after_contention": back_local,
+        "all_local_at_end": last["pruned_fraction"] == 0 and last["offloaded_fraction"] == 0,
+    }
+
+
+def plot(results, runs, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 1]})
+    for name, ranks in runs.items():
+        steps = ranks[0]["steps"]
+        xs = [r["step"] for r in steps]
+        walls = [r["wall_s"] * 1e3 for r in steps]
+        smooth = [launch.median(walls[max(0, i - 4):i + 1]) for i in range(len(walls))]
+        ax1.plot(xs, smooth, label=name, linewidth=1.2)
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("step time, ms (5-step running median)")
+    ax1.set_title("ViT on Fashion-MNIST, 2 TP ranks, rank 1 slowed 2x by a co-tenant")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    names = [r["config"] for r in results]
+    ax2.bar(names, [100 * r["test_accuracy"] for r in results], color="tab:blue")
+    lo = min(100 * r["test_accuracy"] for r in results)
+    ax2.set_ylim(max(0, lo - 5), 100)
+    ax2.set_ylabel("test accuracy, %")
+    ax2.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build-release")
+    p.add_argument("--steps", type=int, default=700)
+    p.add_argument("--out", default="")
+    p.add_argument("--only", default="", help="comma list of configurations (none is always run)")
+    a = p.parse_args()
+    out_dir = a.out or os.path.join(a.build, "bench-e2e")
+    os.makedirs(out_dir, exist_ok=True)
+    only = set(filter(None, a.only.split(",")))
+    results, runs, reference = [], {}, None
+    for name, mode, stragglers in CONFIGS:
+        if only and name not in only and name != "none":
+            continue
+        parsed = [launch.Straggler.parse(s) for s in stragglers]
+        cfg = launch.JobConfig(build=a.build, steps=a.steps, mode=mode, stragglers=parsed,
+                               out=os.path.join(out_dir, name), verbose=False, progress="none")
+        print(f"[e2e] {name}: mode={mode} stragglers={stragglers or 'none'}", file=sys.stderr, flush=True)
+        began = time.monotonic()
+        ranks = launch.run_job(cfg)
+        result = analyse(name, ranks, parsed, reference, time.monotonic() - began)
+        if name == "none":
+            reference = result
+        results.append(result)
+        runs[name] = ranks
+        print(json.dumps(result), flush=True)
+    with open(os.path.join(out_dir, "e2e.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    plot(results, runs, os.path.join(out_dir, "e2e.png"))
+    print(f"[e2e] wrote {out_dir}/e2e.json and {out_dir}/e2e.png", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except launch.LaunchError as e:
+        print(f"e2e: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
