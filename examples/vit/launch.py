@@ -19,6 +19,7 @@ Used as a module by bench/e2e.py (run_job).
 """
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -87,6 +88,16 @@ class JobConfig:
     policy: dict = field(default_factory=dict)  # extra policy KEY=VALUE
     verbose: bool = True
     progress: str = "auto"
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_launcher():
+    """In a child before exec: get SIGTERM if the launcher dies, even by SIGKILL, so no part
+    outlives it (every part stops cleanly on SIGTERM)."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port():
@@ -208,6 +219,7 @@ class Contention:
         nice = max(-20, min(19, nice))
 
         def pin():
+            die_with_launcher()
             os.sched_setaffinity(0, {core})
             if not self.quotas:
                 os.setpriority(os.PRIO_PROCESS, 0, nice)
@@ -252,6 +264,15 @@ def stop_process(proc, name, timeout=5.0):
         pass
 
 
+def describe_exit(code):
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with {code}"
+
+
 def tail(path, lines=15):
     try:
         with open(path, errors="replace") as f:
@@ -267,7 +288,7 @@ def wait_until(predicate, timeout, what, procs=(), stopping=None):
             raise KeyboardInterrupt
         for name, p, logf in procs:
             if p.poll() is not None:
-                raise LaunchError(f"{name} exited with {p.returncode} while waiting for {what}:\n"
+                raise LaunchError(f"{name} {describe_exit(p.returncode)} while waiting for {what}:\n"
                                   f"{tail(logf)}")
         if predicate():
             return
@@ -303,8 +324,15 @@ class Job:
         logf = os.path.join(self.out, f"{name}.log")
         handle = open(logf, "w")
         # Own session: a Ctrl-C reaches only the launcher, which stops the parts in order.
+        setup = kwargs.pop("preexec_fn", None)
+
+        def preexec():
+            die_with_launcher()
+            if setup:
+                setup()
+
         proc = subprocess.Popen(argv, stdout=None if to_terminal else handle, stderr=handle,
-                                start_new_session=True, **kwargs)
+                                start_new_session=True, preexec_fn=preexec, **kwargs)
         handle.close()
         self.procs.append((name, proc, logf))
         return proc
@@ -375,11 +403,14 @@ class Job:
             codes = [w.poll() for w in self.workers]
             if all(c == 0 for c in codes):
                 break
-            for name, p, logf in self.procs:
-                if p.poll() is not None and (p not in self.workers or p.returncode != 0):
-                    if self.stopping.is_set() and p in self.workers:
-                        continue
-                    raise LaunchError(f"{name} exited with {p.returncode}:\n{tail(logf)}")
+            failed = [(name, p, logf) for name, p, logf in self.procs
+                      if p.poll() is not None and (p not in self.workers or p.returncode != 0)
+                      and not (self.stopping.is_set() and p in self.workers)]
+            if failed:
+                # A part killed by a signal is usually the cause; its peers fail after it.
+                failed.sort(key=lambda f: f[1].returncode >= 0)
+                raise LaunchError("\n".join(f"{name} {describe_exit(p.returncode)}:\n{tail(logf)}"
+                                             for name, p, logf in failed))
             if self.stopping.is_set() and all(c is not None for c in codes):
                 break
             time.sleep(0.05)
