@@ -6,7 +6,7 @@
   (c) resize    rank 1 slowed 2x, ZERO-resizing only
   (d) migrate   rank 1 slowed 2x, migration/resharding only (exact)
   (e) auto      rank 1 slowed 2x, the planner chooses
-  (f) midrun    auto, rank 1 slowed 2x from step 200 to step 450 only
+  (f) midrun    auto, rank 1 slowed 2x from 30% to 65% of the steps only
 
 Prints one JSON object per configuration (stdout), writes them all to <out>/e2e.json and
 a plot of step time over steps and accuracy per configuration to <out>/e2e.png.
@@ -32,7 +32,7 @@ CONFIGS = [
     ("resize", "resize", ["1:2"]),
     ("migrate", "migrate", ["1:2"]),
     ("auto", "auto", ["1:2"]),
-    ("midrun", "auto", ["1:2@200-450"]),
+    ("midrun", "auto", ["1:2@{on}-{off}"]),
 ]
 WARMUP_STEPS = 10  # first steps pay allocation and cache warm-up
 
@@ -135,6 +135,7 @@ def main():
     p.add_argument("--steps", type=int, default=700)
     p.add_argument("--out", default="")
     p.add_argument("--only", default="", help="comma list of configurations (none is always run)")
+    p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
     out_dir = a.out or os.path.join(a.build, "bench-e2e")
     os.makedirs(out_dir, exist_ok=True)
@@ -143,9 +144,11 @@ def main():
     for name, mode, stragglers in CONFIGS:
         if only and name not in only and name != "none":
             continue
+        stragglers = [s.format(on=int(0.30 * a.steps), off=int(0.65 * a.steps)) for s in stragglers]
         parsed = [launch.Straggler.parse(s) for s in stragglers]
         cfg = launch.JobConfig(build=a.build, steps=a.steps, mode=mode, stragglers=parsed,
-                               out=os.path.join(out_dir, name), verbose=False, progress="none")
+                               out=os.path.join(out_dir, name), verbose=False, progress="none",
+                               trainer_args=a.trainer_args)
         print(f"[e2e] {name}: mode={mode} stragglers={stragglers or 'none'}", file=sys.stderr, flush=True)
         began = time.monotonic()
         ranks = launch.run_job(cfg)
