@@ -16,13 +16,16 @@
 #include "agent/agent_state.h"
 
 namespace grpc {
+class ChannelCredentials;
 class ClientContext;
-}
+}  // namespace grpc
 
 namespace ballast::agent {
 
 struct CoordinatorSessionOptions {
   std::string coordinator_address;  // host:port
+  // TLS / mTLS (ChannelCredentialsFromFiles in common/tls.h); null means plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string agent_id;
   std::string node;
   absl::Duration batch_period = absl::Milliseconds(100);

@@ -2,6 +2,7 @@
 // batches their timings to the coordinator over one stream, relays plans back.
 //
 //   ballast-agent --coordinator=coord.example:7070 --socket=/run/ballast/agent.sock
+//       --tls_ca=ca.crt --tls_cert=node1.crt --tls_key=node1.key
 #include <unistd.h>
 
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "agent/worker_service.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/tls.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address (host:port)");
 ABSL_FLAG(std::string, socket, "/run/ballast/agent.sock", "Unix socket for local workers");
@@ -30,6 +32,12 @@ ABSL_FLAG(absl::Duration, batch_period, absl::Milliseconds(100),
           "How often queued reports are sent to the coordinator");
 ABSL_FLAG(int32_t, report_queue, 65536, "Reports held while the coordinator is away");
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9465", "Prometheus /metrics address ('' = off)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA that signs the coordinator's certificate; set (or with --tls_cert), the "
+          "agent connects over TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate presented to the coordinator (mTLS); needs --tls_key");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 
 namespace {
 
@@ -57,6 +65,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Certificates first: a bad file should stop the agent before it takes the socket.
+  auto credentials = ballast::ChannelCredentialsFromFiles({.cert = absl::GetFlag(FLAGS_tls_cert),
+                                                           .key = absl::GetFlag(FLAGS_tls_key),
+                                                           .ca = absl::GetFlag(FLAGS_tls_ca)});
+  if (!credentials.ok()) {
+    BALLAST_LOG(ERROR) << credentials.status().message();
+    return 1;
+  }
+
   ballast::agent::AgentState state(absl::GetFlag(FLAGS_report_queue));
   ballast::agent::WorkerService worker_service(&state);
   auto server = ballast::agent::StartWorkerServer(socket_path, &worker_service);
@@ -67,12 +84,16 @@ int main(int argc, char** argv) {
 
   ballast::agent::CoordinatorSessionOptions session_options;
   session_options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  session_options.credentials = *credentials;
   session_options.agent_id = agent_id;
   session_options.node = node;
   session_options.batch_period = absl::GetFlag(FLAGS_batch_period);
   auto session = std::make_unique<ballast::agent::CoordinatorSession>(session_options, &state);
   BALLAST_LOG(INFO) << "ballast-agent " << agent_id << " serving workers on unix:" << socket_path
-                    << ", coordinator " << session_options.coordinator_address;
+                    << ", coordinator " << session_options.coordinator_address
+                    << (absl::GetFlag(FLAGS_tls_ca).empty() && absl::GetFlag(FLAGS_tls_cert).empty()
+                            ? " (plaintext)"
+                            : " (TLS)");
 
   auto registry = std::make_shared<prometheus::Registry>();
   ballast::agent::AgentMetrics metrics(*registry, node, "0.1.0");

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -59,11 +61,48 @@ grpc::Status WorkerService::Attach(
   return grpc::Status::OK;
 }
 
+namespace {
+
+absl::Status PrepareSocketPath(const std::string& socket_path) {
+  const std::filesystem::path parent =
+      std::filesystem::absolute(std::filesystem::path(socket_path)).parent_path();
+  struct stat info;
+  if (::stat(parent.c_str(), &info) != 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    // Group members keep search permission: training processes run in the agent's group.
+    if (ec || ::chmod(parent.c_str(), 0750) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot create the socket directory ",
+                                                      parent.string(), ": ",
+                                                      ec ? ec.message() : std::strerror(errno)));
+    }
+  } else if (!S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the socket's parent ", parent.string(), " is not a directory"));
+  } else if ((info.st_mode & S_IWOTH) != 0 && (info.st_mode & S_ISVTX) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the socket directory ", parent.string(),
+                     " is world-writable without the sticky bit: any local user could replace the "
+                     "socket; use a directory only the agent's user (and group) can write"));
+  }
+  if (::lstat(socket_path.c_str(), &info) == 0) {
+    if (!S_ISSOCK(info.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(socket_path, " exists and is not a socket; refusing to replace it"));
+    }
+    if (::unlink(socket_path.c_str()) != 0) {  // a stale socket from a previous run
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot remove the stale socket ", socket_path, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartWorkerServer(const std::string& socket_path,
                                                                 WorkerService* service) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(socket_path).parent_path(), ec);
-  std::filesystem::remove(socket_path, ec);  // a stale socket from a previous run
+  if (absl::Status s = PrepareSocketPath(socket_path); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -73,6 +112,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartWorkerServer(const std::strin
   if (server == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot listen on unix:", socket_path));
   }
+  // gRPC binds with the process umask (usually 022: owner-only connect, since connecting
+  // needs write permission); until this chmod the directory's permissions are what keep
+  // other users out, hence 0750 above.
   if (::chmod(socket_path.c_str(), 0660) != 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot restrict ", socket_path, " to 0660"));
   }

@@ -25,9 +25,14 @@ class WorkerService final : public v1::WorkerAgent::Service {
   AgentState* state_;
 };
 
-// Serves `service` on the Unix socket `socket_path` (replacing a stale socket file), with
-// grpc.health.v1 and reflection, and restricts the socket to its owner and group (0660):
-// only the node's training processes may attach. Used by the binary and by tests.
+// Serves `service` on the Unix socket `socket_path`, with grpc.health.v1 and reflection.
+// Used by the binary and by tests. Only the node's training processes may attach:
+//   - the socket is restricted to its owner and group (0660);
+//   - a parent directory it creates is 0750; an existing one that is world-writable
+//     without the sticky bit is refused (FAILED_PRECONDITION), since any local user could
+//     then replace the socket with their own and receive the workers' plans and reports;
+//   - a stale socket from a previous run is replaced, but anything else at the path is
+//     left alone (FAILED_PRECONDITION): a mistyped --socket must not delete a file.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartWorkerServer(const std::string& socket_path,
                                                                 WorkerService* service);
 

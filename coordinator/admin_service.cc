@@ -5,24 +5,27 @@
 
 namespace ballast::coordinator {
 
-grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* req,
-                                         v1::ClusterStatus* resp) {
+grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext* context,
+                                         const v1::GetStatusRequest* req, v1::ClusterStatus* resp) {
+  if (grpc::Status s = Authorize(context, "GetStatus"); !s.ok()) return s;
   absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status(req->job());
   if (!status.ok()) return ToGrpcStatus(status.status());
   *resp = *std::move(status);
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::GetPolicy(grpc::ServerContext*, const v1::GetPolicyRequest* req,
-                                         v1::Policy* resp) {
+grpc::Status AdminServiceImpl::GetPolicy(grpc::ServerContext* context,
+                                         const v1::GetPolicyRequest* req, v1::Policy* resp) {
+  if (grpc::Status s = Authorize(context, "GetPolicy"); !s.ok()) return s;
   absl::StatusOr<JobPolicy> policy = coordinator_->GetPolicy(req->job());
   if (!policy.ok()) return ToGrpcStatus(policy.status());
   *resp = PolicyToProto(*policy);
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::SetPolicy(grpc::ServerContext*, const v1::SetPolicyRequest* req,
-                                         v1::Policy* resp) {
+grpc::Status AdminServiceImpl::SetPolicy(grpc::ServerContext* context,
+                                         const v1::SetPolicyRequest* req, v1::Policy* resp) {
+  if (grpc::Status s = Authorize(context, "SetPolicy"); !s.ok()) return s;
   if (req->job().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job is empty"));
   absl::StatusOr<JobPolicy> policy = PolicyFromProto(req->policy());
   if (!policy.ok()) return ToGrpcStatus(policy.status());
@@ -33,18 +36,21 @@ grpc::Status AdminServiceImpl::SetPolicy(grpc::ServerContext*, const v1::SetPoli
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::SetPaused(grpc::ServerContext*, const v1::SetPausedRequest* req,
-                                         v1::SetPausedResponse*) {
+grpc::Status AdminServiceImpl::SetPaused(grpc::ServerContext* context,
+                                         const v1::SetPausedRequest* req, v1::SetPausedResponse*) {
+  if (grpc::Status s = Authorize(context, "SetPaused"); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->SetPaused(req->job(), req->paused()));
 }
 
-grpc::Status AdminServiceImpl::SetCordon(grpc::ServerContext*, const v1::SetCordonRequest* req,
-                                         v1::SetCordonResponse*) {
+grpc::Status AdminServiceImpl::SetCordon(grpc::ServerContext* context,
+                                         const v1::SetCordonRequest* req, v1::SetCordonResponse*) {
+  if (grpc::Status s = Authorize(context, "SetCordon"); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->SetCordon(req->device(), req->cordoned(), req->reason()));
 }
 
-grpc::Status AdminServiceImpl::Explain(grpc::ServerContext*, const v1::ExplainRequest* req,
+grpc::Status AdminServiceImpl::Explain(grpc::ServerContext* context, const v1::ExplainRequest* req,
                                        v1::Explanation* resp) {
+  if (grpc::Status s = Authorize(context, "Explain"); !s.ok()) return s;
   absl::StatusOr<v1::Explanation> explanation = coordinator_->Explain(req->job(), req->group());
   if (!explanation.ok()) return ToGrpcStatus(explanation.status());
   *resp = *std::move(explanation);

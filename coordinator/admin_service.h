@@ -1,17 +1,29 @@
 // ballast.v1.Admin: the operators' API (ballastctl). gRPC glue only; the logic is
-// Coordinator's. Every request is validated here or in Coordinator, with errors naming
-// the field.
+// Coordinator's. Every call is first authorised (admin_auth.h), then its request is
+// validated here or in Coordinator, with errors naming the field.
 #ifndef BALLAST_COORDINATOR_ADMIN_SERVICE_H_
 #define BALLAST_COORDINATOR_ADMIN_SERVICE_H_
 
+#include <memory>
+#include <utility>
+
 #include "ballast/v1/admin.grpc.pb.h"
+#include "coordinator/admin_auth.h"
 #include "coordinator/coordinator.h"
 
 namespace ballast::coordinator {
 
 class AdminServiceImpl final : public v1::Admin::Service {
  public:
-  explicit AdminServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // Open (every call allowed) until StartServer installs the configured authorizer.
+  explicit AdminServiceImpl(Coordinator* coordinator)
+      : coordinator_(coordinator),
+        authorizer_(std::make_shared<const AdminAuthorizer>(AdminAuthOptions{})) {}
+  // Before the server starts only: handlers read it without a lock.
+  void set_authorizer(std::shared_ptr<const AdminAuthorizer> authorizer) {
+    authorizer_ = std::move(authorizer);
+  }
+
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                          v1::ClusterStatus*) override;
   grpc::Status GetPolicy(grpc::ServerContext*, const v1::GetPolicyRequest*, v1::Policy*) override;
@@ -24,7 +36,12 @@ class AdminServiceImpl final : public v1::Admin::Service {
                        v1::Explanation*) override;
 
  private:
+  grpc::Status Authorize(const grpc::ServerContext* context, absl::string_view method) const {
+    return authorizer_->Authorize(*context, method);
+  }
+
   Coordinator* coordinator_;
+  std::shared_ptr<const AdminAuthorizer> authorizer_;
 };
 
 }  // namespace ballast::coordinator

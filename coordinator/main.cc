@@ -4,6 +4,8 @@
 //
 //   ballast-coordinator --listen=0.0.0.0:7070 --metrics=0.0.0.0:9464
 //       --store=/var/lib/ballast/coordinator.db
+//       --tls_cert=coord.crt --tls_key=coord.key --tls_client_ca=ca.crt
+//       --admin_token_file=/etc/ballast/admin-token --admin_allowed_cns=ballastctl-admin
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/daemon.h"
@@ -35,6 +38,19 @@ ABSL_FLAG(absl::Duration, tick, absl::Milliseconds(50),
 ABSL_FLAG(double, link_bytes_per_second, 1e9,
           "Bandwidth assumed between ranks of a group, for offload costs");
 ABSL_FLAG(int32_t, max_message_bytes, 16 << 20, "Largest gRPC message accepted");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) of this server; with --tls_key, serves TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA that signs client certificates; set, every client (agents, ballastctl) must "
+          "present one it verifies (mTLS)");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "File holding the bearer token admin calls must carry (trailing newline ignored)");
+ABSL_FLAG(std::vector<std::string>, admin_allowed_cns, {},
+          "Comma-separated client-certificate common names allowed to call the admin API "
+          "without a token (needs --tls_client_ca)");
+ABSL_FLAG(bool, allow_insecure_admin, false,
+          "Serve the admin API without authorisation on a non-loopback --listen address");
 
 namespace {
 
@@ -77,6 +93,16 @@ int main(int argc, char** argv) {
   ServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_listen);
   server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  ServerSecurityOptions& security = server_options.security;
+  security.tls = {.cert = absl::GetFlag(FLAGS_tls_cert),
+                  .key = absl::GetFlag(FLAGS_tls_key),
+                  .ca = absl::GetFlag(FLAGS_tls_client_ca)};
+  security.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
+  for (const std::string& cn : absl::GetFlag(FLAGS_admin_allowed_cns)) {
+    const absl::string_view trimmed = absl::StripAsciiWhitespace(cn);
+    if (!trimmed.empty()) security.admin_allowed_cns.emplace_back(trimmed);
+  }
+  security.allow_insecure_admin = absl::GetFlag(FLAGS_allow_insecure_admin);
   absl::StatusOr<RunningServer> running =
       StartServer(server_options, &agent_service, &admin_service);
   if (!running.ok()) {
@@ -84,6 +110,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int port = running->port;
+  const std::shared_ptr<const AdminAuthorizer> admin_auth = running->admin_auth;
   std::unique_ptr<grpc::Server>& server = running->server;
 
   auto registry = std::make_shared<prometheus::Registry>();
@@ -95,7 +122,11 @@ int main(int argc, char** argv) {
   }
   BALLAST_LOG(INFO) << "ballast-coordinator " << kVersion << " listening on "
                     << absl::GetFlag(FLAGS_listen) << " (port " << port << "), metrics on "
-                    << absl::GetFlag(FLAGS_metrics) << ", store " << store_path;
+                    << absl::GetFlag(FLAGS_metrics) << ", store " << store_path << ", transport "
+                    << (security.tls.cert.empty() ? "plaintext"
+                        : security.tls.ca.empty() ? "TLS"
+                                                  : "mTLS")
+                    << ", admin auth " << (admin_auth->enabled() ? "required" : "off");
 
   absl::Notification& shutdown = ballast::ShutdownOnSignal();
   std::thread ticker([&] {
@@ -109,6 +140,7 @@ int main(int argc, char** argv) {
         if (status.ok()) {
           metrics.Update(*status, (*coordinator)->counters(), (*speeds)->counters());
         }
+        metrics.UpdateAdminAuth(admin_auth->counters());
         next_metrics = now + absl::Milliseconds(500);
       }
       if (now >= next_sweep) {

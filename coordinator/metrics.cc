@@ -88,7 +88,16 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
       group_plan_version_(prometheus::BuildGauge()
                               .Name("ballast_group_plan_timestamp_seconds")
                               .Help("When the plan in force was decided (its version)")
-                              .Register(registry)) {
+                              .Register(registry)),
+      admin_denied_(prometheus::BuildCounter()
+                        .Name("ballast_coordinator_admin_requests_denied_total")
+                        .Help("Admin API calls refused: no_credentials and malformed answered "
+                              "UNAUTHENTICATED, bad_token and cn_not_allowed PERMISSION_DENIED")
+                        .Register(registry)),
+      admin_denied_no_credentials_(admin_denied_.Add({{"reason", "no_credentials"}})),
+      admin_denied_malformed_(admin_denied_.Add({{"reason", "malformed"}})),
+      admin_denied_bad_token_(admin_denied_.Add({{"reason", "bad_token"}})),
+      admin_denied_cn_not_allowed_(admin_denied_.Add({{"reason", "cn_not_allowed"}})) {
   build_info_.Add({{"version", version}}).Set(1);
 }
 
@@ -155,6 +164,13 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
       }
     }
   }
+}
+
+void CoordinatorMetrics::UpdateAdminAuth(const AdminAuthCounters& counters) {
+  Mirror(admin_denied_no_credentials_, counters.no_credentials);
+  Mirror(admin_denied_malformed_, counters.malformed);
+  Mirror(admin_denied_bad_token_, counters.bad_token);
+  Mirror(admin_denied_cn_not_allowed_, counters.cn_not_allowed);
 }
 
 }  // namespace ballast::coordinator

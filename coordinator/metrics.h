@@ -18,6 +18,7 @@
 #include <prometheus/registry.h>
 
 #include "ballast/v1/admin.pb.h"
+#include "coordinator/admin_auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/speed_model.h"
 
@@ -28,6 +29,8 @@ class CoordinatorMetrics {
   explicit CoordinatorMetrics(prometheus::Registry& registry, const std::string& version);
   void Update(const v1::ClusterStatus& status, const CoordinatorCounters& counters,
               const SpeedModelCounters& speed_counters);
+  // Admin calls refused, by reason: ballast_coordinator_admin_requests_denied_total.
+  void UpdateAdminAuth(const AdminAuthCounters& counters);
 
  private:
   // Counters mirror monotonic internal counts: increment by what is new.
@@ -72,6 +75,12 @@ class CoordinatorMetrics {
   };
   std::map<RankKey, RankGauges> ranks_;
   std::map<GroupKey, GroupGauges> groups_;
+
+  prometheus::Family<prometheus::Counter>& admin_denied_;
+  prometheus::Counter& admin_denied_no_credentials_;
+  prometheus::Counter& admin_denied_malformed_;
+  prometheus::Counter& admin_denied_bad_token_;
+  prometheus::Counter& admin_denied_cn_not_allowed_;
 };
 
 }  // namespace ballast::coordinator

@@ -1,30 +1,68 @@
 // The coordinator's gRPC server, built the same way for the binary and for tests:
 // AgentService + Admin, grpc.health.v1, server reflection, keepalive for agents' long-lived
-// streams, and a bound on message size.
+// streams, a bound on message size, and the transport and admin security below.
+//
+// Security (docs: README "Security"):
+//   - TLS from the server's certificate and key; with a client CA, mTLS: every peer on
+//     the port (agents, ballastctl, health checkers) must present a certificate that CA
+//     signed, so agents are authenticated by the handshake itself.
+//   - Admin calls are authorised by a bearer token and/or allowed client-certificate CNs
+//     (admin_auth.h). Health and reflection stay open to anyone who completes the
+//     handshake.
+//   - An admin API without authorisation is only served on loopback, unless
+//     allow_insecure_admin says so explicitly.
 #ifndef BALLAST_COORDINATOR_SERVER_H_
 #define BALLAST_COORDINATOR_SERVER_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "common/tls.h"
+#include "coordinator/admin_auth.h"
 #include "coordinator/admin_service.h"
 #include "coordinator/agent_service.h"
 
 namespace ballast::coordinator {
 
+// Files are read when the server starts; every field maps to one coordinator flag.
+struct ServerSecurityOptions {
+  TlsFiles tls;                                // --tls_cert, --tls_key, --tls_client_ca (ca)
+  std::string admin_token_file;                // --admin_token_file
+  std::vector<std::string> admin_allowed_cns;  // --admin_allowed_cns (needs tls.ca)
+  bool allow_insecure_admin = false;           // --allow_insecure_admin
+};
+
 struct ServerOptions {
   std::string address = "127.0.0.1:7070";  // port 0 picks a free one
   int max_message_bytes = 16 << 20;
+  ServerSecurityOptions security;
 };
 
 struct RunningServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  // The admin service's authorizer, for its denial counters (metrics).
+  std::shared_ptr<const AdminAuthorizer> admin_auth;
 };
 
+// True for addresses only this host can reach: 127.0.0.0/8, ::1, "localhost", and unix:
+// sockets. Wildcards (0.0.0.0, [::], an empty host) and every other host are not.
+bool IsLoopbackAddress(absl::string_view address);
+
+// The checks StartServer makes before reading any file: admin_allowed_cns needs a
+// client CA (a CN is only proof once the handshake verified the certificate), and an admin
+// API without authorisation needs a loopback address or allow_insecure_admin.
+// FAILED_PRECONDITION naming the flags otherwise. Logs a warning for an open admin API on
+// loopback, and for a token that would travel in clear text beyond it.
+absl::Status ValidateServerSecurity(const std::string& address,
+                                    const ServerSecurityOptions& security);
+
+// Reads the certificate and token files, validates, installs the admin authorizer into
+// `admin_service`, and starts serving. Errors name the file or the flag at fault.
 absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
                                           AgentServiceImpl* agent_service,
                                           AdminServiceImpl* admin_service);

@@ -11,11 +11,12 @@ namespace {
 
 class GrpcAdminClient final : public AdminClient {
  public:
-  GrpcAdminClient(const std::string& address, absl::Duration deadline)
-      : address_(address),
-        deadline_(deadline),
+  explicit GrpcAdminClient(const AdminClientOptions& options)
+      : options_(options),
         stub_(v1::Admin::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+            grpc::CreateChannel(options.address, options.credentials != nullptr
+                                                     ? options.credentials
+                                                     : grpc::InsecureChannelCredentials()))) {}
 
   absl::StatusOr<v1::ClusterStatus> GetStatus(const v1::GetStatusRequest& r) override {
     return Call<v1::ClusterStatus>(r, &v1::Admin::Stub::GetStatus);
@@ -40,31 +41,48 @@ class GrpcAdminClient final : public AdminClient {
   template <typename Response, typename Request, typename Method>
   absl::StatusOr<Response> Call(const Request& request, Method method) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+    if (!options_.token.empty()) {
+      context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
+    }
     Response response;
     grpc::Status status = (stub_.get()->*method)(&context, request, &response);
     if (!status.ok()) {
       absl::Status s = FromGrpcStatus(status);
-      if (s.code() == absl::StatusCode::kUnavailable ||
-          s.code() == absl::StatusCode::kDeadlineExceeded) {
-        return absl::Status(s.code(), absl::StrCat("coordinator at ", address_,
-                                                   " not reachable: ", s.message()));
+      switch (s.code()) {
+        case absl::StatusCode::kUnavailable:
+          // A failed TLS handshake looks like a closed socket from this side.
+          return absl::Status(s.code(), absl::StrCat("coordinator at ", options_.address,
+                                                     " not reachable: ", s.message(),
+                                                     "; if it serves TLS, check --tls_ca, and "
+                                                     "for mTLS --tls_cert and --tls_key"));
+        case absl::StatusCode::kDeadlineExceeded:
+          return absl::Status(s.code(), absl::StrCat("coordinator at ", options_.address,
+                                                     " not reachable: ", s.message()));
+        case absl::StatusCode::kUnauthenticated:  // only admin authorisation says this
+          return absl::Status(
+              s.code(),
+              absl::StrCat(s.message(), options_.token.empty() ? "; pass --token_file" : ""));
+        default:
+          return s;
       }
-      return s;
     }
     return response;
   }
 
-  const std::string address_;
-  const absl::Duration deadline_;
+  const AdminClientOptions options_;
   std::unique_ptr<v1::Admin::Stub> stub_;
 };
 
 }  // namespace
 
+std::unique_ptr<AdminClient> NewGrpcAdminClient(const AdminClientOptions& options) {
+  return std::make_unique<GrpcAdminClient>(options);
+}
+
 std::unique_ptr<AdminClient> NewGrpcAdminClient(const std::string& address,
                                                 absl::Duration deadline) {
-  return std::make_unique<GrpcAdminClient>(address, deadline);
+  return NewGrpcAdminClient(AdminClientOptions{.address = address, .deadline = deadline});
 }
 
 }  // namespace ballast::ctl

@@ -1,5 +1,6 @@
 // AdminClient: the admin API as ballastctl (and tests) use it. GrpcAdminClient puts a
-// deadline on every call; tests use FakeAdminClient (tests/testing/fake_admin_client.h).
+// deadline and the bearer token (if any) on every call; tests use FakeAdminClient
+// (tests/testing/fake_admin_client.h).
 #ifndef BALLAST_CTL_ADMIN_CLIENT_H_
 #define BALLAST_CTL_ADMIN_CLIENT_H_
 
@@ -9,6 +10,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ballast/v1/admin.pb.h"
+
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
 
 namespace ballast::ctl {
 
@@ -23,6 +28,17 @@ class AdminClient {
   virtual absl::StatusOr<v1::Explanation> Explain(const v1::ExplainRequest& request) = 0;
 };
 
+struct AdminClientOptions {
+  std::string address = "127.0.0.1:7070";
+  absl::Duration deadline = absl::Seconds(5);
+  // TLS / mTLS (ChannelCredentialsFromFiles in common/tls.h); null means plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Sent as `authorization: Bearer <token>` on every call; empty sends none.
+  std::string token;
+};
+
+std::unique_ptr<AdminClient> NewGrpcAdminClient(const AdminClientOptions& options);
+// Plaintext, without a token: a coordinator on loopback with admin auth off.
 std::unique_ptr<AdminClient> NewGrpcAdminClient(const std::string& address,
                                                 absl::Duration deadline);
 

@@ -20,7 +20,8 @@ constexpr int kFailed = 1;
 constexpr int kUsage = 2;
 
 constexpr char kUsageText[] =
-    "usage: ballastctl [--coordinator=HOST:PORT] [--json] COMMAND\n"
+    "usage: ballastctl [--coordinator=HOST:PORT] [--json] [--tls_ca=CA] [--tls_cert=CRT\n"
+    "                  --tls_key=KEY] [--token_file=FILE] COMMAND\n"
     "  status [JOB]\n"
     "  policy get JOB\n"
     "  policy set JOB KEY=VALUE...   keys: mode, max_pruned_fraction_rank,\n"

@@ -79,6 +79,23 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
                               "job=\"vit\",rank=\"3\"} 0.01"));
 }
 
+TEST_F(MetricsTest, CoordinatorCountsDeniedAdminCallsByReason) {
+  coordinator::CoordinatorMetrics metrics(*registry_, "9.9.9");
+  metrics.UpdateAdminAuth({.no_credentials = 2, .bad_token = 1});
+  metrics.UpdateAdminAuth({.no_credentials = 3, .bad_token = 1, .cn_not_allowed = 4});
+  const std::string body = Scrape();
+  EXPECT_THAT(
+      body,
+      HasSubstr("ballast_coordinator_admin_requests_denied_total{reason=\"no_credentials\"} 3"));
+  EXPECT_THAT(body,
+              HasSubstr("ballast_coordinator_admin_requests_denied_total{reason=\"bad_token\"} 1"));
+  EXPECT_THAT(body,
+              HasSubstr("ballast_coordinator_admin_requests_denied_total{reason=\"malformed\"} 0"));
+  EXPECT_THAT(
+      body,
+      HasSubstr("ballast_coordinator_admin_requests_denied_total{reason=\"cn_not_allowed\"} 4"));
+}
+
 TEST_F(MetricsTest, AgentExportsSessionAndReportCounters) {
   agent::AgentMetrics metrics(*registry_, "node-1", "9.9.9");
   agent::AgentStats stats{.workers = 3, .reports_queued = 100, .reports_dropped = 7,

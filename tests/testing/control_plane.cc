@@ -20,13 +20,15 @@ absl::Status InProcessCoordinator::Start() {
   agent_service_ = std::make_unique<coordinator::AgentServiceImpl>(coordinator_.get());
   admin_service_ = std::make_unique<coordinator::AdminServiceImpl>(coordinator_.get());
   coordinator::ServerOptions server_options;
-  server_options.address = absl::StrCat("127.0.0.1:", port_);  // 0 the first time
+  server_options.address = absl::StrCat(options_.host, ":", port_);  // 0 the first time
   server_options.max_message_bytes = options_.max_message_bytes;
+  server_options.security = options_.security;
   BALLAST_ASSIGN_OR_RETURN(
       coordinator::RunningServer running,
       coordinator::StartServer(server_options, agent_service_.get(), admin_service_.get()));
   server_ = std::move(running.server);
   port_ = running.port;
+  admin_auth_ = running.admin_auth;
   stop_ = std::make_unique<absl::Notification>();
   ticker_ = std::thread([this] {
     while (!stop_->WaitForNotificationWithTimeout(options_.tick)) coordinator_->Tick();
@@ -55,6 +57,7 @@ absl::Status InProcessAgent::Start() {
   BALLAST_ASSIGN_OR_RETURN(server_, agent::StartWorkerServer(socket_path_, service_.get()));
   agent::CoordinatorSessionOptions options;
   options.coordinator_address = coordinator_address_;
+  options.credentials = credentials_;
   options.agent_id = agent_id_;
   options.node = agent_id_;
   options.batch_period = absl::Milliseconds(20);

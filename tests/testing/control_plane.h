@@ -25,6 +25,7 @@
 #include "coordinator/agent_service.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/policy_store.h"
+#include "coordinator/server.h"
 #include "coordinator/speed_model.h"
 
 namespace ballast::testing {
@@ -33,6 +34,8 @@ struct InProcessCoordinatorOptions {
   std::string store_path;
   absl::Duration tick = absl::Milliseconds(20);
   int max_message_bytes = 4 << 20;
+  std::string host = "127.0.0.1";  // the listen address's host; address() stays loopback
+  coordinator::ServerSecurityOptions security;  // TLS and admin auth, as the flags set them
 };
 
 class InProcessCoordinator {
@@ -46,6 +49,8 @@ class InProcessCoordinator {
   void Stop();
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   coordinator::Coordinator* coordinator() { return coordinator_.get(); }
+  // Valid while started.
+  const coordinator::AdminAuthorizer& admin_auth() const { return *admin_auth_; }
 
  private:
   InProcessCoordinatorOptions options_;
@@ -56,16 +61,20 @@ class InProcessCoordinator {
   std::unique_ptr<coordinator::AgentServiceImpl> agent_service_;
   std::unique_ptr<coordinator::AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<const coordinator::AdminAuthorizer> admin_auth_;
   std::unique_ptr<absl::Notification> stop_;
   std::thread ticker_;
 };
 
 class InProcessAgent {
  public:
-  InProcessAgent(std::string agent_id, std::string socket_path, std::string coordinator_address)
+  // Null `credentials`: plaintext to the coordinator.
+  InProcessAgent(std::string agent_id, std::string socket_path, std::string coordinator_address,
+                 std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
       : agent_id_(std::move(agent_id)),
         socket_path_(std::move(socket_path)),
-        coordinator_address_(std::move(coordinator_address)) {}
+        coordinator_address_(std::move(coordinator_address)),
+        credentials_(std::move(credentials)) {}
   ~InProcessAgent() { Stop(); }
   absl::Status Start();
   void Stop();
@@ -77,6 +86,7 @@ class InProcessAgent {
   std::string agent_id_;
   std::string socket_path_;
   std::string coordinator_address_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::unique_ptr<agent::AgentState> state_;
   std::unique_ptr<agent::WorkerService> service_;
   std::unique_ptr<grpc::Server> server_;
