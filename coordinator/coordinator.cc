@@ -207,9 +207,22 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
       collective += b.comm_seconds();
     }
     absl::MutexLock lock(&mu_);
-    RankEntry& rank = groups_.at({report.job(), report.group()}).ranks.at(report.rank());
+    GroupEntry& group = groups_.at({report.job(), report.group()});
+    RankEntry& rank = group.ranks.at(report.rank());
     rank.last_compute_seconds = compute;
     rank.last_collective_seconds = collective;
+    rank.last_plan_version = report.step().plan_version();
+    if (group.plan_pushed_at.has_value()) {
+      bool all = true;
+      for (const auto& [r, peer] : group.ranks) {
+        all &= !peer.attached || peer.last_plan_version >= group.plan.version.value();
+      }
+      if (all) {
+        Observe(observations_.plan_latency_seconds,
+                absl::ToDoubleSeconds(clock_->Now() - *group.plan_pushed_at));
+        group.plan_pushed_at.reset();
+      }
+    }
   }
   if (status.ok()) {
     const absl::Time now = clock_->Now();
@@ -346,7 +359,9 @@ void Coordinator::Tick() {
       group.explanation = "balancing paused: the plan in force stays";
       continue;
     }
+    const absl::Time began = absl::Now();
     std::optional<WorkloadPlan> plan = Decide(group, policy);
+    Observe(observations_.decision_seconds, absl::ToDoubleSeconds(absl::Now() - began));
     if (!plan.has_value()) continue;
     // A reshard moves ownership for good: later plans count units against it.
     for (const BlockPlan& bp : plan->blocks) {
@@ -357,7 +372,22 @@ void Coordinator::Tick() {
     BALLAST_LOG(INFO) << "job=" << group.job << " group=" << group.name << " new plan "
                       << PlanSummary(group.plan);
     Push(group);
+    group.plan_pushed_at = clock_->Now();
   }
+}
+
+void Coordinator::Observe(std::vector<double>& samples, double seconds) {
+  // Bounded, in case nothing drains them (no metrics endpoint): keep the newest.
+  constexpr size_t kMaxSamples = 4096;
+  if (samples.size() >= kMaxSamples) samples.erase(samples.begin());
+  samples.push_back(seconds);
+}
+
+CoordinatorObservations Coordinator::TakeObservations() {
+  absl::MutexLock lock(&mu_);
+  CoordinatorObservations out;
+  std::swap(out, observations_);
+  return out;
 }
 
 

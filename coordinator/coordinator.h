@@ -59,6 +59,16 @@ struct CoordinatorCounters {
   int64_t decisions = 0;
 };
 
+// Durations observed since the last TakeObservations(), for histograms. Bounded: when
+// nobody drains them, the oldest are dropped.
+struct CoordinatorObservations {
+  // From a plan's decision until every attached rank of its group reported a step that
+  // ran under it (the control loop's actuation latency).
+  std::vector<double> plan_latency_seconds;
+  // Wall time of one group's planning round (speed estimates + planner).
+  std::vector<double> decision_seconds;
+};
+
 class Coordinator {
  public:
   // `clock`, `store` and `speeds` must outlive the coordinator. Loads policies, pauses and
@@ -93,6 +103,7 @@ class Coordinator {
   absl::Status SetCordon(const std::string& device, bool cordoned, const std::string& reason);
   absl::StatusOr<v1::Explanation> Explain(const std::string& job, const std::string& group) const;
 
+  CoordinatorObservations TakeObservations() ABSL_LOCKS_EXCLUDED(mu_);
   CoordinatorCounters counters() const;
   int32_t connected_agents() const;
   int32_t attached_workers() const;
@@ -105,6 +116,7 @@ class Coordinator {
     // From its latest report, summed over blocks: compute, and collectives (with agreement).
     double last_compute_seconds = 0;
     double last_collective_seconds = 0;
+    int64_t last_plan_version = 0;  // the plan its latest report ran under
   };
   struct BlockEntry {
     int32_t num_units = 0;
@@ -121,6 +133,8 @@ class Coordinator {
     std::map<int32_t, BlockDecision> decisions;  // last, per block
     std::string explanation;
     absl::Duration next_decision = absl::ZeroDuration();
+    // Set when a new plan is pushed, until every attached rank reports a step under it.
+    std::optional<absl::Time> plan_pushed_at;
   };
   struct AgentEntry {
     std::string node;
@@ -139,6 +153,7 @@ class Coordinator {
   std::optional<WorkloadPlan> Decide(GroupEntry& group, const JobPolicy& policy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Push(const GroupEntry& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Observe(std::vector<double>& samples, double seconds);
   int64_t NextVersion(const GroupEntry& group) const;
 
   const CoordinatorOptions options_;
@@ -153,6 +168,7 @@ class Coordinator {
   std::map<std::string, bool> paused_ ABSL_GUARDED_BY(mu_);         // "" = cluster
   std::map<std::string, std::string> cordons_ ABSL_GUARDED_BY(mu_);  // device -> reason
   CoordinatorCounters counters_ ABSL_GUARDED_BY(mu_);
+  CoordinatorObservations observations_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ballast::coordinator

@@ -30,6 +30,9 @@
 #include "coordinator/speed_model.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address for agents and admin calls");
+ABSL_FLAG(std::string, health_listen, "",
+          "Plaintext address serving only grpc.health.v1, for probes that cannot do mTLS "
+          "('' = off)");
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9464", "Prometheus /metrics address ('' = off)");
 ABSL_FLAG(std::string, store, "/var/lib/ballast/coordinator.db",
           "SQLite file for policies, pauses and cordons");
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
   AdminServiceImpl admin_service(coordinator->get());
   ServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_listen);
+  server_options.health_address = absl::GetFlag(FLAGS_health_listen);
   server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   ServerSecurityOptions& security = server_options.security;
   security.tls = {.cert = absl::GetFlag(FLAGS_tls_cert),
@@ -126,7 +130,10 @@ int main(int argc, char** argv) {
                     << (security.tls.cert.empty() ? "plaintext"
                         : security.tls.ca.empty() ? "TLS"
                                                   : "mTLS")
-                    << ", admin auth " << (admin_auth->enabled() ? "required" : "off");
+                    << ", admin auth " << (admin_auth->enabled() ? "required" : "off")
+                    << (running->health_server
+                            ? absl::StrCat(", plaintext health on port ", running->health_port)
+                            : "");
 
   absl::Notification& shutdown = ballast::ShutdownOnSignal();
   std::thread ticker([&] {
@@ -141,6 +148,7 @@ int main(int argc, char** argv) {
           metrics.Update(*status, (*coordinator)->counters(), (*speeds)->counters());
         }
         metrics.UpdateAdminAuth(admin_auth->counters());
+        metrics.Observe((*coordinator)->TakeObservations());
         next_metrics = now + absl::Milliseconds(500);
       }
       if (now >= next_sweep) {
@@ -153,5 +161,6 @@ int main(int argc, char** argv) {
   BALLAST_LOG(INFO) << "ballast-coordinator shutting down";
   ticker.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (running->health_server) running->health_server->Shutdown();
   return 0;
 }

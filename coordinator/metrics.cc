@@ -89,6 +89,28 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
                               .Name("ballast_group_plan_timestamp_seconds")
                               .Help("When the plan in force was decided (its version)")
                               .Register(registry)),
+      job_paused_(prometheus::BuildGauge()
+                      .Name("ballast_job_paused")
+                      .Help("1 while balancing of the job is paused (by job or cluster-wide)")
+                      .Register(registry)),
+      job_max_pruned_(prometheus::BuildGauge()
+                          .Name("ballast_job_policy_max_pruned_ratio")
+                          .Help("The job's pruning budget: at most this share of a rank's "
+                                "(scope=rank) or a group's (scope=group) units")
+                          .Register(registry)),
+      plan_latency_(prometheus::BuildHistogram()
+                        .Name("ballast_coordinator_plan_latency_seconds")
+                        .Help("From a plan's decision until every attached rank of its group "
+                              "reported a step run under it")
+                        .Register(registry)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{
+                                     0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30})),
+      decision_seconds_(prometheus::BuildHistogram()
+                            .Name("ballast_coordinator_decision_seconds")
+                            .Help("Wall time of one group's planning round")
+                            .Register(registry)
+                            .Add({}, prometheus::Histogram::BucketBoundaries{
+                                         1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1})),
       admin_denied_(prometheus::BuildCounter()
                         .Name("ballast_coordinator_admin_requests_denied_total")
                         .Help("Admin API calls refused: no_credentials and malformed answered "
@@ -98,7 +120,7 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
       admin_denied_malformed_(admin_denied_.Add({{"reason", "malformed"}})),
       admin_denied_bad_token_(admin_denied_.Add({{"reason", "bad_token"}})),
       admin_denied_cn_not_allowed_(admin_denied_.Add({{"reason", "cn_not_allowed"}})) {
-  build_info_.Add({{"version", version}}).Set(1);
+  build_info_.Add({{"component", "coordinator"}, {"version", version}}).Set(1);
 }
 
 void CoordinatorMetrics::Mirror(prometheus::Counter& counter, int64_t value) {
@@ -123,6 +145,11 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
       {"normal", 0}, {"transient", 1}, {"chronic", 2},
       {"stale", 3},  {"cordoned", 4},  {"detached", 5}};
   for (const v1::JobStatus& job : status.jobs()) {
+    job_paused_.Add({{"job", job.job()}}).Set(job.paused() ? 1 : 0);
+    job_max_pruned_.Add({{"job", job.job()}, {"scope", "rank"}})
+        .Set(job.policy().max_pruned_fraction_rank());
+    job_max_pruned_.Add({{"job", job.job()}, {"scope", "group"}})
+        .Set(job.policy().max_pruned_fraction_group());
     for (const v1::GroupStatus& group : job.groups()) {
       const GroupKey gkey{job.job(), group.group()};
       auto git = groups_.find(gkey);
@@ -164,6 +191,11 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
       }
     }
   }
+}
+
+void CoordinatorMetrics::Observe(const CoordinatorObservations& observations) {
+  for (double s : observations.plan_latency_seconds) plan_latency_.Observe(s);
+  for (double s : observations.decision_seconds) decision_seconds_.Observe(s);
 }
 
 void CoordinatorMetrics::UpdateAdminAuth(const AdminAuthCounters& counters) {

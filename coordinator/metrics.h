@@ -15,6 +15,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include "ballast/v1/admin.pb.h"
@@ -31,6 +32,8 @@ class CoordinatorMetrics {
               const SpeedModelCounters& speed_counters);
   // Admin calls refused, by reason: ballast_coordinator_admin_requests_denied_total.
   void UpdateAdminAuth(const AdminAuthCounters& counters);
+  // Plan latency and decision time histograms, from Coordinator::TakeObservations().
+  void Observe(const CoordinatorObservations& observations);
 
  private:
   // Counters mirror monotonic internal counts: increment by what is new.
@@ -57,6 +60,10 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& group_predicted_;
   prometheus::Family<prometheus::Gauge>& group_measured_;
   prometheus::Family<prometheus::Gauge>& group_plan_version_;
+  prometheus::Family<prometheus::Gauge>& job_paused_;
+  prometheus::Family<prometheus::Gauge>& job_max_pruned_;
+  prometheus::Histogram& plan_latency_;
+  prometheus::Histogram& decision_seconds_;
 
   using RankKey = std::tuple<std::string, std::string, int32_t, std::string>;
   using GroupKey = std::pair<std::string, std::string>;

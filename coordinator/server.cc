@@ -113,6 +113,19 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.address));
   }
+  if (!options.health_address.empty()) {
+    // No service registered: the server carries only the default health service (and
+    // reflection, which lists just that), so the plaintext port reveals nothing else.
+    grpc::ServerBuilder health_builder;
+    health_builder.AddListeningPort(options.health_address, grpc::InsecureServerCredentials(),
+                                    &running.health_port);
+    running.health_server = health_builder.BuildAndStart();
+    if (running.health_server == nullptr || running.health_port == 0) {
+      running.server->Shutdown();
+      return absl::UnavailableError(
+          absl::StrCat("--health_listen: cannot listen on ", options.health_address));
+    }
+  }
   return running;
 }
 

@@ -38,6 +38,10 @@ struct ServerSecurityOptions {
 
 struct ServerOptions {
   std::string address = "127.0.0.1:7070";  // port 0 picks a free one
+  // A second, plaintext port serving only grpc.health.v1 ('' = none): for probes that
+  // cannot present a client certificate (the kubelet's gRPC probe) when `address` is
+  // mTLS. It answers for this process only and exposes nothing else.
+  std::string health_address;
   int max_message_bytes = 16 << 20;
   ServerSecurityOptions security;
 };
@@ -47,6 +51,9 @@ struct RunningServer {
   int port = 0;
   // The admin service's authorizer, for its denial counters (metrics).
   std::shared_ptr<const AdminAuthorizer> admin_auth;
+  // Set when options.health_address is.
+  std::unique_ptr<grpc::Server> health_server;
+  int health_port = 0;
 };
 
 // True for addresses only this host can reach: 127.0.0.0/8, ::1, "localhost", and unix:

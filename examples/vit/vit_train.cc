@@ -51,6 +51,7 @@ ABSL_FLAG(int, batch, 64, "Images per step");
 ABSL_FLAG(double, lr, 2e-3, "Peak AdamW learning rate");
 ABSL_FLAG(int, warmup, 50, "Steps of linear learning-rate warm-up (then cosine decay)");
 ABSL_FLAG(double, weight_decay, 0.05, "AdamW weight decay (matrices only)");
+ABSL_FLAG(int, patch, 7, "Patch size in pixels (must divide 28)");
 ABSL_FLAG(int, hidden, 192, "Transformer width");
 ABSL_FLAG(int, heads, 6, "Attention heads (one head = one unit)");
 ABSL_FLAG(int, layers, 3, "Transformer layers");
@@ -395,6 +396,7 @@ absl::StatusOr<Options> ParseOptions() {
     return absl::InvalidArgumentError(
         absl::StrCat("--weight_decay=", o.weight_decay, " out of range [0, 1)"));
   }
+  o.model.patch_size = absl::GetFlag(FLAGS_patch);
   o.model.hidden = absl::GetFlag(FLAGS_hidden);
   o.model.heads = absl::GetFlag(FLAGS_heads);
   o.model.layers = absl::GetFlag(FLAGS_layers);

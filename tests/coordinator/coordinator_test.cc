@@ -65,13 +65,14 @@ class CoordinatorTest : public ::testing::Test {
 
   // One report per rank: rank r computes `units[r]` units at `seconds_per_unit[r]`.
   void Report(int64_t step, const std::vector<int>& units, const std::vector<double>& spu,
-              const std::vector<int>& owners_to_report = {}) {
+              const std::vector<int>& owners_to_report = {}, int64_t plan_version = 0) {
     for (int rank : {0, 1}) {
       v1::WorkerReport r;
       r.set_job("vit");
       r.set_group("tp0");
       r.set_rank(rank);
       r.mutable_step()->set_step(step);
+      r.mutable_step()->set_plan_version(plan_version);
       v1::BlockTiming* b = r.mutable_step()->add_blocks();
       b->set_block(0);
       b->set_units_computed(units[rank]);
@@ -146,6 +147,41 @@ TEST_F(CoordinatorTest, ChronicStragglerIsReshardedAndARestartPlansOnTheNewOwner
     }
     EXPECT_TRUE(ValidatePlan(*got, shape).ok()) << ValidatePlan(*got, shape);
   }
+}
+
+TEST_F(CoordinatorTest, PlanLatencyRunsFromDecisionUntilEveryRankReportsUnderThePlan) {
+  Restart();
+  coordinator_ = *Coordinator::Create({}, &clock_, &store_, speeds_.get());  // fast link
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  RecordingSink sink;
+  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
+  int64_t step = 0;
+  for (; step < 40 && sink.plans().empty(); ++step) {
+    Report(step, {4, 4}, {1e-3, 2e-3});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  ASSERT_FALSE(sink.plans().empty());
+  const int64_t version = sink.plans().back().version();
+  CoordinatorObservations seen = coordinator_->TakeObservations();
+  EXPECT_GE(seen.decision_seconds.size(), 1u);  // every Tick that planned
+  EXPECT_TRUE(seen.plan_latency_seconds.empty());
+  // Reports still under the old plan do not end it; once both ranks run under the new
+  // one, the latency is the time since the decision.
+  clock_.Advance(absl::Milliseconds(300));
+  Report(step++, {4, 4}, {1e-3, 2e-3}, {}, /*plan_version=*/0);
+  EXPECT_TRUE(coordinator_->TakeObservations().plan_latency_seconds.empty());
+  clock_.Advance(absl::Milliseconds(200));
+  Report(step++, {5, 3}, {1e-3, 2e-3}, {}, version);
+  seen = coordinator_->TakeObservations();
+  ASSERT_EQ(seen.plan_latency_seconds.size(), 1u);
+  EXPECT_NEAR(seen.plan_latency_seconds[0], 0.5, 1e-9);
+  // Observed once per plan.
+  Report(step++, {5, 3}, {1e-3, 2e-3}, {}, version);
+  EXPECT_TRUE(coordinator_->TakeObservations().plan_latency_seconds.empty());
 }
 
 TEST_F(CoordinatorTest, PausedJobsKeepTheirPlanAndObserveModePushesNothing) {

@@ -40,6 +40,9 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
   status.set_workers(4);
   v1::JobStatus* job = status.add_jobs();
   job->set_job("vit");
+  job->set_paused(true);
+  job->mutable_policy()->set_max_pruned_fraction_rank(0.5);
+  job->mutable_policy()->set_max_pruned_fraction_group(0.25);
   v1::GroupStatus* g = job->add_groups();
   g->set_group("tp0");
   g->set_pruned_fraction(0.125);
@@ -60,7 +63,11 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
   metrics.Update(status, counters, coordinator::SpeedModelCounters{.outliers = 5});
 
   const std::string body = Scrape();
-  EXPECT_THAT(body, HasSubstr("ballast_build_info{version=\"9.9.9\"} 1"));
+  EXPECT_THAT(body, HasSubstr("ballast_build_info{component=\"coordinator\",version=\"9.9.9\"} 1"));
+  EXPECT_THAT(body, HasSubstr("ballast_job_paused{job=\"vit\"} 1"));
+  EXPECT_THAT(body, HasSubstr("ballast_job_policy_max_pruned_ratio{job=\"vit\",scope=\"rank\"} 0.5"));
+  EXPECT_THAT(body,
+              HasSubstr("ballast_job_policy_max_pruned_ratio{job=\"vit\",scope=\"group\"} 0.25"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_reports_total{result=\"accepted\"} 15"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_reports_total{result=\"rejected\"} 2"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_plan_changes_total 3"));
@@ -77,6 +84,17 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
                               "job=\"vit\",rank=\"3\"} 0.04"));
   EXPECT_THAT(body, HasSubstr("ballast_rank_collective_seconds{device=\"n1/gpu3\",group=\"tp0\","
                               "job=\"vit\",rank=\"3\"} 0.01"));
+}
+
+TEST_F(MetricsTest, CoordinatorExportsPlanLatencyAndDecisionTimeHistograms) {
+  coordinator::CoordinatorMetrics metrics(*registry_, "9.9.9");
+  metrics.Observe({.plan_latency_seconds = {0.3, 0.7, 12}, .decision_seconds = {2e-5}});
+  metrics.Observe({.plan_latency_seconds = {0.4}});
+  const std::string body = Scrape();
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_plan_latency_seconds_count 4"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_plan_latency_seconds_bucket{le=\"0.5\"} 2"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_plan_latency_seconds_bucket{le=\"10\"} 3"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_decision_seconds_count 1"));
 }
 
 TEST_F(MetricsTest, CoordinatorCountsDeniedAdminCallsByReason) {

@@ -260,6 +260,35 @@ TEST_F(SecurityTest, HealthStaysOpenBehindTheHandshake) {
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+TEST_F(SecurityTest, PlaintextHealthPortServesHealthAndNothingElse) {
+  coordinator_ = std::make_unique<InProcessCoordinator>(testing::InProcessCoordinatorOptions{
+      .store_path = dir_ + "/c.db", .security = Mtls(), .health_port = true});
+  ASSERT_TRUE(coordinator_->Start().ok());
+  auto channel = grpc::CreateChannel(coordinator_->health_address(),
+                                     grpc::InsecureChannelCredentials());
+  // A probe without any certificate gets SERVING...
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // ...but neither the admin API nor the agents' service is there, even with the token.
+  auto admin = ctl::NewGrpcAdminClient(ctl::AdminClientOptions{
+      .address = coordinator_->health_address(), .deadline = absl::Seconds(5),
+      .credentials = grpc::InsecureChannelCredentials(), .token = kToken});
+  EXPECT_EQ(admin->GetStatus({}).status().code(), absl::StatusCode::kUnimplemented);
+  auto stub = v1::AgentService::NewStub(channel);
+  grpc::ClientContext session_context;
+  session_context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  auto stream = stub->Session(&session_context);
+  stream->WritesDone();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  // The main port still demands a client certificate.
+  EXPECT_EQ(RawAgentSession("plaintext").error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
 TEST_F(SecurityTest, TokenAuthWorksOnPlaintextLoopback) {
   StartCoordinator({.admin_token_file = *token_file_});
   EXPECT_EQ(Admin("plaintext", "")->GetStatus({}).status().code(),

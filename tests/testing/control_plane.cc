@@ -23,10 +23,13 @@ absl::Status InProcessCoordinator::Start() {
   server_options.address = absl::StrCat(options_.host, ":", port_);  // 0 the first time
   server_options.max_message_bytes = options_.max_message_bytes;
   server_options.security = options_.security;
+  if (options_.health_port) server_options.health_address = "127.0.0.1:0";
   BALLAST_ASSIGN_OR_RETURN(
       coordinator::RunningServer running,
       coordinator::StartServer(server_options, agent_service_.get(), admin_service_.get()));
   server_ = std::move(running.server);
+  health_server_ = std::move(running.health_server);
+  health_port_ = running.health_port;
   port_ = running.port;
   admin_auth_ = running.admin_auth;
   stop_ = std::make_unique<absl::Notification>();
@@ -44,6 +47,8 @@ void InProcessCoordinator::Stop() {
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
   server_.reset();
+  if (health_server_) health_server_->Shutdown(std::chrono::system_clock::now());
+  health_server_.reset();
   agent_service_.reset();
   admin_service_.reset();
   coordinator_.reset();

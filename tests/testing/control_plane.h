@@ -36,6 +36,7 @@ struct InProcessCoordinatorOptions {
   int max_message_bytes = 4 << 20;
   std::string host = "127.0.0.1";  // the listen address's host; address() stays loopback
   coordinator::ServerSecurityOptions security;  // TLS and admin auth, as the flags set them
+  bool health_port = false;  // also serve plaintext grpc.health.v1 on a free port
 };
 
 class InProcessCoordinator {
@@ -48,6 +49,8 @@ class InProcessCoordinator {
   // as a crash would; the store file stays.
   void Stop();
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // The plaintext health port (options.health_port), valid while started.
+  std::string health_address() const { return "127.0.0.1:" + std::to_string(health_port_); }
   coordinator::Coordinator* coordinator() { return coordinator_.get(); }
   // Valid while started.
   const coordinator::AdminAuthorizer& admin_auth() const { return *admin_auth_; }
@@ -61,6 +64,8 @@ class InProcessCoordinator {
   std::unique_ptr<coordinator::AgentServiceImpl> agent_service_;
   std::unique_ptr<coordinator::AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
+  int health_port_ = 0;
   std::shared_ptr<const coordinator::AdminAuthorizer> admin_auth_;
   std::unique_ptr<absl::Notification> stop_;
   std::thread ticker_;
