@@ -8,7 +8,7 @@
 //   - UNAUTHENTICATED: no credentials at all, or an authorization header that is not
 //     "Bearer <token>";
 //   - PERMISSION_DENIED: a wrong token, or a verified certificate whose CN is not allowed.
-// Each denial is counted by reason (ballast_admin_requests_denied_total{reason}) and
+// Each denial is counted by reason (ballast_coordinator_admin_requests_denied_total{reason}) and
 // logged with the method, the peer and its certificate CN; the token is never logged.
 //
 // The token is kept only as its SHA-256 digest, and compared digest to digest with

@@ -11,32 +11,17 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/../testing/shell_helpers.sh"  # fail, free_port, wait_for
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# A port nothing listens on (bash's /dev/tcp connect fails).
-free_port() {
-  local p
-  for p in $(shuf -i 20000-60000 -n 50); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
-  done
-  fail "no free port"
-}
 port=$(free_port) metrics=$(free_port) agent_metrics=$(free_port)
 ctl() { "$ctl_bin" --coordinator="127.0.0.1:$port" --timeout=2s "$@"; }
-# Polls (bounded) until a command succeeds.
-wait_for() {
-  local i
-  for i in $(seq 1 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "timed out waiting for: $*"
-}
 
 start_coordinator() {
   "$coordinator_bin" --listen="127.0.0.1:$port" --metrics="127.0.0.1:$metrics" \
     --store="$dir/coordinator.db" 2>>"$dir/coordinator.log" &
   coordinator_pid=$!
   pids+=("$coordinator_pid")
-  wait_for ctl status
+  wait_for "the coordinator" ctl status
 }
 
 start_coordinator
@@ -44,9 +29,9 @@ start_coordinator
   --metrics="127.0.0.1:$agent_metrics" 2>>"$dir/agent.log" &
 agent_pid=$!
 pids+=("$agent_pid")
-wait_for test -S "$dir/agent.sock"
+wait_for "the agent's socket" test -S "$dir/agent.sock"
 [ "$(stat -c %a "$dir/agent.sock")" = 660 ] || fail "agent socket is not mode 0660"
-wait_for bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port; ctl status | grep -q 'agents 1'"
+wait_for "the agent's session" bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port; ctl status | grep -q 'agents 1'"
 
 # Policies: set ahead of the job's start, read back, refused with a clear error.
 ctl policy set vit mode=migrate report_period_ms=300 >/dev/null
@@ -66,16 +51,17 @@ ctl --json status | grep -q '"node-1/gpu0"' || fail "cordon not in JSON status"
 
 # Metrics from both daemons.
 curl -sf "http://127.0.0.1:$metrics/metrics" | grep -q '^ballast_build_info' || fail "coordinator metrics"
-wait_for bash -c "curl -sf http://127.0.0.1:$agent_metrics/metrics | grep -q 'ballast_agent_coordinator_connected{node=\"node-1\"} 1'"
+wait_for "the agent's metrics" bash -c "curl -sf http://127.0.0.1:$agent_metrics/metrics | grep -q 'ballast_agent_coordinator_connected{node=\"node-1\"} 1'"
 
 # Kill -9 the coordinator and restart it on the same store: nothing an operator set is lost,
 # and the agent reconnects by itself.
 kill -9 "$coordinator_pid"
 wait "$coordinator_pid" 2>/dev/null || true
+pids=("$agent_pid")  # wait_for fails when a process in pids has exited
 start_coordinator
 ctl policy get vit | grep -q "report_period_ms *300" || fail "policy lost over restart"
 ctl status | grep -q "cordoned node-1/gpu0" || fail "cordon lost over restart"
-wait_for bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port; ctl status | grep -q 'agents 1'"
+wait_for "the agent's session" bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port; ctl status | grep -q 'agents 1'"
 
 # A clean stop: SIGTERM, exit 0, the agent removes its socket.
 kill -TERM "$agent_pid" "$coordinator_pid"

@@ -3,7 +3,8 @@
 # certificates made now by make_test_certs.sh (openssl):
 #   - the coordinator refuses an open admin API on 0.0.0.0, and an empty token file;
 #   - mTLS: an agent with a cluster certificate connects; ballastctl works with an allowed
-#     CN or the token, and fails clearly (exit 1) without them;
+#     CN or the token, and fails clearly (exit 1) without them; the plaintext health port
+#     (--health_listen) serves no admin API;
 #   - server-only TLS: ballastctl without --token_file gets UNAUTHENTICATED.
 #   binaries_tls_test.sh COORDINATOR AGENT BALLASTCTL MAKE_TEST_CERTS
 set -euo pipefail
@@ -15,21 +16,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/../testing/shell_helpers.sh"  # fail, free_port, wait_for
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-free_port() {
-  local p
-  for p in $(shuf -i 20000-60000 -n 50); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
-  done
-  fail "no free port"
-}
-wait_for() {
-  local i
-  for i in $(seq 1 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "timed out waiting for: $*"
-}
 # expect_exit CODE PATTERN COMMAND...: the command exits with CODE and its stderr matches.
 expect_exit() {
   local want=$1 pattern=$2 code=0
@@ -55,9 +43,11 @@ expect_exit 1 "needs --tls_client_ca" timeout 20 "$coordinator_bin" --listen="12
   --metrics= --store="$dir/refused.db" --tls_cert="$c/server.crt" --tls_key="$c/server.key" \
   --admin_allowed_cns=ballastctl-admin
 
-# mTLS, the token, and one allowed CN (the space after the comma is trimmed).
-metrics=$(free_port) agent_metrics=$(free_port)
+# mTLS, the token, and one allowed CN (the space after the comma is trimmed); a plaintext
+# health-only port beside it.
+metrics=$(free_port) agent_metrics=$(free_port) health_port=$(free_port)
 "$coordinator_bin" --listen="127.0.0.1:$port" --metrics="127.0.0.1:$metrics" \
+  --health_listen="127.0.0.1:$health_port" \
   --store="$dir/coordinator.db" --tls_cert="$c/server.crt" --tls_key="$c/server.key" \
   --tls_client_ca="$c/ca.crt" --admin_token_file="$dir/token" \
   --admin_allowed_cns="ops, ballastctl-admin" 2>>"$dir/coordinator.log" &
@@ -65,16 +55,16 @@ pids+=($!)
 ctl() { "$ctl_bin" --coordinator="127.0.0.1:$port" --timeout=2s --tls_ca="$c/ca.crt" "$@"; }
 as_admin=(--tls_cert="$c/admin.crt" --tls_key="$c/admin.key")
 as_agent=(--tls_cert="$c/agent.crt" --tls_key="$c/agent.key")
-wait_for ctl "${as_admin[@]}" status
+wait_for "the mTLS coordinator" ctl "${as_admin[@]}" status
 
 "$agent_bin" --coordinator="127.0.0.1:$port" --socket="$dir/agent.sock" --node=node-1 \
   --metrics="127.0.0.1:$agent_metrics" --tls_ca="$c/ca.crt" --tls_cert="$c/agent.crt" \
   --tls_key="$c/agent.key" 2>>"$dir/agent.log" &
 agent_pid=$!
 pids+=("$agent_pid")
-wait_for test -S "$dir/agent.sock"
+wait_for "the agent's socket" test -S "$dir/agent.sock"
 [ "$(stat -c %a "$dir/agent.sock")" = 660 ] || fail "agent socket is not mode 0660"
-wait_for bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port c='$c'; \
+wait_for "the agent's mTLS session" bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port c='$c'; \
   ctl --tls_cert='$c/admin.crt' --tls_key='$c/admin.key' status | grep -q 'agents 1'"
 
 ctl "${as_admin[@]}" policy set vit mode=migrate >/dev/null || fail "allowed CN refused"
@@ -92,7 +82,13 @@ expect_exit 2 "does not match" ctl --tls_cert="$c/agent.crt" --tls_key="$c/admin
 grep -q "admin call denied: method=GetStatus .* cn=agent-node1 reason=cn_not_allowed" \
   "$dir/coordinator.log" || fail "denial not logged"
 ! grep -q "bin-test-token\|wrong-token" "$dir/coordinator.log" || fail "a token was logged"
-wait_for bash -c "curl -sf http://127.0.0.1:$metrics/metrics | \
+# The plaintext health port answers gRPC without a certificate, but only grpc.health.v1:
+# the admin API is not there, token or not.
+grep -q "plaintext health on port $health_port" "$dir/coordinator.log" ||
+  fail "no plaintext health port in the coordinator's log"
+expect_exit 1 "UNIMPLEMENTED" "$ctl_bin" --coordinator="127.0.0.1:$health_port" --timeout=2s \
+  --token_file="$dir/token" status
+wait_for "the denial in the metrics" bash -c "curl -sf http://127.0.0.1:$metrics/metrics | \
   grep -q 'ballast_coordinator_admin_requests_denied_total{reason=\"cn_not_allowed\"} 1'"
 
 # Server-only TLS: anyone may connect, admin calls need the token.
@@ -103,7 +99,7 @@ tls_port=$(free_port)
 tls_pid=$!
 pids+=("$tls_pid")
 tls_ctl() { "$ctl_bin" --coordinator="127.0.0.1:$tls_port" --timeout=2s --tls_ca="$c/ca.crt" "$@"; }
-wait_for tls_ctl --token_file="$dir/token" status
+wait_for "the TLS coordinator" tls_ctl --token_file="$dir/token" status
 expect_exit 1 "UNAUTHENTICATED: .*pass --token_file" tls_ctl status
 expect_exit 1 "UNAVAILABLE" "$ctl_bin" --coordinator="127.0.0.1:$tls_port" --timeout=2s \
   --token_file="$dir/token" status                                        # plaintext client
