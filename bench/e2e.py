@@ -27,13 +27,16 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
 import launch  # noqa: E402
 
+# (name, policy mode, stragglers, extra policy settings). Resize-only prices pruning at
+# 0.05 s per unit fraction of the group: at the default 1.0 s, no pruning ever pays at
+# these step times and resize mode would do nothing.
 CONFIGS = [
-    ("none", "off", []),
-    ("plain", "off", ["1:2"]),
-    ("resize", "resize", ["1:2"]),
-    ("migrate", "migrate", ["1:2"]),
-    ("auto", "auto", ["1:2"]),
-    ("midrun", "auto", ["1:2@{on}-{off}"]),
+    ("none", "off", [], {}),
+    ("plain", "off", ["1:2"], {}),
+    ("resize", "resize", ["1:2"], {"accuracy_weight_seconds": "0.05"}),
+    ("migrate", "migrate", ["1:2"], {}),
+    ("auto", "auto", ["1:2"], {}),
+    ("midrun", "auto", ["1:2@{on}-{off}"], {}),
 ]
 WARMUP_STEPS = 10  # first steps pay allocation and cache warm-up
 
@@ -136,25 +139,39 @@ def main():
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--out", default="")
     p.add_argument("--only", default="", help="comma list of configurations (none is always run)")
+    p.add_argument("--reuse", action="store_true",
+                   help="reload configurations measured earlier into --out instead of rerunning "
+                        "those not named by --only")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
     out_dir = a.out or os.path.join(a.build, "bench-e2e")
     os.makedirs(out_dir, exist_ok=True)
     only = set(filter(None, a.only.split(",")))
     results, runs, reference = [], {}, None
-    for name, mode, stragglers in CONFIGS:
-        if only and name not in only and name != "none":
+    previous = {}
+    if a.reuse and os.path.exists(os.path.join(out_dir, "e2e.json")):
+        previous = {r["config"]: r for r in json.load(open(os.path.join(out_dir, "e2e.json")))}
+    for name, mode, stragglers, policy in CONFIGS:
+        if only and name not in only and not (a.reuse and name in previous) and name != "none":
             continue
         steps = a.steps // 2 if name == "midrun" else a.steps
         stragglers = [s.format(on=int(0.30 * steps), off=int(0.65 * steps)) for s in stragglers]
         parsed = [launch.Straggler.parse(s) for s in stragglers]
         cfg = launch.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
                                out=os.path.join(out_dir, name), verbose=False, progress="none",
-                               trainer_args=a.trainer_args)
-        print(f"[e2e] {name}: mode={mode} stragglers={stragglers or 'none'}", file=sys.stderr, flush=True)
-        began = time.monotonic()
-        ranks = launch.run_job(cfg)
-        result = analyse(name, ranks, parsed, reference, time.monotonic() - began)
+                               trainer_args=a.trainer_args, policy=policy)
+        if a.reuse and name in previous and name not in only:
+            # Measured by an earlier invocation into the same --out: reload, do not rerun.
+            print(f"[e2e] {name}: reusing {cfg.out}", file=sys.stderr, flush=True)
+            ranks = launch.Job.load(cfg.out, cfg.world)
+            elapsed = previous[name]["wall_seconds"]
+        else:
+            print(f"[e2e] {name}: mode={mode} stragglers={stragglers or 'none'} policy={policy}",
+                  file=sys.stderr, flush=True)
+            began = time.monotonic()
+            ranks = launch.run_job(cfg)
+            elapsed = time.monotonic() - began
+        result = analyse(name, ranks, parsed, reference, elapsed)
         if name == "none":
             reference = result
         results.append(result)

@@ -352,7 +352,9 @@ class Job:
                                    f"--store={os.path.join(self.run_dir, 'coordinator.db')}"])
         wait_until(lambda: self.ctl("status").returncode == 0, 20, "the coordinator",
                    self.procs, self.stopping)
-        policy = {"mode": cfg.mode, **cfg.policy}
+        # Steps here take ~0.2 s: with the default one decision per second a new straggler
+        # would cost 5+ steps before the first plan, so decide four times a second.
+        policy = {"mode": cfg.mode, "report_period_ms": "250", **cfg.policy}
         r = self.ctl("policy", "set", "vit", *[f"{k}={v}" for k, v in policy.items()])
         if r.returncode != 0:
             raise LaunchError(f"ballastctl policy set failed: {r.stderr.strip()}")
@@ -417,10 +419,15 @@ class Job:
         return self.collect()
 
     def collect(self):
+        return Job.load(self.out, self.cfg.world)
+
+    @staticmethod
+    def load(out, world):
+        """Per-rank step records and final record from a run's --out directory."""
         ranks = []
-        for r in range(self.cfg.world):
+        for r in range(world):
             steps, final = [], None
-            with open(os.path.join(self.out, f"rank-{r}.jsonl")) as f:
+            with open(os.path.join(out, f"rank-{r}.jsonl")) as f:
                 for line in f:
                     rec = json.loads(line)
                     if rec.get("final"):
