@@ -7,6 +7,20 @@
 #include "common/status_macros.h"
 
 namespace ballast {
+namespace {
+
+// A version's agreement slot. Hashed, because real versions are wall-clock microseconds
+// spaced by round periods (250 ms = 250000 us, a multiple of 16): v mod H would put
+// consecutive plans in the same slot. splitmix64's finaliser spreads them.
+uint64_t SlotHash(int64_t version) {
+  uint64_t x = static_cast<uint64_t>(version) + 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 
 double StepTimings::compute_seconds() const {
   double total = 0;
@@ -99,11 +113,11 @@ absl::Status TpGroup::OfferPlan(WorkloadPlan plan) {
         absl::StrCat("plan version ", v, " already held with different content"));
   }
   held_.emplace(v, std::move(plan));
-  // Keep at most plan_history versions, all within plan_history of the newest, so every
-  // held version has its own agreement slot (v mod plan_history).
-  const int64_t newest = held_.rbegin()->first;
-  while (!held_.empty() && (held_.begin()->first <= newest - options_.plan_history ||
-                            static_cast<int32_t>(held_.size()) > options_.plan_history)) {
+  // Keep the newest plan_history versions. Versions need not be consecutive (the
+  // coordinator's are wall-clock microseconds), so two held versions may share an
+  // agreement slot (v mod plan_history): a slot then agrees on nothing that step, which
+  // costs an opportunity, never a wrong agreement.
+  while (static_cast<int32_t>(held_.size()) > options_.plan_history) {
     held_.erase(held_.begin());
   }
   return absl::OkStatus();
@@ -121,12 +135,26 @@ absl::Status TpGroup::BeginStep() {
   const int64_t h = options_.plan_history;
   const int64_t applied = applied_.version.value();
   std::vector<int64_t> slots(2 * h, 0);
+  // The plans this rank contributes, copied: OfferPlan may evict them from held_ while the
+  // all-reduce runs, and a version the group agrees on must still be applied here.
+  std::map<int64_t, WorkloadPlan> offered;
+  std::vector<bool> collided(h, false);
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [v, plan] : held_) {
       if (v <= applied) continue;
-      slots[v % h] = v;
-      slots[h + v % h] = -v;
+      // Colliding versions: a slot holding two different values would make ranks disagree
+      // about it anyway, so this rank leaves it unusable (0) this step.
+      const int64_t s = static_cast<int64_t>(SlotHash(v) % static_cast<uint64_t>(h));
+      if (collided[s] || slots[s] != 0) {
+        collided[s] = true;
+        offered.erase(slots[s]);
+        slots[s] = slots[h + s] = 0;
+        continue;
+      }
+      offered.emplace(v, plan);
+      slots[s] = v;
+      slots[h + s] = -v;
     }
   }
   absl::Status status = backend_->comm().AllReduceMin(slots.data(), slots.size());
@@ -140,10 +168,10 @@ absl::Status TpGroup::BeginStep() {
     if (slots[s] > 0 && slots[s] == -slots[h + s]) agreed = std::max(agreed, slots[s]);
   }
   if (agreed > applied) {
-    WorkloadPlan plan;
+    // Every rank contributed `agreed` in its slot, so every rank has it in `offered`.
+    WorkloadPlan plan = offered.at(agreed);
     {
       absl::MutexLock lock(&mu_);
-      plan = held_.at(agreed);
       held_.erase(held_.begin(), held_.upper_bound(agreed));
     }
     // Validation against the state at this boundary is deterministic, so every rank takes

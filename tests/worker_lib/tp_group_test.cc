@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <atomic>
 #include <random>
 #include <thread>
 
@@ -139,6 +140,51 @@ TEST(PlanAgreementTest, ConcurrentDeliveryFromOtherThreads) {
   for (int r = 1; r < kRanks; ++r) EXPECT_EQ(applied[r], applied[0]) << "rank " << r;
   EXPECT_TRUE(std::is_sorted(applied[0].begin(), applied[0].end()));
   EXPECT_EQ(applied[0].back(), kVersions);
+}
+
+// The coordinator's versions are wall-clock microseconds: far apart, and arriving while
+// the agreement's all-reduce is in flight. Rank 0 also receives a newer plan than rank 1,
+// which must not make it drop the one both hold.
+TEST(PlanAgreementTest, TimestampVersionsOfferedDuringAgreementAreAppliedAlike) {
+  constexpr int kRanks = 2;
+  constexpr int kSteps = 200;
+  constexpr int64_t kBase = 1795273401243250;  // a real coordinator version
+  std::vector<std::vector<int64_t>> applied(kRanks);
+  absl::Status status = RunRanks(kRanks, [&](RankContext& ctx) -> absl::Status {
+    BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), SmallMlp()));
+    // Before any step: both ranks hold v1, rank 0 also a newer v2 that rank 1 never gets.
+    const int64_t v1 = kBase, v2 = kBase + 250000;
+    BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(PlanFor(v1, kRanks)));
+    if (ctx.rank == 0) BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(PlanFor(v2, kRanks)));
+    BALLAST_RETURN_IF_ERROR(Step(ctx, *mlp));
+    if (ctx.group->applied_version().value() != v1) {
+      return absl::InternalError(absl::StrCat("applied ", ctx.group->applied_version().value(),
+                                              ", want the common version ", v1));
+    }
+    // Then a stream of plans, far apart in version, from the "agent" thread while steps
+    // (and their agreement all-reduces) run: the same versions on every rank (they come
+    // from one coordinator), each rank on its own timing.
+    std::atomic<bool> done{false};
+    std::thread agent([&] {
+      std::mt19937 versions(99), timing(7 + ctx.rank);
+      for (int64_t v = kBase + 1000000; !done.load(); v += 1000 + versions() % 400000) {
+        (void)ctx.group->OfferPlan(PlanFor(v, kRanks));
+        std::this_thread::sleep_for(std::chrono::microseconds(timing() % 2000));
+      }
+    });
+    absl::Status loop;
+    for (int step = 0; step < kSteps && loop.ok(); ++step) {
+      loop = Step(ctx, *mlp);
+      applied[ctx.rank].push_back(ctx.group->applied_version().value());
+    }
+    done = true;
+    agent.join();
+    return loop;
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(applied[1], applied[0]);
+  EXPECT_TRUE(std::is_sorted(applied[0].begin(), applied[0].end()));
+  EXPECT_GT(applied[0].back(), kBase + 1000000) << "no streamed plan was ever agreed on";
 }
 
 TEST(PlanAgreementTest, InvalidPlanIsRejectedAndLastGoodPlanStays) {

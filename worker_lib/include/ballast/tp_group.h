@@ -3,13 +3,16 @@
 //
 // Plan agreement (design brief section 3). Plans arrive asynchronously (OfferPlan, from
 // any thread) and may reach ranks at different steps, in any order, or not at all. Each
-// rank holds the plans newer than the applied one, at most `plan_history` of them, with
-// versions inside a window of that width below its newest. At BeginStep every rank
-// contributes one all-reduce(min) over 2 * plan_history int64s: slot (v mod H) carries v
-// and -v for each held version v, 0 elsewhere. A slot whose min and -min(-v) agree and are
-// positive names a version every rank holds; the group applies the newest such version,
-// if it is newer than the applied one. One tiny collective per step, no leader, and the
-// same decision on every rank, because it depends only on the reduced values.
+// rank holds the newest `plan_history` (H) plans newer than the applied one. At BeginStep
+// every rank contributes one all-reduce(min) over 2H int64s: slot (hash(v) mod H) carries
+// v and -v for each held version v, 0 elsewhere (and 0 where two held versions collide: versions
+// are arbitrary increasing numbers, e.g. the coordinator's wall-clock microseconds). A
+// slot whose min and -min(-v) agree and are positive names a version every rank holds;
+// the group applies the newest such version, if it is newer than the applied one. The
+// plans a rank contributed are copied first, so a plan offered (and an old one evicted)
+// while the all-reduce runs cannot take the agreed one away. One tiny collective per
+// step, no leader, and the same decision on every rank, because it depends only on the
+// reduced values.
 //
 // A plan that fails validation is rejected: OfferPlan returns the error when the plan is
 // malformed in itself; a plan that only turns out invalid against the state at apply time
