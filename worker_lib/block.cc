@@ -7,7 +7,6 @@
 #include <map>
 #include <numeric>
 #include <optional>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "ballast/tp_group.h"
@@ -188,22 +187,28 @@ absl::Status ParallelBlock::LoadDenseVector(const std::vector<float>& dense) {
                                                    dense.size(), " floats, expected ",
                                                    DenseSize()));
   }
+  ScatterDense(kValue, dense, storage_->bias);
+  return ResetState();
+}
+
+void ParallelBlock::ScatterDense(int field_kind, const std::vector<float>& dense, Buffer& bias) {
   Storage& st = *storage_;
   std::vector<std::vector<float>> host(sharded_.size());
   std::vector<float*> slabs(sharded_.size());
-  std::vector<float> bias(hidden_);
-  for (size_t p = 0; p < sharded_.size(); ++p) host[p].resize(sharded_[p].unit_elems);
-  for (size_t p = 0; p < sharded_.size(); ++p) slabs[p] = host[p].data();
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    host[p].resize(sharded_[p].unit_elems);
+    slabs[p] = host[p].data();
+  }
   for (int32_t pos = 0; pos < st.units(); ++pos) {
     DenseToUnit(static_cast<int32_t>(st.meta[pos].unit), dense.data(), slabs, nullptr);
     for (size_t p = 0; p < sharded_.size(); ++p) {
-      compute().CopyFromHost(host[p].data(), st.slab(p * kFieldsPerParam + kValue, pos),
+      compute().CopyFromHost(host[p].data(), st.slab(p * kFieldsPerParam + field_kind, pos),
                              sharded_[p].unit_elems);
     }
   }
-  DenseToUnit(-1, dense.data(), slabs, bias.data());
-  compute().CopyFromHost(bias.data(), st.bias.data(), hidden_);
-  return ResetState();
+  std::vector<float> bias_host(hidden_);
+  DenseToUnit(-1, dense.data(), slabs, bias_host.data());
+  compute().CopyFromHost(bias_host.data(), bias.data(), hidden_);
 }
 
 absl::Status ParallelBlock::ResetState() {
@@ -863,30 +868,11 @@ absl::Status ParallelBlock::RestoreCheckpoint(const BlockCheckpoint& checkpoint)
   BALLAST_RETURN_IF_ERROR(LoadDenseVector(checkpoint.value));  // also resets the rest
 
   Storage& st = *storage_;
-  Compute& c = compute();
-  std::vector<std::vector<float>> host(sharded_.size());
-  std::vector<float*> slabs(sharded_.size());
-  for (size_t p = 0; p < sharded_.size(); ++p) {
-    host[p].resize(sharded_[p].unit_elems);
-    slabs[p] = host[p].data();
-  }
-  std::vector<float> bias(hidden_);
-  for (const auto& [kind, dense, bias_field] :
-       {std::tuple{kMoment1, &checkpoint.adam_m, &st.bias_m},
-        std::tuple{kMoment2, &checkpoint.adam_v, &st.bias_v}}) {
-    for (int32_t pos = 0; pos < st.units(); ++pos) {
-      DenseToUnit(static_cast<int32_t>(st.meta[pos].unit), dense->data(), slabs, nullptr);
-      for (size_t p = 0; p < sharded_.size(); ++p) {
-        c.CopyFromHost(host[p].data(), st.slab(p * kFieldsPerParam + kind, pos),
-                       sharded_[p].unit_elems);
-      }
-    }
-    DenseToUnit(-1, dense->data(), slabs, bias.data());
-    c.CopyFromHost(bias.data(), bias_field->data(), hidden_);
-  }
+  ScatterDense(kMoment1, checkpoint.adam_m, st.bias_m);
+  ScatterDense(kMoment2, checkpoint.adam_v, st.bias_v);
   for (UnitMeta& m : st.meta) m.adam_step = checkpoint.unit_steps[m.unit];
   st.bias_step = checkpoint.bias_step;
-  return c.Synchronize();
+  return compute().Synchronize();
 }
 
 }  // namespace ballast

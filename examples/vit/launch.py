@@ -179,7 +179,7 @@ class CgroupQuota:
 class Contention:
     """Applies the stragglers' schedules as training advances (driven by rank 0's steps)."""
 
-    def __init__(self, cfg, run_dir, worker_pids):
+    def __init__(self, cfg, worker_pids):
         self.cfg = cfg
         self.worker_pids = worker_pids
         self.cotenants = {}  # rank -> Popen
@@ -234,14 +234,14 @@ class Contention:
 
     def _stop(self, s, step):
         proc = self.cotenants.pop(s.rank)
-        stop_process(proc, "co-tenant")
+        stop_process(proc)
         if s.rank in self.quotas:
             self.quotas[s.rank].set_share(None)
         log(self.cfg, f"step {step}: contention OFF - rank {s.rank} has its core back")
 
     def close(self):
         for rank in list(self.cotenants):
-            stop_process(self.cotenants.pop(rank), "co-tenant")
+            stop_process(self.cotenants.pop(rank))
         for q in self.quotas.values():
             q.remove()
         self.quotas = {}
@@ -250,7 +250,7 @@ class Contention:
 # --- Processes --------------------------------------------------------------------------
 
 
-def stop_process(proc, name, timeout=5.0):
+def stop_process(proc, timeout=5.0):
     """SIGTERM, then SIGKILL after `timeout`; always reaps."""
     if proc is None or proc.poll() is not None:
         return
@@ -381,7 +381,7 @@ class Job:
             proc = self.start(f"rank-{r}", argv, to_terminal=(r == 0 and cfg.verbose),
                               preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}))
             self.workers.append(proc)
-        self.contention = Contention(cfg, self.run_dir, [w.pid for w in self.workers])
+        self.contention = Contention(cfg, [w.pid for w in self.workers])
         self.contention.update(0)
 
         rank0 = os.path.join(self.out, "rank-0.jsonl")
@@ -455,9 +455,9 @@ class Job:
         if self.contention:
             self.contention.close()
         for w in self.workers:  # workers first, then the agent, then the coordinator
-            stop_process(w, "worker", timeout=15)
-        for name, p, _ in reversed(self.procs):
-            stop_process(p, name)
+            stop_process(w, timeout=15)
+        for _, p, _ in reversed(self.procs):
+            stop_process(p)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 

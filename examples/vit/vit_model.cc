@@ -268,16 +268,6 @@ std::vector<ParallelBlock*> Vit::blocks() const {
   return out;
 }
 
-int64_t Vit::total_parameters() const {
-  int64_t n = 0;
-  for (const auto& p : params_) n += static_cast<int64_t>(p->size);
-  for (ParallelBlock* b : blocks()) {
-    n += static_cast<int64_t>(b->LocalUnits().size() * b->unit_bytes() / sizeof(float)) +
-         b->hidden();
-  }
-  return n;
-}
-
 absl::StatusOr<BatchResult> Vit::Forward(const uint8_t* pixels, const uint8_t* labels,
                                          int32_t batch, bool for_training) {
   const VitConfig& c = config_;
@@ -516,7 +506,7 @@ absl::StatusOr<int64_t> Vit::LoadCheckpoint(const std::string& path) {
   }
   std::vector<BlockCheckpoint> block_ckpts;
   for (ParallelBlock* b : blocks()) {
-    const size_t dense = b->num_units() * (b->unit_bytes() / sizeof(float)) + b->hidden();
+    const size_t dense = b->dense_size();
     BlockCheckpoint ckpt;
     BALLAST_ASSIGN_OR_RETURN(ckpt.value, r.GetVector<float>("block value", dense));
     BALLAST_ASSIGN_OR_RETURN(ckpt.adam_m, r.GetVector<float>("block adam_m", dense));

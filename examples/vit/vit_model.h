@@ -78,8 +78,6 @@ class Vit {
 
   const VitConfig& config() const { return config_; }
   std::vector<ParallelBlock*> blocks() const;
-  // Parameters per rank at the current ownership (replicated + this rank's units).
-  int64_t total_parameters() const;
 
   ~Vit();
 

@@ -276,7 +276,9 @@ absl::Status Run(const Options& o) {
   DataOrder order(train.count, o.model.seed);
   std::vector<uint8_t> pixels, labels;
   const std::vector<ParallelBlock*> blocks = vit->blocks();
+  // The plan's global view changes only when a new plan is applied (ownership included).
   int64_t shown_version = -1;
+  PlanView view;
   std::vector<int64_t> stop(1);
   int64_t step = start;
   for (; step < o.steps; ++step) {
@@ -299,9 +301,9 @@ absl::Status Run(const Options& o) {
     const StepTimings& t = group->last_step_timings();
     if (client) client->Report(t);
 
-    const PlanView view = ViewOf(*group, blocks);
     const int64_t version = group->applied_version().value();
     if (version != shown_version) {
+      view = ViewOf(*group, blocks);
       if (shown_version >= 0) {
         progress.Event(absl::StrFormat("step %d: plan v%d applied: %s", step, version % 100000,
                                        view.Describe()));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -244,6 +245,34 @@ void ExpectNear(double got, double want, const std::string& what) {
   EXPECT_NEAR(got, want, 1e-9 * std::max(1e-300, std::abs(want))) << what;
 }
 
+std::string Describe(const Case& k, BalanceMode mode);
+
+struct CheckedPlan {
+  PlanCandidate plan;
+  Checked check;
+};
+
+// Plans `k` in auto mode and expects a valid plan as good as the oracle restricted to
+// one-way transfers (no rank both sends and receives). Returns it for further checks, or
+// nothing after a failure.
+std::optional<CheckedPlan> ExpectAutoMatchesOracle(const Case& k) {
+  JobPolicy policy = k.policy;
+  policy.mode = BalanceMode::kAuto;
+  const std::string what = Describe(k, BalanceMode::kAuto);
+  absl::StatusOr<PlanCandidate> got = BestPlan(MakeInput(k), policy);
+  if (!got.ok()) {
+    ADD_FAILURE() << got.status() << what;
+    return std::nullopt;
+  }
+  const Checked check = CheckPlan(MakeInput(k), policy, BalanceMode::kAuto, got->plan);
+  if (check.error != "") {
+    ADD_FAILURE() << check.error << what;
+    return std::nullopt;
+  }
+  ExpectNear(got->cost.objective, Oracle(k, BalanceMode::kAuto, false), what);
+  return CheckedPlan{*got, check};
+}
+
 std::string Describe(const Case& k, BalanceMode mode) {
   std::string s =
       absl::StrCat("mode ", BalanceModeName(mode), " tau ", k.tau, " w ",
@@ -348,14 +377,7 @@ TEST(PlannerOracleTest, MatchesOracleOnMediumGroups) {
   std::mt19937_64 rng(99);
   for (int i = 0; i < 400; ++i) {
     Case k = RandomCase(rng, /*max_ranks=*/4, /*max_units=*/10, /*cordon_chance=*/0.2);
-    JobPolicy policy = k.policy;
-    policy.mode = BalanceMode::kAuto;
-    const double want = Oracle(k, BalanceMode::kAuto, /*allow_send_and_receive=*/false);
-    absl::StatusOr<PlanCandidate> got = BestPlan(MakeInput(k), policy);
-    ASSERT_TRUE(got.ok()) << got.status();
-    const Checked check = CheckPlan(MakeInput(k), policy, BalanceMode::kAuto, got->plan);
-    ASSERT_EQ(check.error, "");
-    ExpectNear(got->cost.objective, want, Describe(k, BalanceMode::kAuto));
+    ASSERT_TRUE(ExpectAutoMatchesOracle(k).has_value());
   }
 }
 
@@ -381,14 +403,7 @@ TEST(PlannerOracleTest, MatchesOracleOnEightRankGroupsWherePruningPays) {
     k.policy.accuracy_weight_seconds = 1e-3 * uniform(0, 4) * Total(k);
     k.cordoned.assign(p, false);
     if (pick(0, 3) == 0) k.cordoned[pick(0, p - 1)] = true;
-    JobPolicy policy = k.policy;
-    policy.mode = BalanceMode::kAuto;
-    const std::string what = Describe(k, BalanceMode::kAuto);
-    absl::StatusOr<PlanCandidate> got = BestPlan(MakeInput(k), policy);
-    ASSERT_TRUE(got.ok()) << got.status() << what;
-    const Checked check = CheckPlan(MakeInput(k), policy, BalanceMode::kAuto, got->plan);
-    ASSERT_EQ(check.error, "") << what;
-    ExpectNear(got->cost.objective, Oracle(k, BalanceMode::kAuto, false), what);
+    ASSERT_TRUE(ExpectAutoMatchesOracle(k).has_value());
   }
 }
 
@@ -428,16 +443,10 @@ TEST(PlannerOracleTest, MatchesOracleWhenManyPruneLevelsTie) {
     k.cordoned.assign(p, false);
     k.chronic.assign(p, false);
     if (pick(0, 5) == 0) k.cordoned[pick(0, p - 1)] = true;
-    JobPolicy policy = k.policy;
-    policy.mode = BalanceMode::kAuto;
-    const std::string what = Describe(k, BalanceMode::kAuto);
-    absl::StatusOr<PlanCandidate> got = BestPlan(MakeInput(k), policy);
-    ASSERT_TRUE(got.ok()) << got.status() << what;
-    const Checked check = CheckPlan(MakeInput(k), policy, BalanceMode::kAuto, got->plan);
-    ASSERT_EQ(check.error, "") << what;
-    ExpectNear(got->cost.objective, Oracle(k, BalanceMode::kAuto, false), what);
-    ExpectNear(check.objective, got->cost.objective, what);
-    pruned_plans += got->cost.pruned_units > 0;
+    const std::optional<CheckedPlan> got = ExpectAutoMatchesOracle(k);
+    ASSERT_TRUE(got.has_value());
+    ExpectNear(got->check.objective, got->plan.cost.objective, Describe(k, BalanceMode::kAuto));
+    pruned_plans += got->plan.cost.pruned_units > 0;
   }
   EXPECT_GT(pruned_plans, 200);  // the regime really is one where pruning competes
 }

@@ -103,6 +103,8 @@ class ParallelBlock {
   const std::vector<RankId>& owner_of_unit() const { return owner_of_unit_; }
   // Bytes of one unit's parameters: what offloading it moves each way, per step.
   size_t unit_bytes() const;
+  // Floats of the dense layout that GatherDense returns and checkpoints hold.
+  size_t dense_size() const { return DenseSize(); }
   // Unit ids this rank owns, in storage order.
   std::vector<int32_t> LocalUnits() const;
   // Fate of each of this rank's units in the current step, indexed like LocalUnits().
@@ -204,6 +206,9 @@ class ParallelBlock {
   absl::Status RollWindow(int64_t step);
   absl::Status Rebuild(const std::vector<SlabRef>& units);
   absl::Status ResetState();
+  // Copies this rank's units of one stored field (FieldKind in block.cc), and the matching
+  // replicated bias buffer, from a dense layout.
+  void ScatterDense(int field_kind, const std::vector<float>& dense, Buffer& bias);
   absl::Status UpdateMeans(int32_t units, const float* batch_means);
   UnitRange StorageRange(int32_t first, int32_t count, std::vector<Buffer>* cache,
                          float* mean_out);
