@@ -50,7 +50,9 @@ ctl cordon node-1/gpu0 ECC errors >/dev/null
 ctl --json status | grep -q '"node-1/gpu0"' || fail "cordon not in JSON status"
 
 # Metrics from both daemons.
-curl -sf "http://127.0.0.1:$metrics/metrics" | grep -q '^ballast_build_info' || fail "coordinator metrics"
+# In `bash -c`, without pipefail: grep -q may stop reading early, and curl's SIGPIPE must
+# not count as a failure. Waiting also covers /metrics opening just after the gRPC port.
+wait_for "the coordinator's metrics" bash -c "curl -sf http://127.0.0.1:$metrics/metrics | grep -q '^ballast_build_info'"
 wait_for "the agent's metrics" bash -c "curl -sf http://127.0.0.1:$agent_metrics/metrics | grep -q 'ballast_agent_coordinator_connected{node=\"node-1\"} 1'"
 
 # Kill -9 the coordinator and restart it on the same store: nothing an operator set is lost,
