@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -43,6 +44,10 @@ class GlooCommunicator final : public Communicator {
                    std::chrono::milliseconds timeout)
       : rank_(rank), size_(size), context_(std::move(context)), timeout_(timeout) {}
   absl::Status CheckPeer(int peer, const char* what) const;
+  // An all-reduce on Gloo's unbound buffers: a swap for two ranks, else a ring
+  // (reduce-scatter, then all-gather). `scratch` holds what arrives; kept between calls.
+  template <typename T, typename Combine>
+  void RingAllReduce(T* data, size_t n, Combine combine, std::vector<T>& scratch);
 
   int rank_;
   int size_;
@@ -51,6 +56,10 @@ class GlooCommunicator final : public Communicator {
   // Exchange calls so far; part of every message slot, so messages of different calls
   // can never match each other.
   uint64_t exchange_calls_ = 0;
+  // All-reduce calls so far; part of their message slots, like exchange_calls_.
+  uint64_t allreduce_calls_ = 0;
+  std::vector<float> float_scratch_;
+  std::vector<int64_t> int_scratch_;
 };
 
 }  // namespace ballast::internal
