@@ -312,12 +312,13 @@ TEST_P(GlooAllReduceTest, EverySizeIsExactAndBitwiseAlikeOnAllRanks) {
       std::vector<float> reals(n);
       for (size_t i = 0; i < n; ++i) reals[i] = 1.0f / float(3 + i + 7 * r);
       BALLAST_RETURN_IF_ERROR(comm.AllReduceSum(reals.data(), n));
-      int64_t checksum = 0;
+      uint64_t hash = 0;  // unsigned: wraps by definition
       for (float v : reals) {
         uint32_t bits;
         std::memcpy(&bits, &v, sizeof(bits));
-        checksum = checksum * 31 + bits;
+        hash = hash * 31 + bits;
       }
+      const int64_t checksum = static_cast<int64_t>(hash >> 1);  // >= 0, so -checksum fits
       std::vector<int64_t> extremes = {checksum, -checksum};
       BALLAST_RETURN_IF_ERROR(comm.AllReduceMin(extremes.data(), 2));
       if (extremes[0] != -extremes[1]) {
