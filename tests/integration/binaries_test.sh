@@ -6,12 +6,8 @@ set -euo pipefail
 coordinator_bin=$1 agent_bin=$2 ctl_bin=$3
 dir=$(mktemp -d)
 pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../testing/shell_helpers.sh"  # fail, free_port, wait_for
+trap 'stop_started; rm -rf "$dir"' EXIT
 
 port=$(free_port) metrics=$(free_port) agent_metrics=$(free_port)
 ctl() { "$ctl_bin" --coordinator="127.0.0.1:$port" --timeout=2s "$@"; }

@@ -11,12 +11,8 @@ set -euo pipefail
 coordinator_bin=$1 agent_bin=$2 ctl_bin=$3 make_certs=$4
 dir=$(mktemp -d)
 pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../testing/shell_helpers.sh"  # fail, free_port, wait_for
+trap 'stop_started; rm -rf "$dir"' EXIT
 
 # expect_exit CODE PATTERN COMMAND...: the command exits with CODE and its stderr matches.
 expect_exit() {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <stdexcept>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -23,6 +24,20 @@ namespace {
 // 0x01..0x08.
 constexpr uint64_t kExchangeSlotPrefix = 0x42;
 constexpr uint64_t kAllReduceSlotPrefix = 0x43;
+
+// The slot of message `index` of call `call` (counted per kind of call): the prefix, the
+// call's low 32 bits, the index's low 20 bits. Messages of different calls never match.
+uint64_t MessageSlot(uint64_t prefix, uint64_t call, uint64_t index) {
+  return (prefix << 56) | ((call & 0xFFFFFFFFull) << 20) | (index & 0xFFFFF);
+}
+
+// Waits for one unbound-buffer send or receive (null: none was posted); throws like Gloo.
+void WaitSent(gloo::transport::UnboundBuffer* buffer, std::chrono::milliseconds timeout) {
+  if (buffer != nullptr && !buffer->waitSend(timeout)) throw std::runtime_error("send aborted");
+}
+void WaitReceived(gloo::transport::UnboundBuffer* buffer, std::chrono::milliseconds timeout) {
+  if (buffer != nullptr && !buffer->waitRecv(timeout)) throw std::runtime_error("recv aborted");
+}
 
 // Gloo reports failures by throwing; Ballast reports them as a Status that says which
 // operation failed, so a dead peer fails the step instead of killing the process.
@@ -107,13 +122,10 @@ void GlooCommunicator::RingAllReduce(T* data, size_t n, Combine combine,
   const int p = size_;
   const int right = (rank_ + 1) % p;
   const int left = (rank_ + p - 1) % p;
-  auto slot = [call](int step) {
-    return (kAllReduceSlotPrefix << 56) | ((call & 0xFFFFFFFFFFull) << 16) |
-           static_cast<uint64_t>(step);
-  };
+  auto slot = [call](int step) { return MessageSlot(kAllReduceSlotPrefix, call, step); };
   auto wait = [this](gloo::transport::UnboundBuffer* send, gloo::transport::UnboundBuffer* recv) {
-    if (send != nullptr && !send->waitSend(timeout_)) throw std::runtime_error("send aborted");
-    if (recv != nullptr && !recv->waitRecv(timeout_)) throw std::runtime_error("recv aborted");
+    WaitSent(send, timeout_);
+    WaitReceived(recv, timeout_);
   };
   auto send_view = context_->createUnboundBuffer(data, n * sizeof(T));
   if (p == 2) {
@@ -122,7 +134,7 @@ void GlooCommunicator::RingAllReduce(T* data, size_t n, Combine combine,
     incoming->recv(right, slot(0));
     send_view->send(right, slot(0));
     wait(send_view.get(), incoming.get());
-    for (size_t i = 0; i < n; ++i) data[i] = combine(data[i], scratch[i]);
+    std::transform(data, data + n, scratch.data(), data, combine);
     return;
   }
   auto begin = [n, p](int k) { return n * static_cast<size_t>(k) / static_cast<size_t>(p); };
@@ -138,8 +150,8 @@ void GlooCommunicator::RingAllReduce(T* data, size_t n, Combine combine,
       send_view->send(right, slot(s), begin(out) * sizeof(T), count(out) * sizeof(T));
     }
     wait(count(out) > 0 ? send_view.get() : nullptr, count(in) > 0 ? incoming.get() : nullptr);
-    T* dst = data + begin(in);
-    for (size_t i = 0; i < count(in); ++i) dst[i] = combine(dst[i], scratch[i]);
+    std::transform(data + begin(in), data + begin(in + 1), scratch.data(), data + begin(in),
+                   combine);
   }
   for (int s = 0; s < p - 1; ++s) {
     const int out = (rank_ + 1 + p - s) % p;
@@ -237,11 +249,9 @@ absl::Status GlooCommunicator::Exchange(absl::Span<const PeerTransfer> sends,
   for (const auto& r : recvs) {
     if (absl::Status st = CheckPeer(r.peer, "recv"); !st.ok()) return st;
   }
-  // Slot = prefix | call | index of the message among those between the same pair, so
-  // the k-th message from a to b matches the k-th receive posted by b for a.
-  auto slot = [call](uint64_t index) {
-    return (kExchangeSlotPrefix << 56) | ((call & 0xFFFFFFFFull) << 20) | (index & 0xFFFFF);
-  };
+  // The index is that of the message among those between the same pair, so the k-th
+  // message from a to b matches the k-th receive posted by b for a.
+  auto slot = [call](uint64_t index) { return MessageSlot(kExchangeSlotPrefix, call, index); };
   std::vector<int> sent_to(size_, 0);
   std::vector<int> received_from(size_, 0);
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> send_buffers;
@@ -259,12 +269,8 @@ absl::Status GlooCommunicator::Exchange(absl::Span<const PeerTransfer> sends,
       buf->send(s.peer, slot(sent_to[s.peer]++));
       send_buffers.push_back(std::move(buf));
     }
-    for (auto& b : send_buffers) {
-      if (!b->waitSend(timeout_)) throw std::runtime_error("send aborted");
-    }
-    for (auto& b : recv_buffers) {
-      if (!b->waitRecv(timeout_)) throw std::runtime_error("recv aborted");
-    }
+    for (auto& b : send_buffers) WaitSent(b.get(), timeout_);
+    for (auto& b : recv_buffers) WaitReceived(b.get(), timeout_);
   });
 }
 
