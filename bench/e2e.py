@@ -154,7 +154,8 @@ def plot(results, runs, path):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build-release")
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=int, default=1875,
+                   help="training steps per configuration (1875 x 64 images = 2 epochs)")
     p.add_argument("--out", default="")
     p.add_argument("--only", default="",
                    help="comma list of configurations (none always runs, plain whenever a "

@@ -29,6 +29,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (options.max_reports_per_batch < 1) {
     return absl::InvalidArgumentError("max_reports_per_batch must be >= 1");
   }
+  if (options.plan_dwell < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan_dwell ", absl::FormatDuration(options.plan_dwell), " must be >= 0"));
+  }
+  if (!(options.dwell_hysteresis >= 0 && options.dwell_hysteresis <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dwell_hysteresis ", options.dwell_hysteresis, " out of range [0, 1]"));
+  }
   std::unique_ptr<Coordinator> c(new Coordinator(options, clock, store, speeds));
   BALLAST_RETURN_IF_ERROR(c->LoadFromStore());
   return c;
@@ -266,6 +274,18 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
                                      group.size, " registered");
     return std::nullopt;
   }
+  // Right after a change, only a large improvement changes the plan again (see
+  // CoordinatorOptions::plan_dwell).
+  JobPolicy planning = policy;
+  const absl::Duration now = clock_->Monotonic();
+  if (policy.mode != BalanceMode::kOff && group.plan_changed_at.has_value() &&
+      now - *group.plan_changed_at < options_.plan_dwell &&
+      options_.dwell_hysteresis > policy.hysteresis) {
+    planning.hysteresis = options_.dwell_hysteresis;
+    lines.push_back(absl::StrCat("plan changed ", absl::FormatDuration(now - *group.plan_changed_at),
+                                 " ago: hysteresis ", options_.dwell_hysteresis, " until the ",
+                                 absl::FormatDuration(options_.plan_dwell), " dwell ends"));
+  }
   if (policy.mode != BalanceMode::kOff) {
     for (auto& [block_id, block] : group.blocks) {
       absl::StatusOr<GroupSpeeds> speeds =
@@ -305,7 +325,7 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
         if (bp.block.value() == block_id) current = bp;
       }
       current.owner_of_unit.clear();  // ownership already moved: counts refer to it
-      absl::StatusOr<BlockDecision> decision = PlanBlock(input, policy, &current);
+      absl::StatusOr<BlockDecision> decision = PlanBlock(input, planning, &current);
       if (!decision.ok()) {
         lines.push_back(absl::StrCat("block ", block_id, ": ", decision.status().message()));
         continue;
@@ -373,6 +393,7 @@ void Coordinator::Tick() {
                       << PlanSummary(group.plan);
     Push(group);
     group.plan_pushed_at = clock_->Now();
+    group.plan_changed_at = clock_->Monotonic();
   }
 }
 

@@ -47,6 +47,14 @@ struct CoordinatorOptions {
   double link_bytes_per_second = 1e9;
   // Reports in one batch beyond this are refused (a bound on one message's work).
   int32_t max_reports_per_batch = 100000;
+  // For this long after a group's plan changes, a block's plan changes only for an
+  // improvement of at least dwell_hysteresis (instead of the job's hysteresis). Speed
+  // estimates of a time-sliced or quota-throttled rank swing by more than the hysteresis
+  // from one planning round to the next; without the dwell, plans flip between
+  // near-equal neighbours on most rounds. A new straggler still gets a plan at once: it
+  // improves the step by far more.
+  absl::Duration plan_dwell = absl::Seconds(2);
+  double dwell_hysteresis = 0.3;
 };
 
 // Counters for metrics and tests.
@@ -135,6 +143,8 @@ class Coordinator {
     absl::Duration next_decision = absl::ZeroDuration();
     // Set when a new plan is pushed, until every attached rank reports a step under it.
     std::optional<absl::Time> plan_pushed_at;
+    // Monotonic time of the last plan change (none yet: no dwell).
+    std::optional<absl::Duration> plan_changed_at;
   };
   struct AgentEntry {
     std::string node;

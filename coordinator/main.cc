@@ -40,6 +40,11 @@ ABSL_FLAG(absl::Duration, tick, absl::Milliseconds(50),
           "How often groups are checked for a due decision");
 ABSL_FLAG(double, link_bytes_per_second, 1e9,
           "Bandwidth assumed between ranks of a group, for offload costs");
+ABSL_FLAG(absl::Duration, plan_dwell, absl::Seconds(2),
+          "After a group's plan changes, how long only a large improvement (see "
+          "--dwell_hysteresis) changes it again");
+ABSL_FLAG(double, dwell_hysteresis, 0.3,
+          "Improvement a block's new plan needs during --plan_dwell, in [0, 1]");
 ABSL_FLAG(int32_t, max_message_bytes, 16 << 20, "Largest gRPC message accepted");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this server; with --tls_key, serves TLS");
@@ -85,6 +90,8 @@ int main(int argc, char** argv) {
   }
   CoordinatorOptions options;
   options.link_bytes_per_second = absl::GetFlag(FLAGS_link_bytes_per_second);
+  options.plan_dwell = absl::GetFlag(FLAGS_plan_dwell);
+  options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
   auto coordinator = Coordinator::Create(options, ballast::RealClock(), store->get(), speeds->get());
   if (!coordinator.ok()) {
     BALLAST_LOG(ERROR) << coordinator.status();

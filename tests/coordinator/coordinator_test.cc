@@ -2,6 +2,8 @@
 // restarts are fully under the test's control.
 #include "coordinator/coordinator.h"
 
+#include <cmath>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -216,6 +218,78 @@ TEST_F(CoordinatorTest, PausedJobsKeepTheirPlanAndObserveModePushesNothing) {
   clock_.Advance(absl::Milliseconds(100));
   coordinator_->Tick();
   EXPECT_EQ(sink.plans().size(), 1u);
+}
+
+// Units offloaded from rank 1 to rank 0 by a pushed plan (0 for all-local).
+int OffloadedUnits(const v1::WorkloadPlan& proto) {
+  absl::StatusOr<WorkloadPlan> plan = FromProto(proto);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  int units = 0;
+  if (!plan.ok()) return units;
+  for (const BlockPlan& bp : plan->blocks) {
+    for (const Offload& o : bp.offloads) units += o.units;
+  }
+  return units;
+}
+
+TEST_F(CoordinatorTest, AfterAChangeOnlyALargeImprovementChangesThePlanUntilTheDwellEnds) {
+  Restart();
+  coordinator_ = *Coordinator::Create(
+      {.plan_dwell = absl::Seconds(2), .dwell_hysteresis = 0.3}, &clock_, &store_, speeds_.get());
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  RecordingSink sink;
+  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
+  int64_t step = 0;
+  // One planning round (100 ms) per step, with rank 1 at `slow` seconds per unit.
+  auto run = [&](int steps, double slow) {
+    for (int i = 0; i < steps; ++i, ++step) {
+      Report(step, {4, 4}, {1e-3, slow});
+      clock_.Advance(absl::Milliseconds(100));
+      coordinator_->Tick();
+    }
+  };
+
+  // Rank 1 at 3x: moving 2 of its 4 units balances the block (6 vs 6, from 12).
+  for (int i = 0; i < 20 && sink.plans().empty(); ++i) run(1, 3e-3);
+  ASSERT_EQ(sink.plans().size(), 1u);
+  EXPECT_EQ(OffloadedUnits(sink.plans()[0]), 2);
+
+  // Rank 1 drifts to 4x: a third unit would give 7 instead of 8, 12.5% better. That beats
+  // the job's 5% hysteresis but not the dwell's 30%, so the plan holds for the dwell (2 s
+  // from the change; the speed model adopts the new speed within 3 reports) and changes
+  // right after it.
+  run(15, 4e-3);
+  EXPECT_EQ(sink.plans().size(), 1u) << "changed within the dwell";
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("hysteresis 0.3 until the 2s dwell ends"));
+  run(10, 4e-3);
+  ASSERT_EQ(sink.plans().size(), 2u) << "not changed after the dwell";
+  EXPECT_EQ(OffloadedUnits(sink.plans()[1]), 3);
+
+  // Rank 1 at 12x, within the new plan's dwell: moving all 4 units (8 instead of 12) is
+  // 33% better, so it is pushed at once, as soon as the speed model adopts the new speed.
+  run(5, 12e-3);
+  ASSERT_EQ(sink.plans().size(), 3u) << "a large improvement waited for the dwell";
+  EXPECT_EQ(OffloadedUnits(sink.plans()[2]), 4);
+}
+
+TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
+  testing::FakeClock clock;
+  testing::InMemoryPolicyStore store;
+  auto speeds = *SpeedModel::Create(SpeedModelOptions{}, &clock);
+  absl::StatusOr<std::unique_ptr<Coordinator>> c =
+      Coordinator::Create({.plan_dwell = absl::Seconds(-1)}, &clock, &store, speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("plan_dwell -1s"));
+  c = Coordinator::Create({.dwell_hysteresis = 1.5}, &clock, &store, speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("dwell_hysteresis 1.5"));
+  c = Coordinator::Create({.dwell_hysteresis = std::nan("")}, &clock, &store, speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
