@@ -34,8 +34,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
         absl::StrCat("plan_dwell ", absl::FormatDuration(options.plan_dwell), " must be >= 0"));
   }
   if (!(options.dwell_hysteresis >= 0 && options.dwell_hysteresis <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dwell_hysteresis ", options.dwell_hysteresis, " out of range [0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dwell_hysteresis ", options.dwell_hysteresis, " out of range [0, 1]"));
   }
   std::unique_ptr<Coordinator> c(new Coordinator(options, clock, store, speeds));
   BALLAST_RETURN_IF_ERROR(c->LoadFromStore());
@@ -270,8 +270,8 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   std::vector<std::string> lines;
   ++counters_.decisions;
   if (static_cast<int32_t>(group.ranks.size()) < group.size) {
-    group.explanation = absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ",
-                                     group.size, " registered");
+    group.explanation =
+        absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ", group.size, " registered");
     return std::nullopt;
   }
   // Right after a change, only a large improvement changes the plan again (see
@@ -282,7 +282,8 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
       now - *group.plan_changed_at < options_.plan_dwell &&
       options_.dwell_hysteresis > policy.hysteresis) {
     planning.hysteresis = options_.dwell_hysteresis;
-    lines.push_back(absl::StrCat("plan changed ", absl::FormatDuration(now - *group.plan_changed_at),
+    lines.push_back(absl::StrCat("plan changed ",
+                                 absl::FormatDuration(now - *group.plan_changed_at),
                                  " ago: hysteresis ", options_.dwell_hysteresis, " until the ",
                                  absl::FormatDuration(options_.plan_dwell), " dwell ends"));
   }
