@@ -84,6 +84,18 @@ class CoordinatorTest : public ::testing::Test {
     }
   }
 
+  // A coordinator with `options` and a fast link; job "vit" in migrate mode, planned every
+  // 100 ms; the agent connected with the units split evenly, its plans going to `sink`.
+  void StartMigrateJob(const CoordinatorOptions& options, RecordingSink* sink) {
+    Restart();
+    coordinator_ = *Coordinator::Create(options, &clock_, &store_, speeds_.get());
+    JobPolicy policy;
+    policy.mode = BalanceMode::kMigrate;
+    policy.report_period = absl::Milliseconds(100);
+    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+    ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), sink).ok());
+  }
+
   testing::FakeClock clock_;
   testing::InMemoryPolicyStore store_;
   std::unique_ptr<SpeedModel> speeds_;
@@ -152,14 +164,8 @@ TEST_F(CoordinatorTest, ChronicStragglerIsReshardedAndARestartPlansOnTheNewOwner
 }
 
 TEST_F(CoordinatorTest, PlanLatencyRunsFromDecisionUntilEveryRankReportsUnderThePlan) {
-  Restart();
-  coordinator_ = *Coordinator::Create({}, &clock_, &store_, speeds_.get());  // fast link
-  JobPolicy policy;
-  policy.mode = BalanceMode::kMigrate;
-  policy.report_period = absl::Milliseconds(100);
-  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
   RecordingSink sink;
-  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob({}, &sink));
   int64_t step = 0;
   for (; step < 40 && sink.plans().empty(); ++step) {
     Report(step, {4, 4}, {1e-3, 2e-3});
@@ -233,15 +239,9 @@ int OffloadedUnits(const v1::WorkloadPlan& proto) {
 }
 
 TEST_F(CoordinatorTest, AfterAChangeOnlyALargeImprovementChangesThePlanUntilTheDwellEnds) {
-  Restart();
-  coordinator_ = *Coordinator::Create(
-      {.plan_dwell = absl::Seconds(2), .dwell_hysteresis = 0.3}, &clock_, &store_, speeds_.get());
-  JobPolicy policy;
-  policy.mode = BalanceMode::kMigrate;
-  policy.report_period = absl::Milliseconds(100);
-  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
   RecordingSink sink;
-  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
+  ASSERT_NO_FATAL_FAILURE(
+      StartMigrateJob({.plan_dwell = absl::Seconds(2), .dwell_hysteresis = 0.3}, &sink));
   int64_t step = 0;
   // One planning round (100 ms) per step, with rank 1 at `slow` seconds per unit.
   auto run = [&](int steps, double slow) {
