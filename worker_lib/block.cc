@@ -389,7 +389,8 @@ absl::Status ParallelBlock::EnsureCache(std::vector<Buffer>& cache, int32_t unit
   return absl::OkStatus();
 }
 
-absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, float* y) {
+absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, float* y,
+                                    bool add_output_bias) {
   StepLayout& l = *layout_;
   if (l.step < 0) {
     return absl::FailedPreconditionError(
@@ -464,7 +465,7 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
   BALLAST_RETURN_IF_ERROR(status);
 
   compute_timer_->Start();
-  c.AddRowVector(y, tokens, hidden_, hidden_, storage_->bias.data());
+  if (add_output_bias) c.AddRowVector(y, tokens, hidden_, hidden_, storage_->bias.data());
   if (sample_means) status = UpdateMeans(l.local, l.local_means.data());
   compute_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
@@ -558,6 +559,55 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   BALLAST_RETURN_IF_ERROR(status);
   l.backward_done = true;
   return absl::OkStatus();
+}
+
+bool ParallelBlock::has_gradients() const { return layout_->backward_done; }
+
+absl::StatusOr<double> ParallelBlock::GradSquaredNorm() {
+  if (!layout_->backward_done) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", id_.value(), ": GradSquaredNorm without a Backward in this step"));
+  }
+  Storage& st = *storage_;
+  // Units [0, pruned_first) hold this step's gradients; pruned units' are zero. The bias
+  // is replicated, so rank 0 alone counts it.
+  double local = 0;
+  std::vector<float> host;
+  auto add = [&](const float* data, size_t n) {
+    host.resize(n);
+    compute().CopyToHost(data, host.data(), n);
+    for (float g : host) local += static_cast<double>(g) * g;
+  };
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    add(st.slab(p * kFieldsPerParam + kGrad, 0), layout_->pruned_first * sharded_[p].unit_elems);
+  }
+  if (group_->rank().value() == 0) add(st.bias_grad.data(), hidden_);
+  float total = static_cast<float>(local);
+  comm_timer_->Start();
+  absl::Status status = group_->backend().comm().AllReduceSum(&total, 1);
+  comm_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
+  return static_cast<double>(total);
+}
+
+absl::Status ParallelBlock::ScaleGradients(float alpha) {
+  if (!std::isfinite(alpha)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", id_.value(), ": gradient scale ", alpha, " is not finite"));
+  }
+  Storage& st = *storage_;
+  for (size_t p = 0; p < sharded_.size(); ++p) {
+    compute().Scale(alpha, st.fields[p * kFieldsPerParam + kGrad].data(),
+                    st.units() * sharded_[p].unit_elems);
+  }
+  compute().Scale(alpha, st.bias_grad.data(), hidden_);
+  return compute().Synchronize();
+}
+
+std::vector<float> ParallelBlock::OutputBias() const {
+  std::vector<float> bias(hidden_);
+  group_->backend().compute().CopyToHost(storage_->bias.data(), bias.data(), hidden_);
+  return bias;
 }
 
 absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {

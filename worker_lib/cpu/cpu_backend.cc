@@ -20,8 +20,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(std::unique_ptr<internal::CpuCompute> compute,
-             std::unique_ptr<internal::GlooCommunicator> comm)
+  CpuBackend(std::unique_ptr<internal::CpuCompute> compute, std::unique_ptr<Communicator> comm)
       : compute_(std::move(compute)), comm_(std::move(comm)) {}
   Compute& compute() override { return *compute_; }
   Communicator& comm() override { return *comm_; }
@@ -29,7 +28,7 @@ class CpuBackend final : public Backend {
 
  private:
   std::unique_ptr<internal::CpuCompute> compute_;
-  std::unique_ptr<internal::GlooCommunicator> comm_;
+  std::unique_ptr<Communicator> comm_;
 };
 
 }  // namespace
@@ -78,11 +77,26 @@ absl::StatusOr<RendezvousStore> RendezvousStore::Redis(const std::string& host, 
   }
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {
-  if (options.blas_threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("blas_threads ", options.blas_threads, " must be >= 0"));
+namespace {
+absl::Status CheckBlasThreads(int blas_threads) {
+  if (blas_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("blas_threads ", blas_threads, " must be >= 0"));
   }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendOn(std::unique_ptr<Communicator> comm,
+                                                            int blas_threads, const Clock* clock) {
+  if (comm == nullptr) return absl::InvalidArgumentError("communicator is null");
+  BALLAST_RETURN_IF_ERROR(CheckBlasThreads(blas_threads));
+  if (blas_threads > 0) openblas_set_num_threads(blas_threads);
+  auto compute = std::make_unique<internal::CpuCompute>(clock ? clock : RealClock());
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(compute), std::move(comm)));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {
+  BALLAST_RETURN_IF_ERROR(CheckBlasThreads(options.blas_threads));
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeout must be positive");
   }

@@ -75,6 +75,13 @@ struct CpuBackendOptions {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options);
 
+// A CPU backend (OpenBLAS) whose collectives run on a communicator the caller made, e.g.
+// over a PyTorch job's own process group (python/ballast/torch). `blas_threads` as in
+// CpuBackendOptions (0 leaves OpenBLAS's setting, which a host framework may share, alone).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendOn(std::unique_ptr<Communicator> comm,
+                                                            int blas_threads = 0,
+                                                            const Clock* clock = nullptr);
+
 struct CudaBackendOptions {
   int rank = 0;
   int size = 1;

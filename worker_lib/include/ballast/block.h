@@ -113,10 +113,24 @@ class ParallelBlock {
   // x: (batch * seq) x hidden rows, replicated on every rank, in backend memory; it must
   // stay valid and unchanged until Backward (it is saved for the gradient, not copied).
   // y: same shape; receives the full (all-reduced) block output. Collective.
-  absl::Status Forward(const float* x, int32_t batch, int32_t seq, float* y);
+  // With `add_output_bias` false, y leaves out the replicated output bias (Megatron's
+  // skip_bias_add: the caller adds it, fused with whatever follows); its gradient is the
+  // column sum of dy either way, which is exact whenever the caller adds it to y.
+  absl::Status Forward(const float* x, int32_t batch, int32_t seq, float* y,
+                       bool add_output_bias = true);
   // dy: gradient w.r.t. y; dx receives the full gradient w.r.t. x. Overwrites parameter
   // gradients; pruned units get none. Collective. Requires a preceding Forward.
   absl::Status Backward(const float* dy, float* dx);
+  // True between a Backward and the AdamWStep that consumes its gradients.
+  bool has_gradients() const;
+  // Collective: the squared L2 norm of the whole block's gradients (every unit's, on
+  // whichever rank holds it, plus the replicated bias once), for gradient clipping.
+  absl::StatusOr<double> GradSquaredNorm();
+  // Scales this rank's gradients (its units' and the bias's) by `alpha`; with
+  // GradSquaredNorm, this is clip-by-global-norm.
+  absl::Status ScaleGradients(float alpha);
+  // Host copy of the replicated output bias (hidden floats).
+  std::vector<float> OutputBias() const;
   // Decoupled AdamW on this rank's shard: every unit that received a gradient this step
   // (local and offloaded units) and the replicated parameters. Pruned units' weights and
   // moments are untouched, and their step counts do not advance.

@@ -1,0 +1,325 @@
+// ballast.torch._C: the Python bindings of session.h. Pure glue: argument conversion,
+// absl::Status to Python exceptions (INVALID_ARGUMENT and OUT_OF_RANGE become ValueError,
+// everything else RuntimeError with the code name), and the GIL released around every
+// call that may wait on a collective. The Python package (ballast/torch/*.py) is the API.
+#include <torch/csrc/utils/pybind.h>
+#include <torch/extension.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ballast/parallel_attention.h"
+#include "ballast/parallel_mlp.h"
+#include "session.h"
+
+namespace py = pybind11;
+
+namespace ballast::torch_adapter {
+namespace {
+
+void Check(const absl::Status& status) {
+  if (status.ok()) return;
+  const std::string message(status.message());
+  if (status.code() == absl::StatusCode::kInvalidArgument ||
+      status.code() == absl::StatusCode::kOutOfRange) {
+    throw py::value_error(message);
+  }
+  throw std::runtime_error(absl::StrCat(absl::StatusCodeToString(status.code()), ": ", message));
+}
+
+template <typename T>
+T Value(absl::StatusOr<T> value) {
+  Check(value.status());
+  return *std::move(value);
+}
+
+// Runs `call` without the GIL: collectives wait on peers, and other Python threads (data
+// loaders, the user's own) must keep running meanwhile.
+template <typename F>
+auto Released(F&& call) {
+  py::gil_scoped_release release;
+  return call();
+}
+
+ParamField ParseField(const std::string& name) {
+  if (name == "value") return ParamField::kValue;
+  if (name == "grad") return ParamField::kGrad;
+  if (name == "adam_m") return ParamField::kAdamM;
+  if (name == "adam_v") return ParamField::kAdamV;
+  throw py::value_error(absl::StrCat("unknown field '", name, "' (value, grad, adam_m, adam_v)"));
+}
+
+UnitConfig ParseUnits(int64_t seed, const std::string& priority, int32_t priority_window,
+                      const std::vector<int32_t>& owner_of_unit) {
+  UnitConfig units;
+  units.seed = static_cast<uint64_t>(seed);
+  units.priority = Value(ParsePriority(priority));
+  units.priority_window = priority_window;
+  for (int32_t r : owner_of_unit) units.owner_of_unit.push_back(RankId(r));
+  return units;
+}
+
+// A plan from Python: blocks as dicts {"block", "pruned_units", "offloads": [(owner,
+// helper, units)], "owner_of_unit"}; unknown keys are refused by name.
+WorkloadPlan ParsePlan(const std::string& group, int64_t version, const std::string& imputation,
+                       const py::list& blocks) {
+  WorkloadPlan plan;
+  plan.group = GroupId(group);
+  plan.version = PlanVersion(version);
+  plan.imputation = Value(ParseImputation(imputation));
+  for (const py::handle& item : blocks) {
+    if (!py::isinstance<py::dict>(item)) throw py::value_error("each plan block must be a dict");
+    BlockPlan& b = plan.blocks.emplace_back();
+    for (const auto& [key_handle, value] : item.cast<py::dict>()) {
+      const std::string key = py::str(key_handle);
+      if (key == "block") {
+        b.block = BlockId(value.cast<int32_t>());
+      } else if (key == "pruned_units") {
+        b.pruned_units = value.cast<std::vector<int32_t>>();
+      } else if (key == "offloads") {
+        for (const auto& [owner, helper, units] :
+             value.cast<std::vector<std::tuple<int32_t, int32_t, int32_t>>>()) {
+          b.offloads.push_back({RankId(owner), RankId(helper), units});
+        }
+      } else if (key == "owner_of_unit") {
+        for (int32_t r : value.cast<std::vector<int32_t>>()) b.owner_of_unit.push_back(RankId(r));
+      } else {
+        throw py::value_error(absl::StrCat(
+            "unknown plan block key '", key, "' (block, pruned_units, offloads, owner_of_unit)"));
+      }
+    }
+  }
+  return plan;
+}
+
+at::Tensor FloatTensor(const std::vector<float>& v) {
+  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kFloat);
+  std::copy(v.begin(), v.end(), t.data_ptr<float>());
+  return t;
+}
+
+std::vector<float> FloatVector(const at::Tensor& t, const char* name) {
+  if (t.scalar_type() != at::kFloat || !t.device().is_cpu()) {
+    throw py::value_error(absl::StrCat("checkpoint ", name, " must be a float32 CPU tensor"));
+  }
+  at::Tensor c = t.contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+py::dict CheckpointToDict(const BlockCheckpoint& c) {
+  py::dict d;
+  d["value"] = FloatTensor(c.value);
+  d["adam_m"] = FloatTensor(c.adam_m);
+  d["adam_v"] = FloatTensor(c.adam_v);
+  at::Tensor steps = at::empty({static_cast<int64_t>(c.unit_steps.size())}, at::kLong);
+  std::copy(c.unit_steps.begin(), c.unit_steps.end(), steps.data_ptr<int64_t>());
+  d["unit_steps"] = steps;
+  d["bias_step"] = c.bias_step;
+  return d;
+}
+
+BlockCheckpoint CheckpointFromDict(const py::dict& d) {
+  for (const char* key : {"value", "adam_m", "adam_v", "unit_steps", "bias_step"}) {
+    if (!d.contains(key)) throw py::value_error(absl::StrCat("checkpoint has no '", key, "'"));
+  }
+  BlockCheckpoint c;
+  c.value = FloatVector(d["value"].cast<at::Tensor>(), "value");
+  c.adam_m = FloatVector(d["adam_m"].cast<at::Tensor>(), "adam_m");
+  c.adam_v = FloatVector(d["adam_v"].cast<at::Tensor>(), "adam_v");
+  at::Tensor steps = d["unit_steps"].cast<at::Tensor>().to(at::kLong).contiguous();
+  c.unit_steps.assign(steps.data_ptr<int64_t>(), steps.data_ptr<int64_t>() + steps.numel());
+  c.bias_step = d["bias_step"].cast<int64_t>();
+  return c;
+}
+
+py::dict TimingsToDict(const StepTimings& t) {
+  py::dict d;
+  d["step"] = t.step;
+  d["plan_version"] = t.plan_version.value();
+  d["agreement_seconds"] = t.agreement_seconds;
+  d["compute_seconds"] = t.compute_seconds();
+  d["comm_seconds"] = t.comm_seconds();
+  py::list blocks;
+  for (const BlockTiming& b : t.blocks) {
+    py::dict bd;
+    bd["block"] = b.block.value();
+    bd["compute_seconds"] = b.compute_seconds;
+    bd["comm_seconds"] = b.comm_seconds;
+    bd["units_computed"] = b.units_computed;
+    bd["seconds_per_unit"] = b.seconds_per_unit;
+    blocks.append(bd);
+  }
+  d["blocks"] = blocks;
+  return d;
+}
+
+const char* FateName(UnitFate fate) {
+  switch (fate) {
+    case UnitFate::kLocal:
+      return "local";
+    case UnitFate::kOffloaded:
+      return "offloaded";
+    case UnitFate::kPruned:
+      return "pruned";
+  }
+  return "unknown";
+}
+
+}  // namespace
+}  // namespace ballast::torch_adapter
+
+// At global scope: the macro defines the module's extern "C" entry point.
+PYBIND11_MODULE(_C, m) {
+  using namespace ballast;                 // NOLINT(build/namespaces)
+  using namespace ballast::torch_adapter;  // NOLINT(build/namespaces)
+  m.doc() = "Ballast's C++ core for ballast.torch (use the ballast.torch package, not this)";
+
+  py::class_<Session, std::shared_ptr<Session>>(m, "Session")
+      .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
+                       const std::string& group, int32_t plan_history, int blas_threads) {
+             return std::shared_ptr<Session>(Value(Session::Create(
+                 process_group,
+                 {.group = group, .plan_history = plan_history, .blas_threads = blas_threads})));
+           }),
+           py::arg("process_group"), py::arg("group"), py::arg("plan_history") = 16,
+           py::arg("blas_threads") = 0)
+      .def("connect_agent",
+           [](Session& s, const std::string& socket, const std::string& job,
+              const std::string& device, const std::string& node) {
+             AgentClientOptions options;
+             options.socket_path = socket;
+             options.job = job;
+             options.device = device;
+             options.node = node;
+             Check(s.ConnectAgent(options));
+           },
+           py::arg("socket"), py::arg("job"), py::arg("device"), py::arg("node"))
+      .def("begin_step", [](Session& s) { Check(Released([&] { return s.BeginStep(); })); })
+      .def("end_step", [](Session& s) { Check(Released([&] { return s.EndStep(); })); })
+      .def("offer_plan",
+           [](Session& s, int64_t version, const py::list& blocks, const std::string& imputation) {
+             Check(s.OfferPlan(ParsePlan(s.group().group().value(), version, imputation, blocks)));
+           },
+           py::arg("version"), py::arg("blocks"), py::arg("imputation") = "zero")
+      .def_property_readonly("rank", [](Session& s) { return s.group().rank().value(); })
+      .def_property_readonly("size", [](Session& s) { return s.group().size(); })
+      .def_property_readonly("group", [](Session& s) { return s.group().group().value(); })
+      .def_property_readonly("step", [](Session& s) { return s.group().step(); })
+      .def_property_readonly("in_step", &Session::in_step)
+      .def_property_readonly("applied_version",
+                             [](Session& s) { return s.group().applied_version().value(); })
+      .def_property_readonly("applied_plan",
+                             [](Session& s) { return PlanSummary(s.group().applied_plan()); })
+      .def_property_readonly("last_rejection",
+                             [](Session& s) { return s.group().last_rejection().ToString(); })
+      .def_property_readonly("last_step_timings",
+                             [](Session& s) { return TimingsToDict(s.group().last_step_timings()); })
+      .def_property_readonly("agent_stats", [](Session& s) -> py::object {
+        if (s.agent() == nullptr) return py::none();
+        const AgentClientStats st = s.agent()->stats();
+        py::dict d;
+        d["reports_sent"] = st.reports_sent;
+        d["reports_dropped"] = st.reports_dropped;
+        d["plans_received"] = st.plans_received;
+        d["plans_rejected"] = st.plans_rejected;
+        d["connects"] = st.connects;
+        d["connected"] = st.connected;
+        return d;
+      });
+
+  py::class_<Block>(m, "Block")
+      .def_static(
+          "mlp",
+          [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t intermediate,
+             int32_t unit_size, int64_t seed, const std::string& priority,
+             int32_t priority_window, const std::vector<int32_t>& owner_of_unit) {
+            MlpConfig config;
+            config.id = BlockId(id);
+            config.hidden = hidden;
+            config.intermediate = intermediate;
+            config.unit_size = unit_size;
+            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit);
+            return Value(Block::CreateMlp(std::move(session), config));
+          },
+          py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("intermediate"),
+          py::arg("unit_size"), py::arg("seed"), py::arg("priority"), py::arg("priority_window"),
+          py::arg("owner_of_unit"))
+      .def_static(
+          "attention",
+          [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t num_heads,
+             int32_t head_dim, int64_t seed, const std::string& priority,
+             int32_t priority_window, const std::vector<int32_t>& owner_of_unit) {
+            AttentionConfig config;
+            config.id = BlockId(id);
+            config.hidden = hidden;
+            config.num_heads = num_heads;
+            config.head_dim = head_dim;
+            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit);
+            return Value(Block::CreateAttention(std::move(session), config));
+          },
+          py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("num_heads"),
+          py::arg("head_dim"), py::arg("seed"), py::arg("priority"), py::arg("priority_window"),
+          py::arg("owner_of_unit"))
+      .def("forward",
+           [](Block& b, const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
+              bool add_output_bias) {
+             Check(Released([&] { return b.Forward(x, batch, seq, y, add_output_bias); }));
+           },
+           py::arg("x"), py::arg("batch"), py::arg("seq"), py::arg("y"),
+           py::arg("add_output_bias") = true)
+      .def("backward",
+           [](Block& b, const at::Tensor& dy, const at::Tensor& dx) {
+             Check(Released([&] { return b.Backward(dy, dx); }));
+           })
+      .def("adamw_step",
+           [](Block& b, float lr, float beta1, float beta2, float eps, float weight_decay) {
+             Check(Released([&] {
+               return b.AdamWStep({.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps,
+                                   .weight_decay = weight_decay});
+             }));
+           },
+           py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
+           py::arg("weight_decay"))
+      .def_property_readonly("has_gradients", [](Block& b) { return b.block().has_gradients(); })
+      .def("grad_squared_norm",
+           [](Block& b) { return Value(Released([&] { return b.block().GradSquaredNorm(); })); })
+      .def("scale_gradients",
+           [](Block& b, float alpha) { Check(b.block().ScaleGradients(alpha)); })
+      .def("gather_dense",
+           [](Block& b, const std::string& field) {
+             const ParamField f = ParseField(field);
+             return Value(Released([&] { return b.GatherDense(f); }));
+           },
+           py::arg("field") = "value")
+      .def("load_dense", [](Block& b, const at::Tensor& dense) { Check(b.LoadDense(dense)); })
+      .def("save_checkpoint",
+           [](Block& b) {
+             return CheckpointToDict(Value(Released([&] { return b.SaveCheckpoint(); })));
+           })
+      .def("restore_checkpoint",
+           [](Block& b, const py::dict& d) {
+             const BlockCheckpoint c = CheckpointFromDict(d);
+             Check(Released([&] { return b.RestoreCheckpoint(c); }));
+           })
+      .def("output_bias", [](Block& b) { return FloatTensor(b.block().OutputBias()); })
+      .def_property_readonly("id", [](Block& b) { return b.block().id().value(); })
+      .def_property_readonly("num_units", [](Block& b) { return b.block().num_units(); })
+      .def_property_readonly("hidden", [](Block& b) { return b.block().hidden(); })
+      .def_property_readonly("dense_size", [](Block& b) { return b.block().dense_size(); })
+      .def_property_readonly("unit_bytes", [](Block& b) { return b.block().unit_bytes(); })
+      .def_property_readonly("owner_of_unit",
+                             [](Block& b) {
+                               std::vector<int32_t> owners;
+                               for (RankId r : b.block().owner_of_unit()) owners.push_back(r.value());
+                               return owners;
+                             })
+      .def_property_readonly("local_units", [](Block& b) { return b.block().LocalUnits(); })
+      .def_property_readonly("local_fates", [](Block& b) {
+        std::vector<std::string> fates;
+        for (UnitFate f : b.block().LocalFates()) fates.push_back(FateName(f));
+        return fates;
+      });
+}

@@ -1,0 +1,161 @@
+#include "session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "torch_communicator.h"
+
+namespace ballast::torch_adapter {
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(
+    c10::intrusive_ptr<c10d::ProcessGroup> process_group, const SessionOptions& options) {
+  if (!process_group) return absl::InvalidArgumentError("process group is None");
+  if (options.group.empty()) return absl::InvalidArgumentError("group name is empty");
+  std::unique_ptr<Session> session(new Session());
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackendOn(
+      std::make_unique<TorchCommunicator>(std::move(process_group)), options.blas_threads);
+  if (!backend.ok()) return backend.status();
+  session->backend_ = *std::move(backend);
+  absl::StatusOr<std::unique_ptr<TpGroup>> group = TpGroup::Create(
+      {.group = GroupId(options.group), .plan_history = options.plan_history},
+      session->backend_.get());
+  if (!group.ok()) return group.status();
+  session->group_ = *std::move(group);
+  return session;
+}
+
+Session::~Session() {
+  agent_.reset();  // stops its thread before the group it offers plans to goes
+}
+
+absl::Status Session::ConnectAgent(const AgentClientOptions& options) {
+  if (agent_ != nullptr) return absl::FailedPreconditionError("already connected to an agent");
+  absl::StatusOr<std::unique_ptr<AgentClient>> agent = AgentClient::Start(options, group_.get());
+  if (!agent.ok()) return agent.status();
+  agent_ = *std::move(agent);
+  return absl::OkStatus();
+}
+
+absl::Status Session::BeginStep() {
+  if (in_step_) return absl::FailedPreconditionError("a step is already open; end it first");
+  absl::Status status = group_->BeginStep();
+  if (status.ok()) in_step_ = true;
+  return status;
+}
+
+absl::Status Session::EndStep() {
+  if (!in_step_) return absl::FailedPreconditionError("no step is open");
+  in_step_ = false;
+  absl::Status status = group_->EndStep();
+  if (status.ok() && agent_ != nullptr) agent_->Report(group_->last_step_timings());
+  return status;
+}
+
+absl::Status Session::OfferPlan(const WorkloadPlan& plan) { return group_->OfferPlan(plan); }
+
+Block::Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> block,
+             BlockKind kind)
+    : session_(std::move(session)), block_(std::move(block)), kind_(kind) {}
+
+Block::~Block() { block_.reset(); }  // unregisters while the session is surely alive
+
+absl::StatusOr<std::unique_ptr<Block>> Block::CreateMlp(std::shared_ptr<Session> session,
+                                                        const MlpConfig& config) {
+  if (session->in_step()) {
+    return absl::FailedPreconditionError("create Ballast layers between steps, not inside one");
+  }
+  absl::StatusOr<std::unique_ptr<ParallelMlp>> mlp =
+      ParallelMlp::Create(&session->group(), config);
+  if (!mlp.ok()) return mlp.status();
+  return std::unique_ptr<Block>(new Block(std::move(session), *std::move(mlp), BlockKind::kMlp));
+}
+
+absl::StatusOr<std::unique_ptr<Block>> Block::CreateAttention(std::shared_ptr<Session> session,
+                                                              const AttentionConfig& config) {
+  if (session->in_step()) {
+    return absl::FailedPreconditionError("create Ballast layers between steps, not inside one");
+  }
+  absl::StatusOr<std::unique_ptr<ParallelAttention>> attn =
+      ParallelAttention::Create(&session->group(), config);
+  if (!attn.ok()) return attn.status();
+  return std::unique_ptr<Block>(
+      new Block(std::move(session), *std::move(attn), BlockKind::kAttention));
+}
+
+absl::Status Block::CheckTensor(const at::Tensor& t, const char* name, int64_t numel) const {
+  const std::string where = absl::StrCat("block ", block_->id().value(), ": ", name);
+  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(where, " is undefined"));
+  if (t.scalar_type() != at::kFloat) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " has dtype ",
+                                                   c10::toString(t.scalar_type()),
+                                                   "; the CPU backend takes float32"));
+  }
+  if (!t.device().is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " is on ", t.device().str(), "; the CPU backend takes CPU tensors"));
+  }
+  if (!t.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not contiguous"));
+  }
+  if (t.numel() != numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " has ", t.numel(), " elements, expected ", numel));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Block::Forward(const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
+                            bool add_output_bias) {
+  if (batch <= 0 || seq <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("block ", block_->id().value(), ": batch ",
+                                                   batch, " and seq ", seq, " must be > 0"));
+  }
+  const int64_t numel = static_cast<int64_t>(batch) * seq * block_->hidden();
+  if (absl::Status s = CheckTensor(x, "input", numel); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(y, "output", numel); !s.ok()) return s;
+  absl::Status status =
+      block_->Forward(x.data_ptr<float>(), batch, seq, y.data_ptr<float>(), add_output_bias);
+  if (status.ok()) forward_numel_ = numel;
+  return status;
+}
+
+absl::Status Block::Backward(const at::Tensor& dy, const at::Tensor& dx) {
+  if (forward_numel_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", block_->id().value(), ": backward without a forward"));
+  }
+  if (absl::Status s = CheckTensor(dy, "output gradient", forward_numel_); !s.ok()) return s;
+  if (absl::Status s = CheckTensor(dx, "input gradient", forward_numel_); !s.ok()) return s;
+  return block_->Backward(dy.data_ptr<float>(), dx.data_ptr<float>());
+}
+
+absl::Status Block::AdamWStep(const AdamWOptions& options) { return block_->AdamWStep(options); }
+
+absl::StatusOr<at::Tensor> Block::GatherDense(ParamField field) {
+  absl::StatusOr<std::vector<float>> dense = block_->GatherDense(field);
+  if (!dense.ok()) return dense.status();
+  at::Tensor out = at::empty({static_cast<int64_t>(dense->size())}, at::kFloat);
+  std::copy(dense->begin(), dense->end(), out.data_ptr<float>());
+  return out;
+}
+
+absl::Status Block::LoadDense(const at::Tensor& dense) {
+  const int64_t n = static_cast<int64_t>(block_->dense_size());
+  if (absl::Status s = CheckTensor(dense, "dense parameters", n); !s.ok()) return s;
+  std::vector<float> values(dense.data_ptr<float>(), dense.data_ptr<float>() + n);
+  if (kind_ == BlockKind::kMlp) {
+    auto& mlp = static_cast<ParallelMlp&>(*block_);
+    return mlp.LoadDense(MlpParams::Split(values, mlp.hidden(), mlp.intermediate()));
+  }
+  auto& attn = static_cast<ParallelAttention&>(*block_);
+  return attn.LoadDense(
+      AttentionParams::Split(values, attn.hidden(), attn.num_heads(), attn.head_dim()));
+}
+
+absl::StatusOr<BlockCheckpoint> Block::SaveCheckpoint() { return block_->SaveCheckpoint(); }
+
+absl::Status Block::RestoreCheckpoint(const BlockCheckpoint& checkpoint) {
+  return block_->RestoreCheckpoint(checkpoint);
+}
+
+}  // namespace ballast::torch_adapter

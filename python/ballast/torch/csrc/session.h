@@ -1,0 +1,107 @@
+// The C++ half of ballast.torch: one Session per TP group (a backend on the job's own
+// process group, the TpGroup, and optionally the AgentClient) and one Block per Ballast
+// layer, working on torch tensors' memory. Every number is computed by worker_lib; this
+// file only checks tensors and moves them in and out. module.cc exposes it to Python.
+//
+// Errors are statuses naming what is wrong (module.cc turns them into Python exceptions).
+// Collective calls (BeginStep, Forward, Backward, gathers, checkpoints) must be made by
+// every rank of the group in the same order, as with any torch.distributed collective.
+#ifndef BALLAST_PYTHON_SESSION_H_
+#define BALLAST_PYTHON_SESSION_H_
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ballast/agent_client.h"
+#include "ballast/backend.h"
+#include "ballast/block.h"
+#include "ballast/parallel_attention.h"
+#include "ballast/parallel_mlp.h"
+#include "ballast/plan.h"
+#include "ballast/tp_group.h"
+
+namespace ballast::torch_adapter {
+
+struct SessionOptions {
+  std::string group;           // the TP group's cluster-wide name, e.g. "gpt/tp0"
+  int32_t plan_history = 16;   // TpGroupOptions::plan_history
+  int blas_threads = 0;        // 0: leave OpenBLAS (shared with torch) alone
+};
+
+class Session {
+ public:
+  static absl::StatusOr<std::unique_ptr<Session>> Create(
+      c10::intrusive_ptr<c10d::ProcessGroup> process_group, const SessionOptions& options);
+  ~Session();
+
+  // Connects to the node's agent; plans then arrive by themselves and EndStep reports.
+  absl::Status ConnectAgent(const AgentClientOptions& options);
+  absl::Status BeginStep();
+  absl::Status EndStep();
+  // Validated against the group's current shape; the error names the field.
+  absl::Status OfferPlan(const WorkloadPlan& plan);
+
+  TpGroup& group() { return *group_; }
+  Backend& backend() { return *backend_; }
+  bool in_step() const { return in_step_; }
+  AgentClient* agent() { return agent_.get(); }
+
+ private:
+  Session() = default;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<TpGroup> group_;
+  std::unique_ptr<AgentClient> agent_;
+  bool in_step_ = false;
+};
+
+enum class BlockKind { kMlp, kAttention };
+
+// One Ballast layer's block. Keeps its session alive (blocks unregister from the group
+// when they go).
+class Block {
+ public:
+  static absl::StatusOr<std::unique_ptr<Block>> CreateMlp(std::shared_ptr<Session> session,
+                                                          const MlpConfig& config);
+  static absl::StatusOr<std::unique_ptr<Block>> CreateAttention(std::shared_ptr<Session> session,
+                                                                const AttentionConfig& config);
+  ~Block();
+
+  // x and y: contiguous float32 CPU tensors of batch * seq * hidden elements; x must stay
+  // alive and unchanged until Backward (the caller's autograd context holds it).
+  absl::Status Forward(const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
+                       bool add_output_bias);
+  absl::Status Backward(const at::Tensor& dy, const at::Tensor& dx);
+  absl::Status AdamWStep(const AdamWOptions& options);
+
+  // Dense copies in the block's documented layout (MlpParams / AttentionParams order).
+  absl::StatusOr<at::Tensor> GatherDense(ParamField field);
+  // Every rank passes the same dense parameters; resets optimizer state.
+  absl::Status LoadDense(const at::Tensor& dense);
+  absl::StatusOr<BlockCheckpoint> SaveCheckpoint();
+  absl::Status RestoreCheckpoint(const BlockCheckpoint& checkpoint);
+
+  ParallelBlock& block() { return *block_; }
+  BlockKind kind() const { return kind_; }
+
+ private:
+  Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> block, BlockKind kind);
+  // Checks a tensor the block reads or writes: float32, CPU, contiguous, `numel` elements.
+  absl::Status CheckTensor(const at::Tensor& t, const char* name, int64_t numel) const;
+
+  std::shared_ptr<Session> session_;
+  std::unique_ptr<ParallelBlock> block_;
+  BlockKind kind_;
+  int64_t forward_numel_ = -1;  // tokens * hidden of the last Forward
+};
+
+}  // namespace ballast::torch_adapter
+
+#endif  // BALLAST_PYTHON_SESSION_H_

@@ -1,0 +1,308 @@
+"""Ballast's tensor-parallel layers as ``torch.nn.Module``s with autograd.
+
+Each layer is one plan-aware TP block of worker_lib: the forward and backward run in
+C++ on the tensors' memory, with the block's one all-reduce on the session's process
+group, and the plan in force decides which units are computed where (local, offloaded
+to a helper rank, or pruned). Torch ops compose around them freely.
+
+Megatron-core's contract: inputs ``[s, b, h]`` (or ``[b, s, h]`` with
+``batch_first=True``), outputs ``(output, bias)`` where ``bias`` is None unless
+``skip_bias_add=True``, in which case the output leaves the bias out and the caller adds
+it (its gradient is computed by the block from the output's gradient, exact whenever
+the bias is added to the output, as every Megatron layer does).
+
+Numerics to match: the MLP's GELU is the tanh approximation (``nn.GELU("tanh")``);
+PyTorch's default erf GELU differs by about 2e-4 relative. Attention is bidirectional
+(no mask), with biases on Q, K, V and the output projection, softmax scale 1/sqrt(d).
+
+Ballast owns the parameters: they live in C++ in unit slabs that reorder (priority
+windows) and move between ranks (reshards), so they are not ``nn.Parameter``s. Train
+them with :class:`ballast.torch.AdamW`; ``state_dict()`` gives dense tensors whatever
+the plan (and, like every gather, is collective: all ranks call it).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ballast.torch import _C
+from ballast.torch import session as _session_mod
+
+_PRIORITIES = ("change", "magnitude", "random", "round-robin")
+
+
+def _check_input(x: torch.Tensor, hidden: int, what: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{what}: input must be a torch.Tensor, not {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{what}: input has dtype {x.dtype}; Ballast's CPU backend takes "
+                        f"torch.float32")
+    if x.device.type != "cpu":
+        raise ValueError(f"{what}: input is on {x.device}; Ballast's CPU backend takes CPU "
+                         f"tensors (the CUDA path is not wired to ballast.torch yet)")
+    if x.dim() != 3 or x.shape[2] != hidden:
+        raise ValueError(f"{what}: input has shape {tuple(x.shape)}, expected 3 dimensions "
+                         f"with hidden size {hidden} last")
+    if x.numel() == 0:
+        raise ValueError(f"{what}: input is empty")
+    if not x.is_contiguous():
+        raise ValueError(f"{what}: input is not contiguous; call .contiguous() first "
+                         f"(Ballast copies nothing behind your back)")
+
+
+class _BlockFunction(torch.autograd.Function):
+    """One block's forward and backward; the layer's handle makes backward always run."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, handle: torch.Tensor, layer: "_BallastLayer",
+                batch: int, seq: int, add_bias: bool) -> torch.Tensor:
+        y = torch.empty_like(x)
+        layer._block.forward(x, batch, seq, y, add_bias)
+        layer._forward_token += 1
+        ctx.save_for_backward(x)  # the block reads x again in backward: keep it alive
+        ctx.layer = layer
+        ctx.token = layer._forward_token
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        layer: _BallastLayer = ctx.layer
+        ctx.saved_tensors  # noqa: B018 (checks x was not modified in place)
+        if ctx.token != layer._forward_token:
+            raise RuntimeError(
+                f"{layer._name()}: backward of a forward that a later forward of the same "
+                f"layer replaced; Ballast blocks keep one forward per step for backward "
+                f"(micro-batches with gradient accumulation are not supported yet)")
+        if layer._grads_pending:
+            raise RuntimeError(
+                f"{layer._name()}: a second backward in one step; call optimizer.step() "
+                f"(or zero_grad()) after each backward (gradient accumulation over "
+                f"micro-batches is not supported yet)")
+        dy = dy.contiguous()
+        dx = torch.empty_like(dy)
+        layer._block.backward(dy, dx)
+        layer._grads_pending = True
+        return dx, None, None, None, None, None
+
+
+class _BallastLayer(nn.Module):
+    """What both layers share: the block, its handle parameter, state_dict conversion."""
+
+    def __init__(self, block: "_C.Block", skip_bias_add: bool, batch_first: bool) -> None:
+        super().__init__()
+        self._block = block
+        self.skip_bias_add = skip_bias_add
+        self.batch_first = batch_first
+        self._forward_token = 0
+        self._grads_pending = False
+        # A zero-size parameter: it puts the layer in model.parameters(), so the user's
+        # optimizer param groups (and LR schedulers) reach it, and it makes autograd call
+        # the block's backward even when the input needs no gradient.
+        self.ballast_handle = nn.Parameter(torch.empty(0))
+        self.ballast_handle._ballast_layer = weakref.ref(self)
+
+    @property
+    def block_id(self) -> int:
+        return self._block.id
+
+    @property
+    def num_units(self) -> int:
+        return self._block.num_units
+
+    @property
+    def owner_of_unit(self) -> List[int]:
+        return list(self._block.owner_of_unit)
+
+    @property
+    def local_units(self) -> List[int]:
+        """Unit ids this rank owns, in storage order."""
+        return list(self._block.local_units)
+
+    @property
+    def local_fates(self) -> List[str]:
+        """"local", "offloaded" or "pruned" for each local unit in the current step."""
+        return list(self._block.local_fates)
+
+    def _name(self) -> str:
+        return f"{type(self).__name__} (block {self._block.id})"
+
+    def _run(self, x: torch.Tensor, batch: int, seq: int) -> Tuple[torch.Tensor,
+                                                                   Optional[torch.Tensor]]:
+        _session_mod.session().ensure_step()
+        y = _BlockFunction.apply(x, self.ballast_handle, self, batch, seq,
+                                 not self.skip_bias_add)
+        bias = self._block.output_bias() if self.skip_bias_add else None
+        return y, bias
+
+    # --- Optimizer hooks (ballast.torch.AdamW and clip_grad_norm_). ---
+    def _adamw_step(self, lr: float, betas: Tuple[float, float], eps: float,
+                    weight_decay: float) -> None:
+        if self._grads_pending:
+            self._block.adamw_step(lr, betas[0], betas[1], eps, weight_decay)
+        self._grads_pending = False
+
+    def _discard_grads(self) -> None:
+        self._grads_pending = False
+
+    # --- Dense state. ---
+    def dense(self, field: str = "value") -> torch.Tensor:
+        """Collective: the whole block's dense ``field`` (value, grad, adam_m, adam_v)."""
+        return self._block.gather_dense(field)
+
+    def _to_named(self, dense: torch.Tensor) -> List[Tuple[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def _from_named(self, named: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _named_keys(self) -> List[str]:
+        raise NotImplementedError
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):  # noqa: D401
+        # Dense and plan-independent; collective (every rank gathers the whole block).
+        for name, tensor in self._to_named(self._block.gather_dense("value")):
+            destination[prefix + name] = tensor
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
+                              missing_keys, unexpected_keys, error_msgs):
+        named = {}
+        for key in self._named_keys():
+            if prefix + key in state_dict:
+                named[key] = state_dict[prefix + key]
+            else:
+                missing_keys.append(prefix + key)
+        if len(named) != len(self._named_keys()):
+            return
+        try:
+            self._block.load_dense(self._from_named(named))
+        except (ValueError, RuntimeError) as e:
+            error_msgs.append(f"{prefix}: {e}")
+
+
+def _block_args(session, block_id: Optional[int], seed: Optional[int], priority: str,
+                priority_window: int, owner_of_unit: Optional[List[int]]):
+    if priority not in _PRIORITIES:
+        raise ValueError(f"priority '{priority}' is not one of {', '.join(_PRIORITIES)}")
+    block_id = session._new_block_id(block_id)
+    return dict(session=session._core, id=block_id,
+                seed=block_id if seed is None else seed, priority=priority,
+                priority_window=priority_window, owner_of_unit=list(owner_of_unit or []))
+
+
+def _linear_weight(w: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    # Ballast's dense layout stores x @ W (in x out); torch's Linear stores out x in.
+    return w.view(rows, cols).t().contiguous()
+
+
+class ParallelMLP(_BallastLayer):
+    """``linear_fc2(gelu_tanh(linear_fc1(x)))`` split over the TP group by units.
+
+    A unit is ``unit_size`` consecutive intermediate neurons (fc1 columns and fc2 rows).
+    State-dict keys (torch ``nn.Linear`` layout): ``linear_fc1.weight`` [ffn, h],
+    ``linear_fc1.bias``, ``linear_fc2.weight`` [h, ffn], ``linear_fc2.bias``.
+    """
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, *, unit_size: int = 64,
+                 skip_bias_add: bool = False, batch_first: bool = False,
+                 block_id: Optional[int] = None, seed: Optional[int] = None,
+                 priority: str = "change", priority_window: int = 50,
+                 owner_of_unit: Optional[List[int]] = None) -> None:
+        s = _session_mod.session()
+        block = _C.Block.mlp(hidden=hidden_size, intermediate=ffn_hidden_size,
+                             unit_size=unit_size,
+                             **_block_args(s, block_id, seed, priority, priority_window,
+                                           owner_of_unit))
+        super().__init__(block, skip_bias_add, batch_first)
+        self.hidden_size = hidden_size
+        self.ffn_hidden_size = ffn_hidden_size
+        self.unit_size = unit_size
+
+    def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
+                                                             Optional[torch.Tensor]]:
+        _check_input(hidden_states, self.hidden_size, self._name())
+        a, b, _ = hidden_states.shape
+        # Tokens are independent in an MLP: [s, b, h] is already (s*b) rows, no copy.
+        return self._run(hidden_states, a * b, 1)
+
+    def _named_keys(self) -> List[str]:
+        return ["linear_fc1.weight", "linear_fc1.bias", "linear_fc2.weight", "linear_fc2.bias"]
+
+    def _to_named(self, dense):
+        h, f = self.hidden_size, self.ffn_hidden_size
+        w1, b1, w2, b2 = torch.split(dense, [h * f, f, f * h, h])
+        return list(zip(self._named_keys(),
+                        [_linear_weight(w1, h, f), b1.clone(), _linear_weight(w2, f, h),
+                         b2.clone()]))
+
+    def _from_named(self, named):
+        h, f = self.hidden_size, self.ffn_hidden_size
+        parts = [named["linear_fc1.weight"].reshape(f, h).t(), named["linear_fc1.bias"],
+                 named["linear_fc2.weight"].reshape(h, f).t(), named["linear_fc2.bias"]]
+        return torch.cat([p.detach().to(torch.float32).reshape(-1) for p in parts])
+
+
+class ParallelSelfAttention(_BallastLayer):
+    """Bidirectional multi-head self-attention split over the TP group by heads.
+
+    A unit is one head: its Q, K, V columns and its rows of the output projection.
+    State-dict keys (torch ``nn.Linear`` layout, heads concatenated):
+    ``linear_q.weight`` [heads*d, h], ``linear_k.weight``, ``linear_v.weight``, their
+    ``.bias``, ``linear_proj.weight`` [h, heads*d], ``linear_proj.bias``.
+    """
+
+    def __init__(self, hidden_size: int, num_attention_heads: int, *,
+                 kv_channels: Optional[int] = None, skip_bias_add: bool = False,
+                 batch_first: bool = False, block_id: Optional[int] = None,
+                 seed: Optional[int] = None, priority: str = "change",
+                 priority_window: int = 50, owner_of_unit: Optional[List[int]] = None) -> None:
+        s = _session_mod.session()
+        if kv_channels is None:
+            if num_attention_heads <= 0 or hidden_size % num_attention_heads != 0:
+                raise ValueError(f"hidden_size {hidden_size} is not divisible by "
+                                 f"num_attention_heads {num_attention_heads}; pass kv_channels")
+            kv_channels = hidden_size // num_attention_heads
+        block = _C.Block.attention(hidden=hidden_size, num_heads=num_attention_heads,
+                                   head_dim=kv_channels,
+                                   **_block_args(s, block_id, seed, priority, priority_window,
+                                                 owner_of_unit))
+        super().__init__(block, skip_bias_add, batch_first)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.kv_channels = kv_channels
+
+    def forward(self, hidden_states: torch.Tensor,
+                attention_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor,
+                                                                         Optional[torch.Tensor]]:
+        if attention_mask is not None:
+            raise ValueError(f"{self._name()}: attention masks are not supported (attention "
+                             f"is bidirectional; causal attention is not built yet)")
+        _check_input(hidden_states, self.hidden_size, self._name())
+        if self.batch_first:
+            b, s, _ = hidden_states.shape
+            return self._run(hidden_states, b, s)
+        # The block wants each sequence's tokens together: [s, b, h] -> [b, s, h] and back.
+        s, b, _ = hidden_states.shape
+        y, bias = self._run(hidden_states.transpose(0, 1).contiguous(), b, s)
+        return y.view(b, s, -1).transpose(0, 1).contiguous(), bias
+
+    def _named_keys(self) -> List[str]:
+        return ["linear_q.weight", "linear_k.weight", "linear_v.weight", "linear_q.bias",
+                "linear_k.bias", "linear_v.bias", "linear_proj.weight", "linear_proj.bias"]
+
+    def _to_named(self, dense):
+        h, a = self.hidden_size, self.num_attention_heads * self.kv_channels
+        wq, wk, wv, bq, bk, bv, wo, bo = torch.split(dense, [h * a] * 3 + [a] * 3 + [a * h, h])
+        tensors = [_linear_weight(w, h, a) for w in (wq, wk, wv)]
+        tensors += [b.clone() for b in (bq, bk, bv)]
+        tensors += [_linear_weight(wo, a, h), bo.clone()]
+        return list(zip(self._named_keys(), tensors))
+
+    def _from_named(self, named):
+        h, a = self.hidden_size, self.num_attention_heads * self.kv_channels
+        parts = [named[f"linear_{n}.weight"].reshape(a, h).t() for n in "qkv"]
+        parts += [named[f"linear_{n}.bias"] for n in "qkv"]
+        parts += [named["linear_proj.weight"].reshape(h, a).t(), named["linear_proj.bias"]]
+        return torch.cat([p.detach().to(torch.float32).reshape(-1) for p in parts])

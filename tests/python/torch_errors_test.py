@@ -1,0 +1,123 @@
+"""ballast.torch refuses bad input with an exception that names what is wrong, and keeps
+working afterwards: use before init, wrong dtype, device, shape or layout, bad configs,
+malformed plans, unsupported optimizer settings and training patterns. One process, a
+world of one Gloo rank (the checks are local; the multi-rank paths are in
+torch_layers_test.py).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import unittest
+
+import torch
+import torch.distributed as dist
+
+import ballast.torch as bt
+
+
+class BeforeInitTest(unittest.TestCase):
+    def test_layers_and_init_need_their_prerequisites(self) -> None:
+        self.assertFalse(bt.is_initialized())
+        with self.assertRaisesRegex(RuntimeError, r"ballast.torch.init\(\) has not been called"):
+            bt.ParallelMLP(8, 16)
+        with self.assertRaisesRegex(RuntimeError, "torch.distributed is not initialized"):
+            bt.init(job="early")
+
+
+class ErrorsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = tempfile.TemporaryDirectory()
+        dist.init_process_group("gloo", init_method=f"file://{cls.tmp.name}/rv", rank=0,
+                                world_size=1)
+        bt.init(job="errors")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        bt.shutdown()
+        dist.destroy_process_group()
+        cls.tmp.cleanup()
+
+    def setUp(self) -> None:
+        self.mlp = bt.ParallelMLP(8, 32, unit_size=8)
+        self.good = torch.randn(4, 2, 8)
+
+    def tearDown(self) -> None:
+        # Whatever was refused, the layer still trains.
+        x = torch.randn(4, 2, 8, requires_grad=True)
+        opt = bt.AdamW(self.mlp.parameters())
+        opt.zero_grad()
+        y, _ = self.mlp(x)
+        y.sum().backward()
+        opt.step()
+        self.assertEqual(x.grad.shape, x.shape)
+        self.assertFalse(bt.session().in_step)
+
+    def test_second_init_is_refused(self) -> None:
+        with self.assertRaisesRegex(RuntimeError, "already called"):
+            bt.init(job="again")
+
+    def test_tensors_of_the_wrong_kind_are_named(self) -> None:
+        with self.assertRaisesRegex(TypeError, "dtype torch.float64"):
+            self.mlp(self.good.double())
+        with self.assertRaisesRegex(TypeError, "dtype torch.bfloat16"):
+            self.mlp(self.good.bfloat16())
+        with self.assertRaisesRegex(ValueError, "is on meta"):
+            self.mlp(torch.empty(4, 2, 8, device="meta"))
+        with self.assertRaisesRegex(ValueError, r"shape \(8, 8\), expected 3 dimensions"):
+            self.mlp(torch.randn(8, 8))
+        with self.assertRaisesRegex(ValueError, "hidden size 8 last"):
+            self.mlp(torch.randn(4, 2, 9))
+        with self.assertRaisesRegex(ValueError, "not contiguous"):
+            self.mlp(torch.randn(2, 4, 8).transpose(0, 1))
+        with self.assertRaisesRegex(TypeError, "must be a torch.Tensor"):
+            self.mlp([1.0, 2.0])
+        attn = bt.ParallelSelfAttention(8, 2)
+        with self.assertRaisesRegex(ValueError, "attention masks are not supported"):
+            attn(self.good, attention_mask=torch.ones(4, 4))
+
+    def test_bad_configs_name_the_field(self) -> None:
+        with self.assertRaisesRegex(ValueError, "unit_size"):
+            bt.ParallelMLP(8, 30, unit_size=8)
+        with self.assertRaisesRegex(ValueError, "not divisible by num_attention_heads 3"):
+            bt.ParallelSelfAttention(8, 3)
+        with self.assertRaisesRegex(ValueError, r"owner_of_unit\[1\] = 2 out of range \[0, 1\)"):
+            bt.ParallelMLP(8, 16, unit_size=8, owner_of_unit=[0, 2])
+        with self.assertRaisesRegex(ValueError, "priority 'fastest'"):
+            bt.ParallelMLP(8, 16, priority="fastest")
+        with self.assertRaisesRegex(ValueError, "amsgrad"):
+            bt.AdamW(self.mlp.parameters(), amsgrad=True)
+
+    def test_malformed_plans_are_refused_and_never_applied(self) -> None:
+        s = bt.session()
+        block = self.mlp.block_id
+        with self.assertRaisesRegex(ValueError, "unknown plan block key 'prune'"):
+            s.offer_plan(1000, [{"block": block, "prune": [1]}])
+        with self.assertRaisesRegex(ValueError, "helper 3 out of range"):
+            s.offer_plan(1000, [{"block": block, "offloads": [(0, 3, 1)]}])
+        with self.assertRaisesRegex(ValueError, "imputation"):
+            s.offer_plan(1000, [{"block": block}], imputation="median")
+        with self.assertRaisesRegex(ValueError, "block 999"):
+            s.offer_plan(1000, [{"block": 999}])
+        applied = s.applied_version
+        self.mlp(self.good)
+        bt.end_step()
+        self.assertEqual(s.applied_version, applied)
+
+    def test_unsupported_training_patterns_are_named(self) -> None:
+        x = torch.randn(4, 2, 8, requires_grad=True)
+        first, _ = self.mlp(x)
+        second, _ = self.mlp(x)  # a second micro-batch before the first's backward
+        with self.assertRaisesRegex(RuntimeError, "replaced"):
+            first.sum().backward()
+        second.sum().backward()
+        third, _ = self.mlp(x)
+        with self.assertRaisesRegex(RuntimeError, "second backward in one step"):
+            third.sum().backward()
+        bt.AdamW(self.mlp.parameters()).zero_grad()
+        bt.end_step()
+
+
+if __name__ == "__main__":
+    unittest.main()
