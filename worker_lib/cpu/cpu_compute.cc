@@ -19,6 +19,25 @@ constexpr size_t kAlignment = 64;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
+// tanh as a clamped 13/6 rational function (Eigen's float coefficients; a few ulp from
+// std::tanh). Unlike a libm call it vectorises, and GELU is a pass over every MLP
+// activation: with std::tanh it cost a third of a ViT-Base MLP's forward and backward.
+inline float FastTanh(float x) {
+  constexpr float kClamp = 7.90531110763549805f;  // tanh is +-1 in float beyond
+  x = std::min(std::max(x, -kClamp), kClamp);
+  const float x2 = x * x;
+  float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = x2 * p + -8.60467152213735e-11f;
+  p = x2 * p + 5.12229709037114e-08f;
+  p = x2 * p + 1.48572235717979e-05f;
+  p = x2 * p + 6.37261928875436e-04f;
+  p = x2 * p + 4.89352455891786e-03f;
+  float q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = x2 * q + 2.26843463243900e-03f;
+  q = x2 * q + 4.89352518554385e-03f;
+  return x * p / q;
+}
+
 class ClockTimer final : public IntervalTimer {
  public:
   explicit ClockTimer(const Clock* clock) : clock_(clock) {}
@@ -111,7 +130,7 @@ void CpuCompute::GeluForward(const float* pre, float* out, int rows, int cols, i
     float* o = out + static_cast<int64_t>(r) * ld;
     for (int c = 0; c < cols; ++c) {
       const float x = p[c];
-      o[c] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
+      o[c] = 0.5f * x * (1.0f + FastTanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
     }
   }
 }
@@ -122,7 +141,7 @@ void CpuCompute::GeluBackward(const float* pre, const float* dout, float* dpre, 
     const int64_t off = static_cast<int64_t>(r) * ld;
     for (int c = 0; c < cols; ++c) {
       const float x = pre[off + c];
-      const float t = std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+      const float t = FastTanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
       const float dt = (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
       dpre[off + c] = dout[off + c] * (0.5f * (1.0f + t) + 0.5f * x * dt);
     }

@@ -76,7 +76,7 @@ class _BlockFunction(torch.autograd.Function):
                 f"{layer._name()}: backward of a forward that a later forward of the same "
                 f"layer replaced; Ballast blocks keep one forward per step for backward "
                 f"(micro-batches with gradient accumulation are not supported yet)")
-        if layer._grads_pending:
+        if layer._grads_step == _session_mod.session().step:
             raise RuntimeError(
                 f"{layer._name()}: a second backward in one step; call optimizer.step() "
                 f"(or zero_grad()) after each backward (gradient accumulation over "
@@ -84,7 +84,7 @@ class _BlockFunction(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
         layer._block.backward(dy, dx)
-        layer._grads_pending = True
+        layer._grads_step = _session_mod.session().step
         return dx, None, None, None, None, None
 
 
@@ -97,7 +97,9 @@ class _BallastLayer(nn.Module):
         self.skip_bias_add = skip_bias_add
         self.batch_first = batch_first
         self._forward_token = 0
-        self._grads_pending = False
+        # The step whose backward produced the block's gradients; -1 once an optimizer
+        # step or zero_grad() consumed them. A new step starts without gradients.
+        self._grads_step = -1
         # A zero-size parameter: it puts the layer in model.parameters(), so the user's
         # optimizer param groups (and LR schedulers) reach it, and it makes autograd call
         # the block's backward even when the input needs no gradient.
@@ -138,14 +140,17 @@ class _BallastLayer(nn.Module):
         return y, bias
 
     # --- Optimizer hooks (ballast.torch.AdamW and clip_grad_norm_). ---
+    def _has_grads(self) -> bool:
+        return self._block.has_gradients and self._grads_step == _session_mod.session().step
+
     def _adamw_step(self, lr: float, betas: Tuple[float, float], eps: float,
                     weight_decay: float) -> None:
-        if self._grads_pending:
+        if self._has_grads():  # like torch, a layer without gradients is not stepped
             self._block.adamw_step(lr, betas[0], betas[1], eps, weight_decay)
-        self._grads_pending = False
+        self._grads_step = -1
 
     def _discard_grads(self) -> None:
-        self._grads_pending = False
+        self._grads_step = -1
 
     # --- Dense state. ---
     def dense(self, field: str = "value") -> torch.Tensor:

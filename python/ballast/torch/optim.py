@@ -122,7 +122,7 @@ def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max
     plain, layers = _split(parameters)
     grads = [p.grad for p in plain if p.grad is not None]
     total_sq = sum((g.detach().double().pow(2).sum().item() for g in grads), 0.0)
-    layers = [layer for layer in layers if layer._grads_pending]
+    layers = [layer for layer in layers if layer._has_grads()]
     total_sq += sum(layer._block.grad_squared_norm() for layer in layers)
     total = math.sqrt(total_sq)
     if error_if_nonfinite and not math.isfinite(total):
