@@ -163,6 +163,8 @@ def main():
     p.add_argument("--reuse", action="store_true",
                    help="reload configurations measured earlier into --out instead of rerunning "
                         "those not named by --only")
+    p.add_argument("--trainer", choices=launch.TRAINERS, default="cpp",
+                   help="the C++ trainer or the PyTorch one (examples/torch/vit_train.py)")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
     out_dir = a.out or os.path.join(a.build, "bench-e2e")
@@ -182,7 +184,7 @@ def main():
         parsed = [launch.Straggler.parse(s) for s in stragglers]
         cfg = launch.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
                                out=os.path.join(out_dir, name), verbose=False, progress="none",
-                               trainer_args=a.trainer_args, policy=policy)
+                               trainer_args=a.trainer_args, policy=policy, trainer=a.trainer)
         if a.reuse and name in previous and name not in only:
             # Measured by an earlier invocation into the same --out: reload, do not rerun.
             print(f"[e2e] {name}: reusing {cfg.out}", file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ directory, cgroups and sockets are removed.
 
   launch.py --build build --mode auto --straggler 1:2            # the demo
   launch.py --build build --mode off --straggler 1:2@100-300 --out /tmp/run-b
+  launch.py --build build --trainer torch --straggler 1:2@100-   # the PyTorch trainer
 
 Used as a module by bench/e2e.py (run_job).
 """
@@ -35,6 +36,10 @@ import time
 from dataclasses import dataclass, field
 
 MODES = ("auto", "resize", "migrate", "off")
+# The two trainers of the same ViT, with the same flags and per-step records: the C++ one
+# on worker_lib's API, and the PyTorch one on ballast.torch (examples/torch/vit_train.py).
+TRAINERS = ("cpp", "torch")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class LaunchError(Exception):
@@ -88,6 +93,7 @@ class JobConfig:
     policy: dict = field(default_factory=dict)  # extra policy KEY=VALUE
     verbose: bool = True
     progress: str = "auto"
+    trainer: str = "cpp"
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -337,6 +343,22 @@ class Job:
         self.procs.append((name, proc, logf))
         return proc
 
+    def trainer(self):
+        """The trainer's command (without its flags) and environment."""
+        if self.cfg.trainer == "cpp":
+            return [self.binary("examples", "vit_train")], None
+        extension = os.path.join(self.cfg.build, "python", "ballast", "torch")
+        built = os.path.isdir(extension) and any(f.startswith("_C.") for f in os.listdir(extension))
+        if not built:
+            raise LaunchError(f"ballast.torch's extension is not built in {extension}: "
+                              f"ninja -C {self.cfg.build} ballast_torch_ext (scripts/demo "
+                              f"--trainer torch does)")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [
+            os.path.join(REPO, "python"), os.path.join(os.path.abspath(self.cfg.build), "python"),
+            env.get("PYTHONPATH")]))
+        return ["/usr/bin/python3", os.path.join(REPO, "examples", "torch", "vit_train.py")], env
+
     def ctl(self, *args):
         ctl = self.binary("ctl", "ballastctl")
         return subprocess.run([ctl, f"--coordinator={self.coordinator_addr}", *args],
@@ -346,7 +368,7 @@ class Job:
         cfg = self.cfg
         coordinator = self.binary("coordinator", "ballast-coordinator")
         agent = self.binary("agent", "ballast-agent")
-        trainer = self.binary("examples", "vit_train")
+        trainer, trainer_env = self.trainer()
         self.start("coordinator", [coordinator, f"--listen={self.coordinator_addr}",
                                    f"--metrics=127.0.0.1:{self.metrics_port}",
                                    f"--store={os.path.join(self.run_dir, 'coordinator.db')}"])
@@ -373,13 +395,14 @@ class Job:
             metrics = os.path.join(self.out, f"rank-{r}.jsonl")
             if os.path.exists(metrics):
                 os.remove(metrics)
-            argv = [trainer, f"--rank={r}", f"--world={cfg.world}", f"--rendezvous={rendezvous}",
+            argv = ["vit_train", f"--rank={r}", f"--world={cfg.world}", f"--rendezvous={rendezvous}",
                     f"--steps={cfg.steps}", f"--batch={cfg.batch}", "--node=demo",
                     f"--agent_socket={self.socket}", f"--metrics_out={metrics}",
                     f"--progress={cfg.progress if r == 0 else 'none'}", *cfg.trainer_args]
             core = r % ncpu
-            proc = self.start(f"rank-{r}", argv, to_terminal=(r == 0 and cfg.verbose),
-                              preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}))
+            proc = self.start(f"rank-{r}", trainer + argv[1:], to_terminal=(r == 0 and cfg.verbose),
+                              preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}),
+                              env=trainer_env)
             self.workers.append(proc)
         self.contention = Contention(cfg, [w.pid for w in self.workers])
         self.contention.update(0)
@@ -534,6 +557,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=700)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--mode", choices=MODES, default="auto", help="Ballast's balancing mode")
+    p.add_argument("--trainer", choices=TRAINERS, default="cpp",
+                   help="cpp: examples/vit/vit_train; torch: examples/torch/vit_train.py")
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:SLOWDOWN[@START-END,...]",
                    help="slow RANK down SLOWDOWN times during the step windows (default: whole run)")
     p.add_argument("--contention", choices=("auto", "quota", "cotenant"), default="auto")
@@ -561,7 +586,8 @@ def main(argv=None):
     cfg = JobConfig(build=a.build, world=a.world, steps=a.steps, batch=a.batch, mode=a.mode,
                     stragglers=stragglers, contention=a.contention, out=a.out,
                     metrics_port=a.metrics_port, agent_metrics_port=a.agent_metrics_port,
-                    trainer_args=a.trainer_args, policy=policy, progress=a.progress)
+                    trainer_args=a.trainer_args, policy=policy, progress=a.progress,
+                    trainer=a.trainer)
     try:
         ranks = run_job(cfg)
     except LaunchError as e:

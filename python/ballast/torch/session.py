@@ -68,6 +68,11 @@ class Session:
         return self._core.applied_plan
 
     @property
+    def applied_plan_blocks(self) -> List[Dict[str, Any]]:
+        """The plan in force, as the block dicts :meth:`offer_plan` takes."""
+        return self._core.applied_plan_blocks
+
+    @property
     def last_step_timings(self) -> Dict[str, Any]:
         """Compute vs collective seconds of the last completed step, per block."""
         return self._core.last_step_timings

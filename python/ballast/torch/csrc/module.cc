@@ -156,6 +156,26 @@ py::dict TimingsToDict(const StepTimings& t) {
   return d;
 }
 
+// The inverse of ParsePlan's block dicts.
+py::list PlanBlocksToList(const WorkloadPlan& plan) {
+  py::list blocks;
+  for (const BlockPlan& b : plan.blocks) {
+    py::dict d;
+    d["block"] = b.block.value();
+    d["pruned_units"] = b.pruned_units;
+    py::list offloads;
+    for (const Offload& o : b.offloads) {
+      offloads.append(py::make_tuple(o.owner.value(), o.helper.value(), o.units));
+    }
+    d["offloads"] = offloads;
+    std::vector<int32_t> owners;
+    for (RankId r : b.owner_of_unit) owners.push_back(r.value());
+    d["owner_of_unit"] = owners;
+    blocks.append(d);
+  }
+  return blocks;
+}
+
 const char* FateName(UnitFate fate) {
   switch (fate) {
     case UnitFate::kLocal:
@@ -213,6 +233,8 @@ PYBIND11_MODULE(_C, m) {
                              [](Session& s) { return s.group().applied_version().value(); })
       .def_property_readonly("applied_plan",
                              [](Session& s) { return PlanSummary(s.group().applied_plan()); })
+      .def_property_readonly("applied_plan_blocks",
+                             [](Session& s) { return PlanBlocksToList(s.group().applied_plan()); })
       .def_property_readonly("last_rejection",
                              [](Session& s) { return s.group().last_rejection().ToString(); })
       .def_property_readonly("last_step_timings",

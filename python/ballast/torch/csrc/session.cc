@@ -29,15 +29,29 @@ Session::~Session() {
 }
 
 absl::Status Session::ConnectAgent(const AgentClientOptions& options) {
-  if (agent_ != nullptr) return absl::FailedPreconditionError("already connected to an agent");
-  absl::StatusOr<std::unique_ptr<AgentClient>> agent = AgentClient::Start(options, group_.get());
-  if (!agent.ok()) return agent.status();
-  agent_ = *std::move(agent);
+  if (agent_ != nullptr || pending_agent_.has_value()) {
+    return absl::FailedPreconditionError("already connected to an agent");
+  }
+  for (const auto& [field, value] : {std::pair{"socket", &options.socket_path},
+                                     {"job", &options.job}, {"device", &options.device},
+                                     {"node", &options.node}}) {
+    if (value->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("agent ", field, " must not be empty"));
+    }
+  }
+  pending_agent_ = options;
   return absl::OkStatus();
 }
 
 absl::Status Session::BeginStep() {
   if (in_step_) return absl::FailedPreconditionError("a step is already open; end it first");
+  if (pending_agent_.has_value()) {
+    absl::StatusOr<std::unique_ptr<AgentClient>> agent =
+        AgentClient::Start(*pending_agent_, group_.get());
+    if (!agent.ok()) return agent.status();
+    agent_ = *std::move(agent);
+    pending_agent_.reset();
+  }
   absl::Status status = group_->BeginStep();
   if (status.ok()) in_step_ = true;
   return status;
@@ -59,11 +73,23 @@ Block::Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> bl
 
 Block::~Block() { block_.reset(); }  // unregisters while the session is surely alive
 
-absl::StatusOr<std::unique_ptr<Block>> Block::CreateMlp(std::shared_ptr<Session> session,
-                                                        const MlpConfig& config) {
-  if (session->in_step()) {
+namespace {
+absl::Status CheckCanCreate(const Session& session) {
+  if (session.in_step()) {
     return absl::FailedPreconditionError("create Ballast layers between steps, not inside one");
   }
+  if (!session.accepts_blocks()) {
+    return absl::FailedPreconditionError(
+        "the agent already announced this group's layers at the first step: with an agent, "
+        "create every Ballast layer before the first forward");
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Block>> Block::CreateMlp(std::shared_ptr<Session> session,
+                                                        const MlpConfig& config) {
+  if (absl::Status s = CheckCanCreate(*session); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<ParallelMlp>> mlp =
       ParallelMlp::Create(&session->group(), config);
   if (!mlp.ok()) return mlp.status();
@@ -72,9 +98,7 @@ absl::StatusOr<std::unique_ptr<Block>> Block::CreateMlp(std::shared_ptr<Session>
 
 absl::StatusOr<std::unique_ptr<Block>> Block::CreateAttention(std::shared_ptr<Session> session,
                                                               const AttentionConfig& config) {
-  if (session->in_step()) {
-    return absl::FailedPreconditionError("create Ballast layers between steps, not inside one");
-  }
+  if (absl::Status s = CheckCanCreate(*session); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<ParallelAttention>> attn =
       ParallelAttention::Create(&session->group(), config);
   if (!attn.ok()) return attn.status();

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,9 @@ class Session {
       c10::intrusive_ptr<c10d::ProcessGroup> process_group, const SessionOptions& options);
   ~Session();
 
-  // Connects to the node's agent; plans then arrive by themselves and EndStep reports.
+  // Connects to the node's agent at the first BeginStep: the agent client announces the
+  // group's blocks when it starts, so it waits until the model's layers exist. Plans then
+  // arrive by themselves and EndStep reports each step's timings.
   absl::Status ConnectAgent(const AgentClientOptions& options);
   absl::Status BeginStep();
   absl::Status EndStep();
@@ -53,12 +56,15 @@ class Session {
   Backend& backend() { return *backend_; }
   bool in_step() const { return in_step_; }
   AgentClient* agent() { return agent_.get(); }
+  // Blocks may be created until the agent client has announced them.
+  bool accepts_blocks() const { return agent_ == nullptr; }
 
  private:
   Session() = default;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<TpGroup> group_;
   std::unique_ptr<AgentClient> agent_;
+  std::optional<AgentClientOptions> pending_agent_;
   bool in_step_ = false;
 };
 
