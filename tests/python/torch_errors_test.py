@@ -6,7 +6,6 @@ torch_layers_test.py).
 """
 from __future__ import annotations
 
-import os
 import tempfile
 import unittest
 

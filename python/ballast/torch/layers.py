@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ballast.torch import _C
-from ballast.torch import session as _session_mod
+from ballast.torch.session import session as _session
 
 _PRIORITIES = ("change", "magnitude", "random", "round-robin")
 
@@ -76,7 +76,7 @@ class _BlockFunction(torch.autograd.Function):
                 f"{layer._name()}: backward of a forward that a later forward of the same "
                 f"layer replaced; Ballast blocks keep one forward per step for backward "
                 f"(micro-batches with gradient accumulation are not supported yet)")
-        if layer._grads_step == _session_mod.session().step:
+        if layer._grads_step == _session().step:
             raise RuntimeError(
                 f"{layer._name()}: a second backward in one step; call optimizer.step() "
                 f"(or zero_grad()) after each backward (gradient accumulation over "
@@ -84,7 +84,7 @@ class _BlockFunction(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
         layer._block.backward(dy, dx)
-        layer._grads_step = _session_mod.session().step
+        layer._grads_step = _session().step
         return dx, None, None, None, None, None
 
 
@@ -133,7 +133,7 @@ class _BallastLayer(nn.Module):
 
     def _run(self, x: torch.Tensor, batch: int, seq: int) -> Tuple[torch.Tensor,
                                                                    Optional[torch.Tensor]]:
-        _session_mod.session().ensure_step()
+        _session().ensure_step()
         y = _BlockFunction.apply(x, self.ballast_handle, self, batch, seq,
                                  not self.skip_bias_add)
         bias = self._block.output_bias() if self.skip_bias_add else None
@@ -141,7 +141,7 @@ class _BallastLayer(nn.Module):
 
     # --- Optimizer hooks (ballast.torch.AdamW and clip_grad_norm_). ---
     def _has_grads(self) -> bool:
-        return self._block.has_gradients and self._grads_step == _session_mod.session().step
+        return self._block.has_gradients and self._grads_step == _session().step
 
     def _adamw_step(self, lr: float, betas: Tuple[float, float], eps: float,
                     weight_decay: float) -> None:
@@ -215,7 +215,7 @@ class ParallelMLP(_BallastLayer):
                  block_id: Optional[int] = None, seed: Optional[int] = None,
                  priority: str = "change", priority_window: int = 50,
                  owner_of_unit: Optional[List[int]] = None) -> None:
-        s = _session_mod.session()
+        s = _session()
         block = _C.Block.mlp(hidden=hidden_size, intermediate=ffn_hidden_size,
                              unit_size=unit_size,
                              **_block_args(s, block_id, seed, priority, priority_window,
@@ -263,7 +263,7 @@ class ParallelSelfAttention(_BallastLayer):
                  batch_first: bool = False, block_id: Optional[int] = None,
                  seed: Optional[int] = None, priority: str = "change",
                  priority_window: int = 50, owner_of_unit: Optional[List[int]] = None) -> None:
-        s = _session_mod.session()
+        s = _session()
         if kv_channels is None:
             if num_attention_heads <= 0 or hidden_size % num_attention_heads != 0:
                 raise ValueError(f"hidden_size {hidden_size} is not divisible by "

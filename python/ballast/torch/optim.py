@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 
-from ballast.torch import session as _session_mod
+from ballast.torch.session import end_step as _end_step
 
 
 def _layer_of(p: torch.Tensor):
@@ -81,7 +81,7 @@ class AdamW(torch.optim.AdamW):
                 if group.get(key):
                     raise ValueError(f"param group sets {key}; Ballast layers do not support it")
             layer._adamw_step(group["lr"], group["betas"], group["eps"], group["weight_decay"])
-        _session_mod.end_step()
+        _end_step()
         return loss
 
     def zero_grad(self, set_to_none: bool = False) -> None:
