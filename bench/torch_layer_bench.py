@@ -8,7 +8,11 @@ forward + backward of every variant, in alternating order (interleaved, so drift
 shared machine hits both), as the slowest rank's time; the ratio is taken per repeat
 and reported as min / median / max. One JSON object per line on stdout.
 
-    scripts/bench torch_layer [--ranks 2] [--batch 4] [--repeats 21]
+    scripts/bench torch_layer [--ranks 2] [--batch 4] [--repeats 21] [--collectives ballast]
+
+With ``--collectives torch`` (the default) both variants all-reduce on the process group
+itself, so the ratio is the layers' own overhead; with ``ballast`` the Ballast layers use
+Ballast's own mesh over the same ranks.
 """
 from __future__ import annotations
 
@@ -100,7 +104,7 @@ def worker(rank: int, args, path: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
                             world_size=args.ranks)
-    bt.init(job="bench")
+    bt.init(job="bench", collectives=args.collectives)
     torch.manual_seed(0)
     h, s, b = args.hidden, args.seq, args.batch
     layers = {
@@ -127,7 +131,8 @@ def worker(rank: int, args, path: str) -> None:
         if rank == 0:
             ratios.sort()
             print(json.dumps({
-                "bench": "torch_layer", "layer": name, "ranks": args.ranks, "hidden": h,
+                "bench": "torch_layer", "layer": name, "collectives": args.collectives,
+                "ranks": args.ranks, "hidden": h,
                 "tokens": s * b, "repeats": args.repeats,
                 "ballast_median_s": round(statistics.median(times["ballast"]), 5),
                 "torch_median_s": round(statistics.median(times["torch"]), 5),
@@ -149,6 +154,8 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=197)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=21)
+    p.add_argument("--collectives", choices=("torch", "ballast"), default="torch",
+                   help="where the Ballast layers' collectives run (ballast.torch.init)")
     p.add_argument("--warmup", type=int, default=3)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

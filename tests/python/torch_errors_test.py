@@ -6,13 +6,16 @@ torch_layers_test.py).
 """
 from __future__ import annotations
 
-import tempfile
+import os
+import sys
 import unittest
 
 import torch
-import torch.distributed as dist
 
-import ballast.torch as bt
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_testing import OneRankTestCase  # noqa: E402
+
+import ballast.torch as bt  # noqa: E402
 
 
 class BeforeInitTest(unittest.TestCase):
@@ -24,19 +27,8 @@ class BeforeInitTest(unittest.TestCase):
             bt.init(job="early")
 
 
-class ErrorsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.tmp = tempfile.TemporaryDirectory()
-        dist.init_process_group("gloo", init_method=f"file://{cls.tmp.name}/rv", rank=0,
-                                world_size=1)
-        bt.init(job="errors")
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        bt.shutdown()
-        dist.destroy_process_group()
-        cls.tmp.cleanup()
+class ErrorsTest(OneRankTestCase):
+    JOB = "errors"
 
     def setUp(self) -> None:
         self.mlp = bt.ParallelMLP(8, 32, unit_size=8)

@@ -3,11 +3,13 @@
 Each rank trains a model that mixes torch layers with Ballast's attention and MLP on the
 job's own process group, and the same model built from plain torch layers (dense, in
 the same process, loaded from the Ballast model's state dict) on the same data with
-torch.optim.AdamW. Every step compares the output, the input gradient and every Ballast
-parameter gradient; after 3 optimizer steps, every parameter. Plans: none, offloads,
+torch.optim.AdamW, a learning-rate schedule and clipping by the global gradient norm.
+Every step compares the output, the input gradient, every Ballast parameter gradient and
+the gradient norm; after 3 optimizer steps, every parameter. Plans: none, offloads,
 reshards (with a state-dict round trip onto a fresh model of another ownership), and
 pruning (against the reference with those units removed). A sub-group of a larger world
-is covered too.
+is covered too, and every case runs with the collectives on the process group itself and
+on Ballast's own mesh over its ranks.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ HIDDEN, HEADS, FFN, UNIT, CLASSES, SEQ, BATCH = 16, 4, 64, 8, 5, 6, 3
 # constant per row), so with a tiny eps AdamW would turn its round-off noise into steps.
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-3, weight_decay=0.05)
 TOL = dict(rtol=1e-4, atol=2e-5)
+CLIP = 0.5  # below every step's gradient norm here, so clipping always acts
 
 
 def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -70,6 +73,9 @@ def ballast_grads(layer) -> Dict[str, torch.Tensor]:
 
 def train_and_compare(model, dense, opt, ref_opt, group, steps: int, first_step: int,
                       expect_pruned: bool = False) -> None:
+    # A schedule on each: Ballast's layers take the learning rate of their param group.
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda k: 1.0 / (1 + k))
+              for o in (opt, ref_opt)]
     for s in range(first_step, first_step + steps):
         x, y = data(s)
         xb = x.clone().requires_grad_()
@@ -88,11 +94,18 @@ def train_and_compare(model, dense, opt, ref_opt, group, steps: int, first_step:
         for name in ("attn", "mlp"):
             for key, g in ballast_grads(getattr(model, name)).items():
                 close(g, getattr(dense, name).get_parameter(key).grad, f"step {s} {name}.{key} grad")
+        # Clip by the global norm (small enough to clip), as plain PyTorch does.
+        got_norm = bt.clip_grad_norm_(model.parameters(), CLIP)
+        want_norm = torch.nn.utils.clip_grad_norm_(dense.parameters(), CLIP)
+        close(got_norm.float(), want_norm.float(), f"step {s} gradient norm")
+        assert want_norm > CLIP, f"step {s}: norm {want_norm} does not clip"
         before = {k: v.clone() for k, v in dense.state_dict().items()}
         opt.step()
         opt.zero_grad()
         ref_opt.step()
         ref_opt.zero_grad()
+        for sched in scheds:
+            sched.step()
         ref_lib.restore_pruned(dense, before, UNIT)
     got = model.state_dict()
     for key, want in dense.state_dict().items():
@@ -182,7 +195,7 @@ def scenarios(rank: int, size: int, group) -> None:
     del zeros
 
 
-def worker(rank: int, size: int, path: str) -> None:
+def worker(rank: int, size: int, path: str, collectives: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=size)
     if size == 3:
@@ -190,13 +203,14 @@ def worker(rank: int, size: int, path: str) -> None:
         sub = dist.new_group([1, 2])
         if rank == 0:
             try:
-                bt.init(sub, job="sub")
+                bt.init(sub, job="sub", collectives=collectives)
             except ValueError as e:
                 assert "not a member" in str(e), e
             else:
                 raise AssertionError("init on a group this rank is not in did not fail")
         else:
-            s = bt.init(sub, job="sub")
+            s = bt.init(sub, job="sub", collectives=collectives)
+            assert s.collectives == collectives, s.collectives
             assert (s.rank, s.size, s.group) == (rank - 1, 2, "sub/tp1"), (s.rank, s.size, s.group)
             model, dense = build()
             opt = bt.AdamW(model.parameters(), **ADAMW)
@@ -205,22 +219,32 @@ def worker(rank: int, size: int, path: str) -> None:
             del model, opt
             bt.shutdown()
         dist.barrier()
-    bt.init(job="test")
+    bt.init(job="test", collectives=collectives)
     scenarios(rank, size, dist.group.WORLD)
     dist.barrier()
     dist.destroy_process_group()
 
 
 class TorchLayersTest(unittest.TestCase):
-    def run_ranks(self, size: int) -> None:
+    """Both places the collectives can run: the process group itself (\"torch\") and
+    Ballast's own Gloo mesh over its ranks (\"ballast\")."""
+
+    def run_ranks(self, size: int, collectives: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(worker, args=(size, os.path.join(tmp, "rendezvous")), nprocs=size)
+            mp.spawn(worker, args=(size, os.path.join(tmp, "rendezvous"), collectives),
+                     nprocs=size)
 
-    def test_two_ranks_match_plain_pytorch(self) -> None:
-        self.run_ranks(2)
+    def test_two_ranks_on_the_process_group_match_plain_pytorch(self) -> None:
+        self.run_ranks(2, "torch")
 
-    def test_three_ranks_match_plain_pytorch(self) -> None:
-        self.run_ranks(3)
+    def test_two_ranks_on_ballast_collectives_match_plain_pytorch(self) -> None:
+        self.run_ranks(2, "ballast")
+
+    def test_three_ranks_on_the_process_group_match_plain_pytorch(self) -> None:
+        self.run_ranks(3, "torch")
+
+    def test_three_ranks_on_ballast_collectives_match_plain_pytorch(self) -> None:
+        self.run_ranks(3, "ballast")
 
 
 if __name__ == "__main__":

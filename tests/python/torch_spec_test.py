@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import types
 import unittest
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_reference as ref_lib  # noqa: E402
+from torch_testing import OneRankTestCase  # noqa: E402
 
 import ballast.torch as bt  # noqa: E402
 from ballast.torch import spec as bspec  # noqa: E402
@@ -63,19 +62,8 @@ class MegatronStyleLayer(nn.Module):
         return self.bias_dropout_add(self.mlp(self.pre_mlp_layernorm(x)), x)
 
 
-class SpecTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.tmp = tempfile.TemporaryDirectory()
-        dist.init_process_group("gloo", init_method=f"file://{cls.tmp.name}/rv", rank=0,
-                                world_size=1)
-        bt.init(job="spec")
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        bt.shutdown()
-        dist.destroy_process_group()
-        cls.tmp.cleanup()
+class SpecTest(OneRankTestCase):
+    JOB = "spec"
 
     def test_a_spec_built_layer_equals_plain_pytorch(self) -> None:
         cfg = config()

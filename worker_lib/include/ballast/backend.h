@@ -39,6 +39,12 @@ class RendezvousStore {
   // not removed either: use a unique prefix per run.
   static absl::StatusOr<RendezvousStore> Redis(const std::string& host, int port);
 
+  // A store some other code made: `gloo_store` must hold a gloo::rendezvous::Store, e.g.
+  // torch's adapter over a PyTorch job's own c10d store (python/ballast/torch).
+  static RendezvousStore FromGlooStore(std::shared_ptr<void> gloo_store) {
+    return RendezvousStore(std::move(gloo_store));
+  }
+
   // Implementation detail: a gloo::rendezvous::Store.
   const std::shared_ptr<void>& handle() const { return handle_; }
 

@@ -87,8 +87,8 @@ WorkloadPlan ParsePlan(const std::string& group, int64_t version, const std::str
       } else if (key == "owner_of_unit") {
         for (int32_t r : value.cast<std::vector<int32_t>>()) b.owner_of_unit.push_back(RankId(r));
       } else {
-        throw py::value_error(absl::StrCat(
-            "unknown plan block key '", key, "' (block, pruned_units, offloads, owner_of_unit)"));
+        throw py::value_error(absl::StrCat("unknown plan block key '", key,
+                                           "' (block, pruned_units, offloads, owner_of_unit)"));
       }
     }
   }
@@ -199,31 +199,47 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Session, std::shared_ptr<Session>>(m, "Session")
       .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
-                       const std::string& group, int32_t plan_history, int blas_threads) {
-             return std::shared_ptr<Session>(Value(Session::Create(
-                 process_group,
-                 {.group = group, .plan_history = plan_history, .blas_threads = blas_threads})));
+                       const std::string& group, int32_t plan_history, int blas_threads,
+                       const std::string& collectives, const py::object& store,
+                       double timeout_seconds) {
+             SessionOptions options{.group = group,
+                                    .plan_history = plan_history,
+                                    .blas_threads = blas_threads,
+                                    .timeout = absl::Seconds(timeout_seconds)};
+             if (!store.is_none()) options.store = store.cast<c10::intrusive_ptr<c10d::Store>>();
+             if (collectives == "ballast") {
+               options.collectives = Collectives::kBallast;
+             } else if (collectives != "torch") {
+               throw py::value_error(absl::StrCat("collectives '", collectives,
+                                                  "' is not one of torch, ballast"));
+             }
+             return std::shared_ptr<Session>(Value(Released([&] {
+               return Session::Create(process_group, options);  // the mesh connects: no GIL
+             })));
            }),
            py::arg("process_group"), py::arg("group"), py::arg("plan_history") = 16,
-           py::arg("blas_threads") = 0)
-      .def("connect_agent",
-           [](Session& s, const std::string& socket, const std::string& job,
-              const std::string& device, const std::string& node) {
-             AgentClientOptions options;
-             options.socket_path = socket;
-             options.job = job;
-             options.device = device;
-             options.node = node;
-             Check(s.ConnectAgent(options));
-           },
-           py::arg("socket"), py::arg("job"), py::arg("device"), py::arg("node"))
+           py::arg("blas_threads") = 0, py::arg("collectives") = "torch",
+           py::arg("store") = py::none(), py::arg("timeout_seconds") = 60.0)
+      .def(
+          "connect_agent",
+          [](Session& s, const std::string& socket, const std::string& job,
+             const std::string& device, const std::string& node) {
+            AgentClientOptions options;
+            options.socket_path = socket;
+            options.job = job;
+            options.device = device;
+            options.node = node;
+            Check(s.ConnectAgent(options));
+          },
+          py::arg("socket"), py::arg("job"), py::arg("device"), py::arg("node"))
       .def("begin_step", [](Session& s) { Check(Released([&] { return s.BeginStep(); })); })
       .def("end_step", [](Session& s) { Check(Released([&] { return s.EndStep(); })); })
-      .def("offer_plan",
-           [](Session& s, int64_t version, const py::list& blocks, const std::string& imputation) {
-             Check(s.OfferPlan(ParsePlan(s.group().group().value(), version, imputation, blocks)));
-           },
-           py::arg("version"), py::arg("blocks"), py::arg("imputation") = "zero")
+      .def(
+          "offer_plan",
+          [](Session& s, int64_t version, const py::list& blocks, const std::string& imputation) {
+            Check(s.OfferPlan(ParsePlan(s.group().group().value(), version, imputation, blocks)));
+          },
+          py::arg("version"), py::arg("blocks"), py::arg("imputation") = "zero")
       .def_property_readonly("rank", [](Session& s) { return s.group().rank().value(); })
       .def_property_readonly("size", [](Session& s) { return s.group().size(); })
       .def_property_readonly("group", [](Session& s) { return s.group().group().value(); })
@@ -237,8 +253,9 @@ PYBIND11_MODULE(_C, m) {
                              [](Session& s) { return PlanBlocksToList(s.group().applied_plan()); })
       .def_property_readonly("last_rejection",
                              [](Session& s) { return s.group().last_rejection().ToString(); })
-      .def_property_readonly("last_step_timings",
-                             [](Session& s) { return TimingsToDict(s.group().last_step_timings()); })
+      .def_property_readonly(
+          "last_step_timings",
+          [](Session& s) { return TimingsToDict(s.group().last_step_timings()); })
       .def_property_readonly("agent_stats", [](Session& s) -> py::object {
         if (s.agent() == nullptr) return py::none();
         const AgentClientStats st = s.agent()->stats();
@@ -256,8 +273,8 @@ PYBIND11_MODULE(_C, m) {
       .def_static(
           "mlp",
           [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t intermediate,
-             int32_t unit_size, int64_t seed, const std::string& priority,
-             int32_t priority_window, const std::vector<int32_t>& owner_of_unit) {
+             int32_t unit_size, int64_t seed, const std::string& priority, int32_t priority_window,
+             const std::vector<int32_t>& owner_of_unit) {
             MlpConfig config;
             config.id = BlockId(id);
             config.hidden = hidden;
@@ -272,8 +289,8 @@ PYBIND11_MODULE(_C, m) {
       .def_static(
           "attention",
           [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t num_heads,
-             int32_t head_dim, int64_t seed, const std::string& priority,
-             int32_t priority_window, const std::vector<int32_t>& owner_of_unit) {
+             int32_t head_dim, int64_t seed, const std::string& priority, int32_t priority_window,
+             const std::vector<int32_t>& owner_of_unit) {
             AttentionConfig config;
             config.id = BlockId(id);
             config.hidden = hidden;
@@ -285,37 +302,42 @@ PYBIND11_MODULE(_C, m) {
           py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("num_heads"),
           py::arg("head_dim"), py::arg("seed"), py::arg("priority"), py::arg("priority_window"),
           py::arg("owner_of_unit"))
-      .def("forward",
-           [](Block& b, const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
-              bool add_output_bias) {
-             Check(Released([&] { return b.Forward(x, batch, seq, y, add_output_bias); }));
-           },
-           py::arg("x"), py::arg("batch"), py::arg("seq"), py::arg("y"),
-           py::arg("add_output_bias") = true)
+      .def(
+          "forward",
+          [](Block& b, const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
+             bool add_output_bias) {
+            Check(Released([&] { return b.Forward(x, batch, seq, y, add_output_bias); }));
+          },
+          py::arg("x"), py::arg("batch"), py::arg("seq"), py::arg("y"),
+          py::arg("add_output_bias") = true)
       .def("backward",
            [](Block& b, const at::Tensor& dy, const at::Tensor& dx) {
              Check(Released([&] { return b.Backward(dy, dx); }));
            })
-      .def("adamw_step",
-           [](Block& b, float lr, float beta1, float beta2, float eps, float weight_decay) {
-             Check(Released([&] {
-               return b.AdamWStep({.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps,
-                                   .weight_decay = weight_decay});
-             }));
-           },
-           py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
-           py::arg("weight_decay"))
+      .def(
+          "adamw_step",
+          [](Block& b, float lr, float beta1, float beta2, float eps, float weight_decay) {
+            Check(Released([&] {
+              return b.AdamWStep({.lr = lr,
+                                  .beta1 = beta1,
+                                  .beta2 = beta2,
+                                  .eps = eps,
+                                  .weight_decay = weight_decay});
+            }));
+          },
+          py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
+          py::arg("weight_decay"))
       .def_property_readonly("has_gradients", [](Block& b) { return b.block().has_gradients(); })
       .def("grad_squared_norm",
            [](Block& b) { return Value(Released([&] { return b.block().GradSquaredNorm(); })); })
-      .def("scale_gradients",
-           [](Block& b, float alpha) { Check(b.block().ScaleGradients(alpha)); })
-      .def("gather_dense",
-           [](Block& b, const std::string& field) {
-             const ParamField f = ParseField(field);
-             return Value(Released([&] { return b.GatherDense(f); }));
-           },
-           py::arg("field") = "value")
+      .def("scale_gradients", [](Block& b, float alpha) { Check(b.block().ScaleGradients(alpha)); })
+      .def(
+          "gather_dense",
+          [](Block& b, const std::string& field) {
+            const ParamField f = ParseField(field);
+            return Value(Released([&] { return b.GatherDense(f); }));
+          },
+          py::arg("field") = "value")
       .def("load_dense", [](Block& b, const at::Tensor& dense) { Check(b.LoadDense(dense)); })
       .def("save_checkpoint",
            [](Block& b) {
@@ -335,7 +357,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("owner_of_unit",
                              [](Block& b) {
                                std::vector<int32_t> owners;
-                               for (RankId r : b.block().owner_of_unit()) owners.push_back(r.value());
+                               for (RankId r : b.block().owner_of_unit())
+                                 owners.push_back(r.value());
                                return owners;
                              })
       .def_property_readonly("local_units", [](Block& b) { return b.block().LocalUnits(); })

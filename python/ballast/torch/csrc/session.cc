@@ -1,24 +1,68 @@
 #include "session.h"
 
+#include <map>
 #include <utility>
 
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "torch_communicator.h"
 
 namespace ballast::torch_adapter {
+
+namespace {
+
+// Ballast's own Gloo mesh over the process group's ranks, meeting through its c10d store.
+absl::StatusOr<std::unique_ptr<Backend>> BallastMesh(const c10d::ProcessGroup& process_group,
+                                                     const SessionOptions& options) {
+  if (!options.store) {
+    return absl::InvalidArgumentError("Ballast collectives need the process group's store");
+  }
+  // Keys stay in the job's store for its lifetime, so every mesh gets its own prefix:
+  // the group's name and how many sessions this process opened on it (the same on every
+  // rank, since every rank opens the same sessions in the same order).
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* opened = new std::map<std::string, int>();
+  int instance;
+  {
+    absl::MutexLock lock(&mu);
+    instance = (*opened)[options.group]++;
+  }
+  std::shared_ptr<gloo::rendezvous::Store> store =
+      std::make_shared<c10d::ProcessGroupGloo::GlooStore>(options.store);
+  CpuBackendOptions backend;
+  backend.rank = process_group.getRank();
+  backend.size = process_group.getSize();
+  backend.store = RendezvousStore::FromGlooStore(std::static_pointer_cast<void>(store));
+  backend.prefix = absl::StrCat("ballast/", options.group, "/", instance);
+  backend.timeout = options.timeout;
+  backend.blas_threads = options.blas_threads;
+  try {
+    return CreateCpuBackend(backend);
+  } catch (const std::exception& e) {  // the c10d store throws on its own failures
+    return absl::UnavailableError(
+        absl::StrCat("connecting Ballast's collectives through the job's store: ", e.what()));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(
     c10::intrusive_ptr<c10d::ProcessGroup> process_group, const SessionOptions& options) {
   if (!process_group) return absl::InvalidArgumentError("process group is None");
   if (options.group.empty()) return absl::InvalidArgumentError("group name is empty");
   std::unique_ptr<Session> session(new Session());
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackendOn(
-      std::make_unique<TorchCommunicator>(std::move(process_group)), options.blas_threads);
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      options.collectives == Collectives::kBallast
+          ? BallastMesh(*process_group, options)
+          : CreateCpuBackendOn(std::make_unique<TorchCommunicator>(std::move(process_group)),
+                               options.blas_threads);
   if (!backend.ok()) return backend.status();
   session->backend_ = *std::move(backend);
-  absl::StatusOr<std::unique_ptr<TpGroup>> group = TpGroup::Create(
-      {.group = GroupId(options.group), .plan_history = options.plan_history},
-      session->backend_.get());
+  absl::StatusOr<std::unique_ptr<TpGroup>> group =
+      TpGroup::Create({.group = GroupId(options.group), .plan_history = options.plan_history},
+                      session->backend_.get());
   if (!group.ok()) return group.status();
   session->group_ = *std::move(group);
   return session;
@@ -33,7 +77,8 @@ absl::Status Session::ConnectAgent(const AgentClientOptions& options) {
     return absl::FailedPreconditionError("already connected to an agent");
   }
   for (const auto& [field, value] : {std::pair{"socket", &options.socket_path},
-                                     {"job", &options.job}, {"device", &options.device},
+                                     {"job", &options.job},
+                                     {"device", &options.device},
                                      {"node", &options.node}}) {
     if (value->empty()) {
       return absl::InvalidArgumentError(absl::StrCat("agent ", field, " must not be empty"));
@@ -67,8 +112,7 @@ absl::Status Session::EndStep() {
 
 absl::Status Session::OfferPlan(const WorkloadPlan& plan) { return group_->OfferPlan(plan); }
 
-Block::Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> block,
-             BlockKind kind)
+Block::Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> block, BlockKind kind)
     : session_(std::move(session)), block_(std::move(block)), kind_(kind) {}
 
 Block::~Block() { block_.reset(); }  // unregisters while the session is surely alive
@@ -90,8 +134,7 @@ absl::Status CheckCanCreate(const Session& session) {
 absl::StatusOr<std::unique_ptr<Block>> Block::CreateMlp(std::shared_ptr<Session> session,
                                                         const MlpConfig& config) {
   if (absl::Status s = CheckCanCreate(*session); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<ParallelMlp>> mlp =
-      ParallelMlp::Create(&session->group(), config);
+  absl::StatusOr<std::unique_ptr<ParallelMlp>> mlp = ParallelMlp::Create(&session->group(), config);
   if (!mlp.ok()) return mlp.status();
   return std::unique_ptr<Block>(new Block(std::move(session), *std::move(mlp), BlockKind::kMlp));
 }
@@ -110,9 +153,8 @@ absl::Status Block::CheckTensor(const at::Tensor& t, const char* name, int64_t n
   const std::string where = absl::StrCat("block ", block_->id().value(), ": ", name);
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(where, " is undefined"));
   if (t.scalar_type() != at::kFloat) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " has dtype ",
-                                                   c10::toString(t.scalar_type()),
-                                                   "; the CPU backend takes float32"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " has dtype ", c10::toString(t.scalar_type()), "; the CPU backend takes float32"));
   }
   if (!t.device().is_cpu()) {
     return absl::InvalidArgumentError(

@@ -91,9 +91,9 @@ absl::Status TorchCommunicator::Exchange(absl::Span<const PeerTransfer> sends,
   for (const auto* list : {&sends, &recvs}) {
     for (const PeerTransfer& t : *list) {
       if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("exchange peer ", t.peer, " is not another rank of the group (rank ",
-                         rank_, " of ", size_, ")"));
+        return absl::InvalidArgumentError(absl::StrCat("exchange peer ", t.peer,
+                                                       " is not another rank of the group (rank ",
+                                                       rank_, " of ", size_, ")"));
       }
     }
   }

@@ -13,9 +13,8 @@
 #ifndef BALLAST_PYTHON_TORCH_COMMUNICATOR_H_
 #define BALLAST_PYTHON_TORCH_COMMUNICATOR_H_
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-
 #include <cstdint>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "ballast/communicator.h"
 
