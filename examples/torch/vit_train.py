@@ -169,7 +169,7 @@ def train(a) -> None:
     node = a.node or socket.gethostname()
     session = bt.init(job=a.job, group=f"{a.job}/tp0", agent_socket=a.agent_socket or None,
                       node=node, device=f"{node}/cpu{a.rank}",
-                      collectives=None if a.collectives == "auto" else a.collectives,
+                      collectives=a.collectives,
                       timeout=a.collective_timeout)
     train_x, train_y = load_split(a.data_dir, "train")
     test_x, test_y = load_split(a.data_dir, "t10k")
@@ -323,9 +323,9 @@ def parse(argv: List[str]):
     p.add_argument("--metrics_out", default="")
     p.add_argument("--progress", default="auto", choices=("auto", "bar", "lines", "none"))
     p.add_argument("--log_every", type=int, default=25)
-    p.add_argument("--collectives", default="auto", choices=("auto", "torch", "ballast"),
-                   help="where the Ballast layers' collectives run (ballast.torch.init); "
-                        "auto: Ballast's own mesh on a Gloo group")
+    p.add_argument("--collectives", default="torch", choices=("torch", "ballast"),
+                   help="where the Ballast layers' collectives run (ballast.torch.init): on "
+                        "the process group, or on Ballast's own Gloo mesh over its ranks")
     p.add_argument("--collective_timeout", type=float, default=60,
                    help="seconds a collective waits for a missing peer before failing")
     a = p.parse_args(argv)

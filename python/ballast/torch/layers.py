@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ballast.torch import _C
+from ballast.torch.session import Session
 from ballast.torch.session import session as _session
 
 _PRIORITIES = ("change", "magnitude", "random", "round-robin")
@@ -76,7 +77,7 @@ class _BlockFunction(torch.autograd.Function):
                 f"{layer._name()}: backward of a forward that a later forward of the same "
                 f"layer replaced; Ballast blocks keep one forward per step for backward "
                 f"(micro-batches with gradient accumulation are not supported yet)")
-        if layer._grads_step == _session().step:
+        if layer._grads_step == layer._session.step:
             raise RuntimeError(
                 f"{layer._name()}: a second backward in one step; call optimizer.step() "
                 f"(or zero_grad()) after each backward (gradient accumulation over "
@@ -84,15 +85,17 @@ class _BlockFunction(torch.autograd.Function):
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
         layer._block.backward(dy, dx)
-        layer._grads_step = _session().step
+        layer._grads_step = layer._session.step
         return dx, None, None, None, None, None
 
 
 class _BallastLayer(nn.Module):
     """What both layers share: the block, its handle parameter, state_dict conversion."""
 
-    def __init__(self, block: "_C.Block", skip_bias_add: bool, batch_first: bool) -> None:
+    def __init__(self, session: "Session", block: "_C.Block", skip_bias_add: bool,
+                 batch_first: bool) -> None:
         super().__init__()
+        self._session = session  # the one it was built on, even after a shutdown and re-init
         self._block = block
         self.skip_bias_add = skip_bias_add
         self.batch_first = batch_first
@@ -133,7 +136,7 @@ class _BallastLayer(nn.Module):
 
     def _run(self, x: torch.Tensor, batch: int, seq: int) -> Tuple[torch.Tensor,
                                                                    Optional[torch.Tensor]]:
-        _session().ensure_step()
+        self._session.ensure_step()
         y = _BlockFunction.apply(x, self.ballast_handle, self, batch, seq,
                                  not self.skip_bias_add)
         bias = self._block.output_bias() if self.skip_bias_add else None
@@ -141,7 +144,7 @@ class _BallastLayer(nn.Module):
 
     # --- Optimizer hooks (ballast.torch.AdamW and clip_grad_norm_). ---
     def _has_grads(self) -> bool:
-        return self._block.has_gradients and self._grads_step == _session().step
+        return self._block.has_gradients and self._grads_step == self._session.step
 
     def _adamw_step(self, lr: float, betas: Tuple[float, float], eps: float,
                     weight_decay: float) -> None:
@@ -220,7 +223,7 @@ class ParallelMLP(_BallastLayer):
                              unit_size=unit_size,
                              **_block_args(s, block_id, seed, priority, priority_window,
                                            owner_of_unit))
-        super().__init__(block, skip_bias_add, batch_first)
+        super().__init__(s, block, skip_bias_add, batch_first)
         self.hidden_size = hidden_size
         self.ffn_hidden_size = ffn_hidden_size
         self.unit_size = unit_size
@@ -273,7 +276,7 @@ class ParallelSelfAttention(_BallastLayer):
                                    head_dim=kv_channels,
                                    **_block_args(s, block_id, seed, priority, priority_window,
                                                  owner_of_unit))
-        super().__init__(block, skip_bias_add, batch_first)
+        super().__init__(s, block, skip_bias_add, batch_first)
         self.hidden_size = hidden_size
         self.num_attention_heads = num_attention_heads
         self.kv_channels = kv_channels

@@ -27,7 +27,6 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 
-from ballast.torch.session import end_step as _end_step
 
 
 def _layer_of(p: torch.Tensor):
@@ -81,7 +80,9 @@ class AdamW(torch.optim.AdamW):
                 if group.get(key):
                     raise ValueError(f"param group sets {key}; Ballast layers do not support it")
             layer._adamw_step(group["lr"], group["betas"], group["eps"], group["weight_decay"])
-        _end_step()
+        for session in {id(layer._session): layer._session for layer, _ in self._layers()}.values():
+            if session.in_step:  # the step boundary the user cannot forget
+                session.end_step()
         return loss
 
     def zero_grad(self, set_to_none: bool = False) -> None:

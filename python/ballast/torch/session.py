@@ -118,7 +118,7 @@ class Session:
 def init(tp_group: Optional[dist.ProcessGroup] = None, *, job: str,
          group: Optional[str] = None, agent_socket: Optional[str] = None,
          device: Optional[str] = None, node: Optional[str] = None,
-         plan_history: int = 16, collectives: Optional[str] = None,
+         plan_history: int = 16, collectives: str = "torch",
          timeout: float = 60.0) -> Session:
     """Starts Ballast on the job's TP group (default: the world group).
 
@@ -133,10 +133,10 @@ def init(tp_group: Optional[dist.ProcessGroup] = None, *, job: str,
         ``"<node>/rank<global rank>"`` and the host name.
       plan_history: plans held per rank for agreement (TpGroupOptions::plan_history).
       collectives: where the layers' collectives run, both on the group's ranks:
-        ``"torch"``, on the process group itself (any backend); ``"ballast"``, on
-        Ballast's own Gloo mesh, connected through the group's c10d store, whose
-        all-reduce is 4-5x faster than c10d's Gloo one for a ViT block's output.
-        Default: ``"ballast"`` for a Gloo group, ``"torch"`` otherwise.
+        ``"torch"`` (default), on the process group itself (any backend); ``"ballast"``,
+        on Ballast's own Gloo mesh (Gloo groups only), connected through the group's c10d
+        store. Measured in the PyTorch ViT (docs/benchmarks.md): 9% slower without
+        contention, 7% faster under a 2x straggler with Ballast balancing.
       timeout: seconds a Ballast collective waits for a missing peer (``"ballast"``; the
         process group's own timeout applies to ``"torch"``).
     """
@@ -160,8 +160,6 @@ def init(tp_group: Optional[dist.ProcessGroup] = None, *, job: str,
     first = min(global_ranks) if global_ranks else 0
     name = group or f"{job}/tp{first}"
     backend = dist.get_backend(tp_group)
-    if collectives is None:
-        collectives = "ballast" if backend == dist.Backend.GLOO else "torch"
     if collectives not in ("torch", "ballast"):
         raise ValueError(f"collectives '{collectives}' is not one of torch, ballast")
     store = None

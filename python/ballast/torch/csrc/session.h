@@ -38,9 +38,10 @@ namespace ballast::torch_adapter {
 enum class Collectives {
   // On the process group itself, through TorchCommunicator: any backend torch has.
   kTorch,
-  // On Ballast's own Gloo mesh over the same ranks, whose all-reduce is built for CPU
-  // ranks (one round trip for two ranks; worker_lib/cpu/gloo_communicator.h): c10d's
-  // Gloo all-reduce took 3.5 ms for a ViT block's 786 KB where it takes 0.6-0.9 ms.
+  // On Ballast's own Gloo mesh over the same ranks (worker_lib/cpu/gloo_communicator.h:
+  // one round trip for two ranks, built for CPU-throttled ranks). In the PyTorch ViT it
+  // was 9% slower without contention and 7% faster under a 2x straggler with Ballast
+  // balancing (docs/benchmarks.md), so it is an option, not the default.
   kBallast,
 };
 
