@@ -99,6 +99,18 @@ struct ParallelBlock::StepLayout {
   int64_t step = -1;
 };
 
+absl::string_view UnitFateName(UnitFate fate) {
+  switch (fate) {
+    case UnitFate::kLocal:
+      return "local";
+    case UnitFate::kOffloaded:
+      return "offloaded";
+    case UnitFate::kPruned:
+      return "pruned";
+  }
+  return "unknown";
+}
+
 ParallelBlock::ParallelBlock(TpGroup* group, BlockId id, int32_t num_units, int32_t hidden,
                              std::vector<ShardedParamSpec> sharded, size_t mean_unit_elems,
                              UnitConfig config)

@@ -235,7 +235,6 @@ def train(a) -> None:
         sched.step()
         wall = time.perf_counter() - begin
 
-        t = session.last_step_timings
         version = session.applied_version
         if version != shown_version:
             view = plan_view(model, session)
@@ -253,6 +252,7 @@ def train(a) -> None:
             print(f"step {step + 1:5d}/{a.steps}  {1e3 * ema:6.1f} ms/step  loss {loss_ema:.3f}  "
                   f"plan v{version % 100000}: {describe(view)}", flush=True)
         if metrics:
+            t = session.last_step_timings
             units = sum(b["units_computed"] for b in t["blocks"])
             metrics.write(json.dumps({
                 "rank": a.rank, "step": step, "time": time.time(), "wall_s": wall,

@@ -563,18 +563,6 @@ absl::Status RunRank(const Script& script, const BlockFactory& make_block, RankC
   return absl::OkStatus();
 }
 
-std::string FateName(UnitFate fate) {
-  switch (fate) {
-    case UnitFate::kLocal:
-      return "local";
-    case UnitFate::kOffloaded:
-      return "offloaded";
-    case UnitFate::kPruned:
-      return "pruned";
-  }
-  return "?";
-}
-
 // Checks the fates reported by every rank against ownership and the plan; returns the
 // fate of every unit, or nullopt (after ADD_FAILURE) when the reports are inconsistent.
 std::optional<std::vector<UnitFate>> MergeFates(const Script& script, const BlockPlan* plan,
@@ -721,7 +709,7 @@ void ExpectRunMatchesReference(const DenseBlock& block, const std::vector<float>
     for (int32_t u = 0; u < num_units; ++u) {
       pruned_units[u] = (*fates)[u] == UnitFate::kPruned;
       if ((*fates)[u] != UnitFate::kLocal) {
-        pruned_names.push_back(absl::StrCat(u, ":", FateName((*fates)[u])));
+        pruned_names.push_back(absl::StrCat(u, ":", UnitFateName((*fates)[u])));
       }
     }
     SCOPED_TRACE(absl::StrCat("non-local units {", absl::StrJoin(pruned_names, ", "), "}"));

@@ -103,15 +103,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOption
   if (options.store.handle() == nullptr) {
     return absl::InvalidArgumentError("rendezvous store is null");
   }
-  if (options.blas_threads > 0) openblas_set_num_threads(options.blas_threads);
   auto* store = static_cast<gloo::rendezvous::Store*>(options.store.handle().get());
   BALLAST_ASSIGN_OR_RETURN(
       auto comm, internal::GlooCommunicator::Connect(options.rank, options.size, *store,
                                                      options.prefix, options.hostname,
                                                      options.timeout));
-  auto compute =
-      std::make_unique<internal::CpuCompute>(options.clock ? options.clock : RealClock());
-  return std::unique_ptr<Backend>(new CpuBackend(std::move(compute), std::move(comm)));
+  return CreateCpuBackendOn(std::move(comm), options.blas_threads, options.clock);
 }
 
 }  // namespace ballast

@@ -22,6 +22,7 @@ the plan (and, like every gather, is collective: all ranks call it).
 """
 from __future__ import annotations
 
+import math
 import weakref
 from typing import List, Optional, Tuple
 
@@ -160,14 +161,22 @@ class _BallastLayer(nn.Module):
         """Collective: the whole block's dense ``field`` (value, grad, adam_m, adam_v)."""
         return self._block.gather_dense(field)
 
-    def _to_named(self, dense: torch.Tensor) -> List[Tuple[str, torch.Tensor]]:
+    def _layout(self) -> List[Tuple[str, Tuple[int, ...]]]:
+        """State-dict keys and shapes in the block's dense order (MlpParams /
+        AttentionParams); a matrix is stored as x @ W, (in, out), where nn.Linear keeps
+        its transpose."""
         raise NotImplementedError
+
+    def _to_named(self, dense: torch.Tensor) -> List[Tuple[str, torch.Tensor]]:
+        layout = self._layout()
+        parts = torch.split(dense, [math.prod(shape) for _, shape in layout])
+        return [(name, part.view(shape).t().contiguous() if len(shape) == 2 else part.clone())
+                for (name, shape), part in zip(layout, parts)]
 
     def _from_named(self, named: dict) -> torch.Tensor:
-        raise NotImplementedError
-
-    def _named_keys(self) -> List[str]:
-        raise NotImplementedError
+        parts = [named[name].reshape(shape[1], shape[0]).t() if len(shape) == 2 else named[name]
+                 for name, shape in self._layout()]
+        return torch.cat([p.detach().to(torch.float32).reshape(-1) for p in parts])
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):  # noqa: D401
         # Dense and plan-independent; collective (every rank gathers the whole block).
@@ -177,12 +186,12 @@ class _BallastLayer(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
                               missing_keys, unexpected_keys, error_msgs):
         named = {}
-        for key in self._named_keys():
+        for key, _ in self._layout():
             if prefix + key in state_dict:
                 named[key] = state_dict[prefix + key]
             else:
                 missing_keys.append(prefix + key)
-        if len(named) != len(self._named_keys()):
+        if len(named) != len(self._layout()):
             return
         try:
             self._block.load_dense(self._from_named(named))
@@ -198,11 +207,6 @@ def _block_args(session, block_id: Optional[int], seed: Optional[int], priority:
     return dict(session=session._core, id=block_id,
                 seed=block_id if seed is None else seed, priority=priority,
                 priority_window=priority_window, owner_of_unit=list(owner_of_unit or []))
-
-
-def _linear_weight(w: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    # Ballast's dense layout stores x @ W (in x out); torch's Linear stores out x in.
-    return w.view(rows, cols).t().contiguous()
 
 
 class ParallelMLP(_BallastLayer):
@@ -235,21 +239,10 @@ class ParallelMLP(_BallastLayer):
         # Tokens are independent in an MLP: [s, b, h] is already (s*b) rows, no copy.
         return self._run(hidden_states, a * b, 1)
 
-    def _named_keys(self) -> List[str]:
-        return ["linear_fc1.weight", "linear_fc1.bias", "linear_fc2.weight", "linear_fc2.bias"]
-
-    def _to_named(self, dense):
+    def _layout(self):
         h, f = self.hidden_size, self.ffn_hidden_size
-        w1, b1, w2, b2 = torch.split(dense, [h * f, f, f * h, h])
-        return list(zip(self._named_keys(),
-                        [_linear_weight(w1, h, f), b1.clone(), _linear_weight(w2, f, h),
-                         b2.clone()]))
-
-    def _from_named(self, named):
-        h, f = self.hidden_size, self.ffn_hidden_size
-        parts = [named["linear_fc1.weight"].reshape(f, h).t(), named["linear_fc1.bias"],
-                 named["linear_fc2.weight"].reshape(h, f).t(), named["linear_fc2.bias"]]
-        return torch.cat([p.detach().to(torch.float32).reshape(-1) for p in parts])
+        return [("linear_fc1.weight", (h, f)), ("linear_fc1.bias", (f,)),
+                ("linear_fc2.weight", (f, h)), ("linear_fc2.bias", (h,))]
 
 
 class ParallelSelfAttention(_BallastLayer):
@@ -296,21 +289,8 @@ class ParallelSelfAttention(_BallastLayer):
         y, bias = self._run(hidden_states.transpose(0, 1).contiguous(), b, s)
         return y.view(b, s, -1).transpose(0, 1).contiguous(), bias
 
-    def _named_keys(self) -> List[str]:
-        return ["linear_q.weight", "linear_k.weight", "linear_v.weight", "linear_q.bias",
-                "linear_k.bias", "linear_v.bias", "linear_proj.weight", "linear_proj.bias"]
-
-    def _to_named(self, dense):
+    def _layout(self):
         h, a = self.hidden_size, self.num_attention_heads * self.kv_channels
-        wq, wk, wv, bq, bk, bv, wo, bo = torch.split(dense, [h * a] * 3 + [a] * 3 + [a * h, h])
-        tensors = [_linear_weight(w, h, a) for w in (wq, wk, wv)]
-        tensors += [b.clone() for b in (bq, bk, bv)]
-        tensors += [_linear_weight(wo, a, h), bo.clone()]
-        return list(zip(self._named_keys(), tensors))
-
-    def _from_named(self, named):
-        h, a = self.hidden_size, self.num_attention_heads * self.kv_channels
-        parts = [named[f"linear_{n}.weight"].reshape(a, h).t() for n in "qkv"]
-        parts += [named[f"linear_{n}.bias"] for n in "qkv"]
-        parts += [named["linear_proj.weight"].reshape(h, a).t(), named["linear_proj.bias"]]
-        return torch.cat([p.detach().to(torch.float32).reshape(-1) for p in parts])
+        return ([(f"linear_{n}.weight", (h, a)) for n in "qkv"] +
+                [(f"linear_{n}.bias", (a,)) for n in "qkv"] +
+                [("linear_proj.weight", (a, h)), ("linear_proj.bias", (h,))])

@@ -75,12 +75,14 @@ class AdamW(torch.optim.AdamW):
     @torch.no_grad()
     def step(self, closure=None):
         loss = super().step(closure)
+        sessions = {}
         for layer, group in self._layers():
             for key in ("amsgrad", "maximize"):
                 if group.get(key):
                     raise ValueError(f"param group sets {key}; Ballast layers do not support it")
             layer._adamw_step(group["lr"], group["betas"], group["eps"], group["weight_decay"])
-        for session in {id(layer._session): layer._session for layer, _ in self._layers()}.values():
+            sessions[id(layer._session)] = layer._session
+        for session in sessions.values():
             if session.in_step:  # the step boundary the user cannot forget
                 session.end_step()
         return loss

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "ballast/compute.h"
 #include "ballast/plan.h"
@@ -52,6 +53,8 @@ struct BlockTiming {
 
 // The fate of one of this rank's units in the step in progress.
 enum class UnitFate { kLocal, kOffloaded, kPruned };
+// "local", "offloaded" or "pruned".
+absl::string_view UnitFateName(UnitFate fate);
 
 // Which part of the block's state a dense gather returns.
 enum class ParamField { kValue, kGrad, kAdamM, kAdamV };

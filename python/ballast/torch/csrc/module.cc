@@ -156,6 +156,12 @@ py::dict TimingsToDict(const StepTimings& t) {
   return d;
 }
 
+std::vector<int32_t> RankValues(const std::vector<RankId>& ranks) {
+  std::vector<int32_t> values;
+  for (RankId r : ranks) values.push_back(r.value());
+  return values;
+}
+
 // The inverse of ParsePlan's block dicts.
 py::list PlanBlocksToList(const WorkloadPlan& plan) {
   py::list blocks;
@@ -168,24 +174,10 @@ py::list PlanBlocksToList(const WorkloadPlan& plan) {
       offloads.append(py::make_tuple(o.owner.value(), o.helper.value(), o.units));
     }
     d["offloads"] = offloads;
-    std::vector<int32_t> owners;
-    for (RankId r : b.owner_of_unit) owners.push_back(r.value());
-    d["owner_of_unit"] = owners;
+    d["owner_of_unit"] = RankValues(b.owner_of_unit);
     blocks.append(d);
   }
   return blocks;
-}
-
-const char* FateName(UnitFate fate) {
-  switch (fate) {
-    case UnitFate::kLocal:
-      return "local";
-    case UnitFate::kOffloaded:
-      return "offloaded";
-    case UnitFate::kPruned:
-      return "pruned";
-  }
-  return "unknown";
 }
 
 }  // namespace
@@ -237,7 +229,8 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "offer_plan",
           [](Session& s, int64_t version, const py::list& blocks, const std::string& imputation) {
-            Check(s.OfferPlan(ParsePlan(s.group().group().value(), version, imputation, blocks)));
+            Check(s.group().OfferPlan(
+                ParsePlan(s.group().group().value(), version, imputation, blocks)));
           },
           py::arg("version"), py::arg("blocks"), py::arg("imputation") = "zero")
       .def_property_readonly("rank", [](Session& s) { return s.group().rank().value(); })
@@ -318,11 +311,11 @@ PYBIND11_MODULE(_C, m) {
           "adamw_step",
           [](Block& b, float lr, float beta1, float beta2, float eps, float weight_decay) {
             Check(Released([&] {
-              return b.AdamWStep({.lr = lr,
-                                  .beta1 = beta1,
-                                  .beta2 = beta2,
-                                  .eps = eps,
-                                  .weight_decay = weight_decay});
+              return b.block().AdamWStep({.lr = lr,
+                                          .beta1 = beta1,
+                                          .beta2 = beta2,
+                                          .eps = eps,
+                                          .weight_decay = weight_decay});
             }));
           },
           py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
@@ -335,18 +328,18 @@ PYBIND11_MODULE(_C, m) {
           "gather_dense",
           [](Block& b, const std::string& field) {
             const ParamField f = ParseField(field);
-            return Value(Released([&] { return b.GatherDense(f); }));
+            return FloatTensor(Value(Released([&] { return b.block().GatherDense(f); })));
           },
           py::arg("field") = "value")
       .def("load_dense", [](Block& b, const at::Tensor& dense) { Check(b.LoadDense(dense)); })
       .def("save_checkpoint",
            [](Block& b) {
-             return CheckpointToDict(Value(Released([&] { return b.SaveCheckpoint(); })));
+             return CheckpointToDict(Value(Released([&] { return b.block().SaveCheckpoint(); })));
            })
       .def("restore_checkpoint",
            [](Block& b, const py::dict& d) {
              const BlockCheckpoint c = CheckpointFromDict(d);
-             Check(Released([&] { return b.RestoreCheckpoint(c); }));
+             Check(Released([&] { return b.block().RestoreCheckpoint(c); }));
            })
       .def("output_bias", [](Block& b) { return FloatTensor(b.block().OutputBias()); })
       .def_property_readonly("id", [](Block& b) { return b.block().id().value(); })
@@ -355,16 +348,11 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("dense_size", [](Block& b) { return b.block().dense_size(); })
       .def_property_readonly("unit_bytes", [](Block& b) { return b.block().unit_bytes(); })
       .def_property_readonly("owner_of_unit",
-                             [](Block& b) {
-                               std::vector<int32_t> owners;
-                               for (RankId r : b.block().owner_of_unit())
-                                 owners.push_back(r.value());
-                               return owners;
-                             })
+                             [](Block& b) { return RankValues(b.block().owner_of_unit()); })
       .def_property_readonly("local_units", [](Block& b) { return b.block().LocalUnits(); })
       .def_property_readonly("local_fates", [](Block& b) {
         std::vector<std::string> fates;
-        for (UnitFate f : b.block().LocalFates()) fates.push_back(FateName(f));
+        for (UnitFate f : b.block().LocalFates()) fates.emplace_back(UnitFateName(f));
         return fates;
       });
 }

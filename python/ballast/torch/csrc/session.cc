@@ -110,12 +110,8 @@ absl::Status Session::EndStep() {
   return status;
 }
 
-absl::Status Session::OfferPlan(const WorkloadPlan& plan) { return group_->OfferPlan(plan); }
-
 Block::Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> block, BlockKind kind)
     : session_(std::move(session)), block_(std::move(block)), kind_(kind) {}
-
-Block::~Block() { block_.reset(); }  // unregisters while the session is surely alive
 
 namespace {
 absl::Status CheckCanCreate(const Session& session) {
@@ -195,16 +191,6 @@ absl::Status Block::Backward(const at::Tensor& dy, const at::Tensor& dx) {
   return block_->Backward(dy.data_ptr<float>(), dx.data_ptr<float>());
 }
 
-absl::Status Block::AdamWStep(const AdamWOptions& options) { return block_->AdamWStep(options); }
-
-absl::StatusOr<at::Tensor> Block::GatherDense(ParamField field) {
-  absl::StatusOr<std::vector<float>> dense = block_->GatherDense(field);
-  if (!dense.ok()) return dense.status();
-  at::Tensor out = at::empty({static_cast<int64_t>(dense->size())}, at::kFloat);
-  std::copy(dense->begin(), dense->end(), out.data_ptr<float>());
-  return out;
-}
-
 absl::Status Block::LoadDense(const at::Tensor& dense) {
   const int64_t n = static_cast<int64_t>(block_->dense_size());
   if (absl::Status s = CheckTensor(dense, "dense parameters", n); !s.ok()) return s;
@@ -216,12 +202,6 @@ absl::Status Block::LoadDense(const at::Tensor& dense) {
   auto& attn = static_cast<ParallelAttention&>(*block_);
   return attn.LoadDense(
       AttentionParams::Split(values, attn.hidden(), attn.num_heads(), attn.head_dim()));
-}
-
-absl::StatusOr<BlockCheckpoint> Block::SaveCheckpoint() { return block_->SaveCheckpoint(); }
-
-absl::Status Block::RestoreCheckpoint(const BlockCheckpoint& checkpoint) {
-  return block_->RestoreCheckpoint(checkpoint);
 }
 
 }  // namespace ballast::torch_adapter

@@ -67,9 +67,6 @@ class Session {
   absl::Status ConnectAgent(const AgentClientOptions& options);
   absl::Status BeginStep();
   absl::Status EndStep();
-  // Validated against the group's current shape; the error names the field.
-  absl::Status OfferPlan(const WorkloadPlan& plan);
-
   TpGroup& group() { return *group_; }
   Backend& backend() { return *backend_; }
   bool in_step() const { return in_step_; }
@@ -96,22 +93,17 @@ class Block {
                                                           const MlpConfig& config);
   static absl::StatusOr<std::unique_ptr<Block>> CreateAttention(std::shared_ptr<Session> session,
                                                                 const AttentionConfig& config);
-  ~Block();
 
   // x and y: contiguous float32 CPU tensors of batch * seq * hidden elements; x must stay
   // alive and unchanged until Backward (the caller's autograd context holds it).
   absl::Status Forward(const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
                        bool add_output_bias);
   absl::Status Backward(const at::Tensor& dy, const at::Tensor& dx);
-  absl::Status AdamWStep(const AdamWOptions& options);
-
-  // Dense copies in the block's documented layout (MlpParams / AttentionParams order).
-  absl::StatusOr<at::Tensor> GatherDense(ParamField field);
-  // Every rank passes the same dense parameters; resets optimizer state.
+  // Every rank passes the same dense parameters (MlpParams / AttentionParams order);
+  // resets optimizer state.
   absl::Status LoadDense(const at::Tensor& dense);
-  absl::StatusOr<BlockCheckpoint> SaveCheckpoint();
-  absl::Status RestoreCheckpoint(const BlockCheckpoint& checkpoint);
 
+  // Everything else (AdamW, gathers, checkpoints, gradient norms) is the block's own API.
   ParallelBlock& block() { return *block_; }
   BlockKind kind() const { return kind_; }
 
@@ -121,6 +113,7 @@ class Block {
   absl::Status CheckTensor(const at::Tensor& t, const char* name, int64_t numel) const;
 
   std::shared_ptr<Session> session_;
+  // Declared after session_, so it goes (and unregisters from the group) first.
   std::unique_ptr<ParallelBlock> block_;
   BlockKind kind_;
   int64_t forward_numel_ = -1;  // tokens * hidden of the last Forward
