@@ -4,8 +4,8 @@ Each rank trains a model that mixes torch layers with Ballast's attention and ML
 job's own process group, and the same model built from plain torch layers (dense, in
 the same process, loaded from the Ballast model's state dict) on the same data with
 torch.optim.AdamW, a learning-rate schedule and clipping by the global gradient norm.
-Every step compares the output, the input gradient, every Ballast parameter gradient and
-the gradient norm; after 3 optimizer steps, every parameter. Plans: none, offloads,
+Every step compares the output, the loss, the input gradient, every Ballast parameter
+gradient and the gradient norm; after 3 optimizer steps, every parameter. Plans: none, offloads,
 reshards (with a state-dict round trip onto a fresh model of another ownership), and
 pruning (against the reference with those units removed). A sub-group of a larger world
 is covered too, and every case runs with the collectives on the process group itself and
@@ -79,7 +79,8 @@ def train_and_compare(model, dense, opt, ref_opt, group, steps: int, first_step:
     for s in range(first_step, first_step + steps):
         x, y = data(s)
         xb = x.clone().requires_grad_()
-        loss = torch.nn.functional.cross_entropy(model(xb), y)
+        out = model(xb)
+        loss = torch.nn.functional.cross_entropy(out, y)
         loss.backward()
         # The plan is in force now (the step opened at the first Ballast forward).
         dense.attn.pruned = pruned_units(model.attn, group)
@@ -87,8 +88,10 @@ def train_and_compare(model, dense, opt, ref_opt, group, steps: int, first_step:
         if expect_pruned:
             assert dense.attn.pruned and dense.mlp.pruned, "the prune plan pruned nothing"
         xr = x.clone().requires_grad_()
-        ref_loss = torch.nn.functional.cross_entropy(dense(xr), y)
+        ref_out = dense(xr)
+        ref_loss = torch.nn.functional.cross_entropy(ref_out, y)
         ref_loss.backward()
+        close(out.detach(), ref_out.detach(), f"step {s} output")
         close(loss.detach(), ref_loss.detach(), f"step {s} loss")
         close(xb.grad, xr.grad, f"step {s} input gradient")
         for name in ("attn", "mlp"):
