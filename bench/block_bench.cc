@@ -1,7 +1,9 @@
 // Block benchmarks for the worker library; one JSON object per line on stdout.
 //
-//   prune:    forward+backward of a ViT block (attention + MLP) on one CPU rank at kept
-//             fractions 1.0 / 0.75 / 0.5 / 0.25. Target: time(k) / time(1) <= k + 0.05.
+//   prune:    forward+backward of a transformer block (attention + MLP) on one CPU rank
+//             at kept fractions 1.0 / 0.75 / 0.5 / 0.25. Target: time(k) / time(1) <=
+//             k + 0.05. --shape=llama: hidden 1024, 16 query heads in 4 KV groups, causal,
+//             RoPE, SwiGLU 2816, 4 x 256 tokens (a Llama-like decoder block).
 //   offload:  2 ranks (threads); the cost per step of rank 1 offloading u MLP units to
 //             rank 0, against both computing their own units.
 //   overhead: the plan machinery with an empty plan against a plain TP MLP (the same
@@ -33,6 +35,10 @@ ABSL_FLAG(int, unit_size, 64, "MLP neurons per unit");
 ABSL_FLAG(int, batch, 8, "Sequences per step");
 ABSL_FLAG(int, seq, 197, "Tokens per sequence (ViT-Base at 224px: 197)");
 ABSL_FLAG(int, reps, 5, "Timed steps per configuration (median reported)");
+ABSL_FLAG(std::string, shape, "vit",
+          "vit: the flags above, a ViT block (GELU, bidirectional MHA); llama: a decoder "
+          "block (hidden 1024, 16 heads in 4 KV groups, causal, RoPE, SwiGLU 2816, 4 x 256 "
+          "tokens), overriding them");
 
 namespace ballast {
 namespace {
@@ -50,13 +56,32 @@ double Median(std::vector<double> v) {
 
 struct Shape {
   int hidden, intermediate, heads, unit_size, batch, seq;
+  // Decoder options (--shape=llama); the ViT shape leaves them off.
+  int query_groups = 0;
+  bool llm = false;  // causal, RoPE, SwiGLU
   size_t activations() const { return static_cast<size_t>(batch) * seq * hidden; }
+  AttentionConfig Attention(BlockId id) const {
+    return {.id = id, .hidden = hidden, .num_heads = heads, .head_dim = hidden / heads,
+            .num_query_groups = query_groups, .causal = llm, .rotary = llm};
+  }
+  MlpConfig Mlp(BlockId id) const {
+    return {.id = id, .activation = llm ? MlpActivation::kSwiGlu : MlpActivation::kGelu,
+            .hidden = hidden, .intermediate = intermediate, .unit_size = unit_size};
+  }
 };
 
-Shape FlagsShape() {
-  return {absl::GetFlag(FLAGS_hidden),    absl::GetFlag(FLAGS_intermediate),
-          absl::GetFlag(FLAGS_heads),     absl::GetFlag(FLAGS_unit_size),
-          absl::GetFlag(FLAGS_batch),     absl::GetFlag(FLAGS_seq)};
+absl::StatusOr<Shape> FlagsShape() {
+  const std::string shape = absl::GetFlag(FLAGS_shape);
+  if (shape == "llama") {
+    return Shape{.hidden = 1024, .intermediate = 2816, .heads = 16, .unit_size = 64,
+                 .batch = 4, .seq = 256, .query_groups = 4, .llm = true};
+  }
+  if (shape != "vit") {
+    return absl::InvalidArgumentError("--shape must be vit or llama, got '" + shape + "'");
+  }
+  return Shape{absl::GetFlag(FLAGS_hidden),    absl::GetFlag(FLAGS_intermediate),
+               absl::GetFlag(FLAGS_heads),     absl::GetFlag(FLAGS_unit_size),
+               absl::GetFlag(FLAGS_batch),     absl::GetFlag(FLAGS_seq)};
 }
 
 // Runs `body(rank, backend)` on `size` ranks as threads of this process.
@@ -106,9 +131,7 @@ struct MlpOnGroup {
 absl::StatusOr<MlpOnGroup> MakeMlp(Backend& backend, const Shape& s) {
   MlpOnGroup out;
   BALLAST_ASSIGN_OR_RETURN(out.group, TpGroup::Create({.group = GroupId("bench")}, &backend));
-  MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
-               .unit_size = s.unit_size};
-  BALLAST_ASSIGN_OR_RETURN(out.mlp, ParallelMlp::Create(out.group.get(), mc));
+  BALLAST_ASSIGN_OR_RETURN(out.mlp, ParallelMlp::Create(out.group.get(), s.Mlp(BlockId(1))));
   BALLAST_ASSIGN_OR_RETURN(out.activations, MakeActivations(backend.compute(), s.activations()));
   return out;
 }
@@ -131,12 +154,8 @@ absl::StatusOr<double> TimedStep(TpGroup& group, const std::vector<ParallelBlock
 absl::Status BenchPrune(const Shape& s, int reps) {
   return RunRanks(1, "bench-prune", [&](int, Backend& backend) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(auto group, TpGroup::Create({.group = GroupId("bench")}, &backend));
-    AttentionConfig ac{.id = BlockId(0), .hidden = s.hidden, .num_heads = s.heads,
-                       .head_dim = s.hidden / s.heads};
-    MlpConfig mc{.id = BlockId(1), .hidden = s.hidden, .intermediate = s.intermediate,
-                 .unit_size = s.unit_size};
-    BALLAST_ASSIGN_OR_RETURN(auto attn, ParallelAttention::Create(group.get(), ac));
-    BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), mc));
+    BALLAST_ASSIGN_OR_RETURN(auto attn, ParallelAttention::Create(group.get(), s.Attention(BlockId(0))));
+    BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), s.Mlp(BlockId(1))));
     BALLAST_ASSIGN_OR_RETURN(Activations a, MakeActivations(backend.compute(), s.activations()));
     double base = 0;
     int64_t version = 0;
@@ -159,10 +178,12 @@ absl::Status BenchPrune(const Shape& s, int reps) {
       const double median = Median(times);
       if (kept == 1.0) base = median;
       std::printf(
-          "{\"bench\":\"prune\",\"hidden\":%d,\"intermediate\":%d,\"heads\":%d,\"tokens\":%d,"
+          "{\"bench\":\"prune\",\"shape\":\"%s\",\"hidden\":%d,\"intermediate\":%d,"
+          "\"heads\":%d,\"kv_groups\":%d,\"tokens\":%d,"
           "\"kept\":%.2f,\"step_seconds\":%.5f,\"attention_compute_seconds\":%.5f,"
           "\"mlp_compute_seconds\":%.5f,\"ratio\":%.4f,\"target\":%.2f,\"meets_target\":%s}\n",
-          s.hidden, s.intermediate, s.heads, s.batch * s.seq, kept, median, Median(attn_t),
+          s.llm ? "llama" : "vit", s.hidden, s.intermediate, s.heads, attn->num_query_groups(),
+          s.batch * s.seq, kept, median, Median(attn_t),
           Median(mlp_t), median / base, kept + 0.05,
           median / base <= kept + 0.05 ? "true" : "false");
       std::fflush(stdout);
@@ -307,7 +328,12 @@ absl::Status BenchOverhead(const Shape& s, int reps) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const ballast::Shape shape = ballast::FlagsShape();
+  const absl::StatusOr<ballast::Shape> parsed = ballast::FlagsShape();
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  const ballast::Shape shape = *parsed;
   const int reps = absl::GetFlag(FLAGS_reps);
   if (shape.hidden <= 0 || shape.heads <= 0 || shape.hidden % shape.heads != 0 || reps <= 0) {
     std::fprintf(stderr, "--hidden must be a positive multiple of --heads; --reps > 0\n");
@@ -320,7 +346,9 @@ int main(int argc, char** argv) {
     } else if (which == "offload") {
       status = ballast::BenchOffload(shape, reps);
     } else if (which == "overhead") {
-      status = ballast::BenchOverhead(shape, reps);
+      // Its plain baseline is a GELU MLP: compare like with like.
+      status = shape.llm ? absl::InvalidArgumentError("overhead runs on --shape=vit only")
+                         : ballast::BenchOverhead(shape, reps);
     } else {
       std::fprintf(stderr, "unknown benchmark '%.*s' (prune, offload, overhead)\n",
                    static_cast<int>(which.size()), which.data());

@@ -63,6 +63,7 @@ def analyse(name, ranks, stragglers, reference, contended_reference, elapsed):
         "median_step_seconds": launch.median([r["wall_s"] for r in measured]),
         "test_accuracy": ranks[0]["final"]["test_accuracy"],
         "test_loss": ranks[0]["final"]["test_loss"],
+        "val_loss": ranks[0]["final"].get("val_loss"),  # the GPT's quality figure
         "pruned_fraction": sum(r["pruned_fraction"] for r in measured) / len(measured),
         "offloaded_fraction": sum(r["offloaded_fraction"] for r in measured) / len(measured),
         "final_owned_units": steps0[-1]["owned_units"],
@@ -164,7 +165,8 @@ def main():
                    help="reload configurations measured earlier into --out instead of rerunning "
                         "those not named by --only")
     p.add_argument("--trainer", choices=launch.TRAINERS, default="cpp",
-                   help="the C++ trainer or the PyTorch one (examples/torch/vit_train.py)")
+                   help="the C++ ViT, the PyTorch one (examples/torch/vit_train.py), or the "
+                        "PyTorch GPT (examples/torch/gpt_train.py)")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
     out_dir = a.out or os.path.join(a.build, "bench-e2e")

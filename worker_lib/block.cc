@@ -1,3 +1,7 @@
+// ParallelBlock's machinery (see block.h). One file past the usual ~600 lines on purpose:
+// step layout, weight and gradient transfers, micro-batch accumulation, reshard, priority
+// windows, AdamW and checkpoints all work on the private Storage and StepLayout below, and
+// splitting them would put those structs in a header for every file to reach into.
 #include "ballast/block.h"
 
 #include <algorithm>
@@ -89,13 +93,20 @@ struct ParallelBlock::StepLayout {
   std::vector<In> in;
 
   std::vector<Buffer> local_cache;
+  // Per offload (out[i]) and sharded parameter: receives the helper's gradients for the
+  // step's second and later micro-batches, which are then added to the owner's (the first
+  // lands in place). Kept across steps, resized as plans change.
+  std::vector<std::vector<Buffer>> grad_recv;
   Buffer local_means;
   Buffer imputed;
   const float* x = nullptr;  // the forward input, saved for backward (caller keeps it)
   int32_t batch = 0;
   int32_t seq = 0;
-  bool forward_done = false;
-  bool backward_done = false;
+  bool forward_done = false;     // a Forward ran this step (units were computed)
+  bool forward_pending = false;  // the latest Forward awaits its Backward
+  bool weights_sent = false;     // helpers hold this step's weights of offloaded units
+  int32_t backwards = 0;         // Backwards accumulated into the gradients
+  bool backward_done = false;    // gradients await an AdamWStep
   int64_t step = -1;
 };
 
@@ -347,6 +358,9 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   l.in = std::move(in);
   for (int32_t pos = l.pruned_first; pos < owned; ++pos) storage_->meta[pos].last_pruned = step;
   l.forward_done = false;
+  l.forward_pending = false;
+  l.weights_sent = false;
+  l.backwards = 0;
   l.backward_done = false;
   l.step = step;
   return absl::OkStatus();
@@ -394,11 +408,29 @@ absl::Status ParallelBlock::EnsureSize(Buffer& buffer, size_t n) {
 }
 
 absl::Status ParallelBlock::EnsureCache(std::vector<Buffer>& cache, int32_t units, int32_t batch,
-                                        int32_t seq) {
+                                        int32_t seq, bool at_least) {
   const std::vector<size_t> sizes = CacheSizes(units, batch, seq);
-  cache.resize(sizes.size());
-  for (size_t i = 0; i < sizes.size(); ++i) BALLAST_RETURN_IF_ERROR(EnsureSize(cache[i], sizes[i]));
+  if (cache.size() < sizes.size() || !at_least) cache.resize(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (at_least && cache[i].size() >= sizes[i]) continue;
+    BALLAST_RETURN_IF_ERROR(EnsureSize(cache[i], sizes[i]));
+  }
   return absl::OkStatus();
+}
+
+std::vector<Buffer>* ParallelBlock::RangeCache(int index) {
+  if (config_.recompute) return &group_->recompute_cache_;
+  return index < 0 ? &layout_->local_cache : &layout_->in[index].cache;
+}
+
+size_t ParallelBlock::activation_bytes() const {
+  if (config_.recompute) return 0;
+  size_t floats = 0;
+  for (const Buffer& b : layout_->local_cache) floats += b.size();
+  for (const auto& in : layout_->in) {
+    for (const Buffer& b : in.cache) floats += b.size();
+  }
+  return floats * sizeof(float);
 }
 
 absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, float* y,
@@ -415,50 +447,64 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
     return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": batch ", batch,
                                                    " and seq ", seq, " must be > 0"));
   }
-  BALLAST_RETURN_IF_ERROR(ValidateShape(batch, seq));
+  BALLAST_RETURN_IF_ERROR(PrepareShape(batch, seq));
   const int32_t tokens = batch * seq;
   Compute& c = compute();
   Communicator& comm = group_->backend().comm();
 
-  BALLAST_RETURN_IF_ERROR(EnsureCache(l.local_cache, l.local, batch, seq));
+  if (config_.recompute) {  // one shared set of buffers, big enough for the largest range
+    int32_t widest = l.local;
+    for (const auto& in : l.in) widest = std::max(widest, in.units);
+    BALLAST_RETURN_IF_ERROR(EnsureCache(*RangeCache(-1), widest, batch, seq, true));
+  } else {
+    BALLAST_RETURN_IF_ERROR(EnsureCache(l.local_cache, l.local, batch, seq));
+    for (auto& in : l.in) BALLAST_RETURN_IF_ERROR(EnsureCache(in.cache, in.units, batch, seq));
+  }
   BALLAST_RETURN_IF_ERROR(EnsureSize(l.local_means, l.local * mean_unit_elems_));
   BALLAST_RETURN_IF_ERROR(EnsureSize(l.imputed, hidden_));
-  for (auto& in : l.in) BALLAST_RETURN_IF_ERROR(EnsureCache(in.cache, in.units, batch, seq));
   l.batch = batch;
   l.seq = seq;
 
-  // Owners ship the offloaded units' weights to their helpers (every rank takes part).
-  std::vector<PeerTransfer> sends, recvs;
-  for (const auto& o : l.out) {
-    for (size_t p = 0; p < sharded_.size(); ++p) {
-      sends.push_back({o.helper, storage_->slab(p * kFieldsPerParam + kValue, o.first),
-                       o.units * sharded_[p].unit_elems});
+  // Owners ship the offloaded units' weights to their helpers (every rank takes part),
+  // once per step: later micro-batches reuse them.
+  absl::Status status;
+  if (!l.weights_sent) {
+    std::vector<PeerTransfer> sends, recvs;
+    for (const auto& o : l.out) {
+      for (size_t p = 0; p < sharded_.size(); ++p) {
+        sends.push_back({o.helper, storage_->slab(p * kFieldsPerParam + kValue, o.first),
+                         o.units * sharded_[p].unit_elems});
+      }
     }
-  }
-  for (auto& in : l.in) {
-    for (size_t p = 0; p < sharded_.size(); ++p) {
-      recvs.push_back({in.owner, in.params[p].data(), in.params[p].size()});
+    for (auto& in : l.in) {
+      for (size_t p = 0; p < sharded_.size(); ++p) {
+        recvs.push_back({in.owner, in.params[p].data(), in.params[p].size()});
+      }
     }
+    comm_timer_->Start();
+    status = comm.Exchange(sends, recvs);
+    comm_timer_->Stop();
+    BALLAST_RETURN_IF_ERROR(status);
+    l.weights_sent = true;
   }
-  comm_timer_->Start();
-  absl::Status status = comm.Exchange(sends, recvs);
-  comm_timer_->Stop();
-  BALLAST_RETURN_IF_ERROR(status);
 
   compute_timer_->Start();
   l.x = x;
   const size_t n = static_cast<size_t>(tokens) * hidden_;
-  // The running means are a full pass over the activations: sampled, not every step.
-  const bool sample_means = l.step % config_.mean_interval == 0;
+  // The running means are a full pass over the activations: sampled, not every step (and
+  // from the step's first micro-batch only).
+  const bool sample_means = l.step % config_.mean_interval == 0 && !l.forward_done;
   float beta = 0.0f;  // the first range computed overwrites y
   if (l.local > 0) {
-    ForwardRange(StorageRange(0, l.local, &l.local_cache,
+    ForwardRange(StorageRange(0, l.local, RangeCache(-1),
                               sample_means ? l.local_means.data() : nullptr),
                  x, batch, seq, beta, y);
     beta = 1.0f;
   }
-  for (auto& in : l.in) {
-    ForwardRange(HelperRange(in), x, batch, seq, beta, y);
+  for (size_t i = 0; i < l.in.size(); ++i) {
+    UnitRange range = HelperRange(l.in[i]);
+    range.cache = RangeCache(static_cast<int>(i));
+    ForwardRange(range, x, batch, seq, beta, y);
     beta = 1.0f;
   }
   if (beta == 0.0f) c.Fill(y, 0.0f, n);
@@ -482,7 +528,7 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
   compute_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
   l.forward_done = true;
-  l.backward_done = false;
+  l.forward_pending = true;
   return absl::OkStatus();
 }
 
@@ -517,9 +563,12 @@ absl::Status ParallelBlock::UpdateMeans(int32_t units, const float* batch_means)
 
 absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   StepLayout& l = *layout_;
-  if (!l.forward_done) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("block ", id_.value(), ": Backward without a Forward in this step"));
+  if (!l.forward_pending) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "block ", id_.value(), ": Backward without a Forward to differentiate (",
+        l.forward_done ? "the step's latest Forward already had its Backward"
+                       : "no Forward in this step",
+        "; each Backward differentiates the latest Forward, once)"));
   }
   if (dy == nullptr || dx == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": dy or dx is null"));
@@ -530,38 +579,56 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   const int32_t tokens = l.batch * l.seq;
   const size_t n = static_cast<size_t>(tokens) * hidden_;
 
+  // The step's first Backward writes the gradients; later micro-batches add to them.
+  const bool accumulate = l.backwards > 0;
+  const float grad_beta = accumulate ? 1.0f : 0.0f;
   compute_timer_->Start();
-  // Pruned units receive no gradient this step.
-  for (size_t p = 0; p < sharded_.size(); ++p) {
-    const size_t e = sharded_[p].unit_elems;
-    c.Fill(st.slab(p * kFieldsPerParam + kGrad, l.pruned_first), 0.0f,
-           (st.units() - l.pruned_first) * e);
+  if (!accumulate) {  // pruned units receive no gradient this step
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      const size_t e = sharded_[p].unit_elems;
+      c.Fill(st.slab(p * kFieldsPerParam + kGrad, l.pruned_first), 0.0f,
+             (st.units() - l.pruned_first) * e);
+    }
   }
   float beta = 0.0f;  // the first range computed overwrites dx
   if (l.local > 0) {
-    BackwardRange(StorageRange(0, l.local, &l.local_cache, nullptr), l.x, dy, l.batch, l.seq,
-                  beta, dx);
+    const UnitRange range = StorageRange(0, l.local, RangeCache(-1), nullptr);
+    if (config_.recompute) ForwardRange(range, l.x, l.batch, l.seq, 0.0f, nullptr);
+    BackwardRange(range, l.x, dy, l.batch, l.seq, beta, grad_beta, dx);
     beta = 1.0f;
   }
-  for (auto& in : l.in) {
-    BackwardRange(HelperRange(in), l.x, dy, l.batch, l.seq, beta, dx);
+  for (size_t i = 0; i < l.in.size(); ++i) {
+    // A helper's gradients are fresh every micro-batch: the owner accumulates them.
+    UnitRange range = HelperRange(l.in[i]);
+    range.cache = RangeCache(static_cast<int>(i));
+    if (config_.recompute) ForwardRange(range, l.x, l.batch, l.seq, 0.0f, nullptr);
+    BackwardRange(range, l.x, dy, l.batch, l.seq, beta, 0.0f, dx);
     beta = 1.0f;
   }
   if (beta == 0.0f) c.Fill(dx, 0.0f, n);
-  c.ColumnSum(dy, tokens, hidden_, hidden_, 1.0f, 0.0f, st.bias_grad.data());
+  c.ColumnSum(dy, tokens, hidden_, hidden_, 1.0f, grad_beta, st.bias_grad.data());
   compute_timer_->Stop();
 
-  // Helpers return the offloaded units' weight gradients straight into the owners' storage.
+  // Helpers return the offloaded units' weight gradients: straight into the owners'
+  // storage on the first micro-batch, into a receive buffer to add on later ones.
   std::vector<PeerTransfer> sends, recvs;
   for (auto& in : l.in) {
     for (size_t p = 0; p < sharded_.size(); ++p) {
       sends.push_back({in.owner, in.grads[p].data(), in.grads[p].size()});
     }
   }
-  for (const auto& o : l.out) {
+  if (accumulate && l.grad_recv.size() < l.out.size()) l.grad_recv.resize(l.out.size());
+  for (size_t i = 0; i < l.out.size(); ++i) {
+    const auto& o = l.out[i];
+    if (accumulate) l.grad_recv[i].resize(sharded_.size());
     for (size_t p = 0; p < sharded_.size(); ++p) {
-      recvs.push_back({o.helper, st.slab(p * kFieldsPerParam + kGrad, o.first),
-                       o.units * sharded_[p].unit_elems});
+      const size_t count = o.units * sharded_[p].unit_elems;
+      float* into = st.slab(p * kFieldsPerParam + kGrad, o.first);
+      if (accumulate) {
+        BALLAST_RETURN_IF_ERROR(EnsureSize(l.grad_recv[i][p], count));
+        into = l.grad_recv[i][p].data();
+      }
+      recvs.push_back({o.helper, into, count});
     }
   }
   comm_timer_->Start();
@@ -569,11 +636,29 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   if (status.ok()) status = comm.AllReduceSum(dx, n);
   comm_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
+  if (accumulate) {
+    compute_timer_->Start();
+    for (size_t i = 0; i < l.out.size(); ++i) {
+      for (size_t p = 0; p < sharded_.size(); ++p) {
+        c.Axpy(1.0f, l.grad_recv[i][p].data(),
+               st.slab(p * kFieldsPerParam + kGrad, l.out[i].first),
+               l.out[i].units * sharded_[p].unit_elems);
+      }
+    }
+    compute_timer_->Stop();
+  }
+  l.forward_pending = false;
+  ++l.backwards;
   l.backward_done = true;
   return absl::OkStatus();
 }
 
 bool ParallelBlock::has_gradients() const { return layout_->backward_done; }
+
+void ParallelBlock::DiscardGradients() {
+  layout_->backwards = 0;
+  layout_->backward_done = false;
+}
 
 absl::StatusOr<double> ParallelBlock::GradSquaredNorm() {
   if (!layout_->backward_done) {
@@ -662,7 +747,10 @@ absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
   c.AdamW(options, ++st.bias_step, st.bias.data(), st.bias_grad.data(), st.bias_m.data(),
           st.bias_v.data(), hidden_);
   compute_timer_->Stop();
-  l.backward_done = false;  // one optimizer step per backward
+  // The gradients are consumed, and helpers need the new weights for any further Forward.
+  l.backward_done = false;
+  l.backwards = 0;
+  l.weights_sent = false;
   return absl::OkStatus();
 }
 

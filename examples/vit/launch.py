@@ -36,9 +36,12 @@ import time
 from dataclasses import dataclass, field
 
 MODES = ("auto", "resize", "migrate", "off")
-# The two trainers of the same ViT, with the same flags and per-step records: the C++ one
-# on worker_lib's API, and the PyTorch one on ballast.torch (examples/torch/vit_train.py).
-TRAINERS = ("cpp", "torch")
+# The trainers, with the same flags and per-step records: the ViT in C++ on worker_lib's
+# API and in PyTorch on ballast.torch (examples/torch/vit_train.py), and a character-level
+# GPT in PyTorch (examples/torch/gpt_train.py). Each trainer's job name, for its policy.
+TRAINERS = ("cpp", "torch", "gpt")
+JOB_OF_TRAINER = {"cpp": "vit", "torch": "vit", "gpt": "gpt"}
+TORCH_SCRIPT = {"torch": "vit_train.py", "gpt": "gpt_train.py"}
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -357,7 +360,8 @@ class Job:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [
             os.path.join(REPO, "python"), os.path.join(os.path.abspath(self.cfg.build), "python"),
             env.get("PYTHONPATH")]))
-        return ["/usr/bin/python3", os.path.join(REPO, "examples", "torch", "vit_train.py")], env
+        script = os.path.join(REPO, "examples", "torch", TORCH_SCRIPT[self.cfg.trainer])
+        return ["/usr/bin/python3", script], env
 
     def ctl(self, *args):
         ctl = self.binary("ctl", "ballastctl")
@@ -377,7 +381,8 @@ class Job:
         # Steps here take ~0.2 s: with the default one decision per second a new straggler
         # would cost 5+ steps before the first plan, so decide four times a second.
         policy = {"mode": cfg.mode, "report_period_ms": "250", **cfg.policy}
-        r = self.ctl("policy", "set", "vit", *[f"{k}={v}" for k, v in policy.items()])
+        r = self.ctl("policy", "set", JOB_OF_TRAINER[cfg.trainer],
+                     *[f"{k}={v}" for k, v in policy.items()])
         if r.returncode != 0:
             raise LaunchError(f"ballastctl policy set failed: {r.stderr.strip()}")
         self.start("agent", [agent, f"--coordinator={self.coordinator_addr}",
@@ -547,7 +552,12 @@ def summarize(cfg, ranks):
               f"{':'.join(map(str, last['owned_units']))})")
     final = ranks[0]["final"]
     if final and not final.get("interrupted"):
-        print(f"Test accuracy: {100 * final['test_accuracy']:.2f}% after {final['steps']} steps")
+        if "val_loss" in final:  # the GPT: held-out loss is its quality figure
+            print(f"Validation loss: {final['val_loss']:.3f} nats/char (next-character accuracy "
+                  f"{100 * final['test_accuracy']:.2f}%) after {final['steps']} steps")
+        else:
+            print(f"Test accuracy: {100 * final['test_accuracy']:.2f}% after {final['steps']} "
+                  f"steps")
 
 
 def main(argv=None):
@@ -558,7 +568,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--mode", choices=MODES, default="auto", help="Ballast's balancing mode")
     p.add_argument("--trainer", choices=TRAINERS, default="cpp",
-                   help="cpp: examples/vit/vit_train; torch: examples/torch/vit_train.py")
+                   help="cpp: examples/vit/vit_train; torch: examples/torch/vit_train.py; "
+                        "gpt: examples/torch/gpt_train.py")
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:SLOWDOWN[@START-END,...]",
                    help="slow RANK down SLOWDOWN times during the step windows (default: whole run)")
     p.add_argument("--contention", choices=("auto", "quota", "cotenant"), default="auto")

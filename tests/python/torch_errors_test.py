@@ -73,6 +73,12 @@ class ErrorsTest(OneRankTestCase):
             bt.ParallelMLP(8, 30, unit_size=8)
         with self.assertRaisesRegex(ValueError, "not divisible by num_attention_heads 3"):
             bt.ParallelSelfAttention(8, 3)
+        with self.assertRaisesRegex(ValueError, "num_query_groups 3 must divide num_heads 4"):
+            bt.ParallelSelfAttention(8, 4, num_query_groups=3)
+        with self.assertRaisesRegex(ValueError, "rotary needs an even head_dim"):
+            bt.ParallelSelfAttention(12, 4, kv_channels=3, rotary=True)
+        with self.assertRaisesRegex(ValueError, "activation 'relu'"):
+            bt.ParallelMLP(8, 16, unit_size=8, activation="relu")
         with self.assertRaisesRegex(ValueError, r"owner_of_unit\[1\] = 2 out of range \[0, 1\)"):
             bt.ParallelMLP(8, 16, unit_size=8, owner_of_unit=[0, 2])
         with self.assertRaisesRegex(ValueError, "priority 'fastest'"):
@@ -103,10 +109,16 @@ class ErrorsTest(OneRankTestCase):
         with self.assertRaisesRegex(RuntimeError, "replaced"):
             first.sum().backward()
         second.sum().backward()
-        third, _ = self.mlp(x)
-        with self.assertRaisesRegex(RuntimeError, "second backward in one step"):
-            third.sum().backward()
-        bt.AdamW(self.mlp.parameters()).zero_grad()
+        once = self.mlp.dense("grad")
+        third, _ = self.mlp(x)  # a second micro-batch: its gradients add to the first's
+        third.sum().backward()
+        torch.testing.assert_close(self.mlp.dense("grad"), 2 * once)
+        opt = bt.AdamW(self.mlp.parameters())
+        opt.zero_grad()  # drops them: the next backward writes afresh
+        fourth, _ = self.mlp(x)
+        fourth.sum().backward()
+        torch.testing.assert_close(self.mlp.dense("grad"), once)
+        opt.zero_grad()
         bt.end_step()
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 import unittest
-from typing import Dict, List, Optional, Set
+from typing import Dict
 
 import torch
 import torch.distributed as dist
@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_reference as ref_lib  # noqa: E402
+from torch_testing import pruned_units  # noqa: E402
 
 import ballast.torch as bt  # noqa: E402
 
@@ -57,14 +58,6 @@ def data(step: int):
     x = torch.randn(SEQ, BATCH, HIDDEN, generator=g)
     y = torch.randint(0, CLASSES, (BATCH,), generator=g)
     return x, y
-
-
-def pruned_units(layer, group) -> Set[int]:
-    """Units pruned anywhere in the group this step (each owner picks its own)."""
-    mine = [u for u, f in zip(layer.local_units, layer.local_fates) if f == "pruned"]
-    everyone: List[Optional[List[int]]] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, mine, group=group)
-    return {u for part in everyone for u in part}
 
 
 def ballast_grads(layer) -> Dict[str, torch.Tensor]:

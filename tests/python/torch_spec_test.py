@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_reference as ref_lib  # noqa: E402
@@ -108,10 +109,38 @@ class SpecTest(OneRankTestCase):
         bt.AdamW(layer.parameters()).zero_grad()
         bt.end_step()
 
+    def test_a_decoder_config_gives_causal_gqa_rope_and_swiglu(self) -> None:
+        cfg = config(num_query_groups=2, gated_linear_unit=True, activation_func=F.silu,
+                     position_embedding_type="rope", rotary_base=500)
+        attn = bspec.build_module(bspec.self_attention_spec(), config=cfg,
+                                  attn_mask_type="AttnMaskType.causal")
+        mlp = bspec.build_module(bspec.mlp_spec(unit_size=8), config=cfg)
+        plain_attn = ref_lib.DenseGQAttention(16, 4, 2, 4, causal=True, rotary=True,
+                                              rotary_base=500)
+        plain_attn.load_state_dict(attn.state_dict())
+        plain_mlp = ref_lib.DenseSwiGLU(16, 64, 8)
+        plain_mlp.load_state_dict(mlp.state_dict())
+        s = 5
+        # Megatron's rotary_pos_emb: [s, 1, 1, d] angles, the half repeated (rotate-half).
+        inv = 500.0 ** (-torch.arange(0, 2, dtype=torch.float32) * 2 / 4)
+        freqs = torch.arange(s, dtype=torch.float32)[:, None] * inv
+        emb = torch.cat([freqs, freqs], dim=-1).view(s, 1, 1, 4)
+        causal_mask = torch.ones(s, s, dtype=torch.bool).triu(1).view(1, 1, s, s)
+        x = torch.randn(s, 3, 16)
+        out, bias = attn(x, causal_mask, rotary_pos_emb=emb)
+        want, _ = plain_attn(x)
+        torch.testing.assert_close(out + bias, want, rtol=1e-4, atol=1e-5)
+        out, bias = mlp(x)
+        want, _ = plain_mlp(x)
+        torch.testing.assert_close(out + bias, want, rtol=1e-4, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, "differs from RoPE with base 500"):
+            attn(x, None, rotary_pos_emb=emb * 2)
+        bt.end_step()
+
     def test_what_ballast_cannot_honour_is_refused_by_name(self) -> None:
         for overrides, message in [
-            (dict(gated_linear_unit=True), "gated_linear_unit"),
-            (dict(num_query_groups=2), "num_query_groups 2"),
+            (dict(gated_linear_unit=True, activation_func=F.gelu), "gated_linear_unit"),
+            (dict(position_embedding_type="rope", rotary_percent=0.5), "rotary_percent 0.5"),
             (dict(sequence_parallel=True), "sequence_parallel"),
             (dict(add_bias_linear=False), "add_bias_linear"),
             (dict(tensor_model_parallel_size=4), "tensor_model_parallel_size 4 is not Ballast's "
@@ -120,14 +149,11 @@ class SpecTest(OneRankTestCase):
             with self.subTest(overrides=overrides):
                 with self.assertRaisesRegex(ValueError, message):
                     bspec.build_module(bspec.mlp_spec(unit_size=8), config=config(**overrides))
-        with self.assertRaisesRegex(ValueError, "causal"):
-            bspec.build_module(bspec.self_attention_spec(), config=config(),
-                               attn_mask_type="AttnMaskType.causal")
         with self.assertRaisesRegex(ValueError, "mixture-of-experts"):
             bspec.build_module(bspec.mlp_spec(), config=config(), is_expert=True)
         attn = bspec.build_module(bspec.self_attention_spec(), config=config())
         x = torch.randn(5, 3, 16)
-        with self.assertRaisesRegex(ValueError, "rotary_pos_emb"):
+        with self.assertRaisesRegex(ValueError, "position_embedding_type is not 'rope'"):
             attn(x, None, rotary_pos_emb=torch.ones(1))
         with self.assertRaisesRegex(ValueError, "attention masks"):
             attn(x, torch.ones(3, 1, 5, 5, dtype=torch.bool))

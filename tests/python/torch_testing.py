@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import tempfile
 import unittest
+from typing import List, Optional, Set
 
 import torch.distributed as dist
 
@@ -27,3 +28,12 @@ class OneRankTestCase(unittest.TestCase):
         bt.shutdown()
         dist.destroy_process_group()
         cls.tmp.cleanup()
+
+
+def pruned_units(layer, group) -> Set[int]:
+    """Units of a Ballast layer pruned anywhere in the group this step (each owner picks
+    its own)."""
+    mine = [u for u, f in zip(layer.local_units, layer.local_fates) if f == "pruned"]
+    everyone: List[Optional[List[int]]] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    return {u for part in everyone for u in part}

@@ -1,7 +1,8 @@
 // What ParallelBlock offers framework adapters (python/ballast/torch) beyond the training
 // step: skip_bias_add forwards, the global gradient norm and gradient scaling for clipping,
-// and the output bias. Real ranks (threads, real Gloo), under a plan that offloads and
-// prunes, so every unit fate is covered.
+// the output bias, and micro-batches (gradient accumulation, activation recompute). Real
+// ranks (threads, real Gloo), under a plan that offloads and prunes, so every unit fate is
+// covered. Exactness of the LLM options against PyTorch is tests/python/torch_llm_test.py.
 #include "ballast/block.h"
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "ballast/parallel_attention.h"
 #include "ballast/parallel_mlp.h"
 #include "ballast/plan.h"
 #include "ballast/tp_group.h"
@@ -46,15 +48,33 @@ absl::StatusOr<std::unique_ptr<ParallelMlp>> MakeMlp(RankContext& ctx) {
   return mlp;
 }
 
-// Rank 2 offloads one unit to rank 0, rank 1 prunes one of its two.
-WorkloadPlan OffloadAndPrune() {
+// Activations of one step in backend memory: x and dy random (seeds 1 and 2), y and dx
+// zero, each `n` floats.
+struct StepBuffers {
+  Buffer x, y, dy, dx;
+};
+absl::StatusOr<StepBuffers> MakeStepBuffers(Compute& c, size_t n) {
+  StepBuffers b;
+  for (Buffer* buffer : {&b.x, &b.y, &b.dy, &b.dx}) {
+    BALLAST_ASSIGN_OR_RETURN(*buffer, c.Allocate(n));
+  }
+  const std::vector<float> x = RandomNormal(n, 1, 1.0), dy = RandomNormal(n, 2, 1.0);
+  c.CopyFromHost(x.data(), b.x.data(), n);
+  c.CopyFromHost(dy.data(), b.dy.data(), n);
+  return b;
+}
+
+// Rank 2 offloads one unit to rank 0, rank 1 prunes one of its two (of each block).
+WorkloadPlan OffloadAndPrune(std::vector<int32_t> blocks = {1}) {
   WorkloadPlan plan;
   plan.group = GroupId("test/tp");
   plan.version = PlanVersion(1);
-  BlockPlan& b = plan.blocks.emplace_back();
-  b.block = BlockId(1);
-  b.pruned_units = {0, 1, 0};
-  b.offloads.push_back({RankId(2), RankId(0), 1});
+  for (int32_t id : blocks) {
+    BlockPlan& b = plan.blocks.emplace_back();
+    b.block = BlockId(id);
+    b.pruned_units = {0, 1, 0};
+    b.offloads.push_back({RankId(2), RankId(0), 1});
+  }
   return plan;
 }
 
@@ -63,11 +83,9 @@ TEST(BlockTest, SkipBiasAddLeavesOutExactlyTheOutputBias) {
                 Compute& c = ctx.backend->compute();
                 BALLAST_ASSIGN_OR_RETURN(auto mlp, MakeMlp(ctx));
                 BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(OffloadAndPrune()));
-                const std::vector<float> x_host = RandomNormal(kN, 1, 1.0);
-                BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(kN));
-                BALLAST_ASSIGN_OR_RETURN(Buffer with, c.Allocate(kN));
-                BALLAST_ASSIGN_OR_RETURN(Buffer without, c.Allocate(kN));
-                c.CopyFromHost(x_host.data(), x.data(), kN);
+                // y: with the bias; dx (unused as a gradient here): without it.
+                BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(c, kN));
+                Buffer &x = b.x, &with = b.y, &without = b.dx;
                 BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
                 BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, with.data()));
                 BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, without.data(),
@@ -89,14 +107,8 @@ TEST(BlockTest, GradientNormCoversEveryUnitOnceAndScalingScalesIt) {
         Compute& c = ctx.backend->compute();
         BALLAST_ASSIGN_OR_RETURN(auto mlp, MakeMlp(ctx));
         BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(OffloadAndPrune()));
-        const std::vector<float> x_host = RandomNormal(kN, 1, 1.0);
-        const std::vector<float> dy_host = RandomNormal(kN, 2, 1.0);
-        BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(kN));
-        BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(kN));
-        BALLAST_ASSIGN_OR_RETURN(Buffer dy, c.Allocate(kN));
-        BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(kN));
-        c.CopyFromHost(x_host.data(), x.data(), kN);
-        c.CopyFromHost(dy_host.data(), dy.data(), kN);
+        BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(c, kN));
+        Buffer &x = b.x, &y = b.y, &dy = b.dy, &dx = b.dx;
         BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
         EXPECT_FALSE(mlp->has_gradients());
         absl::StatusOr<double> early = mlp->GradSquaredNorm();
@@ -124,6 +136,81 @@ TEST(BlockTest, GradientNormCoversEveryUnitOnceAndScalingScalesIt) {
         EXPECT_FALSE(mlp->has_gradients());
         return ctx.group->EndStep();
       }).ok());
+}
+
+// Two micro-batches of 2 sequences accumulate exactly the gradients of one batch of 4,
+// for a SwiGLU MLP and a causal GQA attention with RoPE, with and without recompute; and
+// recompute holds no activations between Forward and Backward.
+TEST(BlockTest, MicroBatchesAccumulateToTheFullBatchWithAndWithoutRecompute) {
+  constexpr int32_t kFull = 4, kMicro = 2;
+  constexpr size_t kFullN = kFull * kSeq * kHidden, kMicroN = kMicro * kSeq * kHidden;
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "activations kept");
+    ASSERT_TRUE(RunRanks(3, [&](RankContext& ctx) -> absl::Status {
+                  Compute& c = ctx.backend->compute();
+                  MlpConfig mlp_config;
+                  mlp_config.id = BlockId(1);
+                  mlp_config.activation = MlpActivation::kSwiGlu;
+                  mlp_config.hidden = kHidden;
+                  mlp_config.intermediate = kIntermediate;
+                  mlp_config.unit_size = 8;
+                  mlp_config.units.recompute = recompute;
+                  AttentionConfig attn_config;
+                  attn_config.id = BlockId(2);
+                  attn_config.hidden = kHidden;
+                  attn_config.num_heads = 8;
+                  attn_config.head_dim = 4;
+                  attn_config.num_query_groups = 4;
+                  attn_config.causal = attn_config.rotary = true;
+                  attn_config.units.recompute = recompute;
+                  BALLAST_ASSIGN_OR_RETURN(auto mlp,
+                                           ParallelMlp::Create(ctx.group.get(), mlp_config));
+                  BALLAST_ASSIGN_OR_RETURN(auto attn,
+                                           ParallelAttention::Create(ctx.group.get(), attn_config));
+                  BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(OffloadAndPrune({1, 2})));
+                  BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(c, kFullN));
+                  Buffer &x = b.x, &y = b.y, &dy = b.dy, &dx = b.dx;
+                  BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+                  for (ParallelBlock* block : {static_cast<ParallelBlock*>(mlp.get()),
+                                               static_cast<ParallelBlock*>(attn.get())}) {
+                    SCOPED_TRACE(block->id().value());
+                    BALLAST_RETURN_IF_ERROR(block->Forward(x.data(), kFull, kSeq, y.data()));
+                    // Rank 0 computes (its own units and rank 2's); under this plan the
+                    // attention's ranks 1 and 2 compute nothing, so hold nothing anyway.
+                    if (recompute || ctx.group->rank().value() == 0) {
+                      EXPECT_EQ(block->activation_bytes() == 0, recompute);
+                    }
+                    BALLAST_RETURN_IF_ERROR(block->Backward(dy.data(), dx.data()));
+                    const std::vector<float> full_dx = ToHost(c, dx.data(), kFullN);
+                    BALLAST_ASSIGN_OR_RETURN(std::vector<float> full,
+                                             block->GatherDense(ParamField::kGrad));
+                    block->DiscardGradients();
+                    std::vector<float> micro_dx;
+                    for (size_t first : {size_t{0}, kMicroN}) {
+                      BALLAST_RETURN_IF_ERROR(block->Forward(x.data() + first, kMicro, kSeq,
+                                                             y.data()));
+                      BALLAST_RETURN_IF_ERROR(block->Backward(dy.data() + first, dx.data()));
+                      const std::vector<float> part = ToHost(c, dx.data(), kMicroN);
+                      micro_dx.insert(micro_dx.end(), part.begin(), part.end());
+                    }
+                    EXPECT_THAT(block->Backward(dy.data(), dx.data()).message(),
+                                HasSubstr("already had its Backward"));
+                    BALLAST_ASSIGN_OR_RETURN(std::vector<float> accumulated,
+                                             block->GatherDense(ParamField::kGrad));
+                    double largest = 0;
+                    for (float g : full) largest = std::max(largest, std::fabs(double{g}));
+                    EXPECT_GT(largest, 0);
+                    for (size_t i = 0; i < full.size(); ++i) {
+                      EXPECT_NEAR(accumulated[i], full[i], 1e-5 * largest) << i;
+                    }
+                    for (size_t i = 0; i < kFullN; ++i) {
+                      EXPECT_NEAR(micro_dx[i], full_dx[i], 1e-5) << i;
+                    }
+                    BALLAST_RETURN_IF_ERROR(block->AdamWStep({}));
+                  }
+                  return ctx.group->EndStep();
+                }).ok());
+  }
 }
 
 }  // namespace

@@ -104,7 +104,7 @@ TEST(CpuComputeTest, SoftmaxAndItsGradient) {
   const int cols = 6;
   const float scale = 0.7f;
   std::vector<float> x = Random(cols, 6), p = x;
-  c.SoftmaxRows(p.data(), 1, cols, scale);
+  c.SoftmaxRows(p.data(), 1, cols, scale, false);
   double sum = 0;
   for (float v : p) sum += v;
   EXPECT_NEAR(sum, 1.0, 1e-6);
@@ -115,7 +115,7 @@ TEST(CpuComputeTest, SoftmaxAndItsGradient) {
     auto f = [&](float delta) {
       std::vector<float> y = x;
       y[i] += delta;
-      c.SoftmaxRows(y.data(), 1, cols, scale);
+      c.SoftmaxRows(y.data(), 1, cols, scale, false);
       double out = 0;
       for (int j = 0; j < cols; ++j) out += w[j] * y[j];
       return out;
@@ -194,6 +194,77 @@ TEST(CpuComputeTest, GeluAndItsGradient) {
       return 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
     };
     EXPECT_NEAR(dx[i], (g(v + 1e-4) - g(v - 1e-4)) / 2e-4, 1e-4);
+  }
+}
+
+// The decoder kernels. Their exactness in blocks is checked against PyTorch
+// (tests/python/torch_llm_test.py); here, each one's own contract.
+TEST(CpuComputeTest, CausalSoftmaxSeesOnlyThePast) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  const int seq = 4;
+  std::vector<float> x = Random(2 * seq * seq, 8);  // two stacked 4 x 4 score matrices
+  c.SoftmaxRows(x.data(), 2 * seq, seq, 0.5f, true);
+  for (int r = 0; r < 2 * seq; ++r) {
+    double sum = 0;
+    for (int col = 0; col < seq; ++col) {
+      const float p = x[r * seq + col];
+      if (col > r % seq) {
+        EXPECT_EQ(p, 0.0f) << "row " << r << " saw position " << col;
+      }
+      sum += p;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << r;
+  }
+}
+
+TEST(CpuComputeTest, RotaryRotatesPairsByPositionAndInverseUndoesIt) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  // 3 rows (positions 0, 1, 2 of one sequence), one group of 1 rotated head of dim 4 in a
+  // row of 6 (the last 2 columns stay).
+  std::vector<float> x = Random(18, 9), original = x;
+  const std::vector<float> cos = {1, 1, 0.6f, 0.8f, 0, -1}, sin = {0, 0, 0.8f, 0.6f, 1, 0};
+  c.Rotary(x.data(), 3, 3, 6, 1, 6, 1, 4, cos.data(), sin.data(), false);
+  for (int r = 0; r < 3; ++r) {
+    for (int j = 0; j < 2; ++j) {
+      const float a = original[r * 6 + j], b = original[r * 6 + j + 2];
+      const float co = cos[r * 2 + j], si = sin[r * 2 + j];
+      EXPECT_NEAR(x[r * 6 + j], a * co - b * si, 1e-6);
+      EXPECT_NEAR(x[r * 6 + j + 2], b * co + a * si, 1e-6);
+    }
+    EXPECT_EQ(x[r * 6 + 4], original[r * 6 + 4]);
+    EXPECT_EQ(x[r * 6 + 5], original[r * 6 + 5]);
+  }
+  c.Rotary(x.data(), 3, 3, 6, 1, 6, 1, 4, cos.data(), sin.data(), true);
+  for (int i = 0; i < 18; ++i) EXPECT_NEAR(x[i], original[i], 1e-6) << i;
+}
+
+TEST(CpuComputeTest, SwiGluAndItsGradient) {
+  auto backend = SingleRank();
+  Compute& c = backend->compute();
+  const int units = 2, unit = 3, n = units * unit;  // one row: [g0 g0 g0 u0 u0 u0 g1 ... u1]
+  const std::vector<float> gate_up = Random(2 * n, 10), w = Random(n, 11);
+  std::vector<float> out(n), grad = gate_up;
+  c.SwiGluForward(gate_up.data(), out.data(), 1, units, unit);
+  for (int u = 0; u < units; ++u) {
+    for (int i = 0; i < unit; ++i) {
+      const double g = gate_up[u * 2 * unit + i], up = gate_up[u * 2 * unit + unit + i];
+      EXPECT_NEAR(out[u * unit + i], g / (1 + std::exp(-g)) * up, 1e-6);
+    }
+  }
+  // Finite differences of <w, swiglu(gate_up)>, with the gradient computed in place.
+  c.SwiGluBackward(grad.data(), w.data(), grad.data(), 1, units, unit);
+  for (int i = 0; i < 2 * n; ++i) {
+    auto f = [&](float delta) {
+      std::vector<float> in = gate_up, y(n);
+      in[i] += delta;
+      c.SwiGluForward(in.data(), y.data(), 1, units, unit);
+      double sum = 0;
+      for (int j = 0; j < n; ++j) sum += w[j] * y[j];
+      return sum;
+    };
+    EXPECT_NEAR(grad[i], (f(1e-3f) - f(-1e-3f)) / 2e-3, 2e-3) << i;
   }
 }
 

@@ -280,9 +280,118 @@ TEST_F(CudaBackendTest, SoftmaxRowsMatchesHostReference) {
     SCOPED_TRACE(absl::StrCat("rows=", rows, " cols=", cols));
     const std::vector<float> x = Random(static_cast<size_t>(rows) * cols, -3, 3, 12);
     Buffer dx = Upload(x);
-    compute().SoftmaxRows(dx.data(), rows, cols, scale);
+    compute().SoftmaxRows(dx.data(), rows, cols, scale, false);
     ExpectSynchronized();
     ExpectClose(Download(dx), ReferenceSoftmax(x, rows, cols, scale));
+  }
+}
+
+// The LLM kernels (causal softmax, RoPE, SwiGLU) against host references in double.
+TEST_F(CudaBackendTest, CausalSoftmaxZeroesTheFuture) {
+  const int seq = 7, rows = 3 * seq;  // three stacked seq x seq score matrices
+  const std::vector<float> x = Random(static_cast<size_t>(rows) * seq, -3, 3, 31);
+  std::vector<double> want(x.size(), 0.0);
+  for (int r = 0; r < rows; ++r) {
+    const int seen = r % seq + 1;
+    const std::vector<float> row(x.begin() + r * seq, x.begin() + r * seq + seen);
+    const std::vector<double> p = ReferenceSoftmax(row, 1, seen, 0.5);
+    std::copy(p.begin(), p.end(), want.begin() + r * seq);
+  }
+  Buffer dx = Upload(x);
+  compute().SoftmaxRows(dx.data(), rows, seq, 0.5f, true);
+  ExpectSynchronized();
+  ExpectClose(Download(dx), want);
+}
+
+TEST_F(CudaBackendTest, RotaryMatchesHostReferenceAndInverseUndoesIt) {
+  // Two groups of (2 rotated heads + 1 untouched) heads of dim 6, 4 positions, 8 rows.
+  const int rows = 8, seq = 4, d = 6, half = 3, groups = 2, heads = 2, stride = 3 * d;
+  const int ld = groups * stride;
+  const std::vector<float> x = Random(static_cast<size_t>(rows) * ld, -2, 2, 41);
+  std::vector<float> cos(seq * half), sin(seq * half);
+  for (int p = 0; p < seq; ++p) {
+    for (int j = 0; j < half; ++j) {
+      const double angle = p * std::pow(10000.0, -2.0 * j / d);
+      cos[p * half + j] = static_cast<float>(std::cos(angle));
+      sin[p * half + j] = static_cast<float>(std::sin(angle));
+    }
+  }
+  std::vector<double> want = ToDouble(x);
+  for (int r = 0; r < rows; ++r) {
+    for (int g = 0; g < groups; ++g) {
+      for (int i = 0; i < heads; ++i) {
+        const size_t at = static_cast<size_t>(r) * ld + g * stride + i * d;
+        for (int j = 0; j < half; ++j) {
+          const double c = cos[(r % seq) * half + j], s = sin[(r % seq) * half + j];
+          want[at + j] = x[at + j] * c - x[at + j + half] * s;
+          want[at + j + half] = x[at + j + half] * c + x[at + j] * s;
+        }
+      }
+    }
+  }
+  Buffer dx = Upload(x), dcos = Upload(cos), dsin = Upload(sin);
+  compute().Rotary(dx.data(), rows, seq, ld, groups, stride, heads, d, dcos.data(), dsin.data(),
+                   false);
+  ExpectSynchronized();
+  ExpectClose(Download(dx), want);
+  compute().Rotary(dx.data(), rows, seq, ld, groups, stride, heads, d, dcos.data(), dsin.data(),
+                   true);
+  ExpectSynchronized();
+  ExpectClose(Download(dx), ToDouble(x));
+}
+
+TEST_F(CudaBackendTest, SwiGluAndItsGradientMatchHostReference) {
+  const int rows = 5, units = 3, unit = 4, n = units * unit;
+  const std::vector<float> gate_up = Random(static_cast<size_t>(rows) * 2 * n, -3, 3, 51);
+  const std::vector<float> dout = Random(static_cast<size_t>(rows) * n, -1, 1, 52);
+  std::vector<double> want_out(rows * n), want_grad(gate_up.size());
+  for (int r = 0; r < rows; ++r) {
+    for (int u = 0; u < units; ++u) {
+      for (int i = 0; i < unit; ++i) {
+        const size_t at = static_cast<size_t>(r) * 2 * n + u * 2 * unit + i, o = r * n + u * unit + i;
+        const double g = gate_up[at], up = gate_up[at + unit], sig = 1.0 / (1.0 + std::exp(-g));
+        want_out[o] = g * sig * up;
+        want_grad[at] = dout[o] * up * sig * (1.0 + g * (1.0 - sig));
+        want_grad[at + unit] = dout[o] * g * sig;
+      }
+    }
+  }
+  Buffer dgu = Upload(gate_up), dd = Upload(dout), out = Allocate(rows * n);
+  compute().SwiGluForward(dgu.data(), out.data(), rows, units, unit);
+  compute().SwiGluBackward(dgu.data(), dd.data(), dgu.data(), rows, units, unit);  // in place
+  ExpectSynchronized();
+  ExpectClose(Download(out), want_out);
+  ExpectClose(Download(dgu), want_grad);
+}
+
+// bf16 and fp16 GEMMs: fp32 in and out, 16-bit inputs inside, fp32 accumulation; within
+// the inputs' rounding (8 and 11 mantissa bits) of the double reference.
+TEST(CudaMixedPrecisionTest, SixteenBitGemmsAccumulateInFp32) {
+  if (!CudaAvailable()) GTEST_SKIP() << kNoGpu;
+  const int m = 33, n = 65, k = 257;
+  const std::vector<float> a = Random(static_cast<size_t>(m) * k, -1, 1, 61);
+  const std::vector<float> b = Random(static_cast<size_t>(k) * n, -1, 1, 62);
+  std::vector<double> want(static_cast<size_t>(m) * n, 0.0);
+  ReferenceGemm(false, false, m, n, k, 1.0, a.data(), k, b.data(), n, 0.0, want.data(), n);
+  for (auto [precision, rel] : {std::pair{GemmPrecision::kBf16, 3e-2},
+                                std::pair{GemmPrecision::kFp16, 4e-3}}) {
+    CudaBackendOptions options;
+    options.prefix = UniquePrefix();
+    options.gemm_precision = precision;
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    Compute& c = (*backend)->compute();
+    absl::StatusOr<Buffer> da = c.Allocate(a.size()), db = c.Allocate(b.size()),
+                           dc = c.Allocate(want.size());
+    ASSERT_TRUE(da.ok() && db.ok() && dc.ok());
+    c.CopyFromHost(a.data(), da->data(), a.size());
+    c.CopyFromHost(b.data(), db->data(), b.size());
+    c.Gemm(false, false, m, n, k, 1.0f, da->data(), k, db->data(), n, 0.0f, dc->data(), n);
+    std::vector<float> got(want.size());
+    c.CopyToHost(dc->data(), got.data(), got.size());
+    BALLAST_TEST_EXPECT_OK(c.Synchronize());
+    // Errors scale with sqrt(k) * |a||b|: compare against the largest product magnitude.
+    ExpectClose(got, want, rel, std::sqrt(static_cast<double>(k)));
   }
 }
 
@@ -455,7 +564,7 @@ TEST_F(CudaBackendTest, UnitL1MatchesHostReference) {
 TEST_F(CudaBackendTest, DeferredErrorIsReportedOnceBySynchronize) {
   Buffer x = Allocate(16);
   compute().Gemm(false, false, -1, 4, 4, 1.0f, x.data(), 4, x.data(), 4, 0.0f, x.data(), 4);
-  compute().SoftmaxRows(x.data(), -3, 4, 1.0f);  // a second failure; the first one wins
+  compute().SoftmaxRows(x.data(), -3, 4, 1.0f, false);  // a second failure; the first one wins
   const absl::Status status = compute().Synchronize();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("Gemm"), absl::string_view::npos) << status;

@@ -427,6 +427,18 @@ TEST(AttentionCreateTest, RejectsBadConfigsNamingTheField) {
   add("num_heads -8", "num_heads", [](AttentionConfig& c) { c.num_heads = -8; });
   add("head_dim 0", "head_dim", [](AttentionConfig& c) { c.head_dim = 0; });
   add("head_dim -8", "head_dim", [](AttentionConfig& c) { c.head_dim = -8; });
+  add("3 groups for 8 heads", "num_query_groups", [](AttentionConfig& c) {
+    c.num_query_groups = 3;
+  });
+  add("-2 groups", "num_query_groups", [](AttentionConfig& c) { c.num_query_groups = -2; });
+  add("RoPE on head_dim 7", "head_dim", [](AttentionConfig& c) {
+    c.rotary = true;
+    c.head_dim = 7;
+  });
+  add("RoPE base 1", "rotary_base", [](AttentionConfig& c) {
+    c.rotary = true;
+    c.rotary_base = 1.0f;
+  });
   add("owner_of_unit too short", "owner_of_unit", [](AttentionConfig& c) {
     c.units.owner_of_unit = std::vector<RankId>(kHeads - 1, RankId(0));
   });

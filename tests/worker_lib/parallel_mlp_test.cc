@@ -484,6 +484,7 @@ TEST(MlpCreateTest, RejectsBadConfigsNamingTheField) {
   add("intermediate 0", "intermediate", [](MlpConfig& c) { c.intermediate = 0; });
   add("intermediate -128", "intermediate", [](MlpConfig& c) { c.intermediate = -128; });
   add("unit_size 0", "unit_size", [](MlpConfig& c) { c.unit_size = 0; });
+  add("activation 7", "activation", [](MlpConfig& c) { c.activation = MlpActivation(7); });
   add("unit_size -8", "unit_size", [](MlpConfig& c) { c.unit_size = -8; });
   add("unit_size 12 does not divide 128", "unit_size", [](MlpConfig& c) { c.unit_size = 12; });
   add("unit_size 256 > intermediate", "unit_size", [](MlpConfig& c) { c.unit_size = 256; });

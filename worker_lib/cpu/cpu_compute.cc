@@ -148,18 +148,76 @@ void CpuCompute::GeluBackward(const float* pre, const float* dout, float* dpre, 
   }
 }
 
-void CpuCompute::SoftmaxRows(float* x, int rows, int cols, float scale) {
+void CpuCompute::SoftmaxRows(float* x, int rows, int cols, float scale, bool causal) {
   for (int r = 0; r < rows; ++r) {
     float* row = x + static_cast<int64_t>(r) * cols;
+    const int seen = causal ? r % cols + 1 : cols;  // columns this query may attend to
     float max_v = -INFINITY;
-    for (int c = 0; c < cols; ++c) max_v = std::max(max_v, scale * row[c]);
+    for (int c = 0; c < seen; ++c) max_v = std::max(max_v, scale * row[c]);
     float sum = 0;
-    for (int c = 0; c < cols; ++c) {
+    for (int c = 0; c < seen; ++c) {
       row[c] = std::exp(scale * row[c] - max_v);
       sum += row[c];
     }
     const float inv = 1.0f / sum;
-    for (int c = 0; c < cols; ++c) row[c] *= inv;
+    for (int c = 0; c < seen; ++c) row[c] *= inv;
+    for (int c = seen; c < cols; ++c) row[c] = 0.0f;
+  }
+}
+
+void CpuCompute::Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
+                        int heads, int head_dim, const float* cos, const float* sin,
+                        bool inverse) {
+  const int half = head_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
+  for (int r = 0; r < rows; ++r) {
+    const float* c_pos = cos + static_cast<int64_t>(r % seq) * half;
+    const float* s_pos = sin + static_cast<int64_t>(r % seq) * half;
+    for (int g = 0; g < groups; ++g) {
+      for (int i = 0; i < heads; ++i) {
+        float* a = x + static_cast<int64_t>(r) * ld + g * group_stride + i * head_dim;
+        float* b = a + half;
+        for (int j = 0; j < half; ++j) {
+          const float aj = a[j], bj = b[j], sj = sign * s_pos[j];
+          a[j] = aj * c_pos[j] - bj * sj;
+          b[j] = bj * c_pos[j] + aj * sj;
+        }
+      }
+    }
+  }
+}
+
+void CpuCompute::SwiGluForward(const float* gate_up, float* out, int rows, int units,
+                               int unit_size) {
+  const int64_t n = static_cast<int64_t>(units) * unit_size;
+  for (int r = 0; r < rows; ++r) {
+    for (int u = 0; u < units; ++u) {
+      const float* g = gate_up + r * 2 * n + static_cast<int64_t>(u) * 2 * unit_size;
+      const float* up = g + unit_size;
+      float* o = out + r * n + static_cast<int64_t>(u) * unit_size;
+      for (int i = 0; i < unit_size; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * up[i];
+    }
+  }
+}
+
+void CpuCompute::SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up,
+                                int rows, int units, int unit_size) {
+  const int64_t n = static_cast<int64_t>(units) * unit_size;
+  for (int r = 0; r < rows; ++r) {
+    for (int u = 0; u < units; ++u) {
+      const int64_t at = r * 2 * n + static_cast<int64_t>(u) * 2 * unit_size;
+      const float* g = gate_up + at;
+      const float* up = g + unit_size;
+      float* dg = dgate_up + at;
+      float* dup = dg + unit_size;
+      const float* d = dout + r * n + static_cast<int64_t>(u) * unit_size;
+      for (int i = 0; i < unit_size; ++i) {
+        const float gi = g[i], upi = up[i];  // read both first: dgate_up may alias gate_up
+        const float sig = 1.0f / (1.0f + std::exp(-gi));
+        dup[i] = d[i] * gi * sig;
+        dg[i] = d[i] * upi * sig * (1.0f + gi * (1.0f - sig));
+      }
+    }
   }
 }
 

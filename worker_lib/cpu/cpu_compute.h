@@ -32,7 +32,13 @@ class CpuCompute final : public Compute {
   void GeluForward(const float* pre, float* out, int rows, int cols, int ld) override;
   void GeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
                     int ld) override;
-  void SoftmaxRows(float* x, int rows, int cols, float scale) override;
+  void SoftmaxRows(float* x, int rows, int cols, float scale, bool causal) override;
+  void Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride, int heads,
+              int head_dim, const float* cos, const float* sin, bool inverse) override;
+  void SwiGluForward(const float* gate_up, float* out, int rows, int units,
+                     int unit_size) override;
+  void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
+                      int units, int unit_size) override;
   void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) override;
   void LayerNormForward(const float* x, const float* gamma, const float* beta, int rows, int cols,
                         float eps, float* y, float* mean, float* rstd) override;

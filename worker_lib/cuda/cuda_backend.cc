@@ -386,6 +386,14 @@ absl::Status CheckRowMajor(const char* op, int rows, int cols, int ld) {
   return absl::OkStatus();
 }
 
+absl::Status CheckSwiGlu(const char* op, int rows, int units, int unit_size) {
+  if (rows < 0 || units < 0 || unit_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": invalid shape rows=", rows,
+                                                   " units=", units, " unit_size=", unit_size));
+  }
+  return absl::OkStatus();
+}
+
 // The shape checks cuBLAS would make, phrased in the row-major terms of compute.h.
 absl::Status CheckGemm(const char* op, bool trans_a, bool trans_b, int m, int n, int k, int lda,
                        int ldb, int ldc) {
@@ -406,12 +414,24 @@ absl::Status CheckGemm(const char* op, bool trans_a, bool trans_b, int m, int n,
 
 class CudaCompute : public Compute {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaCompute>> Create(std::shared_ptr<StreamContext> ctx) {
+  static absl::StatusOr<std::unique_ptr<CudaCompute>> Create(std::shared_ptr<StreamContext> ctx,
+                                                             GemmPrecision precision) {
     BALLAST_RETURN_IF_ERROR(ctx->Activate());
     cublasHandle_t handle = nullptr;
     BALLAST_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
     // Owns the handle from here on, also on the error paths below.
     std::unique_ptr<CudaCompute> compute(new CudaCompute(ctx, handle));
+    switch (precision) {
+      case GemmPrecision::kFp32:
+        compute->compute_type_ = CUBLAS_COMPUTE_32F;
+        break;
+      case GemmPrecision::kBf16:
+        compute->compute_type_ = CUBLAS_COMPUTE_32F_FAST_16BF;
+        break;
+      case GemmPrecision::kFp16:
+        compute->compute_type_ = CUBLAS_COMPUTE_32F_FAST_16F;
+        break;
+    }
     BALLAST_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, ctx->stream()));
     // Plain FP32 (no TF32 tensor-op math): the CPU backend is the reference and the two
     // must agree to ~1e-5, which TF32's 10-bit mantissa would not.
@@ -475,8 +495,16 @@ class CudaCompute : public Compute {
     // Row-major C (m x n, stride ldc) is column-major C^T (n x m, same stride), and
     // C^T = op(B)^T op(A)^T. A row-major operand read column-major is its own transpose,
     // so cuBLAS gets B first, then A, with the transpose flags unchanged and m, n swapped.
-    Defer(BALLAST_CUBLAS_STATUS(cublasSgemm(cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n, m,
-                                            k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+    if (compute_type_ == CUBLAS_COMPUTE_32F) {
+      Defer(BALLAST_CUBLAS_STATUS(cublasSgemm(cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n,
+                                              m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+      return;
+    }
+    // fp32 in and out, 16-bit inputs inside: tensor cores with fp32 accumulation.
+    Defer(BALLAST_CUBLAS_STATUS(cublasGemmEx(cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n,
+                                             m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
+                                             &beta, c, CUDA_R_32F, ldc, compute_type_,
+                                             CUBLAS_GEMM_DEFAULT)));
   }
 
   void GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -491,9 +519,16 @@ class CudaCompute : public Compute {
     }
     if (m == 0 || n == 0 || batch == 0) return;
     // Same operand swap as Gemm; the strides travel with their matrices.
-    Defer(BALLAST_CUBLAS_STATUS(cublasSgemmStridedBatched(
-        cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n, m, k, &alpha, b, ldb, stride_b, a,
-        lda, stride_a, &beta, c, ldc, stride_c, batch)));
+    if (compute_type_ == CUBLAS_COMPUTE_32F) {
+      Defer(BALLAST_CUBLAS_STATUS(cublasSgemmStridedBatched(
+          cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n, m, k, &alpha, b, ldb, stride_b, a,
+          lda, stride_a, &beta, c, ldc, stride_c, batch)));
+      return;
+    }
+    Defer(BALLAST_CUBLAS_STATUS(cublasGemmStridedBatchedEx(
+        cublas_, ToCublasOp(trans_b), ToCublasOp(trans_a), n, m, k, &alpha, b, CUDA_R_32F, ldb,
+        stride_b, a, CUDA_R_32F, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch,
+        compute_type_, CUBLAS_GEMM_DEFAULT)));
   }
 
   void Axpy(float alpha, const float* x, float* y, size_t n) override {
@@ -531,9 +566,39 @@ class CudaCompute : public Compute {
         cuda_internal::LaunchGeluBackward(pre, dout, dpre, rows, cols, ld, stream())));
   }
 
-  void SoftmaxRows(float* x, int rows, int cols, float scale) override {
+  void SoftmaxRows(float* x, int rows, int cols, float scale, bool causal) override {
     if (!Activate() || !Defer(CheckRowMajor("SoftmaxRows", rows, cols, cols))) return;
-    Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchSoftmaxRows(x, rows, cols, scale, stream())));
+    Defer(BALLAST_CUDA_STATUS(
+        cuda_internal::LaunchSoftmaxRows(x, rows, cols, scale, causal, stream())));
+  }
+
+  void Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride, int heads,
+              int head_dim, const float* cos, const float* sin, bool inverse) override {
+    if (!Activate()) return;
+    if (rows < 0 || seq <= 0 || groups < 0 || heads < 0 || head_dim <= 0 || head_dim % 2 != 0 ||
+        static_cast<int64_t>(groups - 1) * group_stride + static_cast<int64_t>(heads) * head_dim >
+            ld) {
+      Defer(absl::InvalidArgumentError(absl::StrCat(
+          "Rotary: rows ", rows, " seq ", seq, " ld ", ld, " groups ", groups, " group_stride ",
+          group_stride, " heads ", heads, " head_dim ", head_dim, " do not fit")));
+      return;
+    }
+    Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchRotary(
+        x, rows, seq, ld, groups, group_stride, heads, head_dim, cos, sin, inverse, stream())));
+  }
+
+  void SwiGluForward(const float* gate_up, float* out, int rows, int units,
+                     int unit_size) override {
+    if (!Activate() || !Defer(CheckSwiGlu("SwiGluForward", rows, units, unit_size))) return;
+    Defer(BALLAST_CUDA_STATUS(
+        cuda_internal::LaunchSwiGluForward(gate_up, out, rows, units, unit_size, stream())));
+  }
+
+  void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
+                      int units, int unit_size) override {
+    if (!Activate() || !Defer(CheckSwiGlu("SwiGluBackward", rows, units, unit_size))) return;
+    Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchSwiGluBackward(gate_up, dout, dgate_up, rows,
+                                                                  units, unit_size, stream())));
   }
 
   void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) override {
@@ -622,6 +687,9 @@ class CudaCompute : public Compute {
  private:
   CudaCompute(std::shared_ptr<StreamContext> ctx, cublasHandle_t cublas)
       : ctx_(ctx), cublas_(cublas), unit_l1_scratch_(ctx) {}
+
+  // CUBLAS_COMPUTE_32F (plain Sgemm) unless CudaBackendOptions asked for 16-bit GEMMs.
+  cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;
 
   cudaStream_t stream() const { return ctx_->stream(); }
 
@@ -1081,7 +1149,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   }
   BALLAST_ASSIGN_OR_RETURN(std::shared_ptr<StreamContext> ctx,
                            StreamContext::Create(options.device));
-  BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<CudaCompute> compute, CudaCompute::Create(ctx));
+  BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<CudaCompute> compute, CudaCompute::Create(ctx, options.gemm_precision));
   BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
                            NcclCommunicator::Create(options, ctx));
   int nccl_version = 0;

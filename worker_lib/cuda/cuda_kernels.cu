@@ -154,20 +154,67 @@ __global__ void ColumnSumKernel(const float* x, int rows, int cols, int ld, floa
   }
 }
 
-__global__ void SoftmaxRowsKernel(float* x, int rows, int cols, float scale) {
+__global__ void SoftmaxRowsKernel(float* x, int rows, int cols, float scale, bool causal) {
   __shared__ float shared[32];
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     float* xr = x + static_cast<size_t>(row) * cols;
+    const int seen = causal ? row % cols + 1 : cols;
     float local_max = -INFINITY;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+    for (int c = threadIdx.x; c < seen; c += blockDim.x)
       local_max = fmaxf(local_max, scale * xr[c]);
     const float row_max = BlockReduce(local_max, MaxOp(), -INFINITY, shared);
     float local_sum = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) local_sum += expf(scale * xr[c] - row_max);
+    for (int c = threadIdx.x; c < seen; c += blockDim.x) local_sum += expf(scale * xr[c] - row_max);
     const float row_sum = BlockReduce(local_sum, SumOp(), 0.0f, shared);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      xr[c] = expf(scale * xr[c] - row_max) / row_sum;
+      xr[c] = c < seen ? expf(scale * xr[c] - row_max) / row_sum : 0.0f;
     }
+  }
+}
+
+// One thread per rotated pair (row, group, head, j < head_dim / 2).
+__global__ void RotaryKernel(float* x, int rows, int seq, int ld, int groups, int group_stride,
+                             int heads, int head_dim, const float* cos, const float* sin,
+                             float sign) {
+  const int half = head_dim / 2;
+  const size_t total = static_cast<size_t>(rows) * groups * heads * half;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const int j = static_cast<int>(i % half);
+    size_t rest = i / half;
+    const int head = static_cast<int>(rest % heads);
+    rest /= heads;
+    const int g = static_cast<int>(rest % groups);
+    const size_t r = rest / groups;
+    const size_t angle = (r % seq) * half + j;
+    float* a = x + r * ld + static_cast<size_t>(g) * group_stride + head * head_dim + j;
+    const float aj = a[0], bj = a[half], c = cos[angle], s = sign * sin[angle];
+    a[0] = aj * c - bj * s;
+    a[half] = bj * c + aj * s;
+  }
+}
+
+__global__ void SwiGluForwardKernel(const float* gate_up, float* out, int rows, int units,
+                                    int unit_size) {
+  const size_t n = static_cast<size_t>(units) * unit_size;
+  const size_t total = static_cast<size_t>(rows) * n;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const size_t r = i / n, col = i % n, u = col / unit_size, k = col % unit_size;
+    const float* g = gate_up + r * 2 * n + u * 2 * unit_size + k;
+    out[i] = g[0] / (1.0f + expf(-g[0])) * g[unit_size];
+  }
+}
+
+__global__ void SwiGluBackwardKernel(const float* gate_up, const float* dout, float* dgate_up,
+                                     int rows, int units, int unit_size) {
+  const size_t n = static_cast<size_t>(units) * unit_size;
+  const size_t total = static_cast<size_t>(rows) * n;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const size_t r = i / n, col = i % n, u = col / unit_size, k = col % unit_size;
+    const size_t at = r * 2 * n + u * 2 * unit_size + k;
+    const float g = gate_up[at], up = gate_up[at + unit_size], d = dout[i];
+    const float sig = 1.0f / (1.0f + expf(-g));
+    dgate_up[at + unit_size] = d * g * sig;
+    dgate_up[at] = d * up * sig * (1.0f + g * (1.0f - sig));
   }
 }
 
@@ -369,10 +416,39 @@ cudaError_t LaunchGeluBackward(const float* pre, const float* dout, float* dpre,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, cudaStream_t stream) {
+cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, bool causal,
+                              cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const int blocks = std::min(rows, kMaxRowBlocks);
-  SoftmaxRowsKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, rows, cols, scale);
+  SoftmaxRowsKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, rows, cols, scale, causal);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
+                         int heads, int head_dim, const float* cos, const float* sin,
+                         bool inverse, cudaStream_t stream) {
+  if (rows <= 0 || groups <= 0 || heads <= 0 || head_dim < 2 || seq <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(rows) * groups * heads * (head_dim / 2);
+  RotaryKernel<<<BlocksFor(total), kThreads, 0, stream>>>(
+      x, rows, seq, ld, groups, group_stride, heads, head_dim, cos, sin, inverse ? -1.0f : 1.0f);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGluForward(const float* gate_up, float* out, int rows, int units,
+                                int unit_size, cudaStream_t stream) {
+  if (rows <= 0 || units <= 0 || unit_size <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(rows) * units * unit_size;
+  SwiGluForwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(gate_up, out, rows, units,
+                                                                 unit_size);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGluBackward(const float* gate_up, const float* dout, float* dgate_up,
+                                 int rows, int units, int unit_size, cudaStream_t stream) {
+  if (rows <= 0 || units <= 0 || unit_size <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(rows) * units * unit_size;
+  SwiGluBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(gate_up, dout, dgate_up, rows,
+                                                                  units, unit_size);
   return cudaGetLastError();
 }
 

@@ -38,8 +38,20 @@ cudaError_t LaunchGeluForward(const float* pre, float* out, int rows, int cols, 
 // dpre[r, c] = dout[r, c] * gelu'(pre[r, c]); all with row stride ld. dpre may alias dout.
 cudaError_t LaunchGeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
                                int ld, cudaStream_t stream);
-// In place, contiguous rows: x[r, :] = softmax(scale * x[r, :]) (max-subtracted).
-cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, cudaStream_t stream);
+// In place, contiguous rows: x[r, :] = softmax(scale * x[r, :]) (max-subtracted); with
+// `causal`, row r sees columns 0..r % cols only and the rest become 0.
+cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, bool causal,
+                              cudaStream_t stream);
+// RoPE on head slices, in place (see Compute::Rotary); head_dim even.
+cudaError_t LaunchRotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
+                         int heads, int head_dim, const float* cos, const float* sin,
+                         bool inverse, cudaStream_t stream);
+// SwiGLU over unit tiles and its gradient (see Compute::SwiGluForward / SwiGluBackward);
+// dgate_up may alias gate_up.
+cudaError_t LaunchSwiGluForward(const float* gate_up, float* out, int rows, int units,
+                                int unit_size, cudaStream_t stream);
+cudaError_t LaunchSwiGluBackward(const float* gate_up, const float* dout, float* dgate_up,
+                                 int rows, int units, int unit_size, cudaStream_t stream);
 // In place: dx[r, :] = scale * p[r, :] * (dx[r, :] - <dx[r, :], p[r, :]>).
 cudaError_t LaunchSoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale,
                                       cudaStream_t stream);

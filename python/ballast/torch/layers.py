@@ -12,8 +12,17 @@ it (its gradient is computed by the block from the output's gradient, exact when
 the bias is added to the output, as every Megatron layer does).
 
 Numerics to match: the MLP's GELU is the tanh approximation (``nn.GELU("tanh")``);
-PyTorch's default erf GELU differs by about 2e-4 relative. Attention is bidirectional
-(no mask), with biases on Q, K, V and the output projection, softmax scale 1/sqrt(d).
+PyTorch's default erf GELU differs by about 2e-4 relative; SwiGLU is
+``silu(fc1(x)) * fc1_up(x)``. Attention has biases on Q, K, V and the output projection,
+softmax scale 1/sqrt(d); it is bidirectional unless ``causal=True``; grouped-query
+attention shares K/V head g among query heads ``g*h/groups .. (g+1)*h/groups - 1`` (as
+Hugging Face's ``repeat_kv``); RoPE (``rotary=True``) uses the rotate-half convention with
+positions restarting at 0 in each sequence.
+
+Micro-batches: run forward and backward per micro-batch, then one optimizer step; the
+layers accumulate gradients like torch parameters, and ``zero_grad()`` drops them.
+``recompute=True`` keeps no activations between a layer's forward and backward (the
+backward recomputes them), the memory-for-compute trade of activation checkpointing.
 
 Ballast owns the parameters: they live in C++ in unit slabs that reorder (priority
 windows) and move between ranks (reshards), so they are not ``nn.Parameter``s. Train
@@ -76,13 +85,8 @@ class _BlockFunction(torch.autograd.Function):
         if ctx.token != layer._forward_token:
             raise RuntimeError(
                 f"{layer._name()}: backward of a forward that a later forward of the same "
-                f"layer replaced; Ballast blocks keep one forward per step for backward "
-                f"(micro-batches with gradient accumulation are not supported yet)")
-        if layer._grads_step == layer._session.step:
-            raise RuntimeError(
-                f"{layer._name()}: a second backward in one step; call optimizer.step() "
-                f"(or zero_grad()) after each backward (gradient accumulation over "
-                f"micro-batches is not supported yet)")
+                f"layer replaced; a Ballast block differentiates its latest forward, so run "
+                f"each micro-batch's backward before the next micro-batch's forward")
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
         layer._block.backward(dy, dx)
@@ -154,7 +158,13 @@ class _BallastLayer(nn.Module):
         self._grads_step = -1
 
     def _discard_grads(self) -> None:
+        self._block.discard_gradients()
         self._grads_step = -1
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of activations the block holds for its backward (0 with recompute)."""
+        return self._block.activation_bytes
 
     # --- Dense state. ---
     def dense(self, field: str = "value") -> torch.Tensor:
@@ -200,37 +210,43 @@ class _BallastLayer(nn.Module):
 
 
 def _block_args(session, block_id: Optional[int], seed: Optional[int], priority: str,
-                priority_window: int, owner_of_unit: Optional[List[int]]):
+                priority_window: int, owner_of_unit: Optional[List[int]], recompute: bool):
     if priority not in _PRIORITIES:
         raise ValueError(f"priority '{priority}' is not one of {', '.join(_PRIORITIES)}")
     block_id = session._new_block_id(block_id)
     return dict(session=session._core, id=block_id,
                 seed=block_id if seed is None else seed, priority=priority,
-                priority_window=priority_window, owner_of_unit=list(owner_of_unit or []))
+                priority_window=priority_window, owner_of_unit=list(owner_of_unit or []),
+                recompute=bool(recompute))
 
 
 class ParallelMLP(_BallastLayer):
-    """``linear_fc2(gelu_tanh(linear_fc1(x)))`` split over the TP group by units.
+    """``linear_fc2(gelu_tanh(linear_fc1(x)))``, or with ``activation="swiglu"``
+    ``linear_fc2(silu(linear_fc1(x)) * linear_fc1_up(x))``, split over the TP group.
 
-    A unit is ``unit_size`` consecutive intermediate neurons (fc1 columns and fc2 rows).
-    State-dict keys (torch ``nn.Linear`` layout): ``linear_fc1.weight`` [ffn, h],
-    ``linear_fc1.bias``, ``linear_fc2.weight`` [h, ffn], ``linear_fc2.bias``.
+    A unit is ``unit_size`` consecutive intermediate neurons (fc1 and fc1_up columns, fc2
+    rows). State-dict keys (torch ``nn.Linear`` layout): ``linear_fc1.weight`` [ffn, h],
+    ``linear_fc1.bias``, under SwiGLU ``linear_fc1_up.weight`` and ``.bias`` (same shapes),
+    ``linear_fc2.weight`` [h, ffn], ``linear_fc2.bias``.
     """
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, *, unit_size: int = 64,
+                 activation: str = "gelu", recompute: bool = False,
                  skip_bias_add: bool = False, batch_first: bool = False,
                  block_id: Optional[int] = None, seed: Optional[int] = None,
                  priority: str = "change", priority_window: int = 50,
                  owner_of_unit: Optional[List[int]] = None) -> None:
         s = _session()
         block = _C.Block.mlp(hidden=hidden_size, intermediate=ffn_hidden_size,
-                             unit_size=unit_size,
+                             unit_size=unit_size, activation=activation,
                              **_block_args(s, block_id, seed, priority, priority_window,
-                                           owner_of_unit))
+                                           owner_of_unit, recompute))
         super().__init__(s, block, skip_bias_add, batch_first)
         self.hidden_size = hidden_size
         self.ffn_hidden_size = ffn_hidden_size
         self.unit_size = unit_size
+        self.activation = activation
+        self.recompute = recompute
 
     def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
                                                              Optional[torch.Tensor]]:
@@ -241,21 +257,27 @@ class ParallelMLP(_BallastLayer):
 
     def _layout(self):
         h, f = self.hidden_size, self.ffn_hidden_size
-        return [("linear_fc1.weight", (h, f)), ("linear_fc1.bias", (f,)),
-                ("linear_fc2.weight", (f, h)), ("linear_fc2.bias", (h,))]
+        up = ([("linear_fc1_up.weight", (h, f)), ("linear_fc1_up.bias", (f,))]
+              if self.activation == "swiglu" else [])
+        return ([("linear_fc1.weight", (h, f)), ("linear_fc1.bias", (f,))] + up +
+                [("linear_fc2.weight", (f, h)), ("linear_fc2.bias", (h,))])
 
 
 class ParallelSelfAttention(_BallastLayer):
-    """Bidirectional multi-head self-attention split over the TP group by heads.
+    """Self-attention split over the TP group by K/V groups: multi-head by default,
+    grouped-query with ``num_query_groups``, optionally causal and with RoPE.
 
-    A unit is one head: its Q, K, V columns and its rows of the output projection.
-    State-dict keys (torch ``nn.Linear`` layout, heads concatenated):
-    ``linear_q.weight`` [heads*d, h], ``linear_k.weight``, ``linear_v.weight``, their
+    A unit is one K/V group: its query heads' Q columns, its K and V columns, and its query
+    heads' rows of the output projection (one head under multi-head attention). State-dict
+    keys (torch ``nn.Linear`` layout, heads concatenated): ``linear_q.weight``
+    [heads*d, h], ``linear_k.weight`` and ``linear_v.weight`` [groups*d, h], their
     ``.bias``, ``linear_proj.weight`` [h, heads*d], ``linear_proj.bias``.
     """
 
     def __init__(self, hidden_size: int, num_attention_heads: int, *,
-                 kv_channels: Optional[int] = None, skip_bias_add: bool = False,
+                 kv_channels: Optional[int] = None, num_query_groups: Optional[int] = None,
+                 causal: bool = False, rotary: bool = False, rotary_base: float = 10000.0,
+                 recompute: bool = False, skip_bias_add: bool = False,
                  batch_first: bool = False, block_id: Optional[int] = None,
                  seed: Optional[int] = None, priority: str = "change",
                  priority_window: int = 50, owner_of_unit: Optional[List[int]] = None) -> None:
@@ -265,21 +287,28 @@ class ParallelSelfAttention(_BallastLayer):
                 raise ValueError(f"hidden_size {hidden_size} is not divisible by "
                                  f"num_attention_heads {num_attention_heads}; pass kv_channels")
             kv_channels = hidden_size // num_attention_heads
+        groups = num_attention_heads if num_query_groups is None else num_query_groups
         block = _C.Block.attention(hidden=hidden_size, num_heads=num_attention_heads,
-                                   head_dim=kv_channels,
+                                   head_dim=kv_channels, num_query_groups=groups,
+                                   causal=bool(causal), rotary=bool(rotary),
+                                   rotary_base=float(rotary_base),
                                    **_block_args(s, block_id, seed, priority, priority_window,
-                                                 owner_of_unit))
+                                                 owner_of_unit, recompute))
         super().__init__(s, block, skip_bias_add, batch_first)
         self.hidden_size = hidden_size
         self.num_attention_heads = num_attention_heads
+        self.num_query_groups = groups
         self.kv_channels = kv_channels
+        self.causal = causal
+        self.rotary = rotary
+        self.recompute = recompute
 
     def forward(self, hidden_states: torch.Tensor,
                 attention_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor,
                                                                          Optional[torch.Tensor]]:
         if attention_mask is not None:
-            raise ValueError(f"{self._name()}: attention masks are not supported (attention "
-                             f"is bidirectional; causal attention is not built yet)")
+            raise ValueError(f"{self._name()}: attention masks are not supported; build the "
+                             f"layer with causal=True for a decoder's causal mask")
         _check_input(hidden_states, self.hidden_size, self._name())
         if self.batch_first:
             b, s, _ = hidden_states.shape
@@ -291,6 +320,8 @@ class ParallelSelfAttention(_BallastLayer):
 
     def _layout(self):
         h, a = self.hidden_size, self.num_attention_heads * self.kv_channels
-        return ([(f"linear_{n}.weight", (h, a)) for n in "qkv"] +
-                [(f"linear_{n}.bias", (a,)) for n in "qkv"] +
+        kv = self.num_query_groups * self.kv_channels
+        return ([("linear_q.weight", (h, a)), ("linear_k.weight", (h, kv)),
+                 ("linear_v.weight", (h, kv)), ("linear_q.bias", (a,)),
+                 ("linear_k.bias", (kv,)), ("linear_v.bias", (kv,))] +
                 [("linear_proj.weight", (a, h)), ("linear_proj.bias", (h,))])

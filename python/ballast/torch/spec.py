@@ -17,12 +17,18 @@ layer spec swaps in Ballast in two lines::
 
 Megatron is not needed to use them: :class:`ModuleSpec` and :func:`build_module` here
 have the same shape as Megatron's (duck-typed: either side's spec works with the other's
-``build_module``). What Ballast cannot honour is refused by name, never approximated:
-gated MLPs (SwiGLU), grouped-query attention, attention masks and rotary embeddings
-(causal LLM blocks are not built yet), sequence parallelism, layers without biases, and
-a ``tensor_model_parallel_size`` other than Ballast's TP group size. Megatron's default
-activation is the erf GELU; Ballast's is the tanh approximation (about 2e-4 relative
-apart): set ``config.activation_func`` accordingly when comparing runs.
+``build_module``). Decoder configs map onto Ballast's options: ``gated_linear_unit``
+with ``activation_func=F.silu`` is SwiGLU, ``num_query_groups`` is grouped-query
+attention, a causal ``attn_mask_type`` is the causal mask, and
+``position_embedding_type="rope"`` (with ``rotary_base``) is RoPE inside the block; the
+``rotary_pos_emb`` Megatron passes to forward is then checked against the block's own
+angles. What Ballast cannot honour is refused by name, never approximated: other gated
+activations, ``rotary_percent`` below 1, explicit attention masks, sequence parallelism,
+layers without biases, and a ``tensor_model_parallel_size`` other than Ballast's TP
+group size. Megatron's default activation is the erf GELU; Ballast's is the tanh
+approximation (about 2e-4 relative apart): set ``config.activation_func`` accordingly
+when comparing runs. Megatron fuses SwiGLU's gate and up projections into one
+``linear_fc1``; Ballast's state dict keeps them as ``linear_fc1`` and ``linear_fc1_up``.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+from torch.nn import functional as F
 
 from ballast.torch.session import session as _session
 from ballast.torch.layers import ParallelMLP, ParallelSelfAttention
@@ -58,12 +65,13 @@ def _check_config(config: Any, what: str) -> None:
         return getattr(config, name, default)
 
     refusals = [
-        (get("gated_linear_unit", False), "gated_linear_unit (SwiGLU) is not built yet"),
+        (get("gated_linear_unit", False) and get("activation_func") is not F.silu,
+         "gated_linear_unit with an activation other than F.silu: Ballast's gated MLP is "
+         "SwiGLU"),
         (get("sequence_parallel", False), "sequence_parallel is not supported"),
         (not get("add_bias_linear", True), "add_bias_linear=False: Ballast's blocks have biases"),
-        (get("num_query_groups") not in (None, get("num_attention_heads")),
-         f"num_query_groups {get('num_query_groups')}: grouped-query attention is not "
-         f"built yet"),
+        (get("position_embedding_type") == "rope" and get("rotary_percent", 1.0) != 1.0,
+         f"rotary_percent {get('rotary_percent')}: Ballast's RoPE rotates whole heads"),
     ]
     for refused, message in refusals:
         if refused:
@@ -84,7 +92,9 @@ class MegatronMLP(ParallelMLP):
         if is_expert:
             raise ValueError("Ballast MLP: mixture-of-experts layers are not supported")
         hidden = input_size if input_size is not None else config.hidden_size
-        super().__init__(hidden, config.ffn_hidden_size, skip_bias_add=True, **ballast_options)
+        gated = getattr(config, "gated_linear_unit", False)
+        super().__init__(hidden, config.ffn_hidden_size, skip_bias_add=True,
+                         activation="swiglu" if gated else "gelu", **ballast_options)
 
 
 class MegatronSelfAttention(ParallelSelfAttention):
@@ -93,23 +103,51 @@ class MegatronSelfAttention(ParallelSelfAttention):
     def __init__(self, config: Any, submodules: Any = None, layer_number: int = 1,
                  attn_mask_type: Any = None, **ballast_options: Any) -> None:
         _check_config(config, "Ballast attention")
-        if attn_mask_type is not None and "causal" in str(attn_mask_type).lower():
-            raise ValueError(f"Ballast attention: attn_mask_type {attn_mask_type}: causal "
-                             f"attention is not built yet (bidirectional only)")
+        causal = attn_mask_type is not None and "causal" in str(attn_mask_type).lower()
+        rope = getattr(config, "position_embedding_type", None) == "rope"
         super().__init__(config.hidden_size, config.num_attention_heads,
-                         kv_channels=getattr(config, "kv_channels", None), skip_bias_add=True,
+                         kv_channels=getattr(config, "kv_channels", None),
+                         num_query_groups=getattr(config, "num_query_groups", None),
+                         causal=causal, rotary=rope,
+                         rotary_base=getattr(config, "rotary_base", 10000), skip_bias_add=True,
                          **ballast_options)
+        self.rotary_base = float(getattr(config, "rotary_base", 10000))
         self.layer_number = layer_number
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 key_value_states: Optional[torch.Tensor] = None, inference_params: Any = None,
                 rotary_pos_emb: Any = None, **unused: Any):
         for name, value in (("key_value_states", key_value_states),
-                            ("inference_params", inference_params),
-                            ("rotary_pos_emb", rotary_pos_emb)):
+                            ("inference_params", inference_params)):
             if value is not None:
                 raise ValueError(f"{self._name()}: {name} is not supported")
-        return super().forward(hidden_states, attention_mask)
+        if rotary_pos_emb is not None:
+            self._check_rotary(rotary_pos_emb, hidden_states.shape[1 if self.batch_first else 0])
+        # Megatron hands a causal layer its mask too; the block applies its own.
+        mask = None if self.causal else attention_mask
+        return super().forward(hidden_states, mask)
+
+    def _check_rotary(self, emb: Any, seq: int) -> None:
+        """Megatron's rotary_pos_emb ([s, 1, 1, d] angles, rotate-half) must be the
+        block's own, since the block rotates Q and K itself."""
+        if not self.rotary:
+            raise ValueError(f"{self._name()}: rotary_pos_emb given, but the config's "
+                             f"position_embedding_type is not 'rope'")
+        if isinstance(emb, (tuple, list)):
+            raise ValueError(f"{self._name()}: separate query and key rotary embeddings "
+                             f"are not supported")
+        d = self.kv_channels
+        if not isinstance(emb, torch.Tensor) or emb.shape[0] < seq or emb.shape[-1] != d:
+            raise ValueError(f"{self._name()}: rotary_pos_emb of shape "
+                             f"{tuple(getattr(emb, 'shape', ()))}, expected [>= {seq}, 1, 1, "
+                             f"{d}]")
+        inv = self.rotary_base ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2.0 / d)
+        want = torch.arange(seq, dtype=torch.float64)[:, None] * inv[None, :]
+        got = emb[:seq].reshape(seq, d).double()
+        if not (torch.allclose(got[:, :d // 2], want, rtol=1e-5, atol=1e-4) and
+                torch.allclose(got[:, d // 2:], want, rtol=1e-5, atol=1e-4)):
+            raise ValueError(f"{self._name()}: rotary_pos_emb differs from RoPE with base "
+                             f"{self.rotary_base} over whole heads (rotate-half)")
 
 
 def mlp_spec(**ballast_options: Any) -> ModuleSpec:

@@ -88,7 +88,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendOn(std::unique_ptr<Comm
                                                             int blas_threads = 0,
                                                             const Clock* clock = nullptr);
 
+// Precision of the CUDA backend's GEMMs. Weights, AdamW moments, activations and the
+// all-reduce stay fp32 in every mode (fp32 master weights, fp32 accumulation); kBf16 and
+// kFp16 round the GEMM inputs to 16 bits inside cuBLAS (CUBLAS_COMPUTE_32F_FAST_16BF /
+// _16F) so they run on tensor cores, accumulating in fp32. The CPU backend is fp32 only.
+enum class GemmPrecision { kFp32, kBf16, kFp16 };
+
 struct CudaBackendOptions {
+  GemmPrecision gemm_precision = GemmPrecision::kFp32;
   int rank = 0;
   int size = 1;
   int device = 0;  // CUDA device ordinal

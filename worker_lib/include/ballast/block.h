@@ -16,6 +16,14 @@
 // Subclasses (ParallelMlp, ParallelAttention) supply the math over a range of units; this
 // class supplies ranges, transfers, imputation, resharding, AdamW and timing.
 //
+// Micro-batches: a step may run any number of Forward/Backward pairs before its AdamWStep
+// (gradient accumulation, as Megatron and torchtitan train). The plan is fixed for the
+// whole step; weights go to helpers once per step; the first Backward of a step writes the
+// gradients and later ones add to them. Each Backward differentiates the latest Forward.
+// With UnitConfig::recompute, a block keeps no activations between Forward and Backward:
+// Backward runs the block's local math forward again (no collective) from the saved input,
+// and the activation buffers are one set shared by every recomputing block of the group.
+//
 // Thread-compatibility: all methods are called from the training thread.
 #ifndef BALLAST_BLOCK_H_
 #define BALLAST_BLOCK_H_
@@ -85,6 +93,9 @@ struct UnitConfig {
   int32_t mean_interval = 4;
   // Owner of each unit; empty = contiguous, as even as possible (see EvenOwnership).
   std::vector<RankId> owner_of_unit;
+  // Activation recompute: trade one more forward's compute (without its collective) for
+  // not holding this block's activations from Forward until Backward.
+  bool recompute = false;
 };
 
 // Contiguous ownership with per-rank shares (HAP-style uneven sharding): rank r gets about
@@ -121,11 +132,18 @@ class ParallelBlock {
   // column sum of dy either way, which is exact whenever the caller adds it to y.
   absl::Status Forward(const float* x, int32_t batch, int32_t seq, float* y,
                        bool add_output_bias = true);
-  // dy: gradient w.r.t. y; dx receives the full gradient w.r.t. x. Overwrites parameter
-  // gradients; pruned units get none. Collective. Requires a preceding Forward.
+  // dy: gradient w.r.t. y; dx receives the full gradient w.r.t. x. The step's first
+  // Backward writes the parameter gradients, later ones (micro-batches) add to them; pruned
+  // units get none. Collective. Differentiates the latest Forward, once.
   absl::Status Backward(const float* dy, float* dx);
   // True between a Backward and the AdamWStep that consumes its gradients.
   bool has_gradients() const;
+  // Drops the accumulated gradients: the next Backward writes instead of adding (what
+  // zero_grad() means to a framework). Local; no collective.
+  void DiscardGradients();
+  // Bytes of activations this block holds for its Backward right now (0 with recompute:
+  // its buffers are the group's shared ones).
+  size_t activation_bytes() const;
   // Collective: the squared L2 norm of the whole block's gradients (every unit's, on
   // whichever rank holds it, plus the replicated bias once), for gradient clipping.
   absl::StatusOr<double> GradSquaredNorm();
@@ -186,16 +204,21 @@ class ParallelBlock {
                            const float* replicated, float* dense) const = 0;
   virtual void DenseToUnit(int32_t unit, const float* dense, const std::vector<float*>& slabs,
                            float* replicated) const = 0;
-  virtual absl::Status ValidateShape(int32_t batch, int32_t seq) const = 0;
+  // Checks that batch x seq tokens fit (every index an int) and prepares per-shape state
+  // (e.g. RoPE tables) before a Forward.
+  virtual absl::Status PrepareShape(int32_t batch, int32_t seq) = 0;
   // Sizes of the activation buffers a range of `units` needs for batch x seq tokens.
   virtual std::vector<size_t> CacheSizes(int32_t units, int32_t batch, int32_t seq) const = 0;
   // z = beta * z + contribution of the range (z: tokens x hidden; beta is 0 for the first
-  // range of a step, 1 after). Fills range.mean_out (batch-mean activation) if set.
+  // range of a step, 1 after). Fills range.mean_out (batch-mean activation) if set. A null
+  // z (recompute) stops once the cache holds what BackwardRange reads.
   virtual void ForwardRange(const UnitRange& range, const float* x, int32_t batch, int32_t seq,
                             float beta, float* z) = 0;
-  // Writes the range's parameter gradients; dx = beta * dx + its input gradient.
+  // grads = grad_beta * grads + the range's parameter gradients (grad_beta 0 or 1);
+  // dx = beta * dx + its input gradient.
   virtual void BackwardRange(const UnitRange& range, const float* x, const float* dz,
-                             int32_t batch, int32_t seq, float beta, float* dx) = 0;
+                             int32_t batch, int32_t seq, float beta, float grad_beta,
+                             float* dx) = 0;
   // out (1 x hidden) += sum over the range of mean activation (unit slab of `means`) times
   // the unit's output weights.
   virtual void ImputeRange(const UnitRange& range, const float* means, float* out) = 0;
@@ -231,8 +254,12 @@ class ParallelBlock {
                          float* mean_out);
   UnitRange HelperRange(StepLayoutIn& in);
   absl::Status EnsureSize(Buffer& buffer, size_t n);
-  absl::Status EnsureCache(std::vector<Buffer>& cache, int32_t units, int32_t batch,
-                           int32_t seq);
+  // Sizes `cache` for a range; with `at_least`, keeps buffers that are already big enough
+  // (the group's shared recompute buffers serve blocks of different shapes).
+  absl::Status EnsureCache(std::vector<Buffer>& cache, int32_t units, int32_t batch, int32_t seq,
+                           bool at_least = false);
+  // The activation buffers of the local range or of helper range `index`.
+  std::vector<Buffer>* RangeCache(int index);
 
  protected:
   TpGroup* group_;

@@ -94,10 +94,30 @@ class Compute {
   virtual void GeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
                             int ld) = 0;
   // In place: x[r, :] = softmax(scale * x[r, :]) for `rows` contiguous rows of `cols`.
-  virtual void SoftmaxRows(float* x, int rows, int cols, float scale) = 0;
+  // With `causal`, the rows are stacked square cols x cols score matrices: row r is query
+  // position r % cols, and the columns after it get probability exactly 0 (a token sees
+  // itself and earlier tokens only).
+  virtual void SoftmaxRows(float* x, int rows, int cols, float scale, bool causal) = 0;
   // In place: dx[r, :] = scale * p[r, :] * (dx[r, :] - <dx[r, :], p[r, :]>), i.e. turns the
   // gradient w.r.t. the softmax output into the gradient w.r.t. its (pre-scale) input.
   virtual void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) = 0;
+  // Rotary position embedding (RoPE), rotate-half convention (GPT-NeoX, Hugging Face
+  // Llama), in place on head slices: for every row r and g < groups, i < heads, the
+  // head_dim columns at x[r, g * group_stride + i * head_dim] are rotated pairwise,
+  // (a, b) = (x[j], x[j + head_dim/2]) -> (a cos - b sin, b cos + a sin), by the angle of
+  // position r % seq and frequency j; `cos` and `sin` hold seq x head_dim/2 values. With
+  // `inverse`, rotates by minus the angle: the transpose, which is the backward pass.
+  virtual void Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
+                      int heads, int head_dim, const float* cos, const float* sin,
+                      bool inverse) = 0;
+  // SwiGLU over unit tiles. Each row of gate_up holds, per unit u < units, unit_size gate
+  // columns then unit_size up columns (row stride 2 * units * unit_size); out[r, u *
+  // unit_size + i] = silu(gate) * up, row stride units * unit_size.
+  virtual void SwiGluForward(const float* gate_up, float* out, int rows, int units,
+                             int unit_size) = 0;
+  // dgate_up (gate_up's layout) from dout (out's layout); dgate_up may be gate_up itself.
+  virtual void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
+                              int units, int unit_size) = 0;
   // Row-wise layer normalisation of `rows` contiguous rows of `cols`:
   // y = (x - mean) * rstd * gamma + beta, with rstd = 1 / sqrt(var + eps) and the biased
   // variance. Writes mean and rstd (rows floats each), which the backward pass reuses.

@@ -115,6 +115,9 @@ class TpGroup {
   absl::Status last_rejection_;
   StepTimings last_timings_;
   std::unique_ptr<IntervalTimer> agreement_timer_;
+  // Activation buffers shared by every block with UnitConfig::recompute (blocks run one at
+  // a time on the training thread, and each recomputes its own before its Backward).
+  std::vector<Buffer> recompute_cache_;
 
   mutable absl::Mutex mu_;
   std::map<int64_t, WorkloadPlan> held_ ABSL_GUARDED_BY(mu_);

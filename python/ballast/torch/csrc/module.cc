@@ -53,13 +53,20 @@ ParamField ParseField(const std::string& name) {
 }
 
 UnitConfig ParseUnits(int64_t seed, const std::string& priority, int32_t priority_window,
-                      const std::vector<int32_t>& owner_of_unit) {
+                      const std::vector<int32_t>& owner_of_unit, bool recompute) {
   UnitConfig units;
   units.seed = static_cast<uint64_t>(seed);
   units.priority = Value(ParsePriority(priority));
   units.priority_window = priority_window;
   for (int32_t r : owner_of_unit) units.owner_of_unit.push_back(RankId(r));
+  units.recompute = recompute;
   return units;
+}
+
+MlpActivation ParseActivation(const std::string& name) {
+  if (name == "gelu") return MlpActivation::kGelu;
+  if (name == "swiglu") return MlpActivation::kSwiGlu;
+  throw py::value_error("activation '" + name + "' is not one of gelu, swiglu");
 }
 
 // A plan from Python: blocks as dicts {"block", "pruned_units", "offloads": [(owner,
@@ -267,34 +274,43 @@ PYBIND11_MODULE(_C, m) {
           "mlp",
           [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t intermediate,
              int32_t unit_size, int64_t seed, const std::string& priority, int32_t priority_window,
-             const std::vector<int32_t>& owner_of_unit) {
+             const std::vector<int32_t>& owner_of_unit, const std::string& activation,
+             bool recompute) {
             MlpConfig config;
             config.id = BlockId(id);
             config.hidden = hidden;
             config.intermediate = intermediate;
             config.unit_size = unit_size;
-            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit);
+            config.activation = ParseActivation(activation);
+            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit, recompute);
             return Value(Block::CreateMlp(std::move(session), config));
           },
           py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("intermediate"),
           py::arg("unit_size"), py::arg("seed"), py::arg("priority"), py::arg("priority_window"),
-          py::arg("owner_of_unit"))
+          py::arg("owner_of_unit"), py::arg("activation") = "gelu", py::arg("recompute") = false)
       .def_static(
           "attention",
           [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t num_heads,
              int32_t head_dim, int64_t seed, const std::string& priority, int32_t priority_window,
-             const std::vector<int32_t>& owner_of_unit) {
+             const std::vector<int32_t>& owner_of_unit, int32_t num_query_groups, bool causal,
+             bool rotary, float rotary_base, bool recompute) {
             AttentionConfig config;
             config.id = BlockId(id);
             config.hidden = hidden;
             config.num_heads = num_heads;
             config.head_dim = head_dim;
-            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit);
+            config.num_query_groups = num_query_groups;
+            config.causal = causal;
+            config.rotary = rotary;
+            config.rotary_base = rotary_base;
+            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit, recompute);
             return Value(Block::CreateAttention(std::move(session), config));
           },
           py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("num_heads"),
           py::arg("head_dim"), py::arg("seed"), py::arg("priority"), py::arg("priority_window"),
-          py::arg("owner_of_unit"))
+          py::arg("owner_of_unit"), py::arg("num_query_groups") = 0, py::arg("causal") = false,
+          py::arg("rotary") = false, py::arg("rotary_base") = 10000.0f,
+          py::arg("recompute") = false)
       .def(
           "forward",
           [](Block& b, const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
@@ -321,6 +337,9 @@ PYBIND11_MODULE(_C, m) {
           py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
           py::arg("weight_decay"))
       .def_property_readonly("has_gradients", [](Block& b) { return b.block().has_gradients(); })
+      .def("discard_gradients", [](Block& b) { b.block().DiscardGradients(); })
+      .def_property_readonly("activation_bytes",
+                             [](Block& b) { return b.block().activation_bytes(); })
       .def("grad_squared_norm",
            [](Block& b) { return Value(Released([&] { return b.block().GradSquaredNorm(); })); })
       .def("scale_gradients", [](Block& b, float alpha) { Check(b.block().ScaleGradients(alpha)); })

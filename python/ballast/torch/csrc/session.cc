@@ -197,11 +197,12 @@ absl::Status Block::LoadDense(const at::Tensor& dense) {
   std::vector<float> values(dense.data_ptr<float>(), dense.data_ptr<float>() + n);
   if (kind_ == BlockKind::kMlp) {
     auto& mlp = static_cast<ParallelMlp&>(*block_);
-    return mlp.LoadDense(MlpParams::Split(values, mlp.hidden(), mlp.intermediate()));
+    return mlp.LoadDense(
+        MlpParams::Split(values, mlp.hidden(), mlp.intermediate(), mlp.activation()));
   }
   auto& attn = static_cast<ParallelAttention&>(*block_);
-  return attn.LoadDense(
-      AttentionParams::Split(values, attn.hidden(), attn.num_heads(), attn.head_dim()));
+  return attn.LoadDense(AttentionParams::Split(values, attn.hidden(), attn.num_heads(),
+                                               attn.head_dim(), attn.num_query_groups()));
 }
 
 }  // namespace ballast::torch_adapter

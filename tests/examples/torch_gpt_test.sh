@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The PyTorch GPT (examples/torch/gpt_train.py: causal GQA attention with RoPE, SwiGLU,
+# micro-batches, recompute) under the launcher with a real coordinator, agent and
+# contention: its timings reach the coordinator, the plans that come back are applied,
+# and it learns (validation loss well under the uniform guess's ln 128 = 4.85).
+#   torch_gpt_test.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
+dir=$(mktemp -d /tmp/ballast-torch-gpt-test-XXXXXX)  # fail shows the tails of $dir/*.log
+pids=()
+source "$src/tests/testing/shell_helpers.sh"
+export TMPDIR="$dir/tmp"
+mkdir -p "$TMPDIR"
+export PYTHONPATH="$src/python:$build/python"
+trap 'pkill -9 -f -- "$dir" 2>/dev/null || true; rm -rf "$dir"' EXIT
+tiny=(--hidden=32 --heads=4 --kv_groups=2 --ffn=128 --mlp_unit_size=16 --layers=1 --seq=64
+      --micro_batch=4 --recompute --val_windows=32 --log_every=50)
+
+/usr/bin/python3 "$src/examples/vit/launch.py" --build "$build" --trainer gpt --mode migrate \
+  --steps 150 --batch 8 --straggler 1:3@10- --out "$dir/run" --progress lines -- "${tiny[@]}" \
+  >"$dir/run.log" 2>&1 || fail "launcher run exited with $?"
+for want in "contention ON" "2 micro-batches of 4 x 64 characters; recompute" \
+            "finished 150 steps" "Validation loss"; do
+  grep -q "$want" "$dir/run.log" || fail "no '$want'"
+done
+plans=$(sed -n 's/.*agent: [0-9]* reports sent, [0-9]* dropped, \([0-9]*\) plans received.*/\1/p' \
+  "$dir/run.log")
+[ "${plans:-0}" -ge 1 ] || fail "no plan reached the trainer"
+grep -q "plan v[0-9]* applied" "$dir/run.log" || fail "no plan was applied"
+loss=$(grep '"final"' "$dir/run/rank-0.jsonl" | sed 's/.*"val_loss": \([0-9.e-]*\).*/\1/')
+/usr/bin/python3 -c "import sys; sys.exit(0 if float('$loss') < 3.5 else 1)" ||
+  fail "validation loss $loss: the GPT did not learn"
+echo "ok: the GPT trained under Ballast ($plans plans received, validation loss $loss)"
+echo "PASS"
