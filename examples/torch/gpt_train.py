@@ -118,11 +118,7 @@ def train(a) -> None:
     train_text, val_text = corpus[:split], corpus[split:]
 
     model = GPT(a)
-    opt = bt.AdamW(training.param_groups(model, a.weight_decay), lr=a.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, training.lr_schedule(a))
-    start = training.load_checkpoint(a, model, opt, sched)
-    out = training.Reporter(a, [m for layer in model.layers for m in (layer.attn, layer.mlp)],
-                            session)
+    opt, sched, start, out = training.start_training(a, model, session)
     micro_batches = a.batch // a.micro_batch
     out.event(f"GPT (PyTorch + ballast.torch) {a.layers} layers x {a.hidden} wide, {a.heads} "
               f"heads in {a.kv_groups} KV groups, SwiGLU {a.ffn}; {len(train_text) / 1e6:.1f} "

@@ -5,14 +5,13 @@ agreed stop on SIGINT/SIGTERM, and checkpoints.
 
 A trainer supplies its model and data, and calls these in its loop::
 
-    a = parse(parser, argv)                # trainer flags + common_flags()
+    a = parse(parser, argv, checks)       # trainer flags + common_flags()
     session = init(a)
-    opt = bt.AdamW(param_groups(model, a.weight_decay), lr=a.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(a))
-    out = Reporter(a, blocks, session)
+    opt, sched, step, out = start_training(a, model, session)
     while step < a.steps and keep_going():
         ...forward, backward, opt.step()...
-        out.step(step, wall, loss, extra={...})
+        out.step(step, wall, loss, lr, extra={...})
+    finish(a, out, model, opt, sched, step, evaluate)
 """
 from __future__ import annotations
 
@@ -219,6 +218,17 @@ class Reporter:
             self.event(f"agent: {stats['reports_sent']} reports sent, "
                        f"{stats['reports_dropped']} dropped, {stats['plans_received']} plans "
                        f"received")
+
+
+def start_training(a: argparse.Namespace, model: nn.Module, session: bt.Session):
+    """The optimizer (``bt.AdamW``, decay on matrices), the warm-up + cosine schedule, the
+    step to start at (after ``--resume``) and the Reporter over the model's Ballast layers
+    (``model.layers[i].attn`` and ``.mlp``)."""
+    opt = bt.AdamW(param_groups(model, a.weight_decay), lr=a.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule(a))
+    start = load_checkpoint(a, model, opt, sched)
+    blocks = [m for layer in model.layers for m in (layer.attn, layer.mlp)]
+    return opt, sched, start, Reporter(a, blocks, session)
 
 
 def keep_going() -> bool:

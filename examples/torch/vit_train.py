@@ -121,11 +121,7 @@ def train(a) -> None:
     test_x, test_y = test_x[:a.eval_images], test_y[:a.eval_images]
 
     model = ViT(a)
-    opt = bt.AdamW(training.param_groups(model, a.weight_decay), lr=a.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, training.lr_schedule(a))
-    start = training.load_checkpoint(a, model, opt, sched)
-    out = training.Reporter(a, [m for layer in model.layers for m in (layer.attn, layer.mlp)],
-                            session)
+    opt, sched, start, out = training.start_training(a, model, session)
     out.event(f"ViT (PyTorch + ballast.torch) {a.layers} layers x {a.hidden} wide, {a.heads} "
               f"heads, {a.mlp_unit_size}-neuron MLP units; {a.world} ranks; batch {a.batch}; "
               f"{'balanced by Ballast' if a.agent_socket else 'plain TP (no agent)'}"

@@ -14,14 +14,16 @@ export TMPDIR="$dir/tmp"
 mkdir -p "$TMPDIR"
 export PYTHONPATH="$src/python:$build/python"
 trap 'pkill -9 -f -- "$dir" 2>/dev/null || true; rm -rf "$dir"' EXIT
-tiny=(--hidden=32 --heads=4 --kv_groups=2 --ffn=128 --mlp_unit_size=16 --layers=1 --seq=64
-      --micro_batch=4 --recompute --val_windows=32 --log_every=50)
+# One layer of the example's width: blocks must compute for several ms a call, or a CPU-quota
+# straggler hides in the collective waits and its compute timers look calm (see
+# docs/architecture.md, "Not done yet").
+small=(--layers=1 --recompute --val_windows=32 --log_every=50)
 
 /usr/bin/python3 "$src/examples/vit/launch.py" --build "$build" --trainer gpt --mode migrate \
-  --steps 150 --batch 8 --straggler 1:3@10- --out "$dir/run" --progress lines -- "${tiny[@]}" \
+  --steps 100 --batch 16 --straggler 1:3@10- --out "$dir/run" --progress lines -- "${small[@]}" \
   >"$dir/run.log" 2>&1 || fail "launcher run exited with $?"
-for want in "contention ON" "2 micro-batches of 4 x 64 characters; recompute" \
-            "finished 150 steps" "Validation loss"; do
+for want in "contention ON" "2 micro-batches of 8 x 128 characters; recompute" \
+            "finished 100 steps" "Validation loss"; do
   grep -q "$want" "$dir/run.log" || fail "no '$want'"
 done
 plans=$(sed -n 's/.*agent: [0-9]* reports sent, [0-9]* dropped, \([0-9]*\) plans received.*/\1/p' \
