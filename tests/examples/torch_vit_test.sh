@@ -18,11 +18,14 @@ export TMPDIR="$dir/tmp"
 mkdir -p "$TMPDIR"
 export PYTHONPATH="$src/python:$build/python"
 trap 'pkill -9 -f -- "$dir" 2>/dev/null || true; rm -rf "$dir"' EXIT
-tiny=(--hidden=24 --heads=6 --layers=1 --mlp_unit_size=8 --eval_images=200 --log_every=50)
+# Width 96 and (in run 1) batch 64: blocks must compute for a few ms a call, or a CPU-quota
+# straggler hides in the collective waits and its compute timers look calm (at width 24 and
+# batch 16, a CI run got no plan; see docs/architecture.md, "Not done yet").
+tiny=(--hidden=96 --heads=6 --layers=1 --mlp_unit_size=32 --eval_images=200 --log_every=50)
 
 # 1. Contention from step 10 (3x): plans come back from the coordinator and are applied.
 /usr/bin/python3 "$launch" --build "$build" --trainer torch --mode migrate --steps 200 \
-  --batch 16 --straggler 1:3@10- --out "$dir/full" --progress lines -- "${tiny[@]}" \
+  --batch 64 --straggler 1:3@10- --out "$dir/full" --progress lines -- "${tiny[@]}" \
   >"$dir/full.log" 2>&1 || fail "launcher run exited with $?"
 for want in "contention ON" "finished 200 steps" "Test accuracy"; do
   grep -q "$want" "$dir/full.log" || fail "no '$want'"
