@@ -70,9 +70,11 @@ absl::Status ValidatePolicy(const JobPolicy& p) {
     return absl::InvalidArgumentError(absl::StrCat("straggler_threshold ", p.straggler_threshold,
                                                    " out of range [0, 10]"));
   }
-  if (p.reshard_after < absl::ZeroDuration()) {
+  // A week bounds "reshard only after a long while" far beyond any job's need, and keeps
+  // the arithmetic on it (now + reshard_after) away from overflow.
+  if (p.reshard_after < absl::ZeroDuration() || p.reshard_after > absl::Hours(24 * 7)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "reshard_after ", absl::FormatDuration(p.reshard_after), " must be >= 0"));
+        "reshard_after ", absl::FormatDuration(p.reshard_after), " out of range [0, 168h]"));
   }
   if (p.report_period < absl::Milliseconds(10) || p.report_period > absl::Minutes(10)) {
     return absl::InvalidArgumentError(absl::StrCat("report_period ",

@@ -1,9 +1,14 @@
 #include "coordinator/names.h"
 #include "coordinator/policy_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -488,8 +493,50 @@ class SqliteStore final : public PolicyStore {
 
 }  // namespace
 
+namespace {
+
+// The store holds every policy, pause and cordon: other local users have no business
+// reading it, whatever the umask. Creates `path` 0600 if it is missing; tightens an
+// existing file (or a -wal / -shm left by a crash) to 0600, keeping group read if the
+// operator granted it (0640 at most). SQLite creates its -wal and -shm files with the
+// database file's mode, so they follow.
+absl::Status RestrictPermissions(const std::string& path, bool create) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+  if (fd < 0) {
+    const int error = errno;
+    if (!create && error == ENOENT) return absl::OkStatus();
+    const std::string message =
+        absl::StrCat("policy store ", path, ": open: ", std::strerror(error));
+    if (error == EACCES || error == EPERM || error == EROFS) {
+      return absl::PermissionDeniedError(message);
+    }
+    if (error == ENOENT || error == ENOTDIR) return absl::NotFoundError(message);
+    return absl::UnavailableError(message);
+  }
+  struct stat st;
+  absl::Status status;
+  if (fstat(fd, &st) != 0) {
+    status = absl::InternalError(absl::StrCat("policy store ", path, ": stat: ",
+                                              std::strerror(errno)));
+  } else {
+    const mode_t want = (st.st_mode & S_IRGRP) | S_IRUSR | S_IWUSR;
+    if ((st.st_mode & 0777) != want && fchmod(fd, want) != 0) {
+      status = absl::PermissionDeniedError(absl::StrCat(
+          "policy store ", path, ": chmod to ", want, ": ", std::strerror(errno)));
+    }
+  }
+  close(fd);
+  return status;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PolicyStore>> SqlitePolicyStore::Open(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("path empty");
+  BALLAST_RETURN_IF_ERROR(RestrictPermissions(path, /*create=*/true));
+  for (const char* suffix : {"-wal", "-shm"}) {
+    BALLAST_RETURN_IF_ERROR(RestrictPermissions(path + suffix, /*create=*/false));
+  }
   sqlite3* db = nullptr;
   // NOMUTEX: the store serialises every use of the connection under its own mutex.
   const int rc = sqlite3_open_v2(

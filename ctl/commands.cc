@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -127,11 +128,15 @@ absl::Status ApplyAssignments(const std::vector<std::string>& assignments, v1::P
       {"reshard_after_ms", integer(&reshard)},
       {"report_period_ms", integer(&period)},
   };
+  std::set<std::string> seen;
   for (const std::string& a : assignments) {
     std::pair<std::string, std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
     auto it = setters.find(kv.first);
     if (a.find('=') == std::string::npos || it == setters.end()) {
       return absl::InvalidArgumentError(absl::StrCat("'", a, "' is not KEY=VALUE with a known key"));
+    }
+    if (!seen.insert(kv.first).second) {  // which one would win is not for us to guess
+      return absl::InvalidArgumentError(absl::StrCat("key ", kv.first, " given twice"));
     }
     if (!it->second(kv.second)) {
       return absl::InvalidArgumentError(

@@ -6,11 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -257,6 +259,8 @@ TYPED_TEST(PolicyStoreTest, InvalidPolicyNamesTheFieldAndStoresNothing) {
       {[](JobPolicy& p) { p.reshard_after = absl::Seconds(-1); }, "reshard_after"},
       {[](JobPolicy& p) { p.reshard_after = absl::Microseconds(1500); }, "reshard_after"},
       {[](JobPolicy& p) { p.reshard_after = absl::InfiniteDuration(); }, "reshard_after"},
+      {[](JobPolicy& p) { p.reshard_after = absl::Milliseconds(INT64_MAX); }, "reshard_after"},
+      {[](JobPolicy& p) { p.reshard_after = absl::Hours(24 * 7 + 1); }, "reshard_after"},
       {[](JobPolicy& p) { p.report_period = absl::Milliseconds(1); }, "report_period"},
       {[](JobPolicy& p) { p.report_period = absl::Nanoseconds(10'000'001); }, "report_period"},
   };
@@ -482,6 +486,34 @@ TEST_F(SqlitePolicyStoreTest, HandEditedBadRowIsDataLoss) {
   // Overwriting through the store repairs it.
   ASSERT_TRUE((*store)->PutPolicy("vit", JobPolicy{}).ok());
   EXPECT_TRUE((*store)->ListPolicies().ok());
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? (st.st_mode & 0777) : 0;
+}
+
+TEST_F(SqlitePolicyStoreTest, FilesAreOwnerOnlyWhateverTheUmask) {
+  struct LoosestUmask {  // nothing masked, for the test's duration
+    mode_t old = umask(0);
+    ~LoosestUmask() { umask(old); }
+  } loosest;
+  {
+    auto store = SqlitePolicyStore::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutPolicy("vit", NonDefaultPolicy()).ok());
+    for (const std::string& file : {path_, path_ + "-wal", path_ + "-shm"}) {
+      EXPECT_EQ(ModeOf(file), 0600u) << file;  // the WAL files exist while it is open
+    }
+  }
+  // A file others may read or write (an older version, a hand copy) is tightened; group
+  // read, if the operator granted it, is kept, and nothing more (0640 at most).
+  ASSERT_EQ(chmod(path_.c_str(), 0606), 0);
+  ASSERT_TRUE(SqlitePolicyStore::Open(path_).ok());
+  EXPECT_EQ(ModeOf(path_), 0600u);
+  ASSERT_EQ(chmod(path_.c_str(), 0666), 0);
+  ASSERT_TRUE(SqlitePolicyStore::Open(path_).ok());
+  EXPECT_EQ(ModeOf(path_), 0640u);
 }
 
 TEST_F(SqlitePolicyStoreTest, UnopenablePathNamesThePath) {

@@ -81,6 +81,8 @@ TEST_F(CommandsTest, PolicySetRejectsBadAssignmentsNamingThem) {
   EXPECT_EQ(Run({"policy", "set", "vit", "hysteresis=lots"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("hysteresis"));
   EXPECT_EQ(Run({"policy", "set", "vit"}), 2);
+  EXPECT_EQ(Run({"policy", "set", "vit", "mode=auto", "mode=off"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("key mode given twice"));
   EXPECT_TRUE(client_.policy_sets.empty());
 }
 
