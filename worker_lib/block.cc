@@ -105,8 +105,9 @@ struct ParallelBlock::StepLayout {
   bool forward_done = false;     // a Forward ran this step (units were computed)
   bool forward_pending = false;  // the latest Forward awaits its Backward
   bool weights_sent = false;     // helpers hold this step's weights of offloaded units
-  int32_t backwards = 0;         // Backwards accumulated into the gradients
-  bool backward_done = false;    // gradients await an AdamWStep
+  // Backwards accumulated into the gradients since the last AdamWStep (or discard); the
+  // gradients await an AdamWStep while it is > 0.
+  int32_t backwards = 0;
   int64_t step = -1;
 };
 
@@ -361,7 +362,6 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   l.forward_pending = false;
   l.weights_sent = false;
   l.backwards = 0;
-  l.backward_done = false;
   l.step = step;
   return absl::OkStatus();
 }
@@ -391,10 +391,11 @@ ParallelBlock::UnitRange ParallelBlock::StorageRange(int32_t first, int32_t coun
   return range;
 }
 
-ParallelBlock::UnitRange ParallelBlock::HelperRange(StepLayoutIn& in) {
+ParallelBlock::UnitRange ParallelBlock::HelperRange(size_t index) {
+  StepLayoutIn& in = layout_->in[index];
   UnitRange range;
   range.units = in.units;
-  range.cache = &in.cache;
+  range.cache = RangeCache(static_cast<int>(index));
   for (auto& b : in.params) range.params.push_back(b.data());
   for (auto& b : in.grads) range.grads.push_back(b.data());
   return range;
@@ -502,9 +503,7 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
     beta = 1.0f;
   }
   for (size_t i = 0; i < l.in.size(); ++i) {
-    UnitRange range = HelperRange(l.in[i]);
-    range.cache = RangeCache(static_cast<int>(i));
-    ForwardRange(range, x, batch, seq, beta, y);
+    ForwardRange(HelperRange(i), x, batch, seq, beta, y);
     beta = 1.0f;
   }
   if (beta == 0.0f) c.Fill(y, 0.0f, n);
@@ -599,8 +598,7 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   }
   for (size_t i = 0; i < l.in.size(); ++i) {
     // A helper's gradients are fresh every micro-batch: the owner accumulates them.
-    UnitRange range = HelperRange(l.in[i]);
-    range.cache = RangeCache(static_cast<int>(i));
+    const UnitRange range = HelperRange(i);
     if (config_.recompute) ForwardRange(range, l.x, l.batch, l.seq, 0.0f, nullptr);
     BackwardRange(range, l.x, dy, l.batch, l.seq, beta, 0.0f, dx);
     beta = 1.0f;
@@ -649,19 +647,17 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   }
   l.forward_pending = false;
   ++l.backwards;
-  l.backward_done = true;
   return absl::OkStatus();
 }
 
-bool ParallelBlock::has_gradients() const { return layout_->backward_done; }
+bool ParallelBlock::has_gradients() const { return layout_->backwards > 0; }
 
 void ParallelBlock::DiscardGradients() {
   layout_->backwards = 0;
-  layout_->backward_done = false;
 }
 
 absl::StatusOr<double> ParallelBlock::GradSquaredNorm() {
-  if (!layout_->backward_done) {
+  if (!has_gradients()) {
     return absl::FailedPreconditionError(
         absl::StrCat("block ", id_.value(), ": GradSquaredNorm without a Backward in this step"));
   }
@@ -709,7 +705,7 @@ std::vector<float> ParallelBlock::OutputBias() const {
 
 absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
   StepLayout& l = *layout_;
-  if (!l.backward_done) {
+  if (!has_gradients()) {
     return absl::FailedPreconditionError(
         absl::StrCat("block ", id_.value(), ": AdamWStep without a Backward in this step"));
   }
@@ -748,7 +744,6 @@ absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
           st.bias_v.data(), hidden_);
   compute_timer_->Stop();
   // The gradients are consumed, and helpers need the new weights for any further Forward.
-  l.backward_done = false;
   l.backwards = 0;
   l.weights_sent = false;
   return absl::OkStatus();

@@ -102,7 +102,7 @@ def train_and_compare(model, dense, opt, ref_opt, group, steps: int, first_step:
         ref_opt.zero_grad()
         for sched in scheds:
             sched.step()
-        ref_lib.restore_pruned(dense, before, UNIT)
+        ref_lib.restore_pruned(dense, before)
     got = model.state_dict()
     for key, want in dense.state_dict().items():
         close(got[key], want, f"after step {first_step + steps - 1}: {key}")

@@ -68,7 +68,7 @@ def build(case: Case):
     model = ref_lib.Model(attn, mlp, HIDDEN, CLASSES, per_token=True)
     dense_mlp = (ref_lib.DenseSwiGLU(HIDDEN, FFN, UNIT) if case.mlp == "swiglu"
                  else ref_lib.DenseMLP(HIDDEN, FFN, UNIT, skip_bias_add=False))
-    dense_attn = ref_lib.DenseGQAttention(HIDDEN, HEADS, groups, D, case.causal, case.rotary)
+    dense_attn = ref_lib.DenseAttention(HIDDEN, HEADS, groups, D, case.causal, case.rotary)
     dense = ref_lib.Model(dense_attn, dense_mlp, HIDDEN, CLASSES, per_token=True)
     dense.load_state_dict(model.state_dict())
     return model, dense
@@ -140,7 +140,7 @@ def train_case(case: Case, plan: str, version: int, group, size: int) -> None:
         opt.zero_grad()
         ref_opt.step()
         ref_opt.zero_grad()
-        ref_lib.restore_pruned_units(dense, before)
+        ref_lib.restore_pruned(dense, before)
     got = model.state_dict()
     for key, want in dense.state_dict().items():
         close(got[key], want, f"after 2 steps: {key}")

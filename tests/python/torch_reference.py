@@ -2,14 +2,15 @@
 
 ``Model`` mixes torch layers (LayerNorm, residuals, a head) with an attention and an MLP
 layer given to it; built with Ballast layers it is the model under test, built with
-``DenseAttention`` / ``DenseMLP`` it is the reference, and the state-dict keys agree so
-one loads the other. ``UnitMask`` removes pruned units from the reference, the way
-ZERO-resizing with zero imputation does.
+``DenseAttention`` and ``DenseMLP`` / ``DenseSwiGLU`` it is the reference, and the
+state-dict keys agree so one loads the other. ``unit_mask`` removes pruned units from the
+reference, the way ZERO-resizing with zero imputation does, and ``restore_pruned`` undoes
+what torch's AdamW did to them.
 """
 from __future__ import annotations
 
 import math
-from typing import Dict, Set
+from typing import Dict, Optional, Set
 
 import torch
 from torch import nn
@@ -38,31 +39,6 @@ class DenseMLP(nn.Module):
         rows = slice(u * self.unit_size, (u + 1) * self.unit_size)
         return [("linear_fc1.weight", 0, rows), ("linear_fc1.bias", 0, rows),
                 ("linear_fc2.weight", 1, rows)]
-
-
-class DenseAttention(nn.Module):
-    def __init__(self, hidden: int, heads: int) -> None:
-        super().__init__()
-        self.heads, self.d = heads, hidden // heads
-        self.linear_q = nn.Linear(hidden, hidden)
-        self.linear_k = nn.Linear(hidden, hidden)
-        self.linear_v = nn.Linear(hidden, hidden)
-        self.linear_proj = nn.Linear(hidden, hidden)
-        self.pruned: Set[int] = set()
-
-    def forward(self, x):  # [s, b, h]
-        s, b, _ = x.shape
-
-        def split(t):  # [s, b, heads*d] -> [b, heads, s, d]
-            return t.view(s, b, self.heads, self.d).permute(1, 2, 0, 3)
-
-        q, k, v = split(self.linear_q(x)), split(self.linear_k(x)), split(self.linear_v(x))
-        p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d), dim=-1)
-        ctx = p @ v
-        if self.pruned:
-            ctx = ctx * unit_mask(self.heads, 1, self.pruned).view(1, -1, 1, 1)
-        ctx = ctx.permute(2, 0, 1, 3).reshape(s, b, -1)
-        return self.linear_proj(ctx), None
 
 
 def unit_mask(n: int, unit_size: int, pruned: Set[int]) -> torch.Tensor:
@@ -95,28 +71,7 @@ class Model(nn.Module):
         return self.head(x if self.per_token else x.mean(0))
 
 
-def restore_pruned(ref: Model, before: Dict[str, torch.Tensor], unit_size: int) -> None:
-    """Puts the pruned units' parameters back after a torch AdamW step.
-
-    Their gradients are zero, so their moments stay zero and only the weight decay moved
-    them; Ballast leaves pruned units alone, and so, after this, does the reference.
-    """
-    with torch.no_grad():
-        mlp, attn = ref.mlp, ref.attn
-        for u in mlp.pruned:
-            rows = slice(u * unit_size, (u + 1) * unit_size)
-            mlp.linear_fc1.weight[rows] = before["mlp.linear_fc1.weight"][rows]
-            mlp.linear_fc1.bias[rows] = before["mlp.linear_fc1.bias"][rows]
-            mlp.linear_fc2.weight[:, rows] = before["mlp.linear_fc2.weight"][:, rows]
-        for h in attn.pruned:
-            rows = slice(h * attn.d, (h + 1) * attn.d)
-            for name in ("linear_q", "linear_k", "linear_v"):
-                getattr(attn, name).weight[rows] = before[f"attn.{name}.weight"][rows]
-                getattr(attn, name).bias[rows] = before[f"attn.{name}.bias"][rows]
-            attn.linear_proj.weight[:, rows] = before["attn.linear_proj.weight"][:, rows]
-
-
-# --- Decoder-LLM blocks: SwiGLU, grouped-query attention with a causal mask and RoPE. ---
+# --- Decoder-LLM pieces: SwiGLU, and RoPE for DenseAttention. ---
 
 class DenseSwiGLU(nn.Module):
     """``linear_fc2(silu(linear_fc1(x)) * linear_fc1_up(x))``; a unit is a tile of
@@ -158,13 +113,17 @@ def apply_rotary(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
 
 
-class DenseGQAttention(nn.Module):
-    """Grouped-query self-attention on [s, b, h]: query head i uses K/V head
-    i // (heads / groups); optional causal mask and RoPE. A unit is one K/V group."""
+class DenseAttention(nn.Module):
+    """Self-attention on [s, b, h] with biases: multi-head by default; with ``groups``
+    (< heads), grouped-query (query head i uses K/V head i // (heads / groups), as Hugging
+    Face's repeat_kv); optional causal mask and RoPE. A unit is one K/V group."""
 
-    def __init__(self, hidden: int, heads: int, groups: int, d: int, causal: bool,
-                 rotary: bool, rotary_base: float = 10000.0) -> None:
+    def __init__(self, hidden: int, heads: int, groups: Optional[int] = None,
+                 d: Optional[int] = None, causal: bool = False, rotary: bool = False,
+                 rotary_base: float = 10000.0) -> None:
         super().__init__()
+        groups = heads if groups is None else groups
+        d = hidden // heads if d is None else d
         self.heads, self.groups, self.d = heads, groups, d
         self.causal, self.rotary, self.base = causal, rotary, rotary_base
         self.linear_q = nn.Linear(hidden, heads * d)
@@ -207,8 +166,14 @@ class DenseGQAttention(nn.Module):
                 [("linear_proj.weight", 1, q_rows)])
 
 
-def restore_pruned_units(model: nn.Module, before: Dict[str, torch.Tensor]) -> None:
-    """restore_pruned for a Model of layers that list their units' slices."""
+def restore_pruned(model: nn.Module, before: Dict[str, torch.Tensor]) -> None:
+    """Puts the pruned units' parameters of a Model's attn and mlp back after a torch
+    AdamW step.
+
+    Their gradients are zero, so only the moments left from earlier steps and the weight
+    decay moved them; Ballast leaves pruned units alone, and so, after this, does the
+    reference.
+    """
     with torch.no_grad():
         for name in ("attn", "mlp"):
             layer = getattr(model, name)

@@ -115,8 +115,8 @@ class SpecTest(OneRankTestCase):
         attn = bspec.build_module(bspec.self_attention_spec(), config=cfg,
                                   attn_mask_type="AttnMaskType.causal")
         mlp = bspec.build_module(bspec.mlp_spec(unit_size=8), config=cfg)
-        plain_attn = ref_lib.DenseGQAttention(16, 4, 2, 4, causal=True, rotary=True,
-                                              rotary_base=500)
+        plain_attn = ref_lib.DenseAttention(16, 4, 2, 4, causal=True, rotary=True,
+                                            rotary_base=500)
         plain_attn.load_state_dict(attn.state_dict())
         plain_mlp = ref_lib.DenseSwiGLU(16, 64, 8)
         plain_mlp.load_state_dict(mlp.state_dict())

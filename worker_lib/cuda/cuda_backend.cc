@@ -1149,7 +1149,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   }
   BALLAST_ASSIGN_OR_RETURN(std::shared_ptr<StreamContext> ctx,
                            StreamContext::Create(options.device));
-  BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<CudaCompute> compute, CudaCompute::Create(ctx, options.gemm_precision));
+  BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<CudaCompute> compute,
+                           CudaCompute::Create(ctx, options.gemm_precision));
   BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
                            NcclCommunicator::Create(options, ctx));
   int nccl_version = 0;

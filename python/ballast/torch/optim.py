@@ -28,7 +28,6 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 import torch
 
 
-
 def _layer_of(p: torch.Tensor):
     ref = getattr(p, "_ballast_layer", None)
     return ref() if ref is not None else None

@@ -252,7 +252,8 @@ class ParallelBlock {
   absl::Status UpdateMeans(int32_t units, const float* batch_means);
   UnitRange StorageRange(int32_t first, int32_t count, std::vector<Buffer>* cache,
                          float* mean_out);
-  UnitRange HelperRange(StepLayoutIn& in);
+  // Helper range `index` (this step's l.in[index]) over its receive buffers.
+  UnitRange HelperRange(size_t index);
   absl::Status EnsureSize(Buffer& buffer, size_t n);
   // Sizes `cache` for a range; with `at_least`, keeps buffers that are already big enough
   // (the group's shared recompute buffers serve blocks of different shapes).
