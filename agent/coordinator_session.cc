@@ -62,6 +62,7 @@ bool CoordinatorSession::RunOnce() {
       args);
   auto stub = v1::AgentService::NewStub(channel);
   grpc::ClientContext context;
+  if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return false;

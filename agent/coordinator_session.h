@@ -26,6 +26,9 @@ struct CoordinatorSessionOptions {
   std::string coordinator_address;  // host:port
   // TLS / mTLS (ChannelCredentialsFromFiles in common/tls.h); null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The agent token (coordinator --agent_token_file), sent as `authorization: Bearer`
+  // metadata on every session; empty: none.
+  std::string token;
   std::string agent_id;
   std::string node;
   absl::Duration batch_period = absl::Milliseconds(100);

@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate presented to the coordinator (mTLS); needs --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the agent token the coordinator asks for (its --agent_token_file)");
 
 namespace {
 
@@ -73,6 +75,15 @@ int main(int argc, char** argv) {
     BALLAST_LOG(ERROR) << credentials.status().message();
     return 1;
   }
+  std::string token;
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> read = ballast::ReadBearerTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!read.ok()) {
+      BALLAST_LOG(ERROR) << "--token_file: " << read.status().message();
+      return 1;
+    }
+    token = *std::move(read);
+  }
 
   ballast::agent::AgentState state(absl::GetFlag(FLAGS_report_queue));
   ballast::agent::WorkerService worker_service(&state);
@@ -85,6 +96,7 @@ int main(int argc, char** argv) {
   ballast::agent::CoordinatorSessionOptions session_options;
   session_options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   session_options.credentials = *credentials;
+  session_options.token = token;
   session_options.agent_id = agent_id;
   session_options.node = node;
   session_options.batch_period = absl::GetFlag(FLAGS_batch_period);

@@ -53,7 +53,7 @@ std::vector<std::string> VerifiedCommonNames(const grpc::ServerContext& context)
 }  // namespace
 
 AdminAuthorizer::AdminAuthorizer(const AdminAuthOptions& options)
-    : token_set_(!options.token.empty()), allowed_cns_(options.allowed_cns) {
+    : api_(options.api), token_set_(!options.token.empty()), allowed_cns_(options.allowed_cns) {
   if (token_set_) token_digest_ = Sha256(options.token);
 }
 
@@ -98,7 +98,7 @@ absl::Status AdminAuthorizer::Check(std::optional<absl::string_view> authorizati
         CRYPTO_memcmp(digest.data(), token_digest_.data(), token_digest_.size()) == 0) {
       return absl::OkStatus();
     }
-    return Deny(absl::PermissionDeniedError("admin token rejected"), bad_token_, "bad_token",
+    return Deny(absl::PermissionDeniedError(absl::StrCat(api_, " token rejected")), bad_token_, "bad_token",
                 method, peer, verified_cns);
   }
   if (!allowed_cns_.empty() && !verified_cns.empty()) {
@@ -108,8 +108,9 @@ absl::Status AdminAuthorizer::Check(std::optional<absl::string_view> authorizati
                 cn_not_allowed_, "cn_not_allowed", method, peer, verified_cns);
   }
   return Deny(
-      absl::UnauthenticatedError("admin calls need a bearer token ('authorization: Bearer <token>' "
-                                 "metadata) or a client certificate whose CN is allowed"),
+      absl::UnauthenticatedError(absl::StrCat(
+          api_, " calls need a bearer token ('authorization: Bearer <token>' metadata)",
+          allowed_cns_.empty() ? "" : " or a client certificate whose CN is allowed")),
       no_credentials_, "no_credentials", method, peer, verified_cns);
 }
 
@@ -118,7 +119,7 @@ absl::Status AdminAuthorizer::Deny(absl::Status status, std::atomic<int64_t>& co
                                    absl::string_view peer,
                                    const std::vector<std::string>& verified_cns) const {
   counter.fetch_add(1, std::memory_order_relaxed);
-  BALLAST_LOG(WARNING) << "admin call denied: method=" << method << " peer=" << peer
+  BALLAST_LOG(WARNING) << api_ << " call denied: method=" << method << " peer=" << peer
                        << " cn=" << (verified_cns.empty() ? "-" : absl::StrJoin(verified_cns, ","))
                        << " reason=" << reason;
   return status;

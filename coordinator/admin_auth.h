@@ -38,6 +38,9 @@ namespace ballast::coordinator {
 struct AdminAuthOptions {
   std::string token;                     // the bearer token itself; empty: no token auth
   std::vector<std::string> allowed_cns;  // client-certificate CNs allowed (mTLS only)
+  // What is guarded, for messages and logs: "admin", or "agent" for the AgentService's
+  // token (--agent_token_file), which takes the same Bearer metadata.
+  std::string api = "admin";
 
   bool enabled() const { return !token.empty() || !allowed_cns.empty(); }
 };
@@ -78,6 +81,7 @@ class AdminAuthorizer {
                     absl::string_view method, absl::string_view peer,
                     const std::vector<std::string>& verified_cns) const;
 
+  std::string api_;
   bool token_set_ = false;
   Digest token_digest_{};
   std::vector<std::string> allowed_cns_;

@@ -2,6 +2,7 @@
 
 #include "common/grpc_status.h"
 #include "coordinator/policy_proto.h"
+#include "proto/validate.h"
 
 namespace ballast::coordinator {
 
@@ -26,9 +27,12 @@ grpc::Status AdminServiceImpl::GetPolicy(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::SetPolicy(grpc::ServerContext* context,
                                          const v1::SetPolicyRequest* req, v1::Policy* resp) {
   if (grpc::Status s = Authorize(context, "SetPolicy"); !s.ok()) return s;
-  if (req->job().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job is empty"));
+  if (absl::Status s = ValidateName("job", req->job()); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<JobPolicy> policy = PolicyFromProto(req->policy());
   if (!policy.ok()) return ToGrpcStatus(policy.status());
+  if (!req->preconfigure()) {
+    if (absl::Status s = coordinator_->CheckJobKnown(req->job()); !s.ok()) return ToGrpcStatus(s);
+  }
   if (absl::Status s = coordinator_->SetPolicy(req->job(), *policy); !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -39,6 +43,9 @@ grpc::Status AdminServiceImpl::SetPolicy(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::SetPaused(grpc::ServerContext* context,
                                          const v1::SetPausedRequest* req, v1::SetPausedResponse*) {
   if (grpc::Status s = Authorize(context, "SetPaused"); !s.ok()) return s;
+  if (!req->job().empty() && !req->preconfigure()) {
+    if (absl::Status s = coordinator_->CheckJobKnown(req->job()); !s.ok()) return ToGrpcStatus(s);
+  }
   return ToGrpcStatus(coordinator_->SetPaused(req->job(), req->paused()));
 }
 

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/text.h"
 #include "coordinator/policy_proto.h"
 #include "proto/convert.h"
 #include "proto/validate.h"
@@ -36,6 +38,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (!(options.dwell_hysteresis >= 0 && options.dwell_hysteresis <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("dwell_hysteresis ", options.dwell_hysteresis, " out of range [0, 1]"));
+  }
+  if (options.forget_after <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "forget_after ", absl::FormatDuration(options.forget_after), " must be > 0"));
+  }
+  for (auto [name, cap] : {std::pair<const char*, int32_t>{"max_workers_per_agent",
+                                                            options.max_workers_per_agent},
+                           {"max_groups_per_agent", options.max_groups_per_agent},
+                           {"max_jobs_per_agent", options.max_jobs_per_agent}}) {
+    if (cap < 1) return absl::InvalidArgumentError(absl::StrCat(name, " ", cap, " must be >= 1"));
   }
   std::unique_ptr<Coordinator> c(new Coordinator(options, clock, store, speeds));
   BALLAST_RETURN_IF_ERROR(c->LoadFromStore());
@@ -92,14 +104,65 @@ absl::Status Coordinator::RegisterWorker(const std::string& agent_id,
   rank.identity = w;
   rank.agent_id = agent_id;
   rank.attached = true;
+  group.last_activity = clock_->Monotonic();
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::CheckAgentCaps(
+    const std::string& agent_id, const std::vector<const v1::WorkerIdentity*>& workers) const {
+  std::set<std::tuple<std::string, std::string, int32_t>> ranks;
+  std::set<GroupKey> groups;
+  std::set<std::string> jobs;
+  for (const v1::WorkerIdentity* w : workers) {
+    ranks.insert({w->job(), w->group(), w->rank()});
+    groups.insert({w->job(), w->group()});
+    jobs.insert(w->job());
+  }
+  for (auto [what, count, cap, flag] :
+       {std::tuple<const char*, size_t, int32_t, const char*>{
+            "jobs", jobs.size(), options_.max_jobs_per_agent, "max_jobs_per_agent"},
+        {"groups", groups.size(), options_.max_groups_per_agent, "max_groups_per_agent"},
+        {"workers", ranks.size(), options_.max_workers_per_agent, "max_workers_per_agent"}}) {
+    if (count > static_cast<size_t>(cap)) {
+      return absl::ResourceExhaustedError(absl::StrCat("agent ", Excerpt(agent_id), " announces ",
+                                                       count, " ", what, ", more than --", flag,
+                                                       "=", cap));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<const v1::WorkerIdentity*> Coordinator::AttachedWorkers(
+    const std::string& agent_id) const {
+  std::vector<const v1::WorkerIdentity*> out;
+  for (const auto& [key, group] : groups_) {
+    for (const auto& [r, rank] : group.ranks) {
+      if (rank.attached && rank.agent_id == agent_id) out.push_back(&rank.identity);
+    }
+  }
+  return out;
+}
+
 absl::Status Coordinator::AgentConnected(const v1::AgentHello& hello, AgentSink* sink) {
-  if (hello.agent_id().empty()) return absl::InvalidArgumentError("hello.agent_id is empty");
-  absl::MutexLock lock(&mu_);
+  BALLAST_RETURN_IF_ERROR(ValidateName("hello.agent_id", hello.agent_id()));
+  if (!hello.node().empty()) BALLAST_RETURN_IF_ERROR(ValidateName("hello.node", hello.node()));
+  std::vector<const v1::WorkerIdentity*> workers;
   for (const v1::WorkerIdentity& w : hello.workers()) {
     BALLAST_RETURN_IF_ERROR(ValidateIdentity(w));
+    workers.push_back(&w);
+  }
+  BALLAST_RETURN_IF_ERROR(CheckAgentCaps(hello.agent_id(), workers));
+  absl::MutexLock lock(&mu_);
+  // The hello lists every worker the agent has now: ranks an earlier session of it
+  // registered and this one does not list are gone.
+  const absl::Duration now = clock_->Monotonic();
+  for (auto& [key, group] : groups_) {
+    for (auto& [r, rank] : group.ranks) {
+      if (rank.agent_id == hello.agent_id() && rank.attached) {
+        rank.attached = false;
+        group.last_activity = now;
+      }
+    }
   }
   agents_[hello.agent_id()] = AgentEntry{hello.node(), sink};
   std::set<GroupKey> groups;
@@ -126,9 +189,14 @@ void Coordinator::AgentDisconnected(const std::string& agent_id, AgentSink* sink
   auto it = agents_.find(agent_id);
   if (it == agents_.end() || it->second.sink != sink) return;  // superseded by a reconnect
   it->second.sink = nullptr;
+  const absl::Duration now = clock_->Monotonic();
+  it->second.disconnected_at = now;
   for (auto& [key, group] : groups_) {
     for (auto& [r, rank] : group.ranks) {
-      if (rank.agent_id == agent_id) rank.attached = false;
+      if (rank.agent_id == agent_id && rank.attached) {
+        rank.attached = false;
+        group.last_activity = now;
+      }
     }
   }
   BALLAST_LOG(WARNING) << "agent=" << agent_id << " disconnected";
@@ -136,7 +204,11 @@ void Coordinator::AgentDisconnected(const std::string& agent_id, AgentSink* sink
 
 absl::Status Coordinator::WorkerJoined(const std::string& agent_id,
                                        const v1::WorkerIdentity& worker) {
+  BALLAST_RETURN_IF_ERROR(ValidateIdentity(worker));
   absl::MutexLock lock(&mu_);
+  std::vector<const v1::WorkerIdentity*> workers = AttachedWorkers(agent_id);
+  workers.push_back(&worker);
+  BALLAST_RETURN_IF_ERROR(CheckAgentCaps(agent_id, workers));
   BALLAST_RETURN_IF_ERROR(RegisterWorker(agent_id, worker));
   const GroupEntry& group = groups_.at({worker.job(), worker.group()});
   auto agent = agents_.find(agent_id);
@@ -151,20 +223,26 @@ absl::Status Coordinator::WorkerJoined(const std::string& agent_id,
 
 absl::Status Coordinator::WorkerLeft(const std::string& agent_id,
                                      const v1::WorkerIdentity& worker) {
+  BALLAST_RETURN_IF_ERROR(ValidateName("worker.job", worker.job()));
+  BALLAST_RETURN_IF_ERROR(ValidateName("worker.group", worker.group()));
   absl::MutexLock lock(&mu_);
   auto it = groups_.find({worker.job(), worker.group()});
   if (it == groups_.end()) {
-    return absl::NotFoundError(absl::StrCat("job ", worker.job(), " group ", worker.group()));
+    return absl::NotFoundError(
+        absl::StrCat("worker left unknown job '", worker.job(), "' group '", worker.group(), "'"));
   }
   auto rank = it->second.ranks.find(worker.rank());
   if (rank != it->second.ranks.end() && rank->second.agent_id == agent_id) {
     rank->second.attached = false;
+    it->second.last_activity = clock_->Monotonic();
   }
   return absl::OkStatus();
 }
 
 absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerReport& report) {
-  absl::Status status = ValidateReport(report.step());
+  absl::Status status = ValidateName("report.job", report.job());
+  if (status.ok()) status = ValidateName("report.group", report.group());
+  if (status.ok()) status = ValidateReport(report.step());
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
     auto it = groups_.find({report.job(), report.group()});
@@ -220,6 +298,7 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
     rank.last_compute_seconds = compute;
     rank.last_collective_seconds = collective;
     rank.last_plan_version = report.step().plan_version();
+    group.last_activity = clock_->Monotonic();
     if (group.plan_pushed_at.has_value()) {
       bool all = true;
       for (const auto& [r, peer] : group.ranks) {
@@ -369,8 +448,36 @@ void Coordinator::Push(const GroupEntry& group) {
   }
 }
 
+void Coordinator::ForgetIdle() {
+  const absl::Duration now = clock_->Monotonic();
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    const GroupEntry& group = it->second;
+    const bool attached = std::any_of(group.ranks.begin(), group.ranks.end(),
+                                      [](const auto& r) { return r.second.attached; });
+    if (attached || now - group.last_activity <= options_.forget_after) {
+      ++it;
+      continue;
+    }
+    speeds_->Remove(group.job, GroupId(group.name));
+    BALLAST_LOG(INFO) << "job=" << group.job << " group=" << group.name
+                      << " forgotten: no worker attached or reporting for "
+                      << absl::FormatDuration(now - group.last_activity);
+    ++counters_.groups_forgotten;
+    it = groups_.erase(it);
+  }
+  for (auto it = agents_.begin(); it != agents_.end();) {
+    if (it->second.sink == nullptr && now - it->second.disconnected_at > options_.forget_after) {
+      ++counters_.agents_forgotten;
+      it = agents_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void Coordinator::Tick() {
   absl::MutexLock lock(&mu_);
+  ForgetIdle();
   const absl::Duration now = clock_->Monotonic();
   for (auto& [key, group] : groups_) {
     if (now < group.next_decision) continue;
@@ -414,6 +521,7 @@ CoordinatorObservations Coordinator::TakeObservations() {
 
 
 absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) const {
+  if (!job.empty()) BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
   absl::MutexLock lock(&mu_);
   v1::ClusterStatus out;
   std::map<std::string, v1::JobStatus*> jobs;
@@ -490,7 +598,7 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
 }
 
 absl::StatusOr<JobPolicy> Coordinator::GetPolicy(const std::string& job) const {
-  if (job.empty()) return absl::InvalidArgumentError("job is empty");
+  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
   absl::MutexLock lock(&mu_);
   auto it = policies_.find(job);
   if (it != policies_.end()) return it->second;
@@ -500,8 +608,20 @@ absl::StatusOr<JobPolicy> Coordinator::GetPolicy(const std::string& job) const {
   return absl::NotFoundError(absl::StrCat("job '", job, "' unknown (no workers, no policy)"));
 }
 
+absl::Status Coordinator::CheckJobKnown(const std::string& job) const {
+  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
+  absl::MutexLock lock(&mu_);
+  if (policies_.contains(job) || paused_.contains(job)) return absl::OkStatus();
+  for (const auto& [key, group] : groups_) {
+    if (group.job == job) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "job '", job, "' is not known to the coordinator (no workers, no policy, no pause); "
+      "preconfigure it (ballastctl --preconfigure) to set it ahead of the job's start"));
+}
+
 absl::Status Coordinator::SetPolicy(const std::string& job, const JobPolicy& policy) {
-  if (job.empty()) return absl::InvalidArgumentError("job is empty");
+  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
   BALLAST_RETURN_IF_ERROR(ValidatePolicy(policy));
   // Durable first: an operator's setting is never in force without being stored.
   BALLAST_RETURN_IF_ERROR(store_->PutPolicy(job, policy));
@@ -515,6 +635,7 @@ absl::Status Coordinator::SetPolicy(const std::string& job, const JobPolicy& pol
 }
 
 absl::Status Coordinator::SetPaused(const std::string& job, bool paused) {
+  if (!job.empty()) BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
   BALLAST_RETURN_IF_ERROR(store_->SetPaused(job, paused));
   absl::MutexLock lock(&mu_);
   paused_[job] = paused;
@@ -525,7 +646,14 @@ absl::Status Coordinator::SetPaused(const std::string& job, bool paused) {
 
 absl::Status Coordinator::SetCordon(const std::string& device, bool cordoned,
                                     const std::string& reason) {
-  if (device.empty()) return absl::InvalidArgumentError("device is empty");
+  BALLAST_RETURN_IF_ERROR(ValidateName("device", device));
+  BALLAST_RETURN_IF_ERROR(ValidateReason("reason", reason));
+  if (!cordoned) {
+    absl::MutexLock lock(&mu_);
+    if (!cordons_.contains(device)) {
+      return absl::NotFoundError(absl::StrCat("device '", device, "' is not cordoned"));
+    }
+  }
   BALLAST_RETURN_IF_ERROR(store_->SetCordon(device, cordoned, reason, clock_->Now()));
   absl::MutexLock lock(&mu_);
   if (cordoned) {
@@ -541,6 +669,8 @@ absl::Status Coordinator::SetCordon(const std::string& device, bool cordoned,
 
 absl::StatusOr<v1::Explanation> Coordinator::Explain(const std::string& job,
                                                      const std::string& group) const {
+  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
+  BALLAST_RETURN_IF_ERROR(ValidateName("group", group));
   absl::MutexLock lock(&mu_);
   auto it = groups_.find({job, group});
   if (it == groups_.end()) {

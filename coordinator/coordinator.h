@@ -55,6 +55,17 @@ struct CoordinatorOptions {
   // improves the step by far more.
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;
+  // A group with no attached rank and no registration or report for this long is
+  // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
+  // series). An agent disconnected this long is forgotten too. Policies, pauses and
+  // cordons stay: an operator set them on purpose, they are configuration.
+  absl::Duration forget_after = absl::Minutes(10);
+  // What one agent may announce: attached workers, and the distinct groups and jobs they
+  // belong to. Past a cap the hello or the join is refused (RESOURCE_EXHAUSTED), so one
+  // agent cannot spend the coordinator's memory.
+  int32_t max_workers_per_agent = 1024;
+  int32_t max_groups_per_agent = 256;
+  int32_t max_jobs_per_agent = 64;
 };
 
 // Counters for metrics and tests.
@@ -65,6 +76,8 @@ struct CoordinatorCounters {
   int64_t plans_pushed = 0;
   int64_t plan_changes = 0;
   int64_t decisions = 0;
+  int64_t groups_forgotten = 0;
+  int64_t agents_forgotten = 0;
 };
 
 // Durations observed since the last TakeObservations(), for histograms. Bounded: when
@@ -100,14 +113,19 @@ class Coordinator {
   void AgentDroppedReports(int64_t dropped);
 
   // --- The decision loop. ---
-  // Plans every group whose report period has elapsed; pushes changed plans.
+  // Plans every group whose report period has elapsed; pushes changed plans. Forgets
+  // groups and agents idle for forget_after.
   void Tick();
 
   // --- Admin (from AdminService). ---
   absl::StatusOr<v1::ClusterStatus> Status(const std::string& job) const;
   absl::StatusOr<JobPolicy> GetPolicy(const std::string& job) const;
+  // OK when the job has workers, a policy or a pause; NOT_FOUND naming it otherwise (the
+  // admin API refuses to configure unknown jobs unless asked to preconfigure).
+  absl::Status CheckJobKnown(const std::string& job) const;
   absl::Status SetPolicy(const std::string& job, const JobPolicy& policy);
   absl::Status SetPaused(const std::string& job, bool paused);
+  // Uncordoning a device that is not cordoned is NOT_FOUND.
   absl::Status SetCordon(const std::string& device, bool cordoned, const std::string& reason);
   absl::StatusOr<v1::Explanation> Explain(const std::string& job, const std::string& group) const;
 
@@ -145,10 +163,14 @@ class Coordinator {
     std::optional<absl::Time> plan_pushed_at;
     // Monotonic time of the last plan change (none yet: no dwell).
     std::optional<absl::Duration> plan_changed_at;
+    // Monotonic time of the last registration, report or detach (forget_after runs
+    // from it once no rank is attached).
+    absl::Duration last_activity = absl::ZeroDuration();
   };
   struct AgentEntry {
     std::string node;
     AgentSink* sink = nullptr;  // null while disconnected
+    absl::Duration disconnected_at = absl::ZeroDuration();  // monotonic
   };
   using GroupKey = std::pair<std::string, std::string>;
 
@@ -157,6 +179,13 @@ class Coordinator {
   absl::Status LoadFromStore();
   absl::Status RegisterWorker(const std::string& agent_id, const v1::WorkerIdentity& worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when `workers` (all of one agent's) pass a per-agent cap.
+  absl::Status CheckAgentCaps(const std::string& agent_id,
+                              const std::vector<const v1::WorkerIdentity*>& workers) const;
+  // Attached workers of an agent, as registered.
+  std::vector<const v1::WorkerIdentity*> AttachedWorkers(const std::string& agent_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobPolicy PolicyFor(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Paused(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans one group; returns the plan to push, if it changed.

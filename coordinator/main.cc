@@ -59,6 +59,19 @@ ABSL_FLAG(std::vector<std::string>, admin_allowed_cns, {},
           "without a token (needs --tls_client_ca)");
 ABSL_FLAG(bool, allow_insecure_admin, false,
           "Serve the admin API without authorisation on a non-loopback --listen address");
+ABSL_FLAG(std::string, agent_token_file, "",
+          "File holding the bearer token agents must carry (trailing newline ignored); "
+          "needed on a non-loopback --listen address without --tls_client_ca");
+ABSL_FLAG(bool, allow_insecure_agents, false,
+          "Serve agents without authenticating them on a non-loopback --listen address");
+ABSL_FLAG(absl::Duration, agent_write_timeout, absl::Seconds(10),
+          "An agent that has not read what it was sent for this long is dropped");
+ABSL_FLAG(absl::Duration, forget_after, absl::Minutes(10),
+          "A group with no attached worker and no report for this long is forgotten "
+          "(policies stay)");
+ABSL_FLAG(int32_t, max_workers_per_agent, 1024, "Most workers one agent may announce");
+ABSL_FLAG(int32_t, max_groups_per_agent, 256, "Most TP groups one agent's workers may span");
+ABSL_FLAG(int32_t, max_jobs_per_agent, 64, "Most jobs one agent's workers may span");
 
 namespace {
 
@@ -73,6 +86,10 @@ int main(int argc, char** argv) {
 
   if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration()) {
     std::fprintf(stderr, "--tick must be positive\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_agent_write_timeout) <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "--agent_write_timeout must be positive\n");
     return 2;
   }
   const std::string store_path = absl::GetFlag(FLAGS_store);
@@ -92,13 +109,19 @@ int main(int argc, char** argv) {
   options.link_bytes_per_second = absl::GetFlag(FLAGS_link_bytes_per_second);
   options.plan_dwell = absl::GetFlag(FLAGS_plan_dwell);
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
+  options.forget_after = absl::GetFlag(FLAGS_forget_after);
+  options.max_workers_per_agent = absl::GetFlag(FLAGS_max_workers_per_agent);
+  options.max_groups_per_agent = absl::GetFlag(FLAGS_max_groups_per_agent);
+  options.max_jobs_per_agent = absl::GetFlag(FLAGS_max_jobs_per_agent);
   auto coordinator = Coordinator::Create(options, ballast::RealClock(), store->get(), speeds->get());
   if (!coordinator.ok()) {
     BALLAST_LOG(ERROR) << coordinator.status();
-    return 1;
+    // A bad flag value is a usage error.
+    return coordinator.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
 
-  AgentServiceImpl agent_service(coordinator->get());
+  AgentServiceImpl agent_service(
+      coordinator->get(), {.write_timeout = absl::GetFlag(FLAGS_agent_write_timeout)});
   AdminServiceImpl admin_service(coordinator->get());
   ServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_listen);
@@ -114,6 +137,8 @@ int main(int argc, char** argv) {
     if (!trimmed.empty()) security.admin_allowed_cns.emplace_back(trimmed);
   }
   security.allow_insecure_admin = absl::GetFlag(FLAGS_allow_insecure_admin);
+  security.agent_token_file = absl::GetFlag(FLAGS_agent_token_file);
+  security.allow_insecure_agents = absl::GetFlag(FLAGS_allow_insecure_agents);
   absl::StatusOr<RunningServer> running =
       StartServer(server_options, &agent_service, &admin_service);
   if (!running.ok()) {
@@ -138,6 +163,10 @@ int main(int argc, char** argv) {
                         : security.tls.ca.empty() ? "TLS"
                                                   : "mTLS")
                     << ", admin auth " << (admin_auth->enabled() ? "required" : "off")
+                    << ", agent auth "
+                    << (!security.tls.ca.empty()       ? "mTLS"
+                        : running->agent_auth->enabled() ? "token"
+                                                        : "off")
                     << (running->health_server
                             ? absl::StrCat(", plaintext health on port ", running->health_port)
                             : "");

@@ -144,14 +144,26 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
   static const std::map<std::string, double> kStates = {
       {"normal", 0}, {"transient", 1}, {"chronic", 2},
       {"stale", 3},  {"cordoned", 4},  {"detached", 5}};
+  std::set<std::string> live_jobs;
+  std::set<GroupKey> live_groups;
+  std::set<RankKey> live_ranks;
   for (const v1::JobStatus& job : status.jobs()) {
-    job_paused_.Add({{"job", job.job()}}).Set(job.paused() ? 1 : 0);
-    job_max_pruned_.Add({{"job", job.job()}, {"scope", "rank"}})
-        .Set(job.policy().max_pruned_fraction_rank());
-    job_max_pruned_.Add({{"job", job.job()}, {"scope", "group"}})
-        .Set(job.policy().max_pruned_fraction_group());
+    live_jobs.insert(job.job());
+    auto jit = jobs_.find(job.job());
+    if (jit == jobs_.end()) {
+      jit = jobs_
+                .emplace(job.job(),
+                         JobGauges{&job_paused_.Add({{"job", job.job()}}),
+                                   &job_max_pruned_.Add({{"job", job.job()}, {"scope", "rank"}}),
+                                   &job_max_pruned_.Add({{"job", job.job()}, {"scope", "group"}})})
+                .first;
+    }
+    jit->second.paused->Set(job.paused() ? 1 : 0);
+    jit->second.max_pruned_rank->Set(job.policy().max_pruned_fraction_rank());
+    jit->second.max_pruned_group->Set(job.policy().max_pruned_fraction_group());
     for (const v1::GroupStatus& group : job.groups()) {
       const GroupKey gkey{job.job(), group.group()};
+      live_groups.insert(gkey);
       auto git = groups_.find(gkey);
       if (git == groups_.end()) {
         const prometheus::Labels labels = {{"job", job.job()}, {"group", group.group()}};
@@ -170,6 +182,7 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
       git->second.plan_version->Set(static_cast<double>(group.plan_version()) / 1e6);
       for (const v1::RankStatus& rank : group.ranks()) {
         const RankKey rkey{job.job(), group.group(), rank.rank(), rank.device()};
+        live_ranks.insert(rkey);
         auto rit = ranks_.find(rkey);
         if (rit == ranks_.end()) {
           const prometheus::Labels labels = {{"job", job.job()},
@@ -190,6 +203,45 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
         rit->second.straggler->Set(state == kStates.end() ? 0 : state->second);
       }
     }
+  }
+  RemoveForgotten(live_jobs, live_groups, live_ranks);
+}
+
+void CoordinatorMetrics::RemoveForgotten(const std::set<std::string>& live_jobs,
+                                         const std::set<GroupKey>& live_groups,
+                                         const std::set<RankKey>& live_ranks) {
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    if (live_ranks.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    rank_speed_.Remove(it->second.speed);
+    rank_straggler_.Remove(it->second.straggler);
+    rank_compute_.Remove(it->second.compute);
+    rank_collective_.Remove(it->second.collective);
+    it = ranks_.erase(it);
+  }
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (live_groups.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    group_pruned_.Remove(it->second.pruned);
+    group_offloaded_.Remove(it->second.offloaded);
+    group_predicted_.Remove(it->second.predicted);
+    group_measured_.Remove(it->second.measured);
+    group_plan_version_.Remove(it->second.plan_version);
+    it = groups_.erase(it);
+  }
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (live_jobs.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    job_paused_.Remove(it->second.paused);
+    job_max_pruned_.Remove(it->second.max_pruned_rank);
+    job_max_pruned_.Remove(it->second.max_pruned_group);
+    it = jobs_.erase(it);
   }
 }
 

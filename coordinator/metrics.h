@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -38,6 +39,10 @@ class CoordinatorMetrics {
  private:
   // Counters mirror monotonic internal counts: increment by what is new.
   static void Mirror(prometheus::Counter& counter, int64_t value);
+  using RankKey = std::tuple<std::string, std::string, int32_t, std::string>;
+  using GroupKey = std::pair<std::string, std::string>;
+  void RemoveForgotten(const std::set<std::string>& live_jobs, const std::set<GroupKey>& live_groups,
+                       const std::set<RankKey>& live_ranks);
 
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Counter>& reports_;
@@ -65,8 +70,6 @@ class CoordinatorMetrics {
   prometheus::Histogram& plan_latency_;
   prometheus::Histogram& decision_seconds_;
 
-  using RankKey = std::tuple<std::string, std::string, int32_t, std::string>;
-  using GroupKey = std::pair<std::string, std::string>;
   struct RankGauges {
     prometheus::Gauge* speed;
     prometheus::Gauge* straggler;
@@ -80,8 +83,16 @@ class CoordinatorMetrics {
     prometheus::Gauge* measured;
     prometheus::Gauge* plan_version;
   };
+  struct JobGauges {
+    prometheus::Gauge* paused;
+    prometheus::Gauge* max_pruned_rank;
+    prometheus::Gauge* max_pruned_group;
+  };
+  // Series of jobs, groups and ranks the coordinator no longer knows (forgotten) are
+  // removed at the next Update, so the number of series follows the live state.
   std::map<RankKey, RankGauges> ranks_;
   std::map<GroupKey, GroupGauges> groups_;
+  std::map<std::string, JobGauges> jobs_;
 
   prometheus::Family<prometheus::Counter>& admin_denied_;
   prometheus::Counter& admin_denied_no_credentials_;

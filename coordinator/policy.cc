@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/text.h"
 
 namespace ballast::coordinator {
 
@@ -28,7 +29,7 @@ absl::StatusOr<BalanceMode> ParseBalanceMode(absl::string_view name) {
     if (name == BalanceModeName(m)) return m;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "mode '", name, "' unknown; expected off, observe, resize, migrate or auto"));
+      "mode ", Excerpt(name), " unknown; expected off, observe, resize, migrate or auto"));
 }
 
 namespace {

@@ -1,4 +1,3 @@
-#include "coordinator/names.h"
 #include "coordinator/policy_store.h"
 
 #include <fcntl.h>
@@ -16,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "proto/validate.h"
 
 namespace ballast::coordinator {
 
@@ -28,7 +28,6 @@ static_assert(sizeof(JobPolicy) == 88,
 
 namespace {
 
-constexpr size_t kMaxReasonBytes = 1024;
 
 absl::Status CheckWholeMilliseconds(absl::string_view field, absl::Duration d) {
   if (d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
@@ -46,11 +45,11 @@ absl::Status CheckWholeMilliseconds(absl::string_view field, absl::Duration d) {
 
 }  // namespace
 
-absl::Status ValidateJobName(absl::string_view job) { return CheckName("job", job); }
+absl::Status ValidateJobName(absl::string_view job) { return ValidateName("job", job); }
 
 absl::Status ValidatePauseScope(absl::string_view scope) {
   if (scope.empty()) return absl::OkStatus();  // the cluster
-  return CheckName("scope", scope);
+  return ValidateName("scope", scope);
 }
 
 absl::Status ValidatePolicyRecord(absl::string_view job, const JobPolicy& policy) {
@@ -63,12 +62,9 @@ absl::Status ValidatePolicyRecord(absl::string_view job, const JobPolicy& policy
 
 absl::Status ValidateCordon(absl::string_view device, bool cordoned, absl::string_view reason,
                             absl::Time at) {
-  BALLAST_RETURN_IF_ERROR(CheckName("device", device));
+  BALLAST_RETURN_IF_ERROR(ValidateName("device", device));
   if (!cordoned) return absl::OkStatus();
-  if (reason.size() > kMaxReasonBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reason is ", reason.size(), " bytes, more than ", kMaxReasonBytes));
-  }
+  BALLAST_RETURN_IF_ERROR(ValidateReason("reason", reason));
   if (at == absl::InfinitePast() || at == absl::InfiniteFuture()) {
     return absl::InvalidArgumentError("at infinite");
   }

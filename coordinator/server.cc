@@ -5,6 +5,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,38 @@ absl::string_view HostOf(absl::string_view address) {
   if (address.find(':') != colon) return address;
   return address.substr(0, colon);
 }
+
+// gRPC answers a request body that does not parse as the method's message with INTERNAL
+// and an empty message, which reads as a server fault. Our handlers never return an empty
+// INTERNAL, so that status is the parse failure: say so, as the client's error.
+class UnparsableRequestInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit UnparsableRequestInterceptor(std::string method) : method_(std::move(method)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("the request body does not parse as the request message of ", method_)));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+};
+
+class UnparsableRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new UnparsableRequestInterceptor(info->method());
+  }
+};
 
 }  // namespace
 
@@ -75,6 +108,22 @@ absl::Status ValidateServerSecurity(const std::string& address,
     BALLAST_LOG(WARNING) << "the admin token travels in clear text to " << address
                          << ": set --tls_cert and --tls_key";
   }
+  const bool agents_authenticated = !security.tls.ca.empty() || !security.agent_token_file.empty();
+  if (!agents_authenticated && !loopback) {
+    if (!security.allow_insecure_agents) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to serve agents on non-loopback address ", address,
+          " without authenticating them (anyone reaching the port could register workers and "
+          "steer plans): set --tls_client_ca (mTLS) or --agent_token_file, or pass "
+          "--allow_insecure_agents"));
+    }
+    BALLAST_LOG(WARNING) << "agents on " << address
+                         << " are not authenticated (--allow_insecure_agents)";
+  }
+  if (!security.agent_token_file.empty() && security.tls.cert.empty() && !loopback) {
+    BALLAST_LOG(WARNING) << "the agent token travels in clear text to " << address
+                         << ": set --tls_cert and --tls_key";
+  }
   return absl::OkStatus();
 }
 
@@ -93,6 +142,15 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
     admin_auth.token = *std::move(token);
   }
   admin_auth.allowed_cns = security.admin_allowed_cns;
+  AdminAuthOptions agent_auth{.api = "agent"};
+  if (!security.agent_token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadBearerTokenFile(security.agent_token_file);
+    if (!token.ok()) {
+      return absl::Status(token.status().code(),
+                          absl::StrCat("--agent_token_file: ", token.status().message()));
+    }
+    agent_auth.token = *std::move(token);
+  }
   BALLAST_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            ServerCredentialsFromFiles(security.tls));
 
@@ -102,6 +160,8 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
   RunningServer running;
   running.admin_auth = std::make_shared<const AdminAuthorizer>(admin_auth);
   admin_service->set_authorizer(running.admin_auth);
+  running.agent_auth = std::make_shared<const AdminAuthorizer>(agent_auth);
+  agent_service->set_authorizer(running.agent_auth);
   builder.AddListeningPort(options.address, credentials, &running.port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // Agents' streams live for days: answer their keepalive pings, even between messages.
@@ -109,6 +169,9 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.RegisterService(agent_service);
   builder.RegisterService(admin_service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.address));

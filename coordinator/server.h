@@ -11,6 +11,10 @@
 //     handshake.
 //   - An admin API without authorisation is only served on loopback, unless
 //     allow_insecure_admin says so explicitly.
+//   - Agents are authenticated by mTLS or by an agent token (a bearer token like the
+//     admin one, checked at the start of every session): workers' timings steer plans,
+//     so an unauthenticated AgentService is only served on loopback, unless
+//     allow_insecure_agents says so explicitly.
 #ifndef BALLAST_COORDINATOR_SERVER_H_
 #define BALLAST_COORDINATOR_SERVER_H_
 
@@ -34,6 +38,8 @@ struct ServerSecurityOptions {
   std::string admin_token_file;                // --admin_token_file
   std::vector<std::string> admin_allowed_cns;  // --admin_allowed_cns (needs tls.ca)
   bool allow_insecure_admin = false;           // --allow_insecure_admin
+  std::string agent_token_file;                // --agent_token_file
+  bool allow_insecure_agents = false;          // --allow_insecure_agents
 };
 
 struct ServerOptions {
@@ -51,6 +57,8 @@ struct RunningServer {
   int port = 0;
   // The admin service's authorizer, for its denial counters (metrics).
   std::shared_ptr<const AdminAuthorizer> admin_auth;
+  // The agent service's (agent token); enabled() false under mTLS or when open.
+  std::shared_ptr<const AdminAuthorizer> agent_auth;
   // Set when options.health_address is.
   std::unique_ptr<grpc::Server> health_server;
   int health_port = 0;
@@ -61,15 +69,17 @@ struct RunningServer {
 bool IsLoopbackAddress(absl::string_view address);
 
 // The checks StartServer makes before reading any file: admin_allowed_cns needs a
-// client CA (a CN is only proof once the handshake verified the certificate), and an admin
-// API without authorisation needs a loopback address or allow_insecure_admin.
-// FAILED_PRECONDITION naming the flags otherwise. Logs a warning for an open admin API on
-// loopback, and for a token that would travel in clear text beyond it.
+// client CA (a CN is only proof once the handshake verified the certificate), an admin
+// API without authorisation needs a loopback address or allow_insecure_admin, and an
+// AgentService without mTLS or an agent token needs a loopback address or
+// allow_insecure_agents. FAILED_PRECONDITION naming the flags otherwise. Logs a warning
+// for an open admin API on loopback, and for a token that would travel in clear text
+// beyond it.
 absl::Status ValidateServerSecurity(const std::string& address,
                                     const ServerSecurityOptions& security);
 
-// Reads the certificate and token files, validates, installs the admin authorizer into
-// `admin_service`, and starts serving. Errors name the file or the flag at fault.
+// Reads the certificate and token files, validates, installs the authorizers into
+// `admin_service` and `agent_service`, and starts serving. Errors name the file or the flag at fault.
 absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
                                           AgentServiceImpl* agent_service,
                                           AdminServiceImpl* admin_service);

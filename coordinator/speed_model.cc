@@ -1,4 +1,3 @@
-#include "coordinator/names.h"
 #include "coordinator/speed_model.h"
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "proto/validate.h"
 
 namespace ballast::coordinator {
 namespace {
@@ -20,8 +20,8 @@ constexpr double kMinSpreadSeconds = 1e-9;
 
 absl::Status ValidateReport(const SpeedKey& key, double compute_seconds, int64_t units,
                             int64_t step, absl::Time at_time) {
-  if (absl::Status s = CheckName("job", key.job); !s.ok()) return s;
-  if (absl::Status s = CheckName("group", key.group.value()); !s.ok()) return s;
+  if (absl::Status s = ValidateName("job", key.job); !s.ok()) return s;
+  if (absl::Status s = ValidateName("group", key.group.value()); !s.ok()) return s;
   if (key.rank.value() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", key.rank.value(), " negative"));
   }
@@ -351,6 +351,20 @@ int64_t SpeedModel::Remove(absl::string_view job) {
     for (const auto& [block, state] : blocks) dropped += state.ranks.size();
   }
   jobs_.erase(j);
+  counters_.keys -= dropped;
+  return dropped;
+}
+
+int64_t SpeedModel::Remove(absl::string_view job, const GroupId& group) {
+  absl::MutexLock lock(&mu_);
+  auto j = jobs_.find(job);
+  if (j == jobs_.end()) return 0;
+  auto g = j->second->groups.find(group);
+  if (g == j->second->groups.end()) return 0;
+  int64_t dropped = 0;
+  for (const auto& [block, state] : g->second) dropped += state.ranks.size();
+  j->second->groups.erase(g);
+  if (j->second->groups.empty()) jobs_.erase(j);
   counters_.keys -= dropped;
   return dropped;
 }

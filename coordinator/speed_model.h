@@ -167,6 +167,8 @@ class SpeedModel {
 
   // Drops everything about a job; returns the number of keys dropped.
   int64_t Remove(absl::string_view job);
+  // Drops everything about one group of a job; returns the number of keys dropped.
+  int64_t Remove(absl::string_view job, const GroupId& group);
   // Drops keys with no report for longer than forget_after (and groups and jobs left
   // empty); returns the number of keys dropped. Call it periodically.
   int64_t Sweep();

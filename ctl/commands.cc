@@ -21,8 +21,8 @@ constexpr int kFailed = 1;
 constexpr int kUsage = 2;
 
 constexpr char kUsageText[] =
-    "usage: ballastctl [--coordinator=HOST:PORT] [--json] [--tls_ca=CA] [--tls_cert=CRT\n"
-    "                  --tls_key=KEY] [--token_file=FILE] COMMAND\n"
+    "usage: ballastctl [--coordinator=HOST:PORT] [--json] [--preconfigure] [--tls_ca=CA]\n"
+    "                  [--tls_cert=CRT --tls_key=KEY] [--token_file=FILE] COMMAND\n"
     "  status [JOB]\n"
     "  policy get JOB\n"
     "  policy set JOB KEY=VALUE...   keys: mode, max_pruned_fraction_rank,\n"
@@ -158,8 +158,9 @@ absl::Status ApplyAssignments(const std::vector<std::string>& assignments, v1::P
 
 }  // namespace
 
-int RunCommand(const std::vector<std::string>& args, bool json, AdminClient& client,
-               std::ostream& out, std::ostream& err) {
+int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags,
+               AdminClient& client, std::ostream& out, std::ostream& err) {
+  const bool json = flags.json;
   if (args.empty()) return Usage(err, "no command");
   const std::string& cmd = args[0];
   const size_t n = args.size();
@@ -180,8 +181,10 @@ int RunCommand(const std::vector<std::string>& args, bool json, AdminClient& cli
     v1::GetPolicyRequest get;
     get.set_job(args[2]);
     absl::StatusOr<v1::Policy> policy = client.GetPolicy(get);
-    // A job that has not started yet may be configured ahead: start from the defaults.
-    if (args[1] == "set" && policy.status().code() == absl::StatusCode::kNotFound) {
+    // A job that has not started yet may be configured ahead, when the operator says
+    // so: start from the defaults.
+    if (args[1] == "set" && flags.preconfigure &&
+        policy.status().code() == absl::StatusCode::kNotFound) {
       policy = coordinator::PolicyToProto(coordinator::JobPolicy{});
     }
     if (!policy.ok()) return Failed(err, policy.status());
@@ -193,6 +196,7 @@ int RunCommand(const std::vector<std::string>& args, bool json, AdminClient& cli
     if (n < 4) return Usage(err, "policy set needs at least one KEY=VALUE");
     v1::SetPolicyRequest set;
     set.set_job(args[2]);
+    set.set_preconfigure(flags.preconfigure);
     *set.mutable_policy() = *policy;
     if (absl::Status s = ApplyAssignments({args.begin() + 3, args.end()}, *set.mutable_policy());
         !s.ok()) {
@@ -208,6 +212,7 @@ int RunCommand(const std::vector<std::string>& args, bool json, AdminClient& cli
     v1::SetPausedRequest request;
     if (n == 2) request.set_job(args[1]);
     request.set_paused(cmd == "pause");
+    request.set_preconfigure(flags.preconfigure);
     if (absl::Status s = client.SetPaused(request); !s.ok()) return Failed(err, s);
     out << (cmd == "pause" ? "paused" : "resumed") << " balancing for "
         << (n == 2 ? "job " + args[1] : std::string("the cluster")) << "\n";

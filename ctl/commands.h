@@ -8,8 +8,10 @@
 //   cordon DEVICE [REASON...] | uncordon DEVICE
 //   explain JOB GROUP                the last decision for a group
 //
-// Output is a readable table, or JSON with `json` set. Returns the process exit code:
-// 0 success, 1 the call failed, 2 a usage error.
+// Output is a readable table, or JSON with `json` set. `policy set`, `pause JOB` and
+// `resume JOB` on a job the coordinator does not know fail (NOT_FOUND, exit 1) unless
+// `preconfigure` is set; `uncordon` of a device that is not cordoned fails too. Returns
+// the process exit code: 0 success, 1 the call failed, 2 a usage error.
 #ifndef BALLAST_CTL_COMMANDS_H_
 #define BALLAST_CTL_COMMANDS_H_
 
@@ -21,8 +23,13 @@
 
 namespace ballast::ctl {
 
-int RunCommand(const std::vector<std::string>& args, bool json, AdminClient& client,
-               std::ostream& out, std::ostream& err);
+struct CommandFlags {
+  bool json = false;          // --json
+  bool preconfigure = false;  // --preconfigure
+};
+
+int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags,
+               AdminClient& client, std::ostream& out, std::ostream& err);
 
 }  // namespace ballast::ctl
 

@@ -4,16 +4,21 @@
 //   ballastctl policy set vit mode=migrate
 //   ballastctl --json explain vit tp0
 //   ballastctl --coordinator=coord:7070 --tls_ca=ca.crt --token_file=~/.ballast/token status
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "common/tls.h"
 #include "ctl/commands.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address (host:port)");
 ABSL_FLAG(bool, json, false, "Print JSON instead of tables");
+ABSL_FLAG(bool, preconfigure, false,
+          "Let policy set, pause and resume name a job the coordinator does not know yet");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(5), "Deadline of each call");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA that signs the coordinator's certificate; set (or with --tls_cert), "
@@ -26,10 +31,25 @@ ABSL_FLAG(std::string, token_file, "",
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ballastctl [--coordinator=HOST:PORT] [--json] [--tls_ca=CA] [--tls_cert=CRT "
+      "ballastctl [--coordinator=HOST:PORT] [--json] [--preconfigure] [--tls_ca=CA] [--tls_cert=CRT "
       "--tls_key=KEY] [--token_file=FILE] status|policy|pause|resume|cordon|uncordon|"
       "explain ...");
+  // absl::ParseCommandLine reports a bad flag or value (--timeout=-1) and calls exit(1);
+  // ballastctl's usage errors exit 2 (docs/operations.md), so an exit while parsing
+  // becomes 2 (after flushing what was printed). --help and its kin exit as abseil says.
+  static bool parsing = true;
+  for (int i = 1; i < argc; ++i) {
+    if (absl::StartsWith(argv[i], "--help") || absl::StartsWith(argv[i], "-help")) {
+      parsing = false;
+    }
+  }
+  std::atexit([] {
+    if (!parsing) return;
+    std::fflush(nullptr);
+    std::_Exit(2);
+  });
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  parsing = false;
   std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (absl::GetFlag(FLAGS_timeout) <= absl::ZeroDuration()) {
     std::cerr << "ballastctl: --timeout must be positive\n";
@@ -56,5 +76,8 @@ int main(int argc, char** argv) {
     options.token = *std::move(token);
   }
   auto client = ballast::ctl::NewGrpcAdminClient(options);
-  return ballast::ctl::RunCommand(args, absl::GetFlag(FLAGS_json), *client, std::cout, std::cerr);
+  return ballast::ctl::RunCommand(args,
+                                  {.json = absl::GetFlag(FLAGS_json),
+                                   .preconfigure = absl::GetFlag(FLAGS_preconfigure)},
+                                  *client, std::cout, std::cerr);
 }

@@ -3,14 +3,60 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/text.h"
 
 namespace ballast {
+namespace {
+
+bool IsNameCharacter(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+         c == '-' || c == ':' || c == '/' || c == '@' || c == '+';
+}
+
+}  // namespace
+
+absl::Status ValidateName(absl::string_view field, absl::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is empty"));
+  if (name.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", Excerpt(name), " is longer than ",
+                                                   kMaxNameBytes, " bytes"));
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (!IsNameCharacter(name[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " ", Excerpt(name), " has byte 0x",
+          absl::Hex(static_cast<unsigned char>(name[i]), absl::kZeroPad2), " at offset ", i,
+          ": names take ", kNameCharacters));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateReason(absl::string_view field, absl::string_view reason) {
+  if (reason.size() > kMaxReasonBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", Excerpt(reason), " is longer than ",
+                                                   kMaxReasonBytes, " bytes"));
+  }
+  for (size_t i = 0; i < reason.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(reason[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " ", Excerpt(reason),
+                                                     " has control byte 0x",
+                                                     absl::Hex(c, absl::kZeroPad2), " at offset ",
+                                                     i));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateIdentity(const v1::WorkerIdentity& id) {
-  if (id.job().empty()) return absl::InvalidArgumentError("worker.job is empty");
-  if (id.group().empty()) return absl::InvalidArgumentError("worker.group is empty");
-  if (id.device().empty()) return absl::InvalidArgumentError("worker.device is empty");
+  BALLAST_RETURN_IF_ERROR(ValidateName("worker.job", id.job()));
+  BALLAST_RETURN_IF_ERROR(ValidateName("worker.group", id.group()));
+  BALLAST_RETURN_IF_ERROR(ValidateName("worker.device", id.device()));
+  if (!id.node().empty()) BALLAST_RETURN_IF_ERROR(ValidateName("worker.node", id.node()));
   if (id.group_size() < 1 || id.group_size() > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker.group_size ", id.group_size(), " out of range [1, 4096]"));

@@ -3,13 +3,30 @@
 #ifndef BALLAST_PROTO_VALIDATE_H_
 #define BALLAST_PROTO_VALIDATE_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "ballast/v1/common.pb.h"
 
 namespace ballast {
 
-// The fields every worker identity needs (job, group, device, rank within group_size,
-// consistent block ownership).
+// Names from the outside (jobs, groups, devices, nodes, agent ids) become map keys, store
+// rows, log fields and Prometheus label values. They are 1 to kMaxNameBytes bytes of
+// ASCII letters, digits and . _ - : / @ + (host names, Kubernetes names, "node-3/gpu1",
+// "cuda:0"); no spaces or control bytes, so a label or a log line cannot be forged.
+inline constexpr size_t kMaxNameBytes = 256;
+inline constexpr absl::string_view kNameCharacters = "letters, digits and . _ - : / @ +";
+// Free text from operators (a cordon's reason): at most kMaxReasonBytes, no control bytes
+// (UTF-8 is fine).
+inline constexpr size_t kMaxReasonBytes = 1024;
+
+// INVALID_ARGUMENT naming `field`, the limit and an excerpt of the offending value.
+absl::Status ValidateName(absl::string_view field, absl::string_view name);
+absl::Status ValidateReason(absl::string_view field, absl::string_view reason);
+
+// The fields every worker identity needs (job, group and device names, node when set,
+// rank within group_size, consistent block ownership).
 absl::Status ValidateIdentity(const v1::WorkerIdentity& identity);
 // A step report's numbers: finite, non-negative, bounded.
 absl::Status ValidateReport(const v1::StepReport& report);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/text.h"
 
 namespace ballast {
 
@@ -22,7 +23,7 @@ absl::StatusOr<Imputation> ParseImputation(absl::string_view name) {
   if (name == "zero") return Imputation::kZero;
   if (name == "mean") return Imputation::kMean;
   return absl::InvalidArgumentError(
-      absl::StrCat("imputation '", name, "' unknown; expected zero or mean"));
+      absl::StrCat("imputation ", Excerpt(name), " unknown; expected zero or mean"));
 }
 
 absl::string_view PriorityName(Priority priority) {
@@ -45,7 +46,7 @@ absl::StatusOr<Priority> ParsePriority(absl::string_view name) {
   if (name == "random") return Priority::kRandom;
   if (name == "round-robin") return Priority::kRoundRobin;
   return absl::InvalidArgumentError(absl::StrCat(
-      "priority '", name, "' unknown; expected change, magnitude, random or round-robin"));
+      "priority ", Excerpt(name), " unknown; expected change, magnitude, random or round-robin"));
 }
 
 namespace {

@@ -381,7 +381,8 @@ class Job:
         # Steps here take ~0.2 s: with the default one decision per second a new straggler
         # would cost 5+ steps before the first plan, so decide four times a second.
         policy = {"mode": cfg.mode, "report_period_ms": "250", **cfg.policy}
-        r = self.ctl("policy", "set", JOB_OF_TRAINER[cfg.trainer],
+        # The job starts below: its policy is set ahead, which ballastctl must be told.
+        r = self.ctl("--preconfigure", "policy", "set", JOB_OF_TRAINER[cfg.trainer],
                      *[f"{k}={v}" for k, v in policy.items()])
         if r.returncode != 0:
             raise LaunchError(f"ballastctl policy set failed: {r.stderr.strip()}")

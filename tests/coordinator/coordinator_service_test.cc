@@ -7,10 +7,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "coordinator/policy.h"
+#include "coordinator/policy_proto.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/agent.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -245,6 +250,171 @@ TEST_F(CoordinatorServiceTest, AdminRejectsBadRequestsNamingTheField) {
   status = admin_->SetCordon(&c6, cordon, &cordon_out);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("device"));
+}
+
+TEST_F(CoordinatorServiceTest, UnknownJobsAreConfiguredOnlyWhenAskedToPreconfigure) {
+  grpc::ClientContext c1;
+  v1::SetPausedRequest pause;
+  pause.set_job("vti");  // a typo of vit
+  pause.set_paused(true);
+  v1::SetPausedResponse paused;
+  grpc::Status status = admin_->SetPaused(&c1, pause, &paused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("job 'vti' is not known"));
+  grpc::ClientContext c2;
+  v1::SetPolicyRequest set;
+  set.set_job("vti");
+  *set.mutable_policy() = coordinator::PolicyToProto(coordinator::JobPolicy{});
+  v1::Policy out;
+  EXPECT_EQ(admin_->SetPolicy(&c2, set, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext c3;
+  v1::GetPolicyRequest get;
+  get.set_job("vti");
+  EXPECT_EQ(admin_->GetPolicy(&c3, get, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Asked to, and for a job with workers, it is done.
+  grpc::ClientContext c4, c5;
+  set.set_preconfigure(true);
+  EXPECT_TRUE(admin_->SetPolicy(&c4, set, &out).ok());
+  pause.set_job("vit");
+  EXPECT_TRUE(admin_->SetPaused(&c5, pause, &paused).ok());
+
+  grpc::ClientContext c6;
+  v1::SetCordonRequest uncordon;
+  uncordon.set_device("node/dev0");
+  v1::SetCordonResponse cordon_out;
+  status = admin_->SetCordon(&c6, uncordon, &cordon_out);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("device 'node/dev0' is not cordoned"));
+}
+
+TEST_F(CoordinatorServiceTest, AnUnparsableRequestIsInvalidArgumentNamingTheMethod) {
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  const char garbage[] = "\xff\xff\xff\xff";
+  grpc::Slice slice(garbage, sizeof(garbage) - 1);
+  grpc::ByteBuffer request(&slice, 1);
+  auto call = generic.PrepareUnaryCall(&context, "/ballast.v1.Admin/GetStatus", request, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("does not parse as the request message of /ballast.v1.Admin/GetStatus"));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+// An agent that stops reading its stream (hung, or a hostile client) stalls nobody: its
+// plans and rejections queue on its own session while the tick thread goes on planning
+// and pushing the other agents' plans; after write_timeout it is dropped.
+TEST(SlowAgentTest, AnAgentThatNeverReadsDelaysNoOtherAgentAndIsDropped) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/ballast-slow-", ::getpid());
+  std::filesystem::create_directories(dir);
+  constexpr absl::Duration kWriteTimeout = absl::Seconds(5);
+  InProcessCoordinator server(testing::InProcessCoordinatorOptions{
+      .store_path = dir + "/c.db", .agent_service = {.write_timeout = kWriteTimeout}});
+  ASSERT_TRUE(server.Start().ok());
+  coordinator::Coordinator& coordinator = *server.coordinator();
+  coordinator::JobPolicy migrate;
+  migrate.mode = coordinator::BalanceMode::kMigrate;
+  migrate.report_period = absl::Milliseconds(100);
+  ASSERT_TRUE(coordinator.SetPolicy("stuck", migrate).ok());
+  ASSERT_TRUE(coordinator.SetPolicy("healthy", migrate).ok());
+  auto hello = [](const std::string& job) {
+    v1::AgentMessage m;
+    m.mutable_hello()->set_agent_id(job + "-agent");
+    for (int rank : {0, 1}) {
+      v1::WorkerIdentity w = Worker(rank);
+      w.set_job(job);
+      w.set_device(job + "/dev" + std::to_string(rank));
+      *m.mutable_hello()->add_workers() = w;
+    }
+    return m;
+  };
+  // One step of both ranks, rank 1 three times slower: a straggler the planner offloads.
+  auto straggling_step = [](const std::string& job, int64_t step) {
+    v1::AgentMessage m = Reports(job, 0, 0, 0.002, step);
+    *m.mutable_reports()->add_reports() = Reports(job, 1, 0, 0.006, step).reports().reports(0);
+    return m;
+  };
+
+  // The stuck agent's channel announces a small window and never grows it, so the
+  // coordinator's writes to it block once a few hundred KB are unread.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 10);
+  auto stuck_stub = v1::AgentService::NewStub(
+      grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext stuck_context;
+  auto stuck = stuck_stub->Session(&stuck_context);
+  ASSERT_TRUE(stuck->Write(hello("stuck")));
+  // Reports for a job that does not exist: each earns a Rejection it never reads.
+  v1::AgentMessage flood;
+  for (int i = 0; i < 1000; ++i) {
+    *flood.mutable_reports()->add_reports() = Reports("nosuchjob", 0, 0, 0.1).reports().reports(0);
+  }
+  const absl::Time flood_deadline = absl::Now() + absl::Seconds(30);
+  while (server.agent_service().BlockedSessions(absl::Milliseconds(200)) == 0) {
+    ASSERT_LT(absl::Now(), flood_deadline) << "the stuck agent's writes never blocked";
+    ASSERT_TRUE(stuck->Write(flood));
+  }
+  // Its group gets a plan while it is stuck: the push queues behind the blocked write.
+  for (int64_t step = 1; coordinator.Explain("stuck", "tp0")->plan_version() == 0; ++step) {
+    ASSERT_LT(absl::Now(), flood_deadline) << "the stuck agent's group got no plan";
+    ASSERT_TRUE(stuck->Write(straggling_step("stuck", step)));
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+
+  // A healthy agent meanwhile: its reports are taken and its plan arrives.
+  auto healthy_stub = v1::AgentService::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext healthy_context;
+  auto healthy = healthy_stub->Session(&healthy_context);
+  ASSERT_TRUE(healthy->Write(hello("healthy")));
+  absl::Notification got_plan;
+  std::thread reader([&] {
+    v1::CoordinatorMessage message;
+    while (healthy->Read(&message)) {
+      if (message.has_plan() && !got_plan.HasBeenNotified()) got_plan.Notify();
+    }
+  });
+  const absl::Time began = absl::Now();
+  for (int64_t step = 1; !got_plan.HasBeenNotified() && absl::Now() - began < kWriteTimeout;
+       ++step) {
+    ASSERT_TRUE(healthy->Write(straggling_step("healthy", step)));
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(got_plan.HasBeenNotified()) << "the healthy agent got no plan while one was stuck";
+  const absl::Duration plan_after = absl::Now() - began;
+  // ... and it arrived while the stuck agent was still blocked, not after it was dropped.
+  EXPECT_EQ(server.agent_service().BlockedSessions(absl::Milliseconds(200)), 1);
+  EXPECT_EQ(server.agent_service().counters().sessions_cancelled_slow, 0);
+  EXPECT_LT(plan_after, absl::Seconds(3));
+
+  // The stuck agent is dropped within the bound; the healthy one stays.
+  EXPECT_TRUE(WaitFor([&] { return server.agent_service().counters().sessions_cancelled_slow == 1; },
+                      kWriteTimeout + absl::Seconds(5)));
+  v1::CoordinatorMessage unread;
+  while (stuck->Read(&unread)) {
+  }
+  const grpc::Status stuck_status = stuck->Finish();
+  EXPECT_EQ(stuck_status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(coordinator.connected_agents(), 1);
+  EXPECT_EQ(coordinator.attached_workers(), 2);
+  EXPECT_GT(server.agent_service().counters().rejections_dropped, 0);
+
+  healthy_context.TryCancel();
+  reader.join();
+  healthy->Finish();
+  server.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

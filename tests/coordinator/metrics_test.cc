@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <prometheus/exposer.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "agent/metrics.h"
 #include "testing/http_get.h"
 
@@ -13,6 +15,7 @@ namespace ballast {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class MetricsTest : public ::testing::Test {
  protected:
@@ -84,6 +87,30 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
                               "job=\"vit\",rank=\"3\"} 0.04"));
   EXPECT_THAT(body, HasSubstr("ballast_rank_collective_seconds{device=\"n1/gpu3\",group=\"tp0\","
                               "job=\"vit\",rank=\"3\"} 0.01"));
+}
+
+TEST_F(MetricsTest, SeriesOfForgottenJobsGroupsAndRanksAreRemoved) {
+  coordinator::CoordinatorMetrics metrics(*registry_, "9.9.9");
+  v1::ClusterStatus status;
+  for (const char* name : {"kept", "gone"}) {
+    v1::JobStatus* job = status.add_jobs();
+    job->set_job(name);
+    v1::GroupStatus* g = job->add_groups();
+    g->set_group("tp0");
+    v1::RankStatus* r = g->add_ranks();
+    r->set_rank(0);
+    r->set_device(absl::StrCat(name, "/gpu0"));
+  }
+  metrics.Update(status, {}, {});
+  std::string body = Scrape();
+  ASSERT_THAT(body, HasSubstr("job=\"gone\""));
+  status.mutable_jobs()->RemoveLast();  // the coordinator forgot job "gone"
+  metrics.Update(status, {}, {});
+  body = Scrape();
+  EXPECT_THAT(body, Not(HasSubstr("gone")));
+  EXPECT_THAT(body, HasSubstr("ballast_job_paused{job=\"kept\"} 0"));
+  EXPECT_THAT(body, HasSubstr("ballast_group_pruned_ratio{group=\"tp0\",job=\"kept\"} 0"));
+  EXPECT_THAT(body, HasSubstr("ballast_rank_seconds_per_unit{device=\"kept/gpu0\""));
 }
 
 TEST_F(MetricsTest, CoordinatorExportsPlanLatencyAndDecisionTimeHistograms) {

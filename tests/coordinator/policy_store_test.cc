@@ -205,7 +205,7 @@ TYPED_TEST(PolicyStoreTest, RoundTripsEveryEnumValueAndEdgeValue) {
   edges.reshard_after = absl::ZeroDuration();
   edges.report_period = absl::Minutes(10);
   want["edges"] = edges;
-  want["unicode-\xc3\xa9t\xc3\xa9 'quoted'; DROP TABLE policies;--"] = NonDefaultPolicy();
+  want["every.name_char-A9:/@+"] = NonDefaultPolicy();
 
   for (const auto& [job, p] : want) ASSERT_TRUE(this->store_->PutPolicy(job, p).ok()) << job;
   this->Reopen();
@@ -213,6 +213,19 @@ TYPED_TEST(PolicyStoreTest, RoundTripsEveryEnumValueAndEdgeValue) {
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(*all, want);
   for (const auto& [job, p] : want) EXPECT_EQ(this->Get(job), p) << job;
+}
+
+TYPED_TEST(PolicyStoreTest, NamesOutsideTheCharacterSetAreRefused) {
+  for (const std::string& job : {std::string("unicode-\xc3\xa9t\xc3\xa9"),
+                                std::string("q'; DROP TABLE policies;--"),
+                                std::string("nul\0byte", 8), std::string("a b")}) {
+    absl::Status s = this->store_->PutPolicy(job, NonDefaultPolicy());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << job;
+    EXPECT_THAT(s.message(), HasSubstr("names take letters, digits")) << job;
+  }
+  absl::StatusOr<std::map<std::string, JobPolicy>> all = this->store_->ListPolicies();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->empty());
 }
 
 TYPED_TEST(PolicyStoreTest, OverwriteReplacesAndListIsSorted) {

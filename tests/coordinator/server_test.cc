@@ -1,6 +1,7 @@
 // The coordinator server's security checks before it listens: which addresses count as
-// loopback, the refusal to serve an unauthorised admin API beyond loopback, and start-up
-// errors for unusable token and certificate files (each naming the flag or the file).
+// loopback, the refusal to serve an unauthorised admin API or unauthenticated agents
+// beyond loopback, start-up errors for unusable token and certificate files (each naming
+// the flag or the file), and the agent token on a real server.
 #include "coordinator/server.h"
 
 #include <gmock/gmock.h>
@@ -42,10 +43,36 @@ TEST(ValidateServerSecurityTest, UnauthorisedAdminApiOnlyOnLoopbackUnlessAllowed
   EXPECT_THAT(refused.message(), HasSubstr("--admin_token_file"));
   EXPECT_THAT(refused.message(), HasSubstr("--allow_insecure_admin"));
 
-  EXPECT_TRUE(ValidateServerSecurity("0.0.0.0:7070", {.allow_insecure_admin = true}).ok());
-  EXPECT_TRUE(ValidateServerSecurity("0.0.0.0:7070", {.admin_token_file = "/t"}).ok());
+  EXPECT_TRUE(ValidateServerSecurity(
+                  "0.0.0.0:7070", {.allow_insecure_admin = true, .allow_insecure_agents = true})
+                  .ok());
+  EXPECT_TRUE(
+      ValidateServerSecurity("0.0.0.0:7070", {.admin_token_file = "/t", .agent_token_file = "/a"})
+          .ok());
   EXPECT_TRUE(ValidateServerSecurity("0.0.0.0:7070", {.tls = {.cert = "c", .key = "k", .ca = "ca"},
                                                       .admin_allowed_cns = {"ballastctl-admin"}})
+                  .ok());
+}
+
+TEST(ValidateServerSecurityTest, UnauthenticatedAgentsOnlyOnLoopbackUnlessAllowed) {
+  EXPECT_TRUE(ValidateServerSecurity("127.0.0.1:7070", {.admin_token_file = "/t"}).ok());
+  // An admin token alone does not authenticate agents.
+  absl::Status refused = ValidateServerSecurity("0.0.0.0:7070", {.admin_token_file = "/t"});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("refusing to serve agents on non-loopback address"));
+  EXPECT_THAT(refused.message(), HasSubstr("--tls_client_ca"));
+  EXPECT_THAT(refused.message(), HasSubstr("--agent_token_file"));
+  EXPECT_THAT(refused.message(), HasSubstr("--allow_insecure_agents"));
+  // TLS without client certificates does not either.
+  EXPECT_FALSE(ValidateServerSecurity("10.0.0.5:7070", {.tls = {.cert = "c", .key = "k"},
+                                                        .admin_token_file = "/t"})
+                   .ok());
+  EXPECT_TRUE(ValidateServerSecurity("10.0.0.5:7070", {.tls = {.cert = "c", .key = "k"},
+                                                       .admin_token_file = "/t",
+                                                       .agent_token_file = "/a"})
+                  .ok());
+  EXPECT_TRUE(ValidateServerSecurity(
+                  "0.0.0.0:7070", {.admin_token_file = "/t", .allow_insecure_agents = true})
                   .ok());
 }
 
@@ -80,14 +107,71 @@ TEST_F(StartServerTest, RefusesAnOpenAdminApiOnAWildcardAddress) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("--allow_insecure_admin"));
 
-  EXPECT_TRUE(Start({.host = "0.0.0.0", .security = {.allow_insecure_admin = true}}).ok());
+  EXPECT_TRUE(Start({.host = "0.0.0.0",
+                     .security = {.allow_insecure_admin = true, .allow_insecure_agents = true}})
+                  .ok());
   EXPECT_FALSE(coordinator_->admin_auth().enabled());
   testing::WriteFile(dir_ + "/token", "t0ken\n");
-  EXPECT_TRUE(Start({.host = "0.0.0.0", .security = {.admin_token_file = dir_ + "/token"}}).ok());
+  testing::WriteFile(dir_ + "/agent-token", "agent-t0ken\n");
+  EXPECT_TRUE(Start({.host = "0.0.0.0",
+                     .security = {.admin_token_file = dir_ + "/token",
+                                  .agent_token_file = dir_ + "/agent-token"}})
+                  .ok());
   EXPECT_TRUE(coordinator_->admin_auth().enabled());
 }
 
+// A raw agent session with `authorization` metadata (none when empty): the status the
+// server ends it with after a hello, or OK once the worker registered.
+grpc::Status AgentSession(const std::string& address, const std::string& authorization,
+                          InProcessCoordinator& coordinator) {
+  auto stub = v1::AgentService::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  auto stream = stub->Session(&context);
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_agent_id("agent-1");
+  v1::WorkerIdentity* w = hello.mutable_hello()->add_workers();
+  w->set_job("vit");
+  w->set_group("tp0");
+  w->set_group_size(1);
+  w->set_device("node/dev0");
+  stream->Write(hello);
+  if (testing::WaitFor([&] { return coordinator.coordinator()->attached_workers() == 1; },
+                       absl::Seconds(2))) {
+    context.TryCancel();
+    stream->Finish();
+    return grpc::Status::OK;
+  }
+  stream->WritesDone();
+  return stream->Finish();
+}
+
+TEST_F(StartServerTest, AgentsWithoutTheAgentTokenAreRefused) {
+  testing::WriteFile(dir_ + "/agent-token", "agent-t0ken\n");
+  ASSERT_TRUE(Start({.security = {.agent_token_file = dir_ + "/agent-token"}}).ok());
+  const std::string address = coordinator_->address();
+  grpc::Status none = AgentSession(address, "", *coordinator_);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(none.error_message(), HasSubstr("agent calls need a bearer token"));
+  grpc::Status wrong = AgentSession(address, "Bearer admin-t0ken", *coordinator_);
+  EXPECT_EQ(wrong.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(wrong.error_message(), HasSubstr("agent token rejected"));
+  EXPECT_EQ(coordinator_->coordinator()->attached_workers(), 0);  // nothing registered
+  EXPECT_TRUE(AgentSession(address, "Bearer agent-t0ken", *coordinator_).ok());
+
+  // The agent library presents it from its options.
+  testing::InProcessAgent agent("agent-2", dir_ + "/agent.sock", address, nullptr, "agent-t0ken");
+  ASSERT_TRUE(agent.Start().ok());
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return coordinator_->coordinator()->connected_agents() == 1; }, absl::Seconds(5)));
+}
+
 TEST_F(StartServerTest, TokenFileErrorsNameTheFile) {
+  absl::Status agent = Start({.security = {.agent_token_file = dir_ + "/missing"}});
+  EXPECT_EQ(agent.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(agent.message(), HasSubstr("--agent_token_file: "));
+
   absl::Status missing = Start({.security = {.admin_token_file = dir_ + "/missing"}});
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.message(), HasSubstr(dir_ + "/missing"));

@@ -212,9 +212,10 @@ TEST_F(SpeedModelTest, InvalidReportsNameTheFieldAndChangeNothing) {
       {Key(0), 0.01, 1'000'001, 100, now, "units_computed 1000001"},
       {Key(0), 0.01, 8, -3, now, "step -3"},
       {Key(0), 0.01, 8, 100, absl::InfiniteFuture(), "at_time"},
-      {Key(0, 0, ""), 0.01, 8, 100, now, "job empty"},
-      {Key(0, 0, std::string(300, 'j')), 0.01, 8, 100, now, "job is 300 bytes"},
-      {Key(0, 0, "vit", ""), 0.01, 8, 100, now, "group empty"},
+      {Key(0, 0, ""), 0.01, 8, 100, now, "job is empty"},
+      {Key(0, 0, std::string(300, 'j')), 0.01, 8, 100, now, "longer than 256 bytes"},
+      {Key(0, 0, std::string("v\0it", 4)), 0.01, 8, 100, now, "job 'v\\x00it' has byte 0x00"},
+      {Key(0, 0, "vit", ""), 0.01, 8, 100, now, "group is empty"},
       {Key(-1), 0.01, 8, 100, now, "rank -1"},
       {Key(0, -2), 0.01, 8, 100, now, "block -2"},
   };

@@ -43,12 +43,23 @@ class CommandsTest : public ::testing::Test {
   int Run(std::vector<std::string> args, bool json = false) {
     out_.str("");
     err_.str("");
-    return RunCommand(args, json, client_, out_, err_);
+    return RunCommand(args, {.json = json, .preconfigure = preconfigure}, client_, out_, err_);
   }
 
   testing::FakeAdminClient client_;
   std::ostringstream out_, err_;
+  bool preconfigure = false;
 };
+
+TEST_F(CommandsTest, UnknownJobsAreConfiguredOnlyWhenAskedToPreconfigure) {
+  EXPECT_EQ(Run({"policy", "set", "vti", "mode=migrate"}), 1);  // a typo of vit
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND: job 'vti' unknown"));
+  EXPECT_TRUE(client_.policy_sets.empty());
+  preconfigure = true;
+  EXPECT_EQ(Run({"pause", "next-job"}), 0);
+  ASSERT_EQ(client_.paused.size(), 1u);
+  EXPECT_TRUE(client_.paused[0].preconfigure());  // the coordinator decides on unknown jobs
+}
 
 TEST_F(CommandsTest, StatusPrintsATable) {
   EXPECT_EQ(Run({"status"}), 0);
@@ -87,8 +98,10 @@ TEST_F(CommandsTest, PolicySetRejectsBadAssignmentsNamingThem) {
 }
 
 TEST_F(CommandsTest, PolicySetForAJobNotStartedYetStartsFromDefaults) {
+  preconfigure = true;
   EXPECT_EQ(Run({"policy", "set", "newjob", "mode=observe"}), 0) << err_.str();
   ASSERT_EQ(client_.policy_sets.size(), 1u);
+  EXPECT_TRUE(client_.policy_sets[0].preconfigure());
   EXPECT_EQ(client_.policy_sets[0].policy().mode(), "observe");
   EXPECT_EQ(client_.policy_sets[0].policy().imputation(), "mean");  // the default
   EXPECT_GT(client_.policy_sets[0].policy().report_period_ms(), 0);

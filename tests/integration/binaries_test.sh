@@ -29,8 +29,15 @@ wait_for "the agent's socket" test -S "$dir/agent.sock"
 [ "$(stat -c %a "$dir/agent.sock")" = 660 ] || fail "agent socket is not mode 0660"
 wait_for "the agent's session" bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port; ctl status | grep -q 'agents 1'"
 
-# Policies: set ahead of the job's start, read back, refused with a clear error.
-ctl policy set vit mode=migrate report_period_ms=300 >/dev/null
+# Policies: set ahead of the job's start (only when asked: a typo configures nothing),
+# read back, refused with a clear error.
+if ctl policy set vit mode=migrate 2>"$dir/err"; then fail "unknown job configured"; fi
+grep -q "NOT_FOUND: job 'vit' unknown" "$dir/err" || fail "unknown job: $(cat "$dir/err")"
+if ctl pause vit 2>"$dir/err"; then fail "unknown job paused"; fi
+grep -q "NOT_FOUND: job 'vit' is not known" "$dir/err" || fail "unknown job: $(cat "$dir/err")"
+if ctl uncordon node-9/gpu0 2>"$dir/err"; then fail "uncordoned what was not cordoned"; fi
+grep -q "NOT_FOUND: device 'node-9/gpu0' is not cordoned" "$dir/err" || fail "$(cat "$dir/err")"
+ctl --preconfigure policy set vit mode=migrate report_period_ms=300 >/dev/null
 ctl policy get vit | grep -q "mode *migrate" || fail "policy not stored"
 if ctl policy set vit max_pruned_fraction_rank=2 2>"$dir/err"; then fail "bad policy accepted"; fi
 grep -q "INVALID_ARGUMENT: max_pruned_fraction_rank 2" "$dir/err" || fail "unclear error: $(cat "$dir/err")"
@@ -38,6 +45,8 @@ if ctl explain vit nosuchgroup 2>"$dir/err"; then fail "unknown group explained"
 grep -q "NOT_FOUND" "$dir/err" || fail "unknown group: $(cat "$dir/err")"
 set +e; ctl frobnicate 2>/dev/null; code=$?; set -e
 [ "$code" = 2 ] || fail "unknown command exit code $code"
+set +e; ctl --timeout=-1 status 2>"$dir/err"; code=$?; set -e
+[ "$code" = 2 ] || fail "--timeout=-1 exit code $code: $(cat "$dir/err")"
 
 ctl pause >/dev/null
 ctl status | grep -q "balancing PAUSED" || fail "pause not shown"

@@ -33,6 +33,8 @@ printf 'wrong-token\n' >"$dir/wrong"
 port=$(free_port)
 expect_exit 1 "--allow_insecure_admin" timeout 20 "$coordinator_bin" --listen="0.0.0.0:$port" \
   --metrics= --store="$dir/refused.db"
+expect_exit 1 "--allow_insecure_agents" timeout 20 "$coordinator_bin" --listen="0.0.0.0:$port" \
+  --metrics= --store="$dir/refused.db" --admin_token_file="$dir/token"
 expect_exit 1 "--admin_token_file: token file '$dir/empty' is empty" timeout 20 "$coordinator_bin" \
   --listen="127.0.0.1:$port" --metrics= --store="$dir/refused.db" --admin_token_file="$dir/empty"
 expect_exit 1 "needs --tls_client_ca" timeout 20 "$coordinator_bin" --listen="127.0.0.1:$port" \
@@ -63,7 +65,8 @@ wait_for "the agent's socket" test -S "$dir/agent.sock"
 wait_for "the agent's mTLS session" bash -c "$(declare -f ctl); ctl_bin='$ctl_bin' port=$port c='$c'; \
   ctl --tls_cert='$c/admin.crt' --tls_key='$c/admin.key' status | grep -q 'agents 1'"
 
-ctl "${as_admin[@]}" policy set vit mode=migrate >/dev/null || fail "allowed CN refused"
+ctl "${as_admin[@]}" --preconfigure policy set vit mode=migrate >/dev/null ||
+  fail "allowed CN refused"
 ctl "${as_agent[@]}" --token_file="$dir/token" status | grep -q "agents 1" || fail "token refused"
 expect_exit 1 "PERMISSION_DENIED: client certificate CN 'agent-node1'" ctl "${as_agent[@]}" status
 expect_exit 1 "PERMISSION_DENIED: admin token rejected" \

@@ -69,6 +69,7 @@ class ControlPlaneTest : public ::testing::Test {
     admin_ = ctl::NewGrpcAdminClient(coordinator_->address(), absl::Seconds(5));
     // The job's policy, set before any worker appears, as an operator would.
     v1::SetPolicyRequest set;
+    set.set_preconfigure(true);
     set.set_job(kJob);
     v1::Policy& p = *set.mutable_policy();
     p.set_mode("auto");

@@ -15,9 +15,10 @@ absl::Status InProcessCoordinator::Start() {
                            coordinator::SpeedModel::Create(coordinator::SpeedModelOptions{},
                                                            RealClock()));
   BALLAST_ASSIGN_OR_RETURN(coordinator_, coordinator::Coordinator::Create(
-                                             coordinator::CoordinatorOptions{}, RealClock(),
+                                             options_.coordinator, RealClock(),
                                              store_.get(), speeds_.get()));
-  agent_service_ = std::make_unique<coordinator::AgentServiceImpl>(coordinator_.get());
+  agent_service_ = std::make_unique<coordinator::AgentServiceImpl>(coordinator_.get(),
+                                                                   options_.agent_service);
   admin_service_ = std::make_unique<coordinator::AdminServiceImpl>(coordinator_.get());
   coordinator::ServerOptions server_options;
   server_options.address = absl::StrCat(options_.host, ":", port_);  // 0 the first time
@@ -63,6 +64,7 @@ absl::Status InProcessAgent::Start() {
   agent::CoordinatorSessionOptions options;
   options.coordinator_address = coordinator_address_;
   options.credentials = credentials_;
+  options.token = token_;
   options.agent_id = agent_id_;
   options.node = agent_id_;
   options.batch_period = absl::Milliseconds(20);

@@ -37,6 +37,8 @@ struct InProcessCoordinatorOptions {
   std::string host = "127.0.0.1";  // the listen address's host; address() stays loopback
   coordinator::ServerSecurityOptions security;  // TLS and admin auth, as the flags set them
   bool health_port = false;  // also serve plaintext grpc.health.v1 on a free port
+  coordinator::CoordinatorOptions coordinator;
+  coordinator::AgentServiceOptions agent_service;
 };
 
 class InProcessCoordinator {
@@ -54,6 +56,7 @@ class InProcessCoordinator {
   coordinator::Coordinator* coordinator() { return coordinator_.get(); }
   // Valid while started.
   const coordinator::AdminAuthorizer& admin_auth() const { return *admin_auth_; }
+  coordinator::AgentServiceImpl& agent_service() { return *agent_service_; }
 
  private:
   InProcessCoordinatorOptions options_;
@@ -74,12 +77,15 @@ class InProcessCoordinator {
 class InProcessAgent {
  public:
   // Null `credentials`: plaintext to the coordinator.
+  // Non-empty `token`: the agent token it presents.
   InProcessAgent(std::string agent_id, std::string socket_path, std::string coordinator_address,
-                 std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
+                 std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                 std::string token = "")
       : agent_id_(std::move(agent_id)),
         socket_path_(std::move(socket_path)),
         coordinator_address_(std::move(coordinator_address)),
-        credentials_(std::move(credentials)) {}
+        credentials_(std::move(credentials)),
+        token_(std::move(token)) {}
   ~InProcessAgent() { Stop(); }
   absl::Status Start();
   void Stop();
@@ -92,6 +98,7 @@ class InProcessAgent {
   std::string socket_path_;
   std::string coordinator_address_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::string token_;
   std::unique_ptr<agent::AgentState> state_;
   std::unique_ptr<agent::WorkerService> service_;
   std::unique_ptr<grpc::Server> server_;
