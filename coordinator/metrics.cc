@@ -207,42 +207,45 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
   RemoveForgotten(live_jobs, live_groups, live_ranks);
 }
 
+namespace {
+
+// Erases the entries of `cached` whose key is not in `live`, after `remove` took their
+// series out of the registry.
+template <typename Map, typename Live, typename Remove>
+void EraseStale(Map& cached, const Live& live, Remove remove) {
+  for (auto it = cached.begin(); it != cached.end();) {
+    if (live.contains(it->first)) {
+      ++it;
+    } else {
+      remove(it->second);
+      it = cached.erase(it);
+    }
+  }
+}
+
+}  // namespace
+
 void CoordinatorMetrics::RemoveForgotten(const std::set<std::string>& live_jobs,
                                          const std::set<GroupKey>& live_groups,
                                          const std::set<RankKey>& live_ranks) {
-  for (auto it = ranks_.begin(); it != ranks_.end();) {
-    if (live_ranks.contains(it->first)) {
-      ++it;
-      continue;
-    }
-    rank_speed_.Remove(it->second.speed);
-    rank_straggler_.Remove(it->second.straggler);
-    rank_compute_.Remove(it->second.compute);
-    rank_collective_.Remove(it->second.collective);
-    it = ranks_.erase(it);
-  }
-  for (auto it = groups_.begin(); it != groups_.end();) {
-    if (live_groups.contains(it->first)) {
-      ++it;
-      continue;
-    }
-    group_pruned_.Remove(it->second.pruned);
-    group_offloaded_.Remove(it->second.offloaded);
-    group_predicted_.Remove(it->second.predicted);
-    group_measured_.Remove(it->second.measured);
-    group_plan_version_.Remove(it->second.plan_version);
-    it = groups_.erase(it);
-  }
-  for (auto it = jobs_.begin(); it != jobs_.end();) {
-    if (live_jobs.contains(it->first)) {
-      ++it;
-      continue;
-    }
-    job_paused_.Remove(it->second.paused);
-    job_max_pruned_.Remove(it->second.max_pruned_rank);
-    job_max_pruned_.Remove(it->second.max_pruned_group);
-    it = jobs_.erase(it);
-  }
+  EraseStale(ranks_, live_ranks, [&](const RankGauges& g) {
+    rank_speed_.Remove(g.speed);
+    rank_straggler_.Remove(g.straggler);
+    rank_compute_.Remove(g.compute);
+    rank_collective_.Remove(g.collective);
+  });
+  EraseStale(groups_, live_groups, [&](const GroupGauges& g) {
+    group_pruned_.Remove(g.pruned);
+    group_offloaded_.Remove(g.offloaded);
+    group_predicted_.Remove(g.predicted);
+    group_measured_.Remove(g.measured);
+    group_plan_version_.Remove(g.plan_version);
+  });
+  EraseStale(jobs_, live_jobs, [&](const JobGauges& g) {
+    job_paused_.Remove(g.paused);
+    job_max_pruned_.Remove(g.max_pruned_rank);
+    job_max_pruned_.Remove(g.max_pruned_group);
+  });
 }
 
 void CoordinatorMetrics::Observe(const CoordinatorObservations& observations) {

@@ -60,6 +60,16 @@ class UnparsableRequestInterceptorFactory final
   }
 };
 
+// The token in the file a flag names ('' when the flag is unset); errors name the flag.
+absl::StatusOr<std::string> ReadTokenFlag(absl::string_view flag, const std::string& path) {
+  if (path.empty()) return std::string();
+  absl::StatusOr<std::string> token = ReadBearerTokenFile(path);
+  if (!token.ok()) {
+    return absl::Status(token.status().code(), absl::StrCat(flag, ": ", token.status().message()));
+  }
+  return token;
+}
+
 }  // namespace
 
 bool IsLoopbackAddress(absl::string_view address) {
@@ -132,25 +142,12 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
                                           AdminServiceImpl* admin_service) {
   const ServerSecurityOptions& security = options.security;
   BALLAST_RETURN_IF_ERROR(ValidateServerSecurity(options.address, security));
-  AdminAuthOptions admin_auth;
-  if (!security.admin_token_file.empty()) {
-    absl::StatusOr<std::string> token = ReadBearerTokenFile(security.admin_token_file);
-    if (!token.ok()) {
-      return absl::Status(token.status().code(),
-                          absl::StrCat("--admin_token_file: ", token.status().message()));
-    }
-    admin_auth.token = *std::move(token);
-  }
-  admin_auth.allowed_cns = security.admin_allowed_cns;
+  AdminAuthOptions admin_auth{.allowed_cns = security.admin_allowed_cns};
+  BALLAST_ASSIGN_OR_RETURN(admin_auth.token,
+                           ReadTokenFlag("--admin_token_file", security.admin_token_file));
   AdminAuthOptions agent_auth{.api = "agent"};
-  if (!security.agent_token_file.empty()) {
-    absl::StatusOr<std::string> token = ReadBearerTokenFile(security.agent_token_file);
-    if (!token.ok()) {
-      return absl::Status(token.status().code(),
-                          absl::StrCat("--agent_token_file: ", token.status().message()));
-    }
-    agent_auth.token = *std::move(token);
-  }
+  BALLAST_ASSIGN_OR_RETURN(agent_auth.token,
+                           ReadTokenFlag("--agent_token_file", security.agent_token_file));
   BALLAST_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            ServerCredentialsFromFiles(security.tls));
 

@@ -317,7 +317,9 @@ TEST_F(CoordinatorServiceTest, AnUnparsableRequestIsInvalidArgumentNamingTheMeth
 TEST(SlowAgentTest, AnAgentThatNeverReadsDelaysNoOtherAgentAndIsDropped) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/ballast-slow-", ::getpid());
   std::filesystem::create_directories(dir);
-  constexpr absl::Duration kWriteTimeout = absl::Seconds(5);
+  // Long enough for the stuck session's backlog, its plan and the healthy agent's plan under
+  // a sanitizer on a loaded machine, all before the stuck one is dropped.
+  constexpr absl::Duration kWriteTimeout = absl::Seconds(10);
   InProcessCoordinator server(testing::InProcessCoordinatorOptions{
       .store_path = dir + "/c.db", .agent_service = {.write_timeout = kWriteTimeout}});
   ASSERT_TRUE(server.Start().ok());
