@@ -298,6 +298,7 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
     rank.last_compute_seconds = compute;
     rank.last_collective_seconds = collective;
     rank.last_plan_version = report.step().plan_version();
+    rank.last_plan_number = report.step().plan_number();
     group.last_activity = clock_->Monotonic();
     if (group.plan_pushed_at.has_value()) {
       bool all = true;
@@ -422,15 +423,30 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   }
   group.explanation = absl::StrJoin(lines, "\n");
   if (policy.mode == BalanceMode::kObserve) return std::nullopt;  // explain, never push
+  // Workers that report a plan newer than ours run one an earlier coordinator pushed (we
+  // restarted and lost it): whatever we decide, even all-local, must replace it, or a
+  // group relieved of its straggler would keep offloading for good.
+  int64_t workers_version = 0, workers_number = 0;
+  for (const auto& [r, rank] : group.ranks) {
+    if (!rank.attached) continue;
+    workers_version = std::max(workers_version, rank.last_plan_version);
+    workers_number = std::max(workers_number, rank.last_plan_number);
+  }
+  const bool unknown_plan_in_force = workers_version > group.plan.version.value();
   // Compare content, not versions: an unchanged plan is not re-pushed.
   WorkloadPlan current = group.plan;
   current.version = PlanVersion(0);
-  if (current.blocks == desired.blocks &&
-      (desired.blocks.empty() || current.imputation == desired.imputation)) {
-    return std::nullopt;
+  if (!unknown_plan_in_force) {
+    if (current.blocks == desired.blocks &&
+        (desired.blocks.empty() || current.imputation == desired.imputation)) {
+      return std::nullopt;
+    }
+    if (group.plan.version.value() == 0 && desired.blocks.empty()) return std::nullopt;
   }
-  if (group.plan.version.value() == 0 && desired.blocks.empty()) return std::nullopt;
-  desired.version = PlanVersion(NextVersion(group));
+  // Above every version a worker runs, so the workers take it (they ignore older ones),
+  // and numbered on from the plan they run, so a restart does not count from 1 again.
+  desired.version = PlanVersion(std::max(NextVersion(group), workers_version + 1));
+  desired.number = std::max(group.plan.number, workers_number) + 1;
   return desired;
 }
 
@@ -538,6 +554,7 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
     gs->set_group(group.name);
     gs->set_size(group.size);
     gs->set_plan_version(group.plan.version.value());
+    gs->set_plan_number(group.plan.number);
     gs->set_plan_summary(PlanSummary(group.plan));
     double predicted = 0;
     for (const auto& [b, d] : group.decisions) predicted += d.predicted_step_seconds;
@@ -680,6 +697,7 @@ absl::StatusOr<v1::Explanation> Coordinator::Explain(const std::string& job,
   out.set_job(job);
   out.set_group(group);
   out.set_plan_version(it->second.plan.version.value());
+  out.set_plan_number(it->second.plan.number);
   *out.mutable_plan() = ToProto(it->second.plan);
   out.set_text(it->second.explanation.empty() ? "no decision yet" : it->second.explanation);
   return out;

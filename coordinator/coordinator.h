@@ -143,6 +143,7 @@ class Coordinator {
     double last_compute_seconds = 0;
     double last_collective_seconds = 0;
     int64_t last_plan_version = 0;  // the plan its latest report ran under
+    int64_t last_plan_number = 0;   // and that plan's number
   };
   struct BlockEntry {
     int32_t num_units = 0;

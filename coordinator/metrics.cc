@@ -1,5 +1,7 @@
 #include "coordinator/metrics.h"
 
+#include <malloc.h>
+
 #include <prometheus/family.h>
 
 namespace ballast::coordinator {
@@ -41,6 +43,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
                   .Help("Agents with a live session")
                   .Register(registry)
                   .Add({})),
+      heap_in_use_(prometheus::BuildGauge()
+                       .Name("ballast_coordinator_heap_in_use_bytes")
+                       .Help("Heap bytes allocated and not freed (glibc mallinfo2): unlike the "
+                             "resident size it falls when state is forgotten")
+                       .Register(registry)
+                       .Add({})),
       workers_(prometheus::BuildGauge()
                    .Name("ballast_coordinator_workers_attached")
                    .Help("Workers attached through a connected agent")
@@ -139,6 +147,10 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
   Mirror(decisions_, counters.decisions);
   Mirror(outliers_, speed_counters.outliers);
   agents_.Set(status.agents());
+  // glibc keeps freed pages, so the resident size is the high-water mark of the live
+  // state; what is in use now is what tells a leak from a past peak.
+  const struct mallinfo2 heap = mallinfo2();
+  heap_in_use_.Set(static_cast<double>(heap.uordblks + heap.hblkhd));
   workers_.Set(status.workers());
   paused_.Set(status.paused() ? 1 : 0);
   static const std::map<std::string, double> kStates = {

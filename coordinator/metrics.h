@@ -54,6 +54,7 @@ class CoordinatorMetrics {
   prometheus::Counter& decisions_;
   prometheus::Counter& outliers_;
   prometheus::Gauge& agents_;
+  prometheus::Gauge& heap_in_use_;
   prometheus::Gauge& workers_;
   prometheus::Gauge& paused_;
   prometheus::Family<prometheus::Gauge>& rank_speed_;

@@ -238,8 +238,8 @@ int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags,
     if (json) {
       PrintJson(*e, out);
     } else {
-      out << "job " << e->job() << " group " << e->group() << " plan version "
-          << e->plan_version() << "\n"
+      out << "job " << e->job() << " group " << e->group() << " plan #" << e->plan_number()
+          << " (version " << e->plan_version() << ")\n"
           << e->text() << "\n";
     }
     return kOk;

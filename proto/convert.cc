@@ -8,6 +8,7 @@ v1::WorkloadPlan ToProto(const WorkloadPlan& plan) {
   v1::WorkloadPlan out;
   out.set_group(plan.group.value());
   out.set_version(plan.version.value());
+  out.set_number(plan.number);
   out.set_imputation(plan.imputation == Imputation::kMean ? v1::IMPUTATION_MEAN
                                                           : v1::IMPUTATION_ZERO);
   for (const BlockPlan& b : plan.blocks) {
@@ -29,6 +30,7 @@ absl::StatusOr<WorkloadPlan> FromProto(const v1::WorkloadPlan& in) {
   WorkloadPlan plan;
   plan.group = GroupId(in.group());
   plan.version = PlanVersion(in.version());
+  plan.number = in.number();
   switch (in.imputation()) {
     case v1::IMPUTATION_ZERO:
       plan.imputation = Imputation::kZero;
@@ -56,6 +58,7 @@ v1::StepReport ToProto(const StepTimings& timings) {
   v1::StepReport out;
   out.set_step(timings.step);
   out.set_plan_version(timings.plan_version.value());
+  out.set_plan_number(timings.plan_number);
   out.set_agreement_seconds(timings.agreement_seconds);
   for (const BlockTiming& b : timings.blocks) {
     v1::BlockTiming* pb = out.add_blocks();

@@ -144,6 +144,10 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("plan version ", plan.version.value(), " must be > 0"));
   }
+  if (plan.number < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(), ": number ",
+                                                   plan.number, " must be >= 0"));
+  }
   if (plan.imputation != Imputation::kZero && plan.imputation != Imputation::kMean) {
     return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(),
                                                    ": imputation ",
@@ -168,7 +172,8 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
 }
 
 std::string PlanSummary(const WorkloadPlan& plan) {
-  std::string out = absl::StrCat("v", plan.version.value());
+  std::string out = plan.number > 0 ? absl::StrCat("#", plan.number)
+                                    : absl::StrCat("v", plan.version.value());
   if (plan.blocks.empty()) return absl::StrCat(out, ": all local");
   absl::StrAppend(&out, " (", ImputationName(plan.imputation), "):");
   for (const BlockPlan& bp : plan.blocks) {

@@ -220,6 +220,7 @@ absl::Status TpGroup::EndStep() {
   StepTimings timings;
   timings.step = step_;
   timings.plan_version = applied_.version;
+  timings.plan_number = applied_.number;
   BALLAST_ASSIGN_OR_RETURN(timings.agreement_seconds, agreement_timer_->Seconds());
   for (ParallelBlock* b : blocks_) {
     BALLAST_RETURN_IF_ERROR(b->EndStep());

@@ -179,16 +179,16 @@ class Reporter:
     def step(self, step: int, wall: float, loss: float, lr: float,
              extra: Optional[Dict[str, float]] = None) -> None:
         a, session = self.a, self.session
-        version = session.applied_version
+        version, number = session.applied_version, session.applied_plan_number
         if version != self.shown_version:
             self.view = plan_view(self.blocks, session)
             if self.shown_version >= 0:
-                self.event(f"step {step}: plan v{version % 100000} applied: {describe(self.view)}")
+                self.event(f"step {step}: plan #{number} applied: {describe(self.view)}")
             self.shown_version = version
         self.ema = wall if self.ema == 0 else 0.9 * self.ema + 0.1 * wall
         self.loss_ema = loss if self.loss_ema == 0 else 0.95 * self.loss_ema + 0.05 * loss
         line = (f"{1e3 * self.ema:6.1f} ms/step  loss {self.loss_ema:.3f}  "
-                f"plan v{version % 100000}: {describe(self.view)}")
+                f"plan #{number}: {describe(self.view)}")
         if self.progress == "bar":
             filled = 24 * (step + 1) // a.steps
             print(f"\r[{'#' * filled}{'.' * (24 - filled)}] {step + 1:5d}/{a.steps}  {line}\033[K",
@@ -203,7 +203,8 @@ class Reporter:
                 "compute_s": t["compute_seconds"], "comm_s": t["comm_seconds"],
                 "units_computed": units,
                 "seconds_per_unit": t["compute_seconds"] / units if units else 0.0,
-                "loss": loss, "lr": lr, "plan_version": version, **(extra or {}),
+                "loss": loss, "lr": lr, "plan_version": version, "plan_number": number,
+                **(extra or {}),
                 **self.view}) + "\n")
             self.metrics.flush()
 

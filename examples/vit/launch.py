@@ -309,6 +309,7 @@ class Job:
     def __init__(self, cfg):
         self.cfg = cfg
         self.procs = []  # (name, Popen, log path), in start order
+        self.commands = {}  # name -> (argv, to_terminal, Popen kwargs), for restarts
         self.workers = []
         self.contention = None
         self.run_dir = tempfile.mkdtemp(prefix="ballast-vit-")
@@ -326,12 +327,13 @@ class Job:
             raise LaunchError(f"{path} not found: build first (scripts/demo does)")
         return path
 
-    def start(self, name, argv, to_terminal=False, **kwargs):
+    def start(self, name, argv, to_terminal=False, append=False, **kwargs):
         """Starts a part with stderr (and stdout, unless to_terminal) in <out>/<name>.log."""
         if self.stopping.is_set():
             raise KeyboardInterrupt
+        self.commands[name] = (argv, to_terminal, dict(kwargs))
         logf = os.path.join(self.out, f"{name}.log")
-        handle = open(logf, "w")
+        handle = open(logf, "a" if append else "w")
         # Own session: a Ctrl-C reaches only the launcher, which stops the parts in order.
         setup = kwargs.pop("preexec_fn", None)
 
@@ -345,6 +347,20 @@ class Job:
         handle.close()
         self.procs.append((name, proc, logf))
         return proc
+
+    def kill_and_restart(self, name):
+        """SIGKILLs a running part (the coordinator, the agent) and starts it again with the
+        same command, its log appended, in its place in the stop order. For chaos runs."""
+        index = next(i for i, (n, _, _) in enumerate(self.procs) if n == name)
+        proc = self.procs[index][1]
+        proc.kill()
+        proc.wait()
+        argv, to_terminal, kwargs = self.commands[name]
+        self.start(name, argv, to_terminal=to_terminal, append=True, **kwargs)
+        self.procs[index] = self.procs.pop()
+
+    def on_step(self, step):
+        """Called as rank 0 advances (step = steps done); a subclass hooks in here."""
 
     def trainer(self):
         """The trainer's command (without its flags) and environment."""
@@ -431,6 +447,7 @@ class Job:
                             self.contention.update(step)
             except FileNotFoundError:
                 pass
+            self.on_step(step)
             codes = [w.poll() for w in self.workers]
             if all(c == 0 for c in codes):
                 break

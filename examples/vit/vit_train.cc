@@ -174,22 +174,23 @@ class Progress {
   Progress(Mode mode, int64_t total, int log_every)
       : mode_(mode), total_(total), log_every_(log_every) {}
 
+  // `number` is the plan's number in its group (WorkloadPlan::number), 0 before the first.
   void Step(int64_t step, double step_seconds, double loss, const PlanView& plan,
-            int64_t version) {
+            int64_t number) {
     ema_ = ema_ == 0 ? step_seconds : 0.9 * ema_ + 0.1 * step_seconds;
     loss_ema_ = loss_ema_ == 0 ? loss : 0.95 * loss_ema_ + 0.05 * loss;
     if (mode_ == Mode::kBar) {
       constexpr int kWidth = 24;
       const int filled = static_cast<int>(kWidth * (step + 1) / total_);
-      std::fprintf(stdout, "\r[%s%s] %5lld/%lld  %6.1f ms/step  loss %.3f  plan v%lld: %s\033[K",
+      std::fprintf(stdout, "\r[%s%s] %5lld/%lld  %6.1f ms/step  loss %.3f  plan #%lld: %s\033[K",
                    std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
                    static_cast<long long>(step + 1), static_cast<long long>(total_), 1e3 * ema_,
-                   loss_ema_, static_cast<long long>(version % 100000), plan.Describe().c_str());
+                   loss_ema_, static_cast<long long>(number), plan.Describe().c_str());
       std::fflush(stdout);
     } else if (mode_ == Mode::kLines && ((step + 1) % log_every_ == 0 || step + 1 == total_)) {
-      std::fprintf(stdout, "step %5lld/%lld  %6.1f ms/step  loss %.3f  plan v%lld: %s\n",
+      std::fprintf(stdout, "step %5lld/%lld  %6.1f ms/step  loss %.3f  plan #%lld: %s\n",
                    static_cast<long long>(step + 1), static_cast<long long>(total_), 1e3 * ema_,
-                   loss_ema_, static_cast<long long>(version % 100000), plan.Describe().c_str());
+                   loss_ema_, static_cast<long long>(number), plan.Describe().c_str());
       std::fflush(stdout);
     }
   }
@@ -302,27 +303,29 @@ absl::Status Run(const Options& o) {
     if (client) client->Report(t);
 
     const int64_t version = group->applied_version().value();
+    const int64_t number = group->applied_plan().number;
     if (version != shown_version) {
       view = ViewOf(*group, blocks);
       if (shown_version >= 0) {
-        progress.Event(absl::StrFormat("step %d: plan v%d applied: %s", step, version % 100000,
+        progress.Event(absl::StrFormat("step %d: plan #%d applied: %s", step, number,
                                        view.Describe()));
       }
       shown_version = version;
     }
-    progress.Step(step, wall, result.loss, view, version);
+    progress.Step(step, wall, result.loss, view, number);
     if (metrics.is_open()) {
       int32_t units = 0;
       for (const BlockTiming& b : t.blocks) units += b.units_computed;
       metrics << absl::StrFormat(
           "{\"rank\":%d,\"step\":%d,\"time\":%.6f,\"wall_s\":%.6f,\"compute_s\":%.6f,"
           "\"comm_s\":%.6f,\"units_computed\":%d,\"seconds_per_unit\":%.9f,\"loss\":%.6f,"
-          "\"batch_accuracy\":%.4f,\"lr\":%.6g,\"plan_version\":%d,\"pruned_fraction\":%.6f,"
+          "\"batch_accuracy\":%.4f,\"lr\":%.6g,\"plan_version\":%d,\"plan_number\":%d,"
+          "\"pruned_fraction\":%.6f,"
           "\"offloaded_fraction\":%.6f,\"owned_units\":[%s]}\n",
           o.rank, step, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), wall,
           t.compute_seconds(), t.comm_seconds(), units,
           units > 0 ? t.compute_seconds() / units : 0.0, result.loss,
-          static_cast<double>(result.correct) / o.batch, adamw.lr, version,
+          static_cast<double>(result.correct) / o.batch, adamw.lr, version, number,
           view.pruned_fraction(), view.offloaded_fraction(), absl::StrJoin(view.owned, ","));
       metrics.flush();
     }

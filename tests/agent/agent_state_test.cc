@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "proto/validate.h"
+
 namespace ballast::agent {
 namespace {
 
@@ -132,6 +134,36 @@ TEST(AgentStateTest, OwnershipInAReportRefreshesTheIdentityReannouncedToTheCoord
   const std::vector<v1::WorkerIdentity> workers = state.Workers();
   ASSERT_EQ(workers.size(), 1u);
   EXPECT_THAT(workers[0].blocks(0).owner_of_unit(), ::testing::ElementsAre(1, 1));
+}
+
+// Found by fuzz/worker_message_fuzz: ownership that does not fit the worker's blocks was
+// copied into the identity the agent re-announces, and a coordinator then refused the
+// agent's every hello.
+TEST(AgentStateTest, OwnershipThatDoesNotFitTheBlockIsRefusedAndLeavesTheIdentity) {
+  AgentState state(8);
+  RecordingChannel a;
+  const v1::WorkerIdentity w = Worker("tp0", 0);
+  ASSERT_TRUE(state.AddWorker(w, &a).ok());
+  v1::StepReport short_list = Report(3);
+  short_list.mutable_blocks(0)->add_owner_of_unit(1);  // one owner for two units
+  v1::StepReport out_of_group = Report(4);
+  out_of_group.mutable_blocks(0)->add_owner_of_unit(0);
+  out_of_group.mutable_blocks(0)->add_owner_of_unit(2);  // a group of 2
+  v1::StepReport unknown_block = Report(5);
+  unknown_block.mutable_blocks(0)->set_block(9);
+  unknown_block.mutable_blocks(0)->add_owner_of_unit(0);
+  unknown_block.mutable_blocks(0)->add_owner_of_unit(1);
+  for (const v1::StepReport& bad : {short_list, out_of_group, unknown_block}) {
+    absl::Status s = state.EnqueueReport(w, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("owner_of_unit"));
+  }
+  EXPECT_EQ(state.stats().reports_rejected, 3);
+  EXPECT_EQ(state.TakeReports(100).reports_size(), 0);
+  const std::vector<v1::WorkerIdentity> workers = state.Workers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_THAT(workers[0].blocks(0).owner_of_unit(), ::testing::ElementsAre(0, 1));
+  EXPECT_TRUE(ValidateIdentity(workers[0]).ok());
 }
 
 }  // namespace

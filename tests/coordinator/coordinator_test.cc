@@ -68,7 +68,8 @@ class CoordinatorTest : public ::testing::Test {
 
   // One report per rank: rank r computes `units[r]` units at `seconds_per_unit[r]`.
   void Report(int64_t step, const std::vector<int>& units, const std::vector<double>& spu,
-              const std::vector<int>& owners_to_report = {}, int64_t plan_version = 0) {
+              const std::vector<int>& owners_to_report = {}, int64_t plan_version = 0,
+              int64_t plan_number = 0) {
     for (int rank : {0, 1}) {
       v1::WorkerReport r;
       r.set_job("vit");
@@ -76,6 +77,7 @@ class CoordinatorTest : public ::testing::Test {
       r.set_rank(rank);
       r.mutable_step()->set_step(step);
       r.mutable_step()->set_plan_version(plan_version);
+      r.mutable_step()->set_plan_number(plan_number);
       v1::BlockTiming* b = r.mutable_step()->add_blocks();
       b->set_block(0);
       b->set_units_computed(units[rank]);
@@ -162,6 +164,33 @@ TEST_F(CoordinatorTest, ChronicStragglerIsReshardedAndARestartPlansOnTheNewOwner
     }
     EXPECT_TRUE(ValidatePlan(*got, shape).ok()) << ValidatePlan(*got, shape);
   }
+}
+
+// A coordinator killed while the workers ran its plan, restarted after the straggler has
+// gone: the workers still offload under the lost plan, so the new coordinator must replace
+// it with the all-local plan it decides, numbered above the workers' version, once.
+TEST_F(CoordinatorTest, ARestartedCoordinatorReplacesAPlanItDoesNotKnow) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob({}, &sink));
+  const int64_t lost_version = absl::ToUnixMicros(clock_.Now()) + 1'000'000'000;
+  int64_t step = 0;
+  for (; step < 10; ++step) {
+    Report(step, {4, 4}, {1e-3, 1e-3}, {}, lost_version, /*plan_number=*/7);
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  ASSERT_EQ(sink.plans().size(), 1u) << "the plan in force was not replaced";
+  EXPECT_EQ(sink.plans()[0].blocks_size(), 0);  // calm ranks: all-local
+  const int64_t version = sink.plans()[0].version();
+  EXPECT_GT(version, lost_version);
+  EXPECT_EQ(sink.plans()[0].number(), 8);  // numbered on from the plan the workers ran
+  // Once the workers run it, nothing more is pushed.
+  for (int i = 0; i < 10; ++i, ++step) {
+    Report(step, {4, 4}, {1e-3, 1e-3}, {}, version);
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  EXPECT_EQ(sink.plans().size(), 1u);
 }
 
 TEST_F(CoordinatorTest, PlanLatencyRunsFromDecisionUntilEveryRankReportsUnderThePlan) {
@@ -270,6 +299,9 @@ TEST_F(CoordinatorTest, AfterAChangeOnlyALargeImprovementChangesThePlanUntilTheD
   run(10, 4e-3);
   ASSERT_EQ(sink.plans().size(), 2u) << "not changed after the dwell";
   EXPECT_EQ(OffloadedUnits(sink.plans()[1]), 3);
+  // Plans are numbered 1, 2, ... per group, for people (versions are wall-clock µs).
+  EXPECT_EQ(sink.plans()[0].number(), 1);
+  EXPECT_EQ(sink.plans()[1].number(), 2);
 
   // Rank 1 at 12x, within the new plan's dwell: moving all 4 units (8 instead of 12) is
   // 33% better, so it is pushed at once, as soon as the speed model adopts the new speed.

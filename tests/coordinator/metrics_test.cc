@@ -2,6 +2,8 @@
 // call for (../shared/conventions.md), for the coordinator and the agent.
 #include "coordinator/metrics.h"
 
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <prometheus/exposer.h>
@@ -76,6 +78,13 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_plan_changes_total 3"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_timing_outliers_total 5"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_agents_connected 2"));
+  // The heap in use is this process's: some bytes, far below a terabyte.
+  const std::string heap_key = "\nballast_coordinator_heap_in_use_bytes ";
+  const size_t heap_at = body.find(heap_key);
+  ASSERT_NE(heap_at, std::string::npos);
+  const double heap = std::stod(body.substr(heap_at + heap_key.size()));
+  EXPECT_GT(heap, 1e5);
+  EXPECT_LT(heap, 1e12);
   EXPECT_THAT(body, HasSubstr("ballast_group_pruned_ratio{group=\"tp0\",job=\"vit\"} 0.125"));
   EXPECT_THAT(body, HasSubstr("ballast_group_offloaded_ratio{group=\"tp0\",job=\"vit\"} 0.25"));
   EXPECT_THAT(body, HasSubstr("ballast_group_measured_step_seconds{group=\"tp0\",job=\"vit\"} 0.6"));

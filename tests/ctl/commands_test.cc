@@ -129,8 +129,11 @@ TEST_F(CommandsTest, PauseResumeCordonExplain) {
   EXPECT_EQ(client_.cordons[0].reason(), "ECC errors");
   EXPECT_FALSE(client_.cordons[1].cordoned());
   client_.explanation.set_text("block 0: rank 1 2.0x slower; offload 1->0 x3");
+  client_.explanation.set_plan_number(3);
+  client_.explanation.set_plan_version(1764000000123456);
   EXPECT_EQ(Run({"explain", "vit", "tp0"}), 0);
   EXPECT_THAT(out_.str(), HasSubstr("offload 1->0 x3"));
+  EXPECT_THAT(out_.str(), HasSubstr("plan #3 (version 1764000000123456)"));
 }
 
 TEST_F(CommandsTest, UsageErrors) {

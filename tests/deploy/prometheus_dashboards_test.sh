@@ -47,6 +47,13 @@ stop_launcher() {
   launcher=
 }
 cleanup() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ -d "$dir" ]; then  # what the job and the planner did, for the flake hunt
+    for f in launch.log coordinator.log rank-0.jsonl rank-1.jsonl; do
+      echo "--- $f (last lines)" >&2
+      tail -n 8 "$dir/$f" >&2 2>/dev/null || true
+    done
+  fi
   stop_launcher
   [ ${#pids[@]} -eq 0 ] || pids=("${pids[@]:1}")  # what is left: Prometheus
   stop_started

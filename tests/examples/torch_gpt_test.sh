@@ -29,7 +29,7 @@ done
 plans=$(sed -n 's/.*agent: [0-9]* reports sent, [0-9]* dropped, \([0-9]*\) plans received.*/\1/p' \
   "$dir/run.log")
 [ "${plans:-0}" -ge 1 ] || fail "no plan reached the trainer"
-grep -q "plan v[0-9]* applied" "$dir/run.log" || fail "no plan was applied"
+grep -q "plan #[0-9]* applied" "$dir/run.log" || fail "no plan was applied"
 loss=$(grep '"final"' "$dir/run/rank-0.jsonl" | sed 's/.*"val_loss": \([0-9.e-]*\).*/\1/')
 /usr/bin/python3 -c "import sys; sys.exit(0 if float('$loss') < 3.5 else 1)" ||
   fail "validation loss $loss: the GPT did not learn"

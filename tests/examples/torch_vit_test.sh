@@ -33,7 +33,7 @@ done
 plans=$(sed -n 's/.*agent: [0-9]* reports sent, [0-9]* dropped, \([0-9]*\) plans received.*/\1/p' \
   "$dir/full.log")
 [ "${plans:-0}" -ge 1 ] || fail "no plan reached the trainer"
-grep -q "plan v[0-9]* applied" "$dir/full.log" || fail "no plan was applied"
+grep -q "plan #[0-9]* applied" "$dir/full.log" || fail "no plan was applied"
 [ "$(grep -c '"step"' "$dir/full/rank-1.jsonl")" -eq 200 ] || fail "rank 1 did not log 200 steps"
 echo "ok: the torch trainer ran under Ballast ($plans plans received)"
 

@@ -656,7 +656,7 @@ TEST(CudaBackendOptionsTest, BadRankSizeOrDeviceIsInvalidArgument) {
   struct Case {
     int rank, size, device;
   };
-  for (const Case& t : {Case{1, 1, 0}, Case{2, 2, 0}, Case{-1, 2, 0}, Case{0, 0, 0}, Case{0, 1, -1},
+  for (const Case& t : {Case{1, 1, 0}, Case{2, 2, 0}, Case{-1, 2, 0}, Case{0, 0, 0}, Case{0, 1, -2},
                         Case{0, 1, 1 << 20}}) {
     CudaBackendOptions options;
     options.rank = t.rank;
@@ -674,6 +674,7 @@ TEST(CudaBackendOptionsTest, MissingPeerTimesOutInsteadOfHanging) {
   CudaBackendOptions lonely_follower;
   lonely_follower.rank = 1;
   lonely_follower.size = 2;
+  lonely_follower.device = 0;  // a one-GPU machine has no device 1
   lonely_follower.prefix = UniquePrefix();
   lonely_follower.timeout = absl::Milliseconds(300);
   EXPECT_EQ(CreateCudaBackend(lonely_follower).status().code(),

@@ -51,6 +51,20 @@ TEST(OwnershipTest, LargestRemainderSumsExactly) {
   }
 }
 
+// Any finite positive shares, whatever their scale: these summed to infinity and read
+// past the end of the remainders (found by reading the code for the fuzz targets).
+TEST(OwnershipTest, HugeAndTinySharesSplitLikeTheirRatios) {
+  auto huge = ProportionalOwnership(8, std::vector<double>{1.5e308, 1.5e308});
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_THAT(Counts(*huge, 2), ::testing::ElementsAre(4, 4));
+  auto mixed = ProportionalOwnership(8, std::vector<double>{1.7e308, 5.6e307});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_THAT(Counts(*mixed, 2), ::testing::ElementsAre(6, 2));
+  auto tiny = ProportionalOwnership(4, std::vector<double>{4.9e-324, 1.0, 4.9e-324});
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_THAT(Counts(*tiny, 3), ::testing::ElementsAre(0, 4, 0));
+}
+
 TEST(OwnershipTest, RejectsBadShares) {
   EXPECT_FALSE(ProportionalOwnership(0, std::vector<double>{1}).ok());
   EXPECT_FALSE(ProportionalOwnership(4, std::vector<double>{}).ok());

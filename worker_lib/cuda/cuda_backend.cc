@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -1108,9 +1109,9 @@ absl::Status ValidateOptions(const CudaBackendOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("CudaBackendOptions.rank ", options.rank, " outside [0, ", options.size, ")"));
   }
-  if (options.device < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaBackendOptions.device must be >= 0, got ", options.device));
+  if (options.device < kDeviceFromLocalRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaBackendOptions.device must be >= 0 or kDeviceFromLocalRank, got ", options.device));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("CudaBackendOptions.timeout must be > 0, got ",
@@ -1143,12 +1144,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
                      " (", cudaGetErrorString(error), ")"));
   }
   if (count == 0) return absl::UnavailableError("no usable CUDA device: none found");
-  if (options.device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaBackendOptions.device ", options.device,
-                                                   " but only ", count, " CUDA devices"));
-  }
-  BALLAST_ASSIGN_OR_RETURN(std::shared_ptr<StreamContext> ctx,
-                           StreamContext::Create(options.device));
+  BALLAST_ASSIGN_OR_RETURN(
+      const int device,
+      ResolveCudaDevice(options.device, options.rank, count, std::getenv("LOCAL_RANK")));
+  BALLAST_ASSIGN_OR_RETURN(std::shared_ptr<StreamContext> ctx, StreamContext::Create(device));
   BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<CudaCompute> compute,
                            CudaCompute::Create(ctx, options.gemm_precision));
   BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
@@ -1156,7 +1155,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   int nccl_version = 0;
   ncclGetVersion(&nccl_version);
   BALLAST_LOG(INFO) << "cuda backend: prefix=" << options.prefix << " rank " << options.rank
-                    << " of " << options.size << " on device " << options.device << " (NCCL "
+                    << " of " << options.size << " on device " << device << " (NCCL "
                     << nccl_version << ")";
   return std::make_unique<CudaBackend>(std::move(ctx), std::move(compute), std::move(comm));
 }

@@ -65,6 +65,11 @@ class Session:
         return self._core.applied_version
 
     @property
+    def applied_plan_number(self) -> int:
+        """The plan's number in its group (1, 2, ...; 0 before the first): for people."""
+        return self._core.applied_plan_number
+
+    @property
     def applied_plan(self) -> str:
         """A one-line summary of the plan in force."""
         return self._core.applied_plan

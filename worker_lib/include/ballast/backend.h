@@ -94,16 +94,31 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendOn(std::unique_ptr<Comm
 // _16F) so they run on tensor cores, accumulating in fp32. The CPU backend is fp32 only.
 enum class GemmPrecision { kFp32, kBf16, kFp16 };
 
+// CudaBackendOptions::device: take the device from the process's local rank.
+inline constexpr int kDeviceFromLocalRank = -1;
+
 struct CudaBackendOptions {
   GemmPrecision gemm_precision = GemmPrecision::kFp32;
   int rank = 0;
   int size = 1;
-  int device = 0;  // CUDA device ordinal
+  // CUDA device ordinal among the visible ones (CUDA_VISIBLE_DEVICES), or
+  // kDeviceFromLocalRank: LOCAL_RANK when the launcher sets it (torchrun does), else
+  // `rank`. One process per GPU is the supported layout: see ResolveCudaDevice.
+  int device = kDeviceFromLocalRank;
   // Used to share the NCCL unique id from rank 0 with the other ranks.
   RendezvousStore store = RendezvousStore::InProcess();
   std::string prefix = "ballast";
   absl::Duration timeout = absl::Seconds(60);
 };
+
+// The device a rank uses: `device` itself when >= 0; for kDeviceFromLocalRank, the local
+// rank, read from `local_rank_env` (LOCAL_RANK's value, or null when unset) or else
+// `rank`. INVALID_ARGUMENT, naming where the number came from, when it is not a device
+// of the `visible_devices` (so eight processes on a four-GPU node fail at start rather
+// than sharing GPUs, which NCCL refuses later as "duplicate GPU"), or when LOCAL_RANK is
+// not a non-negative integer. Needs no GPU.
+absl::StatusOr<int> ResolveCudaDevice(int device, int rank, int visible_devices,
+                                      const char* local_rank_env);
 
 // True when this build has the CUDA backend and a usable GPU is present.
 bool CudaAvailable();

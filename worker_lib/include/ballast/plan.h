@@ -77,6 +77,9 @@ struct BlockPlan {
 struct WorkloadPlan {
   GroupId group;
   PlanVersion version;
+  // The group's plan count (1, 2, 3...) for people: logs and progress lines show "#3",
+  // not a version in wall-clock microseconds. Versions order plans; numbers only name them.
+  int64_t number = 0;
   Imputation imputation = Imputation::kZero;
   // Blocks not listed run all-local under their current ownership.
   std::vector<BlockPlan> blocks;

@@ -55,6 +55,7 @@ struct TpGroupOptions {
 struct StepTimings {
   int64_t step = 0;
   PlanVersion plan_version;
+  int64_t plan_number = 0;  // WorkloadPlan::number of that plan
   // Time spent agreeing on (and applying) the plan at the step boundary.
   double agreement_seconds = 0;
   std::vector<BlockTiming> blocks;

@@ -146,6 +146,7 @@ py::dict TimingsToDict(const StepTimings& t) {
   py::dict d;
   d["step"] = t.step;
   d["plan_version"] = t.plan_version.value();
+  d["plan_number"] = t.plan_number;
   d["agreement_seconds"] = t.agreement_seconds;
   d["compute_seconds"] = t.compute_seconds();
   d["comm_seconds"] = t.comm_seconds();
@@ -247,6 +248,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("in_step", &Session::in_step)
       .def_property_readonly("applied_version",
                              [](Session& s) { return s.group().applied_version().value(); })
+      .def_property_readonly("applied_plan_number",
+                             [](Session& s) { return s.group().applied_plan().number; })
       .def_property_readonly("applied_plan",
                              [](Session& s) { return PlanSummary(s.group().applied_plan()); })
       .def_property_readonly("applied_plan_blocks",
