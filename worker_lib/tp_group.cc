@@ -217,6 +217,13 @@ absl::Status TpGroup::EndStep() {
     return absl::FailedPreconditionError(
         absl::StrCat("group ", options_.group.value(), ": EndStep without BeginStep"));
   }
+  // Void compute calls keep their first failure for Synchronize, which nothing else in a
+  // step calls: without this a failed GEMM launch would end the step OK on garbage.
+  if (absl::Status computed = backend_->compute().Synchronize(); !computed.ok()) {
+    in_step_ = false;
+    return absl::Status(computed.code(), absl::StrCat("group ", options_.group.value(), " step ",
+                                                      step_, ": ", computed.message()));
+  }
   StepTimings timings;
   timings.step = step_;
   timings.plan_version = applied_.version;

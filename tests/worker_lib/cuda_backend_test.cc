@@ -571,6 +571,19 @@ TEST_F(CudaBackendTest, DeferredErrorIsReportedOnceBySynchronize) {
   ExpectSynchronized();
 }
 
+// A collective after a void call that failed does not run on what that call left: it
+// fails with the call's error (and aborts the communicator, since this rank now skips a
+// collective its peers are in), instead of "NCCL communicator aborted" later.
+TEST_F(CudaBackendTest, ACollectiveAfterAFailedComputeCallReportsThatCall) {
+  Buffer x = Allocate(16);
+  compute().Gemm(false, false, -1, 4, 4, 1.0f, x.data(), 4, x.data(), 4, 0.0f, x.data(), 4);
+  const absl::Status status = comm().AllReduceSum(x.data(), 16);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("not run"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find("Gemm"), absl::string_view::npos) << status;
+  EXPECT_TRUE(compute().Synchronize().ok());  // reported once, by the collective
+}
+
 TEST_F(CudaBackendTest, TimerMeasuresQueuedWork) {
   const int n = 512;
   const size_t size = static_cast<size_t>(n) * n;

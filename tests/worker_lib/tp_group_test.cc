@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "ballast/parallel_mlp.h"
 #include "common/status_macros.h"
+#include "testing/faulty_backend.h"
 #include "testing/rank_threads.h"
 
 namespace ballast {
@@ -274,6 +275,32 @@ TEST(TpGroupTest, StepProtocolMisuseIsAnError) {
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status;
+}
+
+// A void compute call that failed during the step (on CUDA: a launch; here injected) is
+// reported by EndStep with the call it names, and the group can go on.
+TEST(TpGroupTest, AComputeFailureDuringTheStepFailsEndStepNamingTheCall) {
+  absl::StatusOr<std::unique_ptr<Backend>> cpu =
+      CreateCpuBackend({.prefix = "tp-group-test-faulty-compute"});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ballast::testing::FaultyBackend backend(*std::move(cpu));
+  absl::StatusOr<std::unique_ptr<TpGroup>> group =
+      TpGroup::Create({.group = GroupId("job/tp0")}, &backend);
+  ASSERT_TRUE(group.ok()) << group.status();
+  absl::StatusOr<std::unique_ptr<ParallelMlp>> mlp = ParallelMlp::Create(group->get(), SmallMlp());
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  std::vector<float> x(kBatch * kSeq * kHidden, 0.5f), y(x.size());
+  ASSERT_TRUE((*group)->BeginStep().ok());
+  ASSERT_TRUE((*mlp)->Forward(x.data(), kBatch, kSeq, y.data()).ok());
+  backend.FailNextSynchronize(
+      absl::InternalError("cublasGemmEx(...) failed: CUBLAS_STATUS_EXECUTION_FAILED"));
+  const absl::Status failed = (*group)->EndStep();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(failed.message(), HasSubstr("cublasGemmEx(...) failed"));
+  EXPECT_THAT(failed.message(), HasSubstr("group job/tp0 step 0"));
+  // The step is over: the next one starts and ends normally.
+  ASSERT_TRUE((*group)->BeginStep().ok());
+  EXPECT_TRUE((*group)->EndStep().ok());
 }
 
 TEST(TpGroupTest, CreateValidatesOptions) {

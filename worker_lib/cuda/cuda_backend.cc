@@ -41,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ballast/backend.h"
@@ -154,6 +155,28 @@ using cuda_internal::AdamWKernelParams;
 // ---------------------------------------------------------------------------------------
 // StreamContext: the device and stream of one backend.
 
+// Makes `device` current for its scope, then gives the thread its previous device back.
+// Destructors and Buffer deleters run on whatever thread drops the last reference, whose
+// current device is that thread's business (a framework's, another backend's).
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~ScopedDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // Shared by a backend's compute, communicator, timers and every Buffer it handed out.
 // Buffers and timers hold a reference, so one that outlives its backend still frees into a
 // live stream rather than a destroyed one.
@@ -184,7 +207,7 @@ class StreamContext {
   ~StreamContext() {
     // Errors are ignored: nothing can be reported from here, and at process exit the
     // runtime may already be unloading.
-    cudaSetDevice(device_);
+    ScopedDevice scoped(device_);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
     cudaGetLastError();
@@ -197,6 +220,19 @@ class StreamContext {
   cudaStream_t stream() const { return stream_; }
 
   absl::Status Activate() const { return BALLAST_CUDA_STATUS(cudaSetDevice(device_)); }
+
+  // The first failure of a void compute call (a launch that failed, naming the call) since
+  // it was last taken. Compute::Synchronize reports it; so does the next collective, which
+  // must not run on what the failed call left behind (its peers would get garbage, and
+  // this rank's error would read "NCCL aborted" instead of the call that failed).
+  void DeferComputeFailure(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (compute_failure_.ok()) compute_failure_ = std::move(status);
+  }
+  absl::Status TakeComputeFailure() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(compute_failure_, absl::OkStatus());
+  }
 
   // Stream-ordered where the device supports memory pools, so allocating and freeing in a
   // training loop neither synchronizes nor calls into the driver.
@@ -214,7 +250,7 @@ class StreamContext {
   // allocation the memory is reused only after the work queued before the free.
   void FreeBytes(void* ptr) const {
     if (ptr == nullptr) return;
-    cudaSetDevice(device_);
+    ScopedDevice scoped(device_);
     const cudaError_t error = stream_ordered_ ? cudaFreeAsync(ptr, stream_) : cudaFree(ptr);
     if (error != cudaSuccess) {
       cudaGetLastError();
@@ -228,6 +264,9 @@ class StreamContext {
  private:
   StreamContext(int device, cudaStream_t stream, bool stream_ordered)
       : device_(device), stream_(stream), stream_ordered_(stream_ordered) {}
+
+  absl::Mutex mu_;
+  absl::Status compute_failure_ ABSL_GUARDED_BY(mu_);
 
   const int device_;
   const cudaStream_t stream_;
@@ -272,7 +311,7 @@ class CudaIntervalTimer : public IntervalTimer {
   explicit CudaIntervalTimer(std::shared_ptr<StreamContext> ctx) : ctx_(std::move(ctx)) {}
 
   ~CudaIntervalTimer() override {
-    cudaSetDevice(ctx_->device());
+    ScopedDevice scoped(ctx_->device());
     if (open_start_ != nullptr) cudaEventDestroy(open_start_);
     for (const auto& [start, stop] : recorded_) {
       cudaEventDestroy(start);
@@ -441,7 +480,7 @@ class CudaCompute : public Compute {
   }
 
   ~CudaCompute() override {
-    cudaSetDevice(ctx_->device());
+    ScopedDevice scoped(ctx_->device());
     cudaStreamSynchronize(ctx_->stream());
     cublasDestroy(cublas_);
     cudaGetLastError();
@@ -674,10 +713,7 @@ class CudaCompute : public Compute {
     if (status.ok()) status = BALLAST_CUDA_STATUS(cudaStreamSynchronize(stream()));
     // The first failure since the last Synchronize wins: later ones are usually its
     // consequences. Reporting it clears it.
-    if (!deferred_.ok()) {
-      status = std::move(deferred_);
-      deferred_ = absl::OkStatus();
-    }
+    if (absl::Status failed = ctx_->TakeComputeFailure(); !failed.ok()) status = std::move(failed);
     return status;
   }
 
@@ -694,11 +730,11 @@ class CudaCompute : public Compute {
 
   cudaStream_t stream() const { return ctx_->stream(); }
 
-  // Keeps the first failure of a void method for Synchronize(); returns whether `status`
-  // is OK.
+  // Keeps the first failure of a void method for Synchronize() (and the next collective);
+  // returns whether `status` is OK.
   bool Defer(absl::Status status) {
     if (status.ok()) return true;
-    if (deferred_.ok()) deferred_ = std::move(status);
+    ctx_->DeferComputeFailure(std::move(status));
     return false;
   }
 
@@ -707,7 +743,6 @@ class CudaCompute : public Compute {
   std::shared_ptr<StreamContext> ctx_;
   cublasHandle_t cublas_;
   DeviceScratch unit_l1_scratch_;
-  absl::Status deferred_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -793,7 +828,7 @@ class NcclCommunicator : public Communicator {
 
   ~NcclCommunicator() override {
     if (comm_ == nullptr) return;
-    cudaSetDevice(ctx_->device());
+    ScopedDevice scoped(ctx_->device());
     // Finalize flushes outstanding work and may wait on peers, so it gets the same bound
     // as a collective; Await aborts the communicator when it runs out.
     const absl::Status finalized = BALLAST_NCCL_STATUS(ncclCommFinalize(comm_));
@@ -949,6 +984,11 @@ class NcclCommunicator : public Communicator {
   template <typename Enqueue>
   absl::Status Run(const char* what, absl::Span<StagedBuffer> buffers, Enqueue&& enqueue) {
     BALLAST_RETURN_IF_ERROR(CheckUsable());
+    if (absl::Status failed = ctx_->TakeComputeFailure(); !failed.ok()) {
+      return Abort(absl::Status(failed.code(), absl::StrCat(what, " not run: a compute call "
+                                                            "before it failed: ",
+                                                            failed.message())));
+    }
     absl::Status status = ctx_->Activate();
     if (status.ok()) status = StageIn(buffers);
     if (status.ok()) status = enqueue();

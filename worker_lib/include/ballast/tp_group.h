@@ -82,7 +82,9 @@ class TpGroup {
   // Collective. Agrees on the newest plan every rank holds and applies it (resharding if
   // ownership changes); rolls priority windows. Errors only on communication failure.
   absl::Status BeginStep();
-  // Finalises the step's timings (may synchronize the backend).
+  // Synchronizes the backend and finalises the step's timings. A compute call that failed
+  // during the step without an error of its own (a void call: a CUDA launch) fails the
+  // step here with that call's error; the step is over either way.
   absl::Status EndStep();
 
   int64_t step() const { return step_; }
