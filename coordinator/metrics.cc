@@ -38,6 +38,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
                     .Help("Timing samples rejected as one-off stalls")
                     .Register(registry)
                     .Add({})),
+      forgotten_(prometheus::BuildCounter()
+                     .Name("ballast_coordinator_forgotten_total")
+                     .Help("Groups and agents forgotten after --forget_after without a "
+                           "worker attached or reporting (groups) or a session (agents)")
+                     .Register(registry)),
+      groups_forgotten_(forgotten_.Add({{"what", "group"}})),
+      agents_forgotten_(forgotten_.Add({{"what", "agent"}})),
       agents_(prometheus::BuildGauge()
                   .Name("ballast_coordinator_agents_connected")
                   .Help("Agents with a live session")
@@ -146,6 +153,8 @@ void CoordinatorMetrics::Update(const v1::ClusterStatus& status,
   Mirror(plans_pushed_, counters.plans_pushed);
   Mirror(decisions_, counters.decisions);
   Mirror(outliers_, speed_counters.outliers);
+  Mirror(groups_forgotten_, counters.groups_forgotten);
+  Mirror(agents_forgotten_, counters.agents_forgotten);
   agents_.Set(status.agents());
   // glibc keeps freed pages, so the resident size is the high-water mark of the live
   // state; what is in use now is what tells a leak from a past peak.

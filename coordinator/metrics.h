@@ -53,6 +53,9 @@ class CoordinatorMetrics {
   prometheus::Counter& plans_pushed_;
   prometheus::Counter& decisions_;
   prometheus::Counter& outliers_;
+  prometheus::Family<prometheus::Counter>& forgotten_;
+  prometheus::Counter& groups_forgotten_;
+  prometheus::Counter& agents_forgotten_;
   prometheus::Gauge& agents_;
   prometheus::Gauge& heap_in_use_;
   prometheus::Gauge& workers_;

@@ -62,7 +62,8 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
   r->set_compute_seconds(0.04);
   r->set_collective_seconds(0.01);
   coordinator::CoordinatorCounters counters{.reports_accepted = 10, .reports_rejected = 2,
-                                            .plan_changes = 3};
+                                            .plan_changes = 3, .groups_forgotten = 4,
+                                            .agents_forgotten = 1};
   metrics.Update(status, counters, coordinator::SpeedModelCounters{.outliers = 5});
   counters.reports_accepted = 15;  // counters only grow by the difference
   metrics.Update(status, counters, coordinator::SpeedModelCounters{.outliers = 5});
@@ -77,6 +78,8 @@ TEST_F(MetricsTest, CoordinatorExportsGroupRankAndControlPlaneMetrics) {
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_reports_total{result=\"rejected\"} 2"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_plan_changes_total 3"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_timing_outliers_total 5"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_forgotten_total{what=\"group\"} 4"));
+  EXPECT_THAT(body, HasSubstr("ballast_coordinator_forgotten_total{what=\"agent\"} 1"));
   EXPECT_THAT(body, HasSubstr("ballast_coordinator_agents_connected 2"));
   // The heap in use is this process's: some bytes, far below a terabyte.
   const std::string heap_key = "\nballast_coordinator_heap_in_use_bytes ";
