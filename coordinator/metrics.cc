@@ -52,8 +52,9 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
                   .Add({})),
       heap_in_use_(prometheus::BuildGauge()
                        .Name("ballast_coordinator_heap_in_use_bytes")
-                       .Help("Heap bytes allocated and not freed (glibc mallinfo2): unlike the "
-                             "resident size it falls when state is forgotten")
+                       .Help("Heap bytes allocated and not freed (glibc mallinfo2; 0 under "
+                             "another allocator): unlike the resident size it falls when "
+                             "state is forgotten")
                        .Register(registry)
                        .Add({})),
       workers_(prometheus::BuildGauge()
