@@ -132,6 +132,17 @@ absl::Status Coordinator::CheckAgentCaps(
   return absl::OkStatus();
 }
 
+void Coordinator::DetachRanksOf(const std::string& agent_id, absl::Duration now) {
+  for (auto& [key, group] : groups_) {
+    for (auto& [r, rank] : group.ranks) {
+      if (rank.agent_id == agent_id && rank.attached) {
+        rank.attached = false;
+        group.last_activity = now;  // the forget_after clock starts here
+      }
+    }
+  }
+}
+
 std::vector<const v1::WorkerIdentity*> Coordinator::AttachedWorkers(
     const std::string& agent_id) const {
   std::vector<const v1::WorkerIdentity*> out;
@@ -155,15 +166,7 @@ absl::Status Coordinator::AgentConnected(const v1::AgentHello& hello, AgentSink*
   absl::MutexLock lock(&mu_);
   // The hello lists every worker the agent has now: ranks an earlier session of it
   // registered and this one does not list are gone.
-  const absl::Duration now = clock_->Monotonic();
-  for (auto& [key, group] : groups_) {
-    for (auto& [r, rank] : group.ranks) {
-      if (rank.agent_id == hello.agent_id() && rank.attached) {
-        rank.attached = false;
-        group.last_activity = now;
-      }
-    }
-  }
+  DetachRanksOf(hello.agent_id(), clock_->Monotonic());
   agents_[hello.agent_id()] = AgentEntry{hello.node(), sink};
   std::set<GroupKey> groups;
   for (const v1::WorkerIdentity& w : hello.workers()) {
@@ -191,14 +194,7 @@ void Coordinator::AgentDisconnected(const std::string& agent_id, AgentSink* sink
   it->second.sink = nullptr;
   const absl::Duration now = clock_->Monotonic();
   it->second.disconnected_at = now;
-  for (auto& [key, group] : groups_) {
-    for (auto& [r, rank] : group.ranks) {
-      if (rank.agent_id == agent_id && rank.attached) {
-        rank.attached = false;
-        group.last_activity = now;
-      }
-    }
-  }
+  DetachRanksOf(agent_id, now);
   BALLAST_LOG(WARNING) << "agent=" << agent_id << " disconnected";
 }
 

@@ -183,6 +183,9 @@ class Coordinator {
   // RESOURCE_EXHAUSTED when `workers` (all of one agent's) pass a per-agent cap.
   absl::Status CheckAgentCaps(const std::string& agent_id,
                               const std::vector<const v1::WorkerIdentity*>& workers) const;
+  // Detaches every rank the agent has attached (its session ended or was replaced).
+  void DetachRanksOf(const std::string& agent_id, absl::Duration now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Attached workers of an agent, as registered.
   std::vector<const v1::WorkerIdentity*> AttachedWorkers(const std::string& agent_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
