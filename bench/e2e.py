@@ -8,6 +8,9 @@
   (e) auto      rank 1 slowed 2x, the planner chooses
   (f) midrun    auto, rank 1 slowed 2x from 30% to 65% of the steps only (a shorter run:
                 half the steps; it measures reaction, not accuracy)
+  (g) calm      auto, no straggler: how often calm ranks change the plan (issue 14: at
+                most 2 changes per 1,000 steps after warm-up) and how many steps run
+                all-local
 
 Prints one JSON object per configuration (stdout), writes them all to <out>/e2e.json and
 a plot of step time over steps and accuracy per configuration to <out>/e2e.png.
@@ -31,6 +34,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
 import launch  # noqa: E402
@@ -45,15 +49,68 @@ CONFIGS = [
     ("migrate", "migrate", ["1:2"], {}),
     ("auto", "auto", ["1:2"], {}),
     ("midrun", "auto", ["1:2@{on}-{off}"], {}),
+    ("calm", "auto", [], {}),
 ]
 WARMUP_STEPS = 10  # first steps pay allocation and cache warm-up
+# Plans are counted from here: the speed model has filled its windows (16 samples) and the
+# first steps' allocation and cache warm-up are over.
+PLAN_WARMUP_STEPS = 50
+
+
+def all_local(record):
+    return (record["pruned_fraction"] == 0 and record["offloaded_fraction"] == 0 and
+            len(set(record["owned_units"])) == 1)
+
+
+class StatusSampler:
+    """Every SAMPLE_EVERY steps after warm-up, the coordinator's predicted and measured step
+    seconds of the group (issue 14: within 10% of each other), scraped from its /metrics:
+    an HTTP GET from this process, where spawning `ballastctl status` each time took enough
+    CPU to show as a blip in a rank's speed."""
+
+    SAMPLE_EVERY = 25
+
+    def __init__(self):
+        self.samples = []
+        self.next_step = PLAN_WARMUP_STEPS
+
+    def __call__(self, job, step):
+        if step < self.next_step:
+            return
+        self.next_step = step + self.SAMPLE_EVERY
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{job.metrics_port}/metrics",
+                                        timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return  # the coordinator is busy or not up: a missed sample, not a failure
+        values = {}
+        for line in text.splitlines():
+            for name in ("predicted", "measured"):
+                if line.startswith(f"ballast_group_{name}_step_seconds{{"):
+                    values[name] = float(line.rsplit(" ", 1)[1])
+        if values.get("predicted", 0) > 0 and values.get("measured", 0) > 0:
+            self.samples.append({"step": step, **values})
+
+    def summary(self, contended):
+        """Median and worst |predicted / measured - 1|, under contention and without."""
+        out = {}
+        for name, keep in (("contended", contended), ("calm", lambda s: not contended(s))):
+            errors = sorted(abs(x["predicted"] / x["measured"] - 1)
+                            for x in self.samples if keep(x["step"]))
+            if errors:
+                out[f"prediction_error_{name}"] = {
+                    "samples": len(errors), "median": round(launch.median(errors), 4),
+                    "max": round(errors[-1], 4),
+                    "within_10pct": round(sum(e <= 0.10 for e in errors) / len(errors), 3)}
+        return out
 
 
 def spu(records):
     return launch.median([r["seconds_per_unit"] for r in records if r["units_computed"] > 0])
 
 
-def analyse(name, ranks, stragglers, reference, contended_reference, elapsed):
+def analyse(name, ranks, stragglers, reference, contended_reference, elapsed, sampler=None):
     steps0 = ranks[0]["steps"]
     contended = lambda s: any(st.active(s) for st in stragglers)
     measured = [r for r in steps0 if r["step"] >= WARMUP_STEPS]
@@ -78,8 +135,14 @@ def analyse(name, ranks, stragglers, reference, contended_reference, elapsed):
         by_step = {r["step"]: r for r in rank["steps"]}
         rank_spu.append(spu([by_step[s] for s in window if s in by_step]))
     out["rank_seconds_per_unit"] = rank_spu
-    if reference is None:
-        out["ideal_step_seconds"] = out["median_step_seconds"]
+    after = [r for r in steps0 if r["step"] >= PLAN_WARMUP_STEPS]
+    changes = sum(a["plan_version"] != b["plan_version"] for a, b in zip(after, after[1:]))
+    out["plan_changes_per_1000_steps_after_warmup"] = round(1000 * changes / max(1, len(after) - 1), 2)
+    out["all_local_step_fraction_after_warmup"] = round(
+        sum(all_local(r) for r in after) / max(1, len(after)), 4)
+    if reference is None or not stragglers:
+        out["ideal_step_seconds"] = (reference or out)["median_step_seconds"]
+        out["vs_ideal"] = out["median_step_seconds"] / out["ideal_step_seconds"]
     else:
         speeds = [ref / mine for ref, mine in zip(reference["rank_seconds_per_unit"], rank_spu)]
         out["rank_relative_speed"] = [round(v, 3) for v in speeds]
@@ -99,6 +162,8 @@ def analyse(name, ranks, stragglers, reference, contended_reference, elapsed):
                                        out["median_contended_step_seconds"])
     if name == "midrun":
         out.update(midrun(steps0, stragglers[0], out["ideal_step_seconds"]))
+    if sampler is not None:
+        out.update(sampler.summary(contended))
     return out
 
 
@@ -114,14 +179,17 @@ def midrun(steps, straggler, ideal):
             recovered = s - start
             break
     after = [r for r in steps if r["step"] >= end]
-    back_local = next((r["step"] - end for r in after if r["pruned_fraction"] == 0 and
-                       r["offloaded_fraction"] == 0 and len(set(r["owned_units"])) == 1), None)
+    back_local = next((r["step"] - end for r in after if all_local(r)), None)
     last = steps[-1]
     return {
         "contention_window": [start, end],
         "steps_to_within_10pct_of_ideal": recovered,
         "steps_to_all_local_after_contention": back_local,
-        "all_local_at_end": last["pruned_fraction"] == 0 and last["offloaded_fraction"] == 0,
+        "all_local_at_end": all_local(last),
+        # Issue 14: once calm, it stays all-local.
+        "all_local_fraction_from_20_steps_after": round(
+            sum(all_local(r) for r in after if r["step"] >= end + 20) /
+            max(1, sum(r["step"] >= end + 20 for r in after)), 4),
     }
 
 
@@ -176,7 +244,8 @@ def main():
     previous = {}
     if a.reuse and os.path.exists(os.path.join(out_dir, "e2e.json")):
         previous = {r["config"]: r for r in json.load(open(os.path.join(out_dir, "e2e.json")))}
-    if only and only - {"none"}:
+    if (any(name in only and stragglers for name, _, stragglers, _ in CONFIGS) and
+            "plain" not in previous):
         only.add("plain")  # the contended configurations' ideal comes from it
     for name, mode, stragglers, policy in CONFIGS:
         if only and name not in only and not (a.reuse and name in previous) and name != "none":
@@ -187,6 +256,7 @@ def main():
         cfg = launch.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
                                out=os.path.join(out_dir, name), verbose=False, progress="none",
                                trainer_args=a.trainer_args, policy=policy, trainer=a.trainer)
+        sampler = None
         if a.reuse and name in previous and name not in only:
             # Measured by an earlier invocation into the same --out: reload, do not rerun.
             print(f"[e2e] {name}: reusing {cfg.out}", file=sys.stderr, flush=True)
@@ -196,9 +266,10 @@ def main():
             print(f"[e2e] {name}: mode={mode} stragglers={stragglers or 'none'} policy={policy}",
                   file=sys.stderr, flush=True)
             began = time.monotonic()
-            ranks = launch.run_job(cfg)
+            sampler = StatusSampler() if mode != "off" else None
+            ranks = launch.run_job(cfg, on_step=sampler)
             elapsed = time.monotonic() - began
-        result = analyse(name, ranks, parsed, reference, contended_reference, elapsed)
+        result = analyse(name, ranks, parsed, reference, contended_reference, elapsed, sampler)
         if name == "none":
             reference = result
         elif name == "plain":

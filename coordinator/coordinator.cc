@@ -1,19 +1,33 @@
 #include "coordinator/coordinator.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text.h"
 #include "coordinator/policy_proto.h"
+#include "coordinator/rank_speeds.h"
 #include "proto/convert.h"
 #include "proto/validate.h"
 
 namespace ballast::coordinator {
+namespace {
+
+// Hands the free pages of every malloc arena back to the system.
+void ReturnFreedMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+}  // namespace
 
 Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, PolicyStore* store,
                          SpeedModel* speeds)
@@ -293,6 +307,8 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
     RankEntry& rank = group.ranks.at(report.rank());
     rank.last_compute_seconds = compute;
     rank.last_collective_seconds = collective;
+    rank.collective_seconds.Add(collective);
+    rank.step_seconds.Add(compute + collective);
     rank.last_plan_version = report.step().plan_version();
     rank.last_plan_number = report.step().plan_number();
     group.last_activity = clock_->Monotonic();
@@ -364,28 +380,52 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
                                  absl::FormatDuration(options_.plan_dwell), " dwell ends"));
   }
   if (policy.mode != BalanceMode::kOff) {
-    for (auto& [block_id, block] : group.blocks) {
-      absl::StatusOr<GroupSpeeds> speeds =
+    // Every block's speeds first: a rank's verdict is pooled over all of them.
+    std::vector<PoolBlock> speeds;
+    for (const auto& [block_id, block] : group.blocks) {
+      absl::StatusOr<GroupSpeeds> s =
           speeds_->Speeds(group.job, GroupId(group.name), BlockId(block_id), policy);
-      if (!speeds.ok() || static_cast<int32_t>(speeds->ranks.size()) < group.size) {
+      if (!s.ok() || static_cast<int32_t>(s->ranks.size()) < group.size) {
         lines.push_back(absl::StrCat("block ", block_id, ": not every rank has reported"));
         group.explanation = absl::StrJoin(lines, "\n");
         return std::nullopt;
       }
-      PlannerInput input;
-      input.block = BlockId(block_id);
-      input.owner_of_unit = block.owner_of_unit;
-      input.transfer_seconds_per_unit =
-          2.0 * static_cast<double>(block.unit_bytes) / options_.link_bytes_per_second;
-      std::vector<int32_t> owned(group.size, 0);
-      for (RankId r : block.owner_of_unit) ++owned[r.value()];
-      for (const RankSpeed& rs : speeds->ranks) {
+      for (const RankSpeed& rs : s->ranks) {
         if (!rs.has_estimate) {
           lines.push_back(absl::StrCat("block ", block_id, ": rank ", rs.rank.value(),
                                        " has no estimate yet"));
           group.explanation = absl::StrJoin(lines, "\n");
           return std::nullopt;
         }
+      }
+      speeds.push_back({.speeds = *std::move(s), .num_units = block.num_units});
+    }
+    absl::StatusOr<PooledGroup> pooled = PoolRankSpeeds(speeds, policy.straggler_threshold);
+    if (!pooled.ok()) {  // the policy was validated when set: only a bug gets here
+      group.explanation = std::string(pooled.status().message());
+      return std::nullopt;
+    }
+    const bool calm = TreatAsCalm(*pooled, policy.straggler_threshold,
+                                  group.plan.blocks.empty(), group.marginal_rounds);
+    lines.push_back(absl::StrCat(
+        DescribePooledGroup(*pooled, static_cast<int32_t>(speeds.size()),
+                            policy.straggler_threshold),
+        calm && !pooled->calm
+            ? absl::StrCat("; a marginal straggler, for ", group.marginal_rounds, " round(s) of ",
+                           kMarginalRounds, " before balancing: all-local")
+            : ""));
+    size_t b = 0;
+    for (auto& [block_id, block] : group.blocks) {
+      const GroupSpeeds& block_speeds = speeds[b++].speeds;
+      PlannerInput input;
+      input.block = BlockId(block_id);
+      input.owner_of_unit = block.owner_of_unit;
+      input.transfer_seconds_per_unit =
+          2.0 * static_cast<double>(block.unit_bytes) / options_.link_bytes_per_second;
+      input.calm = calm;
+      std::vector<int32_t> owned(group.size, 0);
+      for (RankId r : block.owner_of_unit) ++owned[r.value()];
+      for (const RankSpeed& rs : block_speeds.ranks) {
         PlannerRank pr;
         pr.seconds_per_unit = rs.seconds_per_unit;
         pr.owned_units = owned[rs.rank.value()];
@@ -416,6 +456,13 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
       if (!trivial) desired.blocks.push_back(std::move(bp));
       group.decisions[block_id] = *std::move(decision);
     }
+  }
+  if (!group.decisions.empty()) {
+    const StepPrediction p = PredictStep(group);
+    lines.push_back(absl::StrFormat(
+        "step: %.4f s predicted = %.4f s of block compute + %.4f s of collectives (the "
+        "smallest median over the ranks: their cost without waiting for a late peer)",
+        p.blocks + p.collectives, p.blocks, p.collectives));
   }
   group.explanation = absl::StrJoin(lines, "\n");
   if (policy.mode == BalanceMode::kObserve) return std::nullopt;  // explain, never push
@@ -460,8 +507,9 @@ void Coordinator::Push(const GroupEntry& group) {
   }
 }
 
-void Coordinator::ForgetIdle() {
+bool Coordinator::ForgetIdle() {
   const absl::Duration now = clock_->Monotonic();
+  const int64_t forgotten_before = counters_.groups_forgotten + counters_.agents_forgotten;
   for (auto it = groups_.begin(); it != groups_.end();) {
     const GroupEntry& group = it->second;
     const bool attached = std::any_of(group.ranks.begin(), group.ranks.end(),
@@ -485,11 +533,24 @@ void Coordinator::ForgetIdle() {
       ++it;
     }
   }
+  return counters_.groups_forgotten + counters_.agents_forgotten != forgotten_before;
 }
 
 void Coordinator::Tick() {
-  absl::MutexLock lock(&mu_);
-  ForgetIdle();
+  bool trim = false;
+  {
+    absl::MutexLock lock(&mu_);
+    trim = ForgetIdle() && clock_->Monotonic() >= next_trim_;
+    if (trim) next_trim_ = clock_->Monotonic() + kTrimInterval;
+    DecideDueGroups();
+  }
+  // glibc keeps the pages of freed state in its arenas, so without this the resident size
+  // would stay at the high-water mark of jobs ever held (the soak: 142 MB -> 205 MB while
+  // the heap in use stayed flat). Outside the lock: a trim walks every arena.
+  if (trim) ReturnFreedMemory();
+}
+
+void Coordinator::DecideDueGroups() {
   const absl::Duration now = clock_->Monotonic();
   for (auto& [key, group] : groups_) {
     if (now < group.next_decision) continue;
@@ -529,195 +590,6 @@ CoordinatorObservations Coordinator::TakeObservations() {
   CoordinatorObservations out;
   std::swap(out, observations_);
   return out;
-}
-
-
-absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) const {
-  if (!job.empty()) BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
-  absl::MutexLock lock(&mu_);
-  v1::ClusterStatus out;
-  std::map<std::string, v1::JobStatus*> jobs;
-  for (const auto& [key, group] : groups_) {
-    if (!job.empty() && group.job != job) continue;
-    v1::JobStatus*& js = jobs[group.job];
-    if (js == nullptr) {
-      js = out.add_jobs();
-      js->set_job(group.job);
-      js->set_paused(Paused(group.job));
-      *js->mutable_policy() = PolicyToProto(PolicyFor(group.job));
-    }
-    v1::GroupStatus* gs = js->add_groups();
-    gs->set_group(group.name);
-    gs->set_size(group.size);
-    gs->set_plan_version(group.plan.version.value());
-    gs->set_plan_number(group.plan.number);
-    gs->set_plan_summary(PlanSummary(group.plan));
-    double predicted = 0;
-    for (const auto& [b, d] : group.decisions) predicted += d.predicted_step_seconds;
-    gs->set_predicted_step_seconds(predicted);
-    int64_t units = 0, pruned = 0, offloaded = 0;
-    for (const auto& [b, block] : group.blocks) units += block.num_units;
-    for (const BlockPlan& bp : group.plan.blocks) {
-      for (int32_t n : bp.pruned_units) pruned += n;
-      for (const Offload& o : bp.offloads) offloaded += o.units;
-    }
-    if (units > 0) {
-      gs->set_pruned_fraction(static_cast<double>(pruned) / units);
-      gs->set_offloaded_fraction(static_cast<double>(offloaded) / units);
-    }
-    double measured = 0;
-    for (const auto& [r, rank] : group.ranks) {
-      measured = std::max(measured, rank.last_compute_seconds + rank.last_collective_seconds);
-    }
-    gs->set_measured_step_seconds(measured);
-    const int32_t first_block = group.blocks.empty() ? -1 : group.blocks.begin()->first;
-    absl::StatusOr<GroupSpeeds> speeds =
-        first_block < 0 ? absl::NotFoundError("no blocks")
-                        : speeds_->Speeds(group.job, GroupId(group.name), BlockId(first_block),
-                                          PolicyFor(group.job));
-    for (const auto& [r, rank] : group.ranks) {
-      v1::RankStatus* rs = gs->add_ranks();
-      rs->set_rank(r);
-      rs->set_device(rank.identity.device());
-      rs->set_node(rank.identity.node());
-      rs->set_compute_seconds(rank.last_compute_seconds);
-      rs->set_collective_seconds(rank.last_collective_seconds);
-      std::string state = rank.attached ? "normal" : "detached";
-      if (speeds.ok()) {
-        for (const RankSpeed& s : speeds->ranks) {
-          if (s.rank.value() != r) continue;
-          rs->set_seconds_per_unit(s.has_estimate ? s.seconds_per_unit : 0);
-          if (rank.attached) state = s.stale ? "stale" : std::string(StragglerStateName(s.state));
-        }
-      }
-      if (cordons_.contains(rank.identity.device())) state = "cordoned";
-      rs->set_state(state);
-    }
-  }
-  if (!job.empty() && jobs.empty() && !policies_.contains(job)) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' unknown"));
-  }
-  int32_t agents = 0;
-  for (const auto& [id, a] : agents_) agents += a.sink != nullptr;
-  out.set_agents(agents);
-  int32_t workers = 0;
-  for (const auto& [key, group] : groups_) {
-    for (const auto& [r, rank] : group.ranks) workers += rank.attached;
-  }
-  out.set_workers(workers);
-  out.set_paused(Paused(""));
-  for (const auto& [device, reason] : cordons_) out.add_cordoned_devices(device);
-  return out;
-}
-
-absl::StatusOr<JobPolicy> Coordinator::GetPolicy(const std::string& job) const {
-  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
-  absl::MutexLock lock(&mu_);
-  auto it = policies_.find(job);
-  if (it != policies_.end()) return it->second;
-  for (const auto& [key, group] : groups_) {
-    if (group.job == job) return JobPolicy{};
-  }
-  return absl::NotFoundError(absl::StrCat("job '", job, "' unknown (no workers, no policy)"));
-}
-
-absl::Status Coordinator::CheckJobKnown(const std::string& job) const {
-  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
-  absl::MutexLock lock(&mu_);
-  if (policies_.contains(job) || paused_.contains(job)) return absl::OkStatus();
-  for (const auto& [key, group] : groups_) {
-    if (group.job == job) return absl::OkStatus();
-  }
-  return absl::NotFoundError(absl::StrCat(
-      "job '", job, "' is not known to the coordinator (no workers, no policy, no pause); "
-      "preconfigure it (ballastctl --preconfigure) to set it ahead of the job's start"));
-}
-
-absl::Status Coordinator::SetPolicy(const std::string& job, const JobPolicy& policy) {
-  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
-  BALLAST_RETURN_IF_ERROR(ValidatePolicy(policy));
-  // Durable first: an operator's setting is never in force without being stored.
-  BALLAST_RETURN_IF_ERROR(store_->PutPolicy(job, policy));
-  absl::MutexLock lock(&mu_);
-  policies_[job] = policy;
-  for (auto& [key, group] : groups_) {
-    if (group.job == job) group.next_decision = absl::ZeroDuration();  // re-plan now
-  }
-  BALLAST_LOG(INFO) << "job=" << job << " policy set: mode " << BalanceModeName(policy.mode);
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::SetPaused(const std::string& job, bool paused) {
-  if (!job.empty()) BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
-  BALLAST_RETURN_IF_ERROR(store_->SetPaused(job, paused));
-  absl::MutexLock lock(&mu_);
-  paused_[job] = paused;
-  BALLAST_LOG(INFO) << (paused ? "paused" : "resumed") << " balancing for "
-                    << (job.empty() ? std::string("the cluster") : absl::StrCat("job ", job));
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::SetCordon(const std::string& device, bool cordoned,
-                                    const std::string& reason) {
-  BALLAST_RETURN_IF_ERROR(ValidateName("device", device));
-  BALLAST_RETURN_IF_ERROR(ValidateReason("reason", reason));
-  if (!cordoned) {
-    absl::MutexLock lock(&mu_);
-    if (!cordons_.contains(device)) {
-      return absl::NotFoundError(absl::StrCat("device '", device, "' is not cordoned"));
-    }
-  }
-  BALLAST_RETURN_IF_ERROR(store_->SetCordon(device, cordoned, reason, clock_->Now()));
-  absl::MutexLock lock(&mu_);
-  if (cordoned) {
-    cordons_[device] = reason;
-  } else {
-    cordons_.erase(device);
-  }
-  for (auto& [key, group] : groups_) group.next_decision = absl::ZeroDuration();
-  BALLAST_LOG(INFO) << (cordoned ? "cordoned" : "uncordoned") << " device " << device
-                    << (reason.empty() ? "" : ": ") << reason;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<v1::Explanation> Coordinator::Explain(const std::string& job,
-                                                     const std::string& group) const {
-  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
-  BALLAST_RETURN_IF_ERROR(ValidateName("group", group));
-  absl::MutexLock lock(&mu_);
-  auto it = groups_.find({job, group});
-  if (it == groups_.end()) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' group '", group, "' unknown"));
-  }
-  v1::Explanation out;
-  out.set_job(job);
-  out.set_group(group);
-  out.set_plan_version(it->second.plan.version.value());
-  out.set_plan_number(it->second.plan.number);
-  *out.mutable_plan() = ToProto(it->second.plan);
-  out.set_text(it->second.explanation.empty() ? "no decision yet" : it->second.explanation);
-  return out;
-}
-
-CoordinatorCounters Coordinator::counters() const {
-  absl::MutexLock lock(&mu_);
-  return counters_;
-}
-
-int32_t Coordinator::connected_agents() const {
-  absl::MutexLock lock(&mu_);
-  int32_t n = 0;
-  for (const auto& [id, a] : agents_) n += a.sink != nullptr;
-  return n;
-}
-
-int32_t Coordinator::attached_workers() const {
-  absl::MutexLock lock(&mu_);
-  int32_t n = 0;
-  for (const auto& [key, group] : groups_) {
-    for (const auto& [r, rank] : group.ranks) n += rank.attached;
-  }
-  return n;
 }
 
 }  // namespace ballast::coordinator

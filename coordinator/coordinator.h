@@ -135,6 +135,15 @@ class Coordinator {
   int32_t attached_workers() const;
 
  private:
+  // The last kStepWindow values of one per-step figure, for medians: one step's compute
+  // or collective time swings too much to predict or show on its own.
+  static constexpr size_t kStepWindow = 16;
+  struct RecentSeconds {
+    std::vector<double> values;  // at most kStepWindow, oldest overwritten first
+    size_t next = 0;
+    void Add(double seconds);
+    double Median() const;  // 0 when empty
+  };
   struct RankEntry {
     v1::WorkerIdentity identity;
     std::string agent_id;
@@ -142,6 +151,9 @@ class Coordinator {
     // From its latest report, summed over blocks: compute, and collectives (with agreement).
     double last_compute_seconds = 0;
     double last_collective_seconds = 0;
+    // The same over its recent reports: collectives alone, and compute + collectives.
+    RecentSeconds collective_seconds;
+    RecentSeconds step_seconds;
     int64_t last_plan_version = 0;  // the plan its latest report ran under
     int64_t last_plan_number = 0;   // and that plan's number
   };
@@ -164,6 +176,8 @@ class Coordinator {
     std::optional<absl::Time> plan_pushed_at;
     // Monotonic time of the last plan change (none yet: no dwell).
     std::optional<absl::Duration> plan_changed_at;
+    // Planning rounds in a row with a marginal straggler (rank_speeds.h: TreatAsCalm).
+    int32_t marginal_rounds = 0;
     // Monotonic time of the last registration, report or detach (forget_after runs
     // from it once no rank is attached).
     absl::Duration last_activity = absl::ZeroDuration();
@@ -189,13 +203,22 @@ class Coordinator {
   // Attached workers of an agent, as registered.
   std::vector<const v1::WorkerIdentity*> AttachedWorkers(const std::string& agent_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForgetIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns whether it forgot anything.
+  bool ForgetIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DecideDueGroups() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobPolicy PolicyFor(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Paused(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans one group; returns the plan to push, if it changed.
   std::optional<WorkloadPlan> Decide(GroupEntry& group, const JobPolicy& policy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Push(const GroupEntry& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The step the plan in force should take, as compute (the planner's per-block
+  // predictions, summed) and collectives (what they cost once nobody waits for a peer).
+  struct StepPrediction {
+    double blocks = 0;
+    double collectives = 0;
+  };
+  static StepPrediction PredictStep(const GroupEntry& group);
   static void Observe(std::vector<double>& samples, double seconds);
   int64_t NextVersion(const GroupEntry& group) const;
 
@@ -212,6 +235,9 @@ class Coordinator {
   std::map<std::string, std::string> cordons_ ABSL_GUARDED_BY(mu_);  // device -> reason
   CoordinatorCounters counters_ ABSL_GUARDED_BY(mu_);
   CoordinatorObservations observations_ ABSL_GUARDED_BY(mu_);
+  // Freed memory goes back to the system at most this often (a trim walks every arena).
+  static constexpr absl::Duration kTrimInterval = absl::Seconds(10);
+  absl::Duration next_trim_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ballast::coordinator

@@ -1463,7 +1463,12 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   }
   d.recommended = best;
 
-  if (policy.mode == BalanceMode::kOff || policy.mode == BalanceMode::kObserve) {
+  const bool any_cordoned = std::any_of(input.ranks.begin(), input.ranks.end(),
+                                        [](const PlannerRank& r) { return r.cordoned; });
+  d.calm = input.calm && !any_cordoned;
+  if (policy.mode == BalanceMode::kOff || policy.mode == BalanceMode::kObserve || d.calm) {
+    // Leaving a plan for a calm group skips the hysteresis: the plan was for a straggler
+    // that is gone, and all-local moves no data.
     const PlanCandidate& local = d.candidates.front();
     d.plan = local.plan;
     d.predicted_step_seconds = local.cost.step_seconds;
@@ -1544,6 +1549,9 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
                     CandidateKindName(d.recommended.kind), " (",
                     DescribePlan(d.recommended.plan, p), ") for step ",
                     Num(d.recommended.cost.step_seconds), " s");
+  } else if (d.calm) {
+    absl::StrAppend(&out, "all-local: no rank straggles, so differences between the estimates "
+                          "are noise to balancing");
   } else if (d.kept_current) {
     absl::StrAppend(&out, "keep the current plan (", DescribePlan(d.plan, p),
                     "): the best new plan, ", CandidateKindName(d.recommended.kind), " at ",

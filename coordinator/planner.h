@@ -15,7 +15,8 @@
 // techniques (resize: prune only; migrate: offload and reshard only; auto: all) and the
 // cordons (a cordoned rank computes nothing). When a rank is chronic or cordoned it also
 // prices a reshard to the water-filled ownership, and it keeps the current plan unless the
-// new one is better by the policy's hysteresis. Every decision carries its explanation.
+// new one is better by the policy's hysteresis. A calm group (no straggler) runs all-local.
+// Every decision carries its explanation.
 //
 //   PlannerInput in;
 //   in.block = BlockId(1);
@@ -61,6 +62,11 @@ struct PlannerInput {
   std::vector<PlannerRank> ranks;
   // Seconds one offloaded unit costs each of its owner and helper per step.
   double transfer_seconds_per_unit = 0;
+  // No rank of the group straggles (the speed model's verdict pooled over the group's
+  // blocks, rank_speeds.h) and none is cordoned: the plan is all-local, however the
+  // per-block estimates differ, since differences below the straggler threshold are noise
+  // to balancing. False: the estimates decide alone.
+  bool calm = false;
 };
 
 // What a plan costs under the model.
@@ -103,6 +109,8 @@ struct BlockDecision {
   double all_local_step_seconds = 0;
   // The current plan was kept: the best new plan did not beat it by the hysteresis.
   bool kept_current = false;
+  // All-local because the group is calm (PlannerInput::calm).
+  bool calm = false;
   CandidateKind chosen = CandidateKind::kAllLocal;
   // The best plan the mode's techniques allow (modes off and observe: what auto would do),
   // before hysteresis against the current plan.

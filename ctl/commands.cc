@@ -82,10 +82,11 @@ void PrintStatus(const v1::ClusterStatus& s, std::ostream& out) {
                            job.paused() ? "  PAUSED" : "");
     for (const v1::GroupStatus& g : job.groups()) {
       out << absl::StrFormat(
-          "  group %s  size %d  plan %s\n    pruned %.1f%%  offloaded %.1f%%  predicted %.4fs  "
-          "measured %.4fs\n",
+          "  group %s  size %d  plan %s\n    pruned %.1f%%  offloaded %.1f%%  predicted %.4fs "
+          "(%.4fs collectives)  measured %.4fs\n",
           g.group(), g.size(), g.plan_summary(), 100 * g.pruned_fraction(),
-          100 * g.offloaded_fraction(), g.predicted_step_seconds(), g.measured_step_seconds());
+          100 * g.offloaded_fraction(), g.predicted_step_seconds(),
+          g.predicted_collective_seconds(), g.measured_step_seconds());
       out << absl::StrFormat("    %-5s %-24s %-16s %-14s %s\n", "RANK", "DEVICE", "NODE",
                              "S/UNIT", "STATE");
       for (const v1::RankStatus& r : g.ranks()) {

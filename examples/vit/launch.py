@@ -507,9 +507,12 @@ class Job:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-def run_job(cfg):
-    """Runs one job to completion; returns per-rank step records. Raises LaunchError."""
+def run_job(cfg, on_step=None):
+    """Runs one job to completion; returns per-rank step records. Raises LaunchError.
+    on_step(job, step), if given, is called from the launcher's loop with the step reached."""
     job = Job(cfg)
+    if on_step is not None:
+        job.on_step = lambda step: on_step(job, step)
     previous = {}
 
     def on_signal(signum, frame):

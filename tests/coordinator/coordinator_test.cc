@@ -310,6 +310,164 @@ TEST_F(CoordinatorTest, AfterAChangeOnlyALargeImprovementChangesThePlanUntilTheD
   EXPECT_EQ(OffloadedUnits(sink.plans()[2]), 4);
 }
 
+// Both ranks of vit/tp0 with `blocks` blocks of 64 units each, split evenly.
+v1::AgentHello HelloWithBlocks(int blocks) {
+  std::vector<int> owners(64, 0);
+  std::fill(owners.begin() + 32, owners.end(), 1);
+  v1::AgentHello hello = Hello(owners);
+  for (v1::WorkerIdentity& w : *hello.mutable_workers()) {
+    w.mutable_blocks(0)->set_num_units(64);
+    for (int b = 1; b < blocks; ++b) {
+      v1::BlockInfo* info = w.add_blocks();
+      *info = w.blocks(0);
+      info->set_block(b);
+    }
+  }
+  return hello;
+}
+
+// Calm ranks whose per-block estimates differ by noise (each rank 25% slower than the
+// other in one block of four: 1.06x over its blocks) stay all-local: a rank's verdict is
+// pooled over its blocks. Before pooling, each noisy block alone offloaded 3 units
+// (40 -> 36 units of time, 9.4% better, above the 5% hysteresis). A rank slow in every block is
+// balanced, and once it is calm again the group goes back to all-local and stays there.
+TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced) {
+  coordinator_ = *Coordinator::Create({}, &clock_, &store_, speeds_.get());
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  RecordingSink sink;
+  constexpr int kBlocks = 4;
+  ASSERT_TRUE(coordinator_->AgentConnected(HelloWithBlocks(kBlocks), &sink).ok());
+  int64_t step = 0;
+  int64_t version = 0;
+  // One planning round per step; spu[rank][block] seconds per unit.
+  auto run = [&](int steps, const std::vector<std::vector<double>>& spu) {
+    for (int i = 0; i < steps; ++i, ++step) {
+      for (int rank : {0, 1}) {
+        v1::WorkerReport r;
+        r.set_job("vit");
+        r.set_group("tp0");
+        r.set_rank(rank);
+        r.mutable_step()->set_step(step);
+        r.mutable_step()->set_plan_version(version);
+        for (int b = 0; b < kBlocks; ++b) {
+          v1::BlockTiming* t = r.mutable_step()->add_blocks();
+          t->set_block(b);
+          t->set_units_computed(32);
+          t->set_compute_seconds(32 * spu[rank][b]);
+        }
+        ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
+      }
+      clock_.Advance(absl::Milliseconds(100));
+      coordinator_->Tick();
+      if (!sink.plans().empty()) version = sink.plans().back().version();
+    }
+  };
+
+  const std::vector<std::vector<double>> calm = {{1e-3, 1.25e-3, 1e-3, 1e-3},
+                                                 {1.25e-3, 1e-3, 1e-3, 1e-3}};
+  run(30, calm);
+  EXPECT_TRUE(sink.plans().empty()) << "noise in one block moved a plan";
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("ranks pooled over 4 blocks"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("1.06x; calm: all-local"));
+
+  // Rank 1 at 3x in every block (3.9x in one). Each block is balanced on its own
+  // estimates: 16 of rank 1's 32 units move (48 vs 48 units of time), 19 at 3.9x.
+  const std::vector<std::vector<double>> slow = {{1e-3, 1e-3, 1e-3, 1e-3},
+                                                 {3e-3, 3e-3, 3.9e-3, 3e-3}};
+  run(10, slow);
+  ASSERT_FALSE(sink.plans().empty()) << "a straggler in every block was not balanced";
+  absl::StatusOr<WorkloadPlan> relief = FromProto(sink.plans().back());
+  ASSERT_TRUE(relief.ok()) << relief.status();
+  ASSERT_EQ(relief->blocks.size(), static_cast<size_t>(kBlocks));
+  for (const BlockPlan& bp : relief->blocks) {
+    int offloaded = 0;
+    for (const Offload& o : bp.offloads) offloaded += o.units;
+    EXPECT_EQ(offloaded, bp.block.value() == 2 ? 19 : 16) << "block " << bp.block.value();
+  }
+
+  // Calm again: all-local within a few rounds (3 calm samples per rank and block), then no
+  // further plan while the noise goes on.
+  const size_t before = sink.plans().size();
+  run(10, calm);
+  ASSERT_EQ(sink.plans().size(), before + 1);
+  EXPECT_EQ(sink.plans().back().blocks_size(), 0);
+  run(30, calm);
+  EXPECT_EQ(sink.plans().size(), before + 1) << "a calm group's plan changed";
+}
+
+// Status predicts the whole step: the planner's block compute plus the collectives' own
+// cost, the smallest median over the ranks (the last rank to arrive waits least). The
+// measured step is the slowest rank's median, so one stalled report moves neither.
+TEST_F(CoordinatorTest, StatusPredictsTheWholeStepFromMedians) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob({}, &sink));
+  JobPolicy policy = *coordinator_->GetPolicy("vit");
+  policy.mode = BalanceMode::kObserve;  // explain, push nothing: all-local stays
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  int64_t step = 0;
+  // units[r] computed at c[r] s/unit; collectives cost 2 ms plus the wait for the later rank.
+  auto run = [&](int steps, const std::vector<int>& units, const std::vector<double>& c,
+                 int64_t version, double stall = 0) {
+    for (int i = 0; i < steps; ++i, ++step) {
+      const double compute[2] = {units[0] * c[0], units[1] * c[1]};
+      for (int rank : {0, 1}) {
+        v1::WorkerReport r;
+        r.set_job("vit");
+        r.set_group("tp0");
+        r.set_rank(rank);
+        r.mutable_step()->set_step(step);
+        r.mutable_step()->set_plan_version(version);
+        v1::BlockTiming* b = r.mutable_step()->add_blocks();
+        b->set_block(0);
+        b->set_units_computed(units[rank]);
+        b->set_compute_seconds(compute[rank]);
+        b->set_comm_seconds(2e-3 + std::max(compute[0], compute[1]) - compute[rank] +
+                            (i == 0 ? stall : 0));
+        ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
+      }
+      clock_.Advance(absl::Milliseconds(100));
+      coordinator_->Tick();
+    }
+  };
+  auto status = [&]() {
+    absl::StatusOr<v1::ClusterStatus> s = coordinator_->Status("vit");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->jobs(0).groups(0) : v1::GroupStatus();
+  };
+
+  // All-local with rank 1 at 3x: 12 ms of compute on rank 1, 2 ms of collectives.
+  run(20, {4, 4}, {1e-3, 3e-3}, 0);
+  v1::GroupStatus g = status();
+  EXPECT_NEAR(g.predicted_collective_seconds(), 2e-3, 1e-9);
+  EXPECT_NEAR(g.predicted_step_seconds(), 14e-3, 1e-9);
+  EXPECT_NEAR(g.measured_step_seconds(), 14e-3, 1e-9);
+  run(1, {4, 4}, {1e-3, 3e-3}, 0, /*stall=*/1.0);  // one report stalled a second
+  g = status();
+  EXPECT_NEAR(g.predicted_step_seconds(), 14e-3, 1e-9);
+  EXPECT_NEAR(g.measured_step_seconds(), 14e-3, 1e-9);
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("step: 0.0140 s predicted = 0.0120 s of block "
+                                                "compute + 0.0020 s of collectives"));
+
+  // Balanced (migrate): 2 of rank 1's units on rank 0, 6 ms each, nobody waits.
+  policy.mode = BalanceMode::kMigrate;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  run(1, {4, 4}, {1e-3, 3e-3}, 0);
+  ASSERT_EQ(sink.plans().size(), 1u);
+  ASSERT_EQ(OffloadedUnits(sink.plans()[0]), 2);
+  run(20, {6, 2}, {1e-3, 3e-3}, sink.plans()[0].version());
+  g = status();
+  EXPECT_NEAR(g.measured_step_seconds(), 8e-3, 1e-9);
+  // The planner adds the transfer of 2 units on a 1 GB/s link (2 x 2 us a unit).
+  EXPECT_NEAR(g.predicted_step_seconds(), 8e-3, 1e-5);
+}
+
 TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
   testing::FakeClock clock;
   testing::InMemoryPolicyStore store;

@@ -755,6 +755,34 @@ TEST(PlannerTest, ChronicStragglerReshardsOnlyWhenItPays) {
   EXPECT_NE(d->chosen, CandidateKind::kReshard) << d->explanation;
 }
 
+TEST(PlannerTest, ACalmGroupRunsAllLocalButACordonStillCounts) {
+  Case k = Straggler();  // rank 7 at 2x in this block's estimate, but the group is calm
+  PlannerInput in = MakeInput(k);
+  absl::StatusOr<BlockDecision> busy = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(busy.ok());
+  ASSERT_FALSE(busy->plan.offloads.empty());
+  in.calm = true;
+  // Leaving the plan in force needs no hysteresis: it was for a straggler that is gone.
+  absl::StatusOr<BlockDecision> calm = PlanBlock(in, k.policy, &busy->plan);
+  ASSERT_TRUE(calm.ok());
+  EXPECT_TRUE(calm->calm);
+  EXPECT_EQ(calm->chosen, CandidateKind::kAllLocal);
+  EXPECT_TRUE(calm->plan.offloads.empty());
+  EXPECT_DOUBLE_EQ(calm->predicted_step_seconds, calm->all_local_step_seconds);
+  EXPECT_FALSE(calm->recommended.plan.offloads.empty());  // what balancing would do
+  EXPECT_THAT(calm->explanation, HasSubstr("all-local: no rank straggles"));
+  // A cordoned rank must compute nothing, calm or not.
+  k.c[7] = 1e-3;
+  k.cordoned.assign(8, false);
+  k.cordoned[2] = true;
+  in = MakeInput(k);
+  in.calm = true;
+  absl::StatusOr<BlockDecision> cordoned = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(cordoned.ok());
+  EXPECT_FALSE(cordoned->calm);
+  EXPECT_NE(cordoned->chosen, CandidateKind::kAllLocal);
+}
+
 TEST(PlannerTest, EvaluatePlanPricesAndRejects) {
   Case k = Straggler();
   const PlannerInput in = MakeInput(k);

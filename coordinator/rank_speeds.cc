@@ -1,0 +1,94 @@
+#include "coordinator/rank_speeds.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace ballast::coordinator {
+
+absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
+                                           double straggler_threshold) {
+  if (!(straggler_threshold >= 0) || !std::isfinite(straggler_threshold)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("straggler_threshold ", straggler_threshold, " must be finite and >= 0"));
+  }
+  int32_t size = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (blocks[b].num_units < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("blocks[", b, "].num_units ", blocks[b].num_units, " negative"));
+    }
+    for (const RankSpeed& r : blocks[b].speeds.ranks) size = std::max(size, r.rank.value() + 1);
+  }
+  std::vector<double> own(size, 0), reference(size, 0);
+  PooledGroup out;
+  out.ranks.resize(size);
+  for (const PoolBlock& block : blocks) {
+    const double ref = block.speeds.reference_seconds_per_unit;
+    for (const RankSpeed& r : block.speeds.ranks) {
+      if (!(r.slowdown > 0) || !(ref > 0)) continue;  // not judged here (stale, no estimate)
+      own[r.rank.value()] += r.slowdown * ref * block.num_units;
+      reference[r.rank.value()] += ref * block.num_units;
+      ++out.ranks[r.rank.value()].blocks_judged;
+    }
+  }
+  out.calm = size > 0;
+  for (int32_t r = 0; r < size; ++r) {
+    PooledRank& pooled = out.ranks[r];
+    if (!(reference[r] > 0)) {
+      pooled.blocks_judged = 0;
+      out.calm = false;  // nothing known about this rank: no verdict for the group
+      continue;
+    }
+    pooled.slowdown = own[r] / reference[r];
+    pooled.straggling = pooled.slowdown > 1 + straggler_threshold;
+    if (pooled.straggling) out.calm = false;
+  }
+  return out;
+}
+
+bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
+                 int32_t& marginal_rounds) {
+  if (group.calm) {
+    marginal_rounds = 0;
+    return true;
+  }
+  double worst = 0;
+  bool judged_all = !group.ranks.empty();
+  for (const PooledRank& r : group.ranks) {
+    worst = std::max(worst, r.slowdown);
+    judged_all = judged_all && r.blocks_judged > 0;
+  }
+  const bool marginal = judged_all && worst <= 1 + kMarginalFactor * straggler_threshold;
+  if (!marginal || !running_all_local) {
+    marginal_rounds = 0;
+    return false;
+  }
+  return ++marginal_rounds < kMarginalRounds;
+}
+
+std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,
+                                double straggler_threshold) {
+  std::vector<std::string> ranks;
+  for (size_t r = 0; r < group.ranks.size(); ++r) {
+    const PooledRank& rank = group.ranks[r];
+    if (rank.blocks_judged == 0) {
+      ranks.push_back(absl::StrCat(r, " not judged"));
+      continue;
+    }
+    ranks.push_back(absl::StrCat(r, " ", absl::StrFormat("%.2f", rank.slowdown), "x",
+                                 rank.straggling ? " straggling" : ""));
+  }
+  std::string out = absl::StrCat("ranks pooled over ", num_blocks, " block",
+                                 num_blocks == 1 ? "" : "s", " (straggler above ",
+                                 absl::StrFormat("%.2f", 1 + straggler_threshold),
+                                 "x): ", absl::StrJoin(ranks, ", "));
+  if (group.calm) absl::StrAppend(&out, "; calm: all-local");
+  return out;
+}
+
+}  // namespace ballast::coordinator

@@ -1,0 +1,80 @@
+// One verdict per rank of a TP group, pooled over the group's blocks: how much slower than
+// the group the rank is over its whole share of the step, and whether it straggles.
+//
+// Why pool. The speed model estimates every (rank, block) on its own, and a short block
+// either catches a co-tenant's time slice or a quota throttle or not: on the project's VM
+// a calm rank's per-block estimate swings by 10% and more, so every few steps some block
+// of some calm rank looked slow by more than the planner's hysteresis and a few units
+// moved (the chaos run: 272 plan changes in its calm windows, only 41% of calm steps
+// all-local). What matters for the step is the rank's time over all of its blocks, so the
+// verdict pools them, each weighted by its time:
+//
+//   slowdown[r] = sum_b c[r][b] * units[b]  /  sum_b reference[b] * units[b]
+//
+// A group whose ranks all stay within the straggler threshold is calm, and runs
+// all-local (PlannerInput::calm). Weighting by time matters: a rank under a CPU quota can
+// look 2.5x slower in the block where its throttle falls and as fast as its peers in the
+// others, and a median over blocks then called it calm and ended its plan every other
+// planning round (the e2e benchmark's mid-run contention, first try).
+//
+//   std::vector<PoolBlock> blocks = ...;  // SpeedModel::Speeds and units, one per block
+//   BALLAST_ASSIGN_OR_RETURN(PooledGroup g, PoolRankSpeeds(blocks, policy.straggler_threshold));
+//   if (g.calm) ...
+#ifndef BALLAST_COORDINATOR_RANK_SPEEDS_H_
+#define BALLAST_COORDINATOR_RANK_SPEEDS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/speed_model.h"
+
+namespace ballast::coordinator {
+
+struct PoolBlock {
+  GroupSpeeds speeds;  // ranks sorted by rank
+  int32_t num_units = 0;
+};
+
+struct PooledRank {
+  // The rank's block time at its own speeds over the same at the blocks' reference
+  // speeds, over the blocks where it was judged (a fresh estimate and a reference); 0
+  // when it was judged in none.
+  double slowdown = 0;
+  int32_t blocks_judged = 0;
+  bool straggling = false;  // slowdown > 1 + straggler_threshold
+};
+
+struct PooledGroup {
+  std::vector<PooledRank> ranks;  // indexed by rank, sized to the largest rank seen + 1
+  // No rank straggles, and every rank was judged somewhere.
+  bool calm = false;
+};
+
+// INVALID_ARGUMENT for a threshold that is negative or not finite, or a negative unit count.
+absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
+                                           double straggler_threshold);
+
+// A marginal straggler (no rank slower than 1 + kMarginalFactor x threshold) must straggle
+// for kMarginalRounds planning rounds in a row before a group that runs all-local starts
+// balancing; a larger one starts it at once. On a shared machine a calm rank is now and
+// then 10-20% slower for a second (the e2e benchmark's calm run: two such blips in 1,150
+// steps, each a plan and its undoing half a second later), while a real straggler is
+// larger or lasts.
+inline constexpr double kMarginalFactor = 3;
+inline constexpr int32_t kMarginalRounds = 3;
+
+// Whether the group is treated as calm this round. `marginal_rounds` is the group's count
+// of rounds in a row with a marginal straggler (the caller keeps it, starting at 0).
+bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
+                 int32_t& marginal_rounds);
+
+// "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.00x, 1 1.98x straggling", for
+// explanations.
+std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,
+                                double straggler_threshold);
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_RANK_SPEEDS_H_

@@ -1,0 +1,118 @@
+#include "coordinator/rank_speeds.h"
+
+#include <limits>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace ballast::coordinator {
+namespace {
+
+// One block as the speed model gives it: the reference seconds per unit, each rank's
+// slowdown against it (0: not judged), and the block's units.
+PoolBlock Block(double reference, const std::vector<double>& slowdowns, int32_t units = 64) {
+  PoolBlock b;
+  b.num_units = units;
+  b.speeds.reference_seconds_per_unit = reference;
+  for (size_t r = 0; r < slowdowns.size(); ++r) {
+    RankSpeed& s = b.speeds.ranks.emplace_back();
+    s.rank = RankId(static_cast<int32_t>(r));
+    s.has_estimate = slowdowns[r] > 0;
+    s.seconds_per_unit = slowdowns[r] * reference;
+    s.slowdown = slowdowns[r];
+  }
+  return b;
+}
+
+TEST(RankSpeedsTest, NoiseInOneBlockIsNotAStraggler) {
+  // Each rank 20% slower than the other in one block of four: 1.05x over its blocks.
+  absl::StatusOr<PooledGroup> g = PoolRankSpeeds(
+      {Block(1e-3, {1, 1.2}), Block(1e-3, {1.2, 1}), Block(1e-3, {1, 1}), Block(1e-3, {1, 1})},
+      0.10);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->ranks.size(), 2u);
+  EXPECT_NEAR(g->ranks[0].slowdown, 1.05, 1e-12);
+  EXPECT_NEAR(g->ranks[1].slowdown, 1.05, 1e-12);
+  EXPECT_EQ(g->ranks[1].blocks_judged, 4);
+  EXPECT_FALSE(g->ranks[1].straggling);
+  EXPECT_TRUE(g->calm);
+  EXPECT_EQ(DescribePooledGroup(*g, 4, 0.10),
+            "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.05x, 1 1.05x; calm: all-local");
+}
+
+TEST(RankSpeedsTest, BlocksWeighByTheirTime) {
+  // Rank 1 is 2.5x slower in the long block and as fast as rank 0 in the two short ones,
+  // as a rank under a CPU quota looks when the throttle falls in its long block: over
+  // its share of the step it is 2.43x slower, where a median of blocks would say 1x.
+  absl::StatusOr<PooledGroup> g = PoolRankSpeeds(
+      {Block(1e-3, {1, 2.5}, 64), Block(1e-4, {1, 1}, 16), Block(1e-4, {1, 1}, 16)}, 0.10);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_NEAR(g->ranks[1].slowdown, (2.5 * 64e-3 + 3.2e-3) / (64e-3 + 3.2e-3), 1e-12);
+  EXPECT_TRUE(g->ranks[1].straggling);
+  EXPECT_FALSE(g->ranks[0].straggling);
+  EXPECT_FALSE(g->calm);
+  EXPECT_EQ(DescribePooledGroup(*g, 3, 0.10),
+            "ranks pooled over 3 blocks (straggler above 1.10x): 0 1.00x, 1 2.43x straggling");
+}
+
+TEST(RankSpeedsTest, ARankJudgedNowhereLeavesTheGroupWithoutVerdict) {
+  absl::StatusOr<PooledGroup> g = PoolRankSpeeds({Block(1e-3, {1, 0}), Block(1e-3, {1, 0})}, 0.10);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->ranks[1].blocks_judged, 0);
+  EXPECT_FALSE(g->calm);
+  EXPECT_THAT(DescribePooledGroup(*g, 2, 0.10), ::testing::HasSubstr("1 not judged"));
+  // Judged in one block of two: that block decides.
+  g = PoolRankSpeeds({Block(1e-3, {1, 0}), Block(1e-3, {1, 3})}, 0.10);
+  ASSERT_TRUE(g.ok());
+  EXPECT_DOUBLE_EQ(g->ranks[1].slowdown, 3);
+  EXPECT_EQ(g->ranks[1].blocks_judged, 1);
+  EXPECT_TRUE(g->ranks[1].straggling);
+  // No reference (nobody fresh): nobody is judged.
+  g = PoolRankSpeeds({Block(0, {1, 1})}, 0.10);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->calm);
+  // Nothing at all: no verdict.
+  g = PoolRankSpeeds({}, 0.10);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->calm);
+}
+
+TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
+  const PooledGroup calm = *PoolRankSpeeds({Block(1e-3, {1, 1.05})}, 0.10);
+  const PooledGroup marginal = *PoolRankSpeeds({Block(1e-3, {1, 1.2})}, 0.10);
+  const PooledGroup large = *PoolRankSpeeds({Block(1e-3, {1, 2})}, 0.10);
+  int32_t rounds = 0;
+  EXPECT_TRUE(TreatAsCalm(calm, 0.10, /*running_all_local=*/true, rounds));
+  // 1.2x is within 1 + 3 x 0.10: calm for two rounds, balanced from the third.
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, rounds));
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, rounds));
+  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, rounds));
+  // A calm round in between starts the count again.
+  EXPECT_TRUE(TreatAsCalm(calm, 0.10, true, rounds));
+  EXPECT_EQ(rounds, 0);
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, rounds));
+  EXPECT_EQ(rounds, 1);
+  // 2x acts at once; so does a marginal straggler when a plan is in force (the planner
+  // decides whether to keep it).
+  rounds = 0;
+  EXPECT_FALSE(TreatAsCalm(large, 0.10, true, rounds));
+  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, /*running_all_local=*/false, rounds));
+  // A rank nobody could judge is no marginal straggler.
+  const PooledGroup unknown = *PoolRankSpeeds({Block(1e-3, {1, 0})}, 0.10);
+  EXPECT_FALSE(TreatAsCalm(unknown, 0.10, true, rounds));
+}
+
+TEST(RankSpeedsTest, BadInputIsRefusedByName) {
+  for (double t : {-0.1, std::numeric_limits<double>::quiet_NaN(),
+                   std::numeric_limits<double>::infinity()}) {
+    absl::StatusOr<PooledGroup> g = PoolRankSpeeds({Block(1e-3, {1, 1})}, t);
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(g.status().message(), ::testing::HasSubstr("straggler_threshold"));
+  }
+  absl::StatusOr<PooledGroup> g = PoolRankSpeeds({Block(1e-3, {1, 1}, -4)}, 0.1);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(g.status().message(), ::testing::HasSubstr("blocks[0].num_units -4"));
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
