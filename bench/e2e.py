@@ -270,6 +270,10 @@ def main():
             ranks = launch.run_job(cfg, on_step=sampler)
             elapsed = time.monotonic() - began
         result = analyse(name, ranks, parsed, reference, contended_reference, elapsed, sampler)
+        if sampler is None and name in previous:
+            # The status samples of a reused run are in its earlier result only.
+            result.update({k: v for k, v in previous[name].items()
+                           if k.startswith("prediction_error_")})
         if name == "none":
             reference = result
         elif name == "plain":

@@ -74,11 +74,18 @@ def main():
             p.error(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(configs)}")
         configs = [c for c in configs if c in wanted]
     results = []
+    path = os.path.join(a.out, "resize_policies.json")
+
+    def save():  # after every run: a failure an hour in keeps what was measured
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
+
     # Seed by seed, every configuration in turn: a slow spell of the machine then hits
     # one seed's runs of all configurations, not one configuration's runs of all seeds.
     for seed in range(1, a.seeds + 1):
         reference = run(a, "none", "off", [], {}, [], seed)
         results.append(reference)
+        save()
         print(json.dumps(reference), flush=True)
         for config in configs:
             imputation, priority = config.split("/")
@@ -87,6 +94,7 @@ def main():
             r["accuracy_minus_none"] = r["test_accuracy"] - reference["test_accuracy"]
             r["loss_minus_none"] = r["test_loss"] - reference["test_loss"]
             results.append(r)
+            save()
             print(json.dumps(r), flush=True)
     for config in configs:
         mine = [r for r in results if r["config"] == config]
@@ -96,9 +104,8 @@ def main():
             summary[key] = {"min": values[0], "median": launch.median(values), "max": values[-1]}
         print(json.dumps(summary), flush=True)
         results.append(summary)
-    with open(os.path.join(a.out, "resize_policies.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    print(f"[resize] wrote {a.out}/resize_policies.json", file=sys.stderr)
+    save()
+    print(f"[resize] wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -540,8 +540,12 @@ void Coordinator::Tick() {
   bool trim = false;
   {
     absl::MutexLock lock(&mu_);
-    trim = ForgetIdle() && clock_->Monotonic() >= next_trim_;
-    if (trim) next_trim_ = clock_->Monotonic() + kTrimInterval;
+    trim_pending_ = ForgetIdle() || trim_pending_;
+    trim = trim_pending_ && clock_->Monotonic() >= next_trim_;
+    if (trim) {
+      trim_pending_ = false;
+      next_trim_ = clock_->Monotonic() + kTrimInterval;
+    }
     DecideDueGroups();
   }
   // glibc keeps the pages of freed state in its arenas, so without this the resident size

@@ -238,6 +238,7 @@ class Coordinator {
   // Freed memory goes back to the system at most this often (a trim walks every arena).
   static constexpr absl::Duration kTrimInterval = absl::Seconds(10);
   absl::Duration next_trim_ ABSL_GUARDED_BY(mu_);
+  bool trim_pending_ ABSL_GUARDED_BY(mu_) = false;  // forgotten since the last trim
 };
 
 }  // namespace ballast::coordinator

@@ -36,12 +36,13 @@ double Coordinator::RecentSeconds::Median() const {
 
 Coordinator::StepPrediction Coordinator::PredictStep(const GroupEntry& group) {
   StepPrediction p;
+  if (group.decisions.empty()) return p;  // nothing planned yet: no prediction
   for (const auto& [b, d] : group.decisions) p.blocks += d.predicted_step_seconds;
   // The collectives' own cost, without the waiting for a late peer that a plan removes:
   // the rank that arrives last waits least, so the smallest median over the ranks.
   bool any = false;
   for (const auto& [r, rank] : group.ranks) {
-    if (rank.collective_seconds.values.empty()) continue;
+    if (!rank.attached || rank.collective_seconds.values.empty()) continue;
     const double median = rank.collective_seconds.Median();
     p.collectives = any ? std::min(p.collectives, median) : median;
     any = true;
@@ -84,7 +85,7 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
     }
     double measured = 0;
     for (const auto& [r, rank] : group.ranks) {
-      measured = std::max(measured, rank.step_seconds.Median());
+      if (rank.attached) measured = std::max(measured, rank.step_seconds.Median());
     }
     gs->set_measured_step_seconds(measured);
     const int32_t first_block = group.blocks.empty() ? -1 : group.blocks.begin()->first;

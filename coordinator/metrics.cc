@@ -95,11 +95,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry, const std
                            .Register(registry)),
       group_predicted_(prometheus::BuildGauge()
                            .Name("ballast_group_predicted_step_seconds")
-                           .Help("Planner's predicted time of the group's blocks per step")
+                           .Help("Predicted seconds of the group's blocks per step: the planner's "
+                                 "block compute plus the collectives' own cost")
                            .Register(registry)),
       group_measured_(prometheus::BuildGauge()
                           .Name("ballast_group_measured_step_seconds")
-                          .Help("Slowest rank's measured time in the group's blocks per step")
+                          .Help("Slowest rank's compute + collective seconds in the group's "
+                                "blocks per step, median of its last 16 reports")
                           .Register(registry)),
       group_plan_version_(prometheus::BuildGauge()
                               .Name("ballast_group_plan_timestamp_seconds")

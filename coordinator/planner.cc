@@ -1465,7 +1465,13 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
 
   const bool any_cordoned = std::any_of(input.ranks.begin(), input.ranks.end(),
                                         [](const PlannerRank& r) { return r.cordoned; });
-  d.calm = input.calm && !any_cordoned;
+  // Calm ranks compute alike, so all-local is as good as the ownership is even: after a
+  // reshard for a straggler that has since recovered it is not, and the planner balances.
+  const int32_t most_owned =
+      pb.p == 0 ? 0 : *std::max_element(pb.owned.begin(), pb.owned.end());
+  const bool even = static_cast<double>(most_owned) * pb.p <=
+                    (1 + policy.straggler_threshold) * static_cast<double>(pb.total);
+  d.calm = input.calm && !any_cordoned && even;
   if (policy.mode == BalanceMode::kOff || policy.mode == BalanceMode::kObserve || d.calm) {
     // Leaving a plan for a calm group skips the hysteresis: the plan was for a straggler
     // that is gone, and all-local moves no data.
@@ -1523,7 +1529,12 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
                     rank.cordoned ? "(cordoned)" : "", rank.chronic ? "(chronic)" : "");
   }
   absl::StrAppend(&out, "\n  all-local ", Num(d.all_local_step_seconds), " s, ideal ",
-                  Num(d.ideal_step_seconds), " s\n  candidates:");
+                  Num(d.ideal_step_seconds), " s");
+  if (input.calm && !d.calm) {
+    absl::StrAppend(&out, "\n  no rank straggles, but a rank is cordoned or owns more than its "
+                          "share: balancing");
+  }
+  absl::StrAppend(&out, "\n  candidates:");
   const int32_t p = static_cast<int32_t>(input.ranks.size());
   for (size_t i = 0; i < d.candidates.size(); ++i) {
     const PlanCandidate& c = d.candidates[i];

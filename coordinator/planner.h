@@ -63,9 +63,10 @@ struct PlannerInput {
   // Seconds one offloaded unit costs each of its owner and helper per step.
   double transfer_seconds_per_unit = 0;
   // No rank of the group straggles (the speed model's verdict pooled over the group's
-  // blocks, rank_speeds.h) and none is cordoned: the plan is all-local, however the
-  // per-block estimates differ, since differences below the straggler threshold are noise
-  // to balancing. False: the estimates decide alone.
+  // blocks, rank_speeds.h): with no rank cordoned and the block's ownership even (no rank
+  // owning more than 1 + straggler_threshold times its share), the plan is all-local,
+  // however the per-block estimates differ, since differences below the straggler
+  // threshold are noise to balancing. False: the estimates decide alone.
   bool calm = false;
 };
 
@@ -109,7 +110,8 @@ struct BlockDecision {
   double all_local_step_seconds = 0;
   // The current plan was kept: the best new plan did not beat it by the hysteresis.
   bool kept_current = false;
-  // All-local because the group is calm (PlannerInput::calm).
+  // All-local because the group is calm (PlannerInput::calm, the ownership even, no
+  // cordon).
   bool calm = false;
   CandidateKind chosen = CandidateKind::kAllLocal;
   // The best plan the mode's techniques allow (modes off and observe: what auto would do),

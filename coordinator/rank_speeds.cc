@@ -46,7 +46,10 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
     }
     pooled.slowdown = own[r] / reference[r];
     pooled.straggling = pooled.slowdown > 1 + straggler_threshold;
-    if (pooled.straggling) out.calm = false;
+    // The reference is a median: with TP 4, three ranks at 2x make a 1x rank look 0.5x,
+    // and that group gains from balancing as much as one with a straggler.
+    pooled.fast = pooled.slowdown < 1 / (1 + straggler_threshold);
+    if (pooled.straggling || pooled.fast) out.calm = false;
   }
   return out;
 }
@@ -57,13 +60,11 @@ bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool runn
     marginal_rounds = 0;
     return true;
   }
-  double worst = 0;
-  bool judged_all = !group.ranks.empty();
+  const double margin = 1 + kMarginalFactor * straggler_threshold;
+  bool marginal = !group.ranks.empty();
   for (const PooledRank& r : group.ranks) {
-    worst = std::max(worst, r.slowdown);
-    judged_all = judged_all && r.blocks_judged > 0;
+    marginal = marginal && r.blocks_judged > 0 && r.slowdown <= margin && r.slowdown >= 1 / margin;
   }
-  const bool marginal = judged_all && worst <= 1 + kMarginalFactor * straggler_threshold;
   if (!marginal || !running_all_local) {
     marginal_rounds = 0;
     return false;
@@ -81,13 +82,13 @@ std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,
       continue;
     }
     ranks.push_back(absl::StrCat(r, " ", absl::StrFormat("%.2f", rank.slowdown), "x",
-                                 rank.straggling ? " straggling" : ""));
+                                 rank.straggling ? " straggling" : (rank.fast ? " fast" : "")));
   }
   std::string out = absl::StrCat("ranks pooled over ", num_blocks, " block",
                                  num_blocks == 1 ? "" : "s", " (straggler above ",
                                  absl::StrFormat("%.2f", 1 + straggler_threshold),
                                  "x): ", absl::StrJoin(ranks, ", "));
-  if (group.calm) absl::StrAppend(&out, "; calm: all-local");
+  if (group.calm) absl::StrAppend(&out, "; calm");
   return out;
 }
 

@@ -44,11 +44,12 @@ struct PooledRank {
   double slowdown = 0;
   int32_t blocks_judged = 0;
   bool straggling = false;  // slowdown > 1 + straggler_threshold
+  bool fast = false;        // slowdown < 1 / (1 + straggler_threshold)
 };
 
 struct PooledGroup {
   std::vector<PooledRank> ranks;  // indexed by rank, sized to the largest rank seen + 1
-  // No rank straggles, and every rank was judged somewhere.
+  // No rank straggles or is fast, and every rank was judged somewhere.
   bool calm = false;
 };
 
@@ -56,9 +57,9 @@ struct PooledGroup {
 absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
                                            double straggler_threshold);
 
-// A marginal straggler (no rank slower than 1 + kMarginalFactor x threshold) must straggle
-// for kMarginalRounds planning rounds in a row before a group that runs all-local starts
-// balancing; a larger one starts it at once. On a shared machine a calm rank is now and
+// A marginal straggler (every rank within 1 + kMarginalFactor x threshold of the
+// reference, either way) must last kMarginalRounds planning rounds in a row before a
+// group that runs all-local starts balancing; a larger one starts it at once. On a shared machine a calm rank is now and
 // then 10-20% slower for a second (the e2e benchmark's calm run: two such blips in 1,150
 // steps, each a plan and its undoing half a second later), while a real straggler is
 // larger or lasts.

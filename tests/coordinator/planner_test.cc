@@ -771,6 +771,19 @@ TEST(PlannerTest, ACalmGroupRunsAllLocalButACordonStillCounts) {
   EXPECT_DOUBLE_EQ(calm->predicted_step_seconds, calm->all_local_step_seconds);
   EXPECT_FALSE(calm->recommended.plan.offloads.empty());  // what balancing would do
   EXPECT_THAT(calm->explanation, HasSubstr("all-local: no rank straggles"));
+  // After a reshard for a straggler that has since recovered, all-local is uneven: calm
+  // ranks with 96 and 32 units are balanced, not kept all-local.
+  Case uneven;
+  uneven.c = {1e-3, 1e-3};
+  uneven.n = {96, 32};
+  uneven.tau = 1e-5;
+  PlannerInput unbalanced = MakeInput(uneven);
+  unbalanced.calm = true;
+  absl::StatusOr<BlockDecision> rebalanced = PlanBlock(unbalanced, uneven.policy, nullptr);
+  ASSERT_TRUE(rebalanced.ok());
+  EXPECT_FALSE(rebalanced->calm);
+  EXPECT_FALSE(rebalanced->plan.offloads.empty()) << rebalanced->explanation;
+  EXPECT_THAT(rebalanced->explanation, HasSubstr("owns more than its share: balancing"));
   // A cordoned rank must compute nothing, calm or not.
   k.c[7] = 1e-3;
   k.cordoned.assign(8, false);

@@ -37,7 +37,7 @@ TEST(RankSpeedsTest, NoiseInOneBlockIsNotAStraggler) {
   EXPECT_FALSE(g->ranks[1].straggling);
   EXPECT_TRUE(g->calm);
   EXPECT_EQ(DescribePooledGroup(*g, 4, 0.10),
-            "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.05x, 1 1.05x; calm: all-local");
+            "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.05x, 1 1.05x; calm");
 }
 
 TEST(RankSpeedsTest, BlocksWeighByTheirTime) {
@@ -53,6 +53,23 @@ TEST(RankSpeedsTest, BlocksWeighByTheirTime) {
   EXPECT_FALSE(g->calm);
   EXPECT_EQ(DescribePooledGroup(*g, 3, 0.10),
             "ranks pooled over 3 blocks (straggler above 1.10x): 0 1.00x, 1 2.43x straggling");
+}
+
+TEST(RankSpeedsTest, AFastRankIsNoCalm) {
+  // TP 4, three ranks at 2x: the reference (a median) is 2x, so the 1x rank is 0.5x and
+  // the group gains from balancing as much as one with a straggler.
+  absl::StatusOr<PooledGroup> g = PoolRankSpeeds({Block(2e-3, {0.5, 1, 1, 1})}, 0.10);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(g->ranks[0].fast);
+  EXPECT_FALSE(g->ranks[0].straggling);
+  EXPECT_FALSE(g->calm);
+  EXPECT_EQ(DescribePooledGroup(*g, 1, 0.10),
+            "ranks pooled over 1 block (straggler above 1.10x): 0 0.50x fast, 1 1.00x, 2 1.00x, "
+            "3 1.00x");
+  // Within the threshold either way: calm.
+  g = PoolRankSpeeds({Block(1e-3, {0.95, 1, 1, 1.05})}, 0.10);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(g->calm);
 }
 
 TEST(RankSpeedsTest, ARankJudgedNowhereLeavesTheGroupWithoutVerdict) {
@@ -81,6 +98,7 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   const PooledGroup calm = *PoolRankSpeeds({Block(1e-3, {1, 1.05})}, 0.10);
   const PooledGroup marginal = *PoolRankSpeeds({Block(1e-3, {1, 1.2})}, 0.10);
   const PooledGroup large = *PoolRankSpeeds({Block(1e-3, {1, 2})}, 0.10);
+  const PooledGroup much_faster = *PoolRankSpeeds({Block(2e-3, {0.5, 1, 1})}, 0.10);
   int32_t rounds = 0;
   EXPECT_TRUE(TreatAsCalm(calm, 0.10, /*running_all_local=*/true, rounds));
   // 1.2x is within 1 + 3 x 0.10: calm for two rounds, balanced from the third.
@@ -96,6 +114,7 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   // decides whether to keep it).
   rounds = 0;
   EXPECT_FALSE(TreatAsCalm(large, 0.10, true, rounds));
+  EXPECT_FALSE(TreatAsCalm(much_faster, 0.10, true, rounds));
   EXPECT_FALSE(TreatAsCalm(marginal, 0.10, /*running_all_local=*/false, rounds));
   // A rank nobody could judge is no marginal straggler.
   const PooledGroup unknown = *PoolRankSpeeds({Block(1e-3, {1, 0})}, 0.10);
