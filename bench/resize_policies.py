@@ -96,8 +96,9 @@ def main():
             results.append(r)
             save()
             print(json.dumps(r), flush=True)
+    runs = list(results)
     for config in configs:
-        mine = [r for r in results if r["config"] == config]
+        mine = [r for r in runs if r["config"] == config]
         summary = {"summary": config}
         for key in ("accuracy_minus_none", "loss_minus_none", "pruned_fraction"):
             values = sorted(r[key] for r in mine)

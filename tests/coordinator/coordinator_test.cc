@@ -310,6 +310,17 @@ TEST_F(CoordinatorTest, AfterAChangeOnlyALargeImprovementChangesThePlanUntilTheD
   EXPECT_EQ(OffloadedUnits(sink.plans()[2]), 4);
 }
 
+// A report of vit/tp0's `rank` for `step` under plan `version`, without block timings.
+v1::WorkerReport StepReport(int rank, int64_t step, int64_t version) {
+  v1::WorkerReport r;
+  r.set_job("vit");
+  r.set_group("tp0");
+  r.set_rank(rank);
+  r.mutable_step()->set_step(step);
+  r.mutable_step()->set_plan_version(version);
+  return r;
+}
+
 // Both ranks of vit/tp0 with `blocks` blocks of 64 units each, split evenly.
 v1::AgentHello HelloWithBlocks(int blocks) {
   std::vector<int> owners(64, 0);
@@ -346,12 +357,7 @@ TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced
   auto run = [&](int steps, const std::vector<std::vector<double>>& spu) {
     for (int i = 0; i < steps; ++i, ++step) {
       for (int rank : {0, 1}) {
-        v1::WorkerReport r;
-        r.set_job("vit");
-        r.set_group("tp0");
-        r.set_rank(rank);
-        r.mutable_step()->set_step(step);
-        r.mutable_step()->set_plan_version(version);
+        v1::WorkerReport r = StepReport(rank, step, version);
         for (int b = 0; b < kBlocks; ++b) {
           v1::BlockTiming* t = r.mutable_step()->add_blocks();
           t->set_block(b);
@@ -428,12 +434,7 @@ TEST_F(CoordinatorTest, StatusPredictsTheWholeStepFromMedians) {
     for (int i = 0; i < steps; ++i, ++step) {
       const double compute[2] = {units[0] * c[0], units[1] * c[1]};
       for (int rank : {0, 1}) {
-        v1::WorkerReport r;
-        r.set_job("vit");
-        r.set_group("tp0");
-        r.set_rank(rank);
-        r.mutable_step()->set_step(step);
-        r.mutable_step()->set_plan_version(version);
+        v1::WorkerReport r = StepReport(rank, step, version);
         v1::BlockTiming* b = r.mutable_step()->add_blocks();
         b->set_block(0);
         b->set_units_computed(units[rank]);
