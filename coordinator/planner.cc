@@ -1467,10 +1467,12 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
                                         [](const PlannerRank& r) { return r.cordoned; });
   // Calm ranks compute alike, so all-local is as good as the ownership is even: after a
   // reshard for a straggler that has since recovered it is not, and the planner balances.
+  // Units that do not divide evenly leave one more on some ranks: that is still even.
   const int32_t most_owned =
       pb.p == 0 ? 0 : *std::max_element(pb.owned.begin(), pb.owned.end());
-  const bool even = static_cast<double>(most_owned) * pb.p <=
-                    (1 + policy.straggler_threshold) * static_cast<double>(pb.total);
+  const double share = pb.p == 0 ? 0 : static_cast<double>(pb.total) / pb.p;
+  const bool even =
+      most_owned <= std::max(std::ceil(share), (1 + policy.straggler_threshold) * share);
   d.calm = input.calm && !any_cordoned && even;
   if (policy.mode == BalanceMode::kOff || policy.mode == BalanceMode::kObserve || d.calm) {
     // Leaving a plan for a calm group skips the hysteresis: the plan was for a straggler

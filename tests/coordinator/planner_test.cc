@@ -784,6 +784,16 @@ TEST(PlannerTest, ACalmGroupRunsAllLocalButACordonStillCounts) {
   EXPECT_FALSE(rebalanced->calm);
   EXPECT_FALSE(rebalanced->plan.offloads.empty()) << rebalanced->explanation;
   EXPECT_THAT(rebalanced->explanation, HasSubstr("owns more than its share: balancing"));
+  // 7 units on 4 ranks (2, 2, 2, 1) are as even as they can be: calm stays all-local.
+  Case seven;
+  seven.c.assign(4, 1e-3);
+  seven.c[3] = 1.05e-3;
+  seven.n = {2, 2, 2, 1};
+  PlannerInput odd = MakeInput(seven);
+  odd.calm = true;
+  absl::StatusOr<BlockDecision> kept = PlanBlock(odd, seven.policy, nullptr);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->calm) << kept->explanation;
   // A cordoned rank must compute nothing, calm or not.
   k.c[7] = 1e-3;
   k.cordoned.assign(8, false);
