@@ -12,7 +12,6 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text.h"
-#include "coordinator/policy_proto.h"
 #include "coordinator/rank_speeds.h"
 #include "proto/convert.h"
 #include "proto/validate.h"

@@ -8,10 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "common/text.h"
 #include "coordinator/policy_proto.h"
 #include "proto/convert.h"
 #include "proto/validate.h"

@@ -1394,10 +1394,11 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
 
   BlockDecision d;
   double inverse_sum = 0;
-  bool cordoned_owner = false, reshard_worth_pricing = false;
+  bool cordoned_owner = false, reshard_worth_pricing = false, any_cordoned = false;
   for (int32_t r = 0; r < pb.p; ++r) {
     const PlannerRank& rank = input.ranks[r];
     if (!rank.cordoned) inverse_sum += 1 / rank.seconds_per_unit;
+    any_cordoned = any_cordoned || rank.cordoned;
     cordoned_owner = cordoned_owner || (rank.cordoned && rank.owned_units > 0);
     reshard_worth_pricing = reshard_worth_pricing || rank.cordoned || rank.chronic;
     d.all_local_step_seconds =
@@ -1463,8 +1464,6 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   }
   d.recommended = best;
 
-  const bool any_cordoned = std::any_of(input.ranks.begin(), input.ranks.end(),
-                                        [](const PlannerRank& r) { return r.cordoned; });
   // Calm ranks compute alike, so all-local is as good as the ownership is even: after a
   // reshard for a straggler that has since recovered it is not, and the planner balances.
   // Units that do not divide evenly leave one more on some ranks: that is still even.
