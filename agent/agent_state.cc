@@ -52,14 +52,22 @@ std::vector<v1::WorkerIdentity> AgentState::Workers() const {
 
 namespace {
 
-// A reshard's ownership must fit the worker's blocks as its hello's did (a block it
-// announced, one owner per unit, owners in the group): the agent re-announces the
+// What only the worker's identity can check: a transfer sample comes from a peer in the
+// group, and a reshard's ownership fits the worker's blocks as its hello's did (a block it
+// announced, one owner per unit, owners in the group). The agent re-announces the
 // identity it updates in every hello, and a coordinator refuses a whole hello over one
 // bad identity, so one worker's bad report would otherwise cut the node off for good.
-absl::Status ValidateReportedOwnership(const v1::WorkerIdentity& from,
-                                       const v1::StepReport& report) {
+absl::Status ValidateAgainstIdentity(const v1::WorkerIdentity& from,
+                                     const v1::StepReport& report) {
   for (int i = 0; i < report.blocks_size(); ++i) {
     const v1::BlockTiming& b = report.blocks(i);
+    if (b.has_received() && (b.received().from_rank() >= from.group_size() ||
+                             b.received().from_rank() == from.rank())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("report.blocks[", i, "].received.from_rank ", b.received().from_rank(),
+                       " is not a peer of rank ", from.rank(), " in a group of ",
+                       from.group_size()));
+    }
     if (b.owner_of_unit_size() == 0) continue;
     const v1::BlockInfo* info = nullptr;
     for (const v1::BlockInfo& announced : from.blocks()) {
@@ -88,9 +96,9 @@ absl::Status ValidateReportedOwnership(const v1::WorkerIdentity& from,
 }  // namespace
 
 absl::Status AgentState::EnqueueReport(const v1::WorkerIdentity& from,
-                                       const v1::StepReport& report) {
+                                     const v1::StepReport& report) {
   absl::Status valid = ValidateReport(report);
-  if (valid.ok()) valid = ValidateReportedOwnership(from, report);
+  if (valid.ok()) valid = ValidateAgainstIdentity(from, report);
   absl::MutexLock lock(&mu_);
   if (!valid.ok()) {
     ++stats_.reports_rejected;

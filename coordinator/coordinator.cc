@@ -114,6 +114,10 @@ absl::Status Coordinator::RegisterWorker(const std::string& agent_id,
   }
   if (group.plan.group.value().empty()) group.plan.group = GroupId(w.group());
   RankEntry& rank = group.ranks[w.rank()];
+  // On another device or node (a replacement), what was learned of its links is not its.
+  if (rank.identity.device() != w.device() || rank.identity.node() != w.node()) {
+    group.links.ForgetRank(RankId(w.rank()));
+  }
   rank.identity = w;
   rank.agent_id = agent_id;
   rank.attached = true;
@@ -283,14 +287,25 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
           }
         }
       }
+      for (const v1::BlockTiming& b : report.step().blocks()) {
+        if (!status.ok()) break;
+        const int32_t from = b.received().from_rank();
+        if (b.has_received() && (from >= it->second.size || from == report.rank())) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat("report.blocks[", b.block(), "].received.from_rank ", from,
+                           " is not a peer of rank ", report.rank(), " in a group of ",
+                           it->second.size));
+        }
+      }
       if (status.ok()) {
         // A worker reporting ownership has applied a reshard: later plans count units
         // against it (this is what a restarted coordinator relearns from).
         for (const v1::BlockTiming& b : report.step().blocks()) {
           if (b.owner_of_unit_size() == 0) continue;
-          std::vector<RankId>& owners = it->second.blocks[b.block()].owner_of_unit;
-          owners.clear();
-          for (int32_t owner : b.owner_of_unit()) owners.push_back(RankId(owner));
+          BlockEntry& block = it->second.blocks[b.block()];
+          block.owner_of_unit.clear();
+          for (int32_t owner : b.owner_of_unit()) block.owner_of_unit.push_back(RankId(owner));
+          block.reshard_unconfirmed = false;
         }
       }
     }
@@ -334,6 +349,7 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
     }
   }
   absl::MutexLock lock(&mu_);
+  if (status.ok()) AddLinkSamples(report);
   if (status.ok()) {
     ++counters_.reports_accepted;
   } else {
@@ -343,153 +359,29 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
   return status;
 }
 
+void Coordinator::AddLinkSamples(const v1::WorkerReport& report) {
+  auto group = groups_.find({report.job(), report.group()});
+  if (group == groups_.end()) return;
+  auto rank = group->second.ranks.find(report.rank());
+  if (rank == group->second.ranks.end()) return;
+  // A report resent after a lost stream (the speed model ignores it too) adds nothing, and
+  // a block listed twice counts once.
+  if (report.step().step() <= rank->second.last_link_sample_step) return;
+  rank->second.last_link_sample_step = report.step().step();
+  std::set<int32_t> blocks;
+  for (const v1::BlockTiming& b : report.step().blocks()) {
+    if (!b.has_received() || !blocks.insert(b.block()).second) continue;
+    // Report checked the peer and ValidateReport the numbers: only the cap on pairs
+    // refuses, and then the link keeps what it learned from the pairs it has.
+    (void)group->second.links.Add(RankId(report.rank()), RankId(b.received().from_rank()),
+                                  b.received().bytes(), b.received().seconds());
+  }
+}
+
 void Coordinator::AgentDroppedReports(int64_t dropped) {
   if (dropped <= 0) return;
   absl::MutexLock lock(&mu_);
   counters_.reports_dropped_by_agents += dropped;
-}
-
-int64_t Coordinator::NextVersion(const GroupEntry& group) const {
-  const int64_t now_us = absl::ToUnixMicros(clock_->Now());
-  return std::max(group.plan.version.value() + 1, now_us);
-}
-
-std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPolicy& policy) {
-  WorkloadPlan desired;
-  desired.group = GroupId(group.name);
-  desired.imputation = policy.imputation;
-  std::vector<std::string> lines;
-  ++counters_.decisions;
-  if (static_cast<int32_t>(group.ranks.size()) < group.size) {
-    group.explanation =
-        absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ", group.size, " registered");
-    return std::nullopt;
-  }
-  // Right after a change, only a large improvement changes the plan again (see
-  // CoordinatorOptions::plan_dwell).
-  JobPolicy planning = policy;
-  const absl::Duration now = clock_->Monotonic();
-  if (policy.mode != BalanceMode::kOff && group.plan_changed_at.has_value() &&
-      now - *group.plan_changed_at < options_.plan_dwell &&
-      options_.dwell_hysteresis > policy.hysteresis) {
-    planning.hysteresis = options_.dwell_hysteresis;
-    lines.push_back(absl::StrCat("plan changed ",
-                                 absl::FormatDuration(now - *group.plan_changed_at),
-                                 " ago: hysteresis ", options_.dwell_hysteresis, " until the ",
-                                 absl::FormatDuration(options_.plan_dwell), " dwell ends"));
-  }
-  if (policy.mode != BalanceMode::kOff) {
-    // Every block's speeds first: a rank's verdict is pooled over all of them.
-    std::vector<PoolBlock> speeds;
-    for (const auto& [block_id, block] : group.blocks) {
-      absl::StatusOr<GroupSpeeds> s =
-          speeds_->Speeds(group.job, GroupId(group.name), BlockId(block_id), policy);
-      if (!s.ok() || static_cast<int32_t>(s->ranks.size()) < group.size) {
-        lines.push_back(absl::StrCat("block ", block_id, ": not every rank has reported"));
-        group.explanation = absl::StrJoin(lines, "\n");
-        return std::nullopt;
-      }
-      for (const RankSpeed& rs : s->ranks) {
-        if (!rs.has_estimate) {
-          lines.push_back(absl::StrCat("block ", block_id, ": rank ", rs.rank.value(),
-                                       " has no estimate yet"));
-          group.explanation = absl::StrJoin(lines, "\n");
-          return std::nullopt;
-        }
-      }
-      speeds.push_back({.speeds = *std::move(s), .num_units = block.num_units});
-    }
-    absl::StatusOr<PooledGroup> pooled = PoolRankSpeeds(speeds, policy.straggler_threshold);
-    if (!pooled.ok()) {  // the policy was validated when set: only a bug gets here
-      group.explanation = std::string(pooled.status().message());
-      return std::nullopt;
-    }
-    const bool calm = TreatAsCalm(*pooled, policy.straggler_threshold,
-                                  group.plan.blocks.empty(), group.marginal_rounds);
-    lines.push_back(absl::StrCat(
-        DescribePooledGroup(*pooled, static_cast<int32_t>(speeds.size()),
-                            policy.straggler_threshold),
-        calm && !pooled->calm
-            ? absl::StrCat("; a marginal straggler, for ", group.marginal_rounds, " round(s) of ",
-                           kMarginalRounds, " before balancing: all-local")
-            : ""));
-    size_t b = 0;
-    for (auto& [block_id, block] : group.blocks) {
-      const GroupSpeeds& block_speeds = speeds[b++].speeds;
-      PlannerInput input;
-      input.block = BlockId(block_id);
-      input.owner_of_unit = block.owner_of_unit;
-      input.transfer_seconds_per_unit =
-          2.0 * static_cast<double>(block.unit_bytes) / options_.link_bytes_per_second;
-      input.calm = calm;
-      std::vector<int32_t> owned(group.size, 0);
-      for (RankId r : block.owner_of_unit) ++owned[r.value()];
-      for (const RankSpeed& rs : block_speeds.ranks) {
-        PlannerRank pr;
-        pr.seconds_per_unit = rs.seconds_per_unit;
-        pr.owned_units = owned[rs.rank.value()];
-        pr.chronic = rs.state == StragglerState::kChronic;
-        const RankEntry& entry = group.ranks.at(rs.rank.value());
-        pr.cordoned = cordons_.contains(entry.identity.device());
-        input.ranks.push_back(pr);
-      }
-      // A block the plan in force leaves out runs all-local: that is the current plan to
-      // beat by the hysteresis, so noise never flips a group in and out of balancing.
-      BlockPlan current;
-      current.block = BlockId(block_id);
-      for (const BlockPlan& bp : group.plan.blocks) {
-        if (bp.block.value() == block_id) current = bp;
-      }
-      current.owner_of_unit.clear();  // ownership already moved: counts refer to it
-      absl::StatusOr<BlockDecision> decision = PlanBlock(input, planning, &current);
-      if (!decision.ok()) {
-        lines.push_back(absl::StrCat("block ", block_id, ": ", decision.status().message()));
-        continue;
-      }
-      lines.push_back(absl::StrCat("block ", block_id, ":\n", decision->explanation));
-      BlockPlan bp = decision->plan;
-      bp.block = BlockId(block_id);
-      const bool trivial =
-          bp.offloads.empty() && bp.owner_of_unit.empty() &&
-          std::all_of(bp.pruned_units.begin(), bp.pruned_units.end(), [](int32_t n) { return n == 0; });
-      if (!trivial) desired.blocks.push_back(std::move(bp));
-      group.decisions[block_id] = *std::move(decision);
-    }
-  }
-  if (!group.decisions.empty()) {
-    const StepPrediction p = PredictStep(group);
-    lines.push_back(absl::StrFormat(
-        "step: %.4f s predicted = %.4f s of block compute + %.4f s of collectives (the "
-        "smallest median over the ranks: their cost without waiting for a late peer)",
-        p.blocks + p.collectives, p.blocks, p.collectives));
-  }
-  group.explanation = absl::StrJoin(lines, "\n");
-  if (policy.mode == BalanceMode::kObserve) return std::nullopt;  // explain, never push
-  // Workers that report a plan newer than ours run one an earlier coordinator pushed (we
-  // restarted and lost it): whatever we decide, even all-local, must replace it, or a
-  // group relieved of its straggler would keep offloading for good.
-  int64_t workers_version = 0, workers_number = 0;
-  for (const auto& [r, rank] : group.ranks) {
-    if (!rank.attached) continue;
-    workers_version = std::max(workers_version, rank.last_plan_version);
-    workers_number = std::max(workers_number, rank.last_plan_number);
-  }
-  const bool unknown_plan_in_force = workers_version > group.plan.version.value();
-  // Compare content, not versions: an unchanged plan is not re-pushed.
-  WorkloadPlan current = group.plan;
-  current.version = PlanVersion(0);
-  if (!unknown_plan_in_force) {
-    if (current.blocks == desired.blocks &&
-        (desired.blocks.empty() || current.imputation == desired.imputation)) {
-      return std::nullopt;
-    }
-    if (group.plan.version.value() == 0 && desired.blocks.empty()) return std::nullopt;
-  }
-  // Above every version a worker runs, so the workers take it (they ignore older ones),
-  // and numbered on from the plan they run, so a restart does not count from 1 again.
-  desired.version = PlanVersion(std::max(NextVersion(group), workers_version + 1));
-  desired.number = std::max(group.plan.number, workers_number) + 1;
-  return desired;
 }
 
 void Coordinator::Push(const GroupEntry& group) {
@@ -551,34 +443,6 @@ void Coordinator::Tick() {
   // would stay at the high-water mark of jobs ever held (the soak: 142 MB -> 205 MB while
   // the heap in use stayed flat). Outside the lock: a trim walks every arena.
   if (trim) ReturnFreedMemory();
-}
-
-void Coordinator::DecideDueGroups() {
-  const absl::Duration now = clock_->Monotonic();
-  for (auto& [key, group] : groups_) {
-    if (now < group.next_decision) continue;
-    const JobPolicy policy = PolicyFor(group.job);
-    group.next_decision = now + policy.report_period;
-    if (Paused(group.job)) {
-      group.explanation = "balancing paused: the plan in force stays";
-      continue;
-    }
-    const absl::Time began = absl::Now();
-    std::optional<WorkloadPlan> plan = Decide(group, policy);
-    Observe(observations_.decision_seconds, absl::ToDoubleSeconds(absl::Now() - began));
-    if (!plan.has_value()) continue;
-    // A reshard moves ownership for good: later plans count units against it.
-    for (const BlockPlan& bp : plan->blocks) {
-      if (!bp.owner_of_unit.empty()) group.blocks[bp.block.value()].owner_of_unit = bp.owner_of_unit;
-    }
-    group.plan = *std::move(plan);
-    ++counters_.plan_changes;
-    BALLAST_LOG(INFO) << "job=" << group.job << " group=" << group.name << " new plan "
-                      << PlanSummary(group.plan);
-    Push(group);
-    group.plan_pushed_at = clock_->Now();
-    group.plan_changed_at = clock_->Monotonic();
-  }
 }
 
 void Coordinator::Observe(std::vector<double>& samples, double seconds) {

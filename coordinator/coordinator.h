@@ -28,6 +28,7 @@
 #include "ballast/v1/admin.pb.h"
 #include "ballast/v1/agent.pb.h"
 #include "common/clock.h"
+#include "coordinator/link_model.h"
 #include "coordinator/planner.h"
 #include "coordinator/policy.h"
 #include "coordinator/policy_store.h"
@@ -43,7 +44,8 @@ class AgentSink {
 };
 
 struct CoordinatorOptions {
-  // Link bandwidth assumed between ranks of a group, for the cost of an offload.
+  // Link bandwidth assumed between ranks of a group, for the cost of an offload, until
+  // the group's offload transfers have measured it (link_model.h): a prior.
   double link_bytes_per_second = 1e9;
   // Reports in one batch beyond this are refused (a bound on one message's work).
   int32_t max_reports_per_batch = 100000;
@@ -156,11 +158,21 @@ class Coordinator {
     RecentSeconds step_seconds;
     int64_t last_plan_version = 0;  // the plan its latest report ran under
     int64_t last_plan_number = 0;   // and that plan's number
+    // Monotonic time of the first planning round of the rank's current run of rounds
+    // straggling, pooled over the group's blocks (rank_speeds.h); unset when it does not.
+    std::optional<absl::Duration> straggling_since;
+    // Monotonic time of the last planning round that judged the rank: a longer gap (a
+    // pause, a detach, missing reports) breaks a run of straggling rounds.
+    std::optional<absl::Duration> judged_at;
+    // The step of the last report whose link samples were taken (link_model.h).
+    int64_t last_link_sample_step = -1;
   };
   struct BlockEntry {
     int32_t num_units = 0;
     int64_t unit_bytes = 0;
     std::vector<RankId> owner_of_unit;  // in force
+    // A plan moved ownership and no worker has reported the move yet: plans restate it.
+    bool reshard_unconfirmed = false;
   };
   struct GroupEntry {
     std::string job;
@@ -178,6 +190,8 @@ class Coordinator {
     std::optional<absl::Duration> plan_changed_at;
     // Planning rounds in a row with a marginal straggler (rank_speeds.h: TreatAsCalm).
     int32_t marginal_rounds = 0;
+    // Link speeds learned from the ranks' offload transfers.
+    LinkModel links;
     // Monotonic time of the last registration, report or detach (forget_after runs
     // from it once no rank is attached).
     absl::Duration last_activity = absl::ZeroDuration();
@@ -219,8 +233,13 @@ class Coordinator {
     double collectives = 0;
   };
   static StepPrediction PredictStep(const GroupEntry& group);
+  // The bytes per second an offload is priced at: the group's slowest learned link, else
+  // options_.link_bytes_per_second. `explanation` (when not null) says which.
+  double LinkBytesPerSecond(const GroupEntry& group, std::string* explanation) const;
   static void Observe(std::vector<double>& samples, double seconds);
   int64_t NextVersion(const GroupEntry& group) const;
+  // Feeds an accepted report's transfer samples to its group's LinkModel.
+  void AddLinkSamples(const v1::WorkerReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   Clock* const clock_;

@@ -1,13 +1,16 @@
 // The coordinator's read and admin side: status, explanations, policies, pauses and
-// cordons, and the step prediction that status shows. Split from coordinator.cc (the
-// agent side and the decision loop) so that each file stays readable on its own.
+// cordons, and the step prediction and link speed that status and explanations show.
+// Split from coordinator.cc (the agent side and the decision loop) so that each file
+// stays readable on its own.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/policy_proto.h"
@@ -30,6 +33,24 @@ double Coordinator::RecentSeconds::Median() const {
   std::vector<double> sorted = values;
   std::sort(sorted.begin(), sorted.end());
   return sorted[sorted.size() / 2];
+}
+
+double Coordinator::LinkBytesPerSecond(const GroupEntry& group,
+                                       std::string* explanation) const {
+  const std::optional<LinkModel::Estimate> learned = group.links.Slowest();
+  const double prior = options_.link_bytes_per_second;
+  if (explanation != nullptr) {
+    *explanation =
+        learned.has_value()
+            ? absl::StrFormat("link: %.4g MB/s, learned from %d offload transfers between "
+                              "ranks %d and %d (the slowest pair measured; prior %.4g MB/s)",
+                              learned->bytes_per_second / 1e6, learned->samples,
+                              learned->a.value(), learned->b.value(), prior / 1e6)
+            : absl::StrFormat("link: %.4g MB/s, the --link_bytes_per_second prior (no "
+                              "offload transfer measured yet)",
+                              prior / 1e6);
+  }
+  return learned.has_value() ? learned->bytes_per_second : prior;
 }
 
 Coordinator::StepPrediction Coordinator::PredictStep(const GroupEntry& group) {
@@ -71,6 +92,10 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
     const StepPrediction prediction = PredictStep(group);
     gs->set_predicted_step_seconds(prediction.blocks + prediction.collectives);
     gs->set_predicted_collective_seconds(prediction.collectives);
+    const std::optional<LinkModel::Estimate> link = group.links.Slowest();
+    gs->set_link_bytes_per_second(link.has_value() ? link->bytes_per_second
+                                                   : options_.link_bytes_per_second);
+    gs->set_link_learned(link.has_value());
     int64_t units = 0, pruned = 0, offloaded = 0;
     for (const auto& [b, block] : group.blocks) units += block.num_units;
     for (const BlockPlan& bp : group.plan.blocks) {

@@ -39,7 +39,8 @@ ABSL_FLAG(std::string, store, "/var/lib/ballast/coordinator.db",
 ABSL_FLAG(absl::Duration, tick, absl::Milliseconds(50),
           "How often groups are checked for a due decision");
 ABSL_FLAG(double, link_bytes_per_second, 1e9,
-          "Bandwidth assumed between ranks of a group, for offload costs");
+          "Bandwidth assumed between ranks of a group, for offload costs, until the "
+          "group's offloads have measured it (a prior)");
 ABSL_FLAG(absl::Duration, plan_dwell, absl::Seconds(2),
           "After a group's plan changes, how long only a large improvement (see "
           "--dwell_hysteresis) changes it again");

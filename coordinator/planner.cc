@@ -1437,7 +1437,10 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
 
   // Resharding pays one transfer plus optimizer state, so it is priced only for
   // persistent imbalance (a chronic straggler or a cordon), and chosen only when it beats
-  // the best plan on the current ownership by the hysteresis.
+  // the best plan on the current ownership by the hysteresis, and, unless a rank is
+  // cordoned, by as much as the straggler threshold: estimates differ by that much in
+  // noise, and a split resharded on noise moves units back and forth (measured: one to
+  // five units every 2 s dwell on a shaped link, tests/integration/learned_link_test.sh).
   if (TransfersAllowed(mode) && reshard_worth_pricing) {
     BALLAST_ASSIGN_OR_RETURN(std::vector<int32_t> filled,
                              WaterFillCounts(input.ranks, static_cast<int32_t>(pb.total)));
@@ -1455,9 +1458,16 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
         reshard.cost.moved_units += reshard.plan.owner_of_unit[u] != input.owner_of_unit[u];
       }
     }
-    const double needed = (1 - policy.hysteresis) * best.cost.objective;
+    // A threshold t on speeds is t / (1 + t) on the objective, below 1 for any t. A cordon
+    // is no estimate: draining it needs only the hysteresis.
+    const double margin =
+        any_cordoned ? policy.hysteresis
+                     : std::max(policy.hysteresis,
+                                policy.straggler_threshold / (1 + policy.straggler_threshold));
+    const double needed = (1 - margin) * best.cost.objective;
     if (reshard.feasible && !(reshard.cost.objective < needed)) {
-      reshard.note = absl::StrCat("not chosen: must beat ", Num(needed), " (hysteresis)");
+      reshard.note = absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
+                                  ": the hysteresis or the straggler threshold)");
     }
     d.candidates.push_back(reshard);
     if (reshard.feasible && reshard.cost.objective < needed) best = reshard;

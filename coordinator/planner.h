@@ -14,8 +14,10 @@
 // prune budgets (z_r <= floor(f_rank * n_r), sum z <= floor(f_group * N)), the mode's
 // techniques (resize: prune only; migrate: offload and reshard only; auto: all) and the
 // cordons (a cordoned rank computes nothing). When a rank is chronic or cordoned it also
-// prices a reshard to the water-filled ownership, and it keeps the current plan unless the
-// new one is better by the policy's hysteresis. A calm group (no straggler) runs all-local.
+// prices a reshard to the water-filled ownership, chosen when it beats the best plan on
+// the current ownership by the hysteresis and (no cordon) by the straggler threshold
+// t / (1 + t); and it keeps the current plan unless the new one is better by the policy's
+// hysteresis. A calm group (no straggler) runs all-local.
 // Every decision carries its explanation.
 //
 //   PlannerInput in;
@@ -51,7 +53,8 @@ struct PlannerRank {
   int32_t owned_units = 0;
   // Must compute nothing (an operator cordoned its device).
   bool cordoned = false;
-  // A persistent straggler (the speed model says so): resharding is worth pricing.
+  // A persistent straggler (the coordinator's pooled verdict has said so for the policy's
+  // reshard_after): resharding is worth pricing.
   bool chronic = false;
 };
 

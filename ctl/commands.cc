@@ -87,6 +87,10 @@ void PrintStatus(const v1::ClusterStatus& s, std::ostream& out) {
           g.group(), g.size(), g.plan_summary(), 100 * g.pruned_fraction(),
           100 * g.offloaded_fraction(), g.predicted_step_seconds(),
           g.predicted_collective_seconds(), g.measured_step_seconds());
+      if (g.link_bytes_per_second() > 0) {  // an older coordinator does not say
+        out << absl::StrFormat("    link %.4g MB/s (%s)\n", g.link_bytes_per_second() / 1e6,
+                               g.link_learned() ? "learned" : "prior");
+      }
       out << absl::StrFormat("    %-5s %-24s %-16s %-14s %s\n", "RANK", "DEVICE", "NODE",
                              "S/UNIT", "STATE");
       for (const v1::RankStatus& r : g.ranks()) {

@@ -66,6 +66,12 @@ v1::StepReport ToProto(const StepTimings& timings) {
     pb->set_compute_seconds(b.compute_seconds);
     pb->set_comm_seconds(b.comm_seconds);
     pb->set_units_computed(b.units_computed);
+    if (b.received_from >= 0) {
+      v1::TransferSample* received = pb->mutable_received();
+      received->set_from_rank(b.received_from);
+      received->set_bytes(b.received_bytes);
+      received->set_seconds(b.received_seconds);
+    }
   }
   return out;
 }

@@ -110,6 +110,31 @@ absl::Status ValidateReport(const v1::StepReport& r) {
       return absl::InvalidArgumentError(
           absl::StrCat("report.blocks[", i, "].units_computed ", b.units_computed(), " < 0"));
     }
+    if (b.has_received()) {
+      // Whether from_rank is in the group and not the reporter, only those who know the
+      // group can say (the agent and the coordinator check it).
+      const v1::TransferSample& t = b.received();
+      if (t.from_rank() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("report.blocks[", i, "].received.from_rank ", t.from_rank(), " < 0"));
+      }
+      if (t.bytes() <= 0 || t.bytes() > kMaxTransferSampleBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("report.blocks[", i, "].received.bytes ",
+                                                       t.bytes(), " not in [1, ",
+                                                       kMaxTransferSampleBytes, "]"));
+      }
+      if (!std::isfinite(t.seconds()) || t.seconds() <= 0 || t.seconds() > 3600) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "report.blocks[", i, "].received.seconds ", t.seconds(), " not in (0, 3600]"));
+      }
+      const double rate = static_cast<double>(t.bytes()) / t.seconds();
+      if (!(rate >= kMinTransferBytesPerSecond && rate <= kMaxTransferBytesPerSecond)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "report.blocks[", i, "].received: ", t.bytes(), " bytes in ", t.seconds(),
+            " s is ", rate, " bytes/s, not in [", kMinTransferBytesPerSecond, ", ",
+            kMaxTransferBytesPerSecond, "]"));
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #define BALLAST_PROTO_VALIDATE_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -20,6 +21,12 @@ inline constexpr absl::string_view kNameCharacters = "letters, digits and . _ - 
 // Free text from operators (a cordon's reason): at most kMaxReasonBytes, no control bytes
 // (UTF-8 is fine).
 inline constexpr size_t kMaxReasonBytes = 1024;
+// A link sample (BlockTiming.received): at most 1 TiB (beyond any block's offloads in a
+// step), at a rate between 1 kB/s and 10 TB/s (beyond any link; outside it a sample could
+// price every offload out, or make them free).
+inline constexpr int64_t kMaxTransferSampleBytes = int64_t{1} << 40;
+inline constexpr double kMinTransferBytesPerSecond = 1e3;
+inline constexpr double kMaxTransferBytesPerSecond = 1e13;
 
 // INVALID_ARGUMENT naming `field`, the limit and an excerpt of the offending value.
 absl::Status ValidateName(absl::string_view field, absl::string_view name);

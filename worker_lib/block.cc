@@ -23,6 +23,12 @@ namespace {
 // Per sharded parameter, these fields are stored, each `unit_elems` floats per unit.
 enum FieldKind { kValue = 0, kGrad = 1, kMoment1 = 2, kMoment2 = 3, kSnapshot = 4 };
 constexpr int kFieldsPerParam = 5;
+// A block times its forward's offload transfers as a link sample (BlockTiming::received)
+// once in this many steps, behind a barrier (OffloadExchange): an all-reduce of 8 bytes.
+// Blocks take turns (step + block id), so a step has at most a barrier or two. Under a CPU
+// quota each barrier costs the throttled rank a wake-up: sampling every block's every
+// exchange on every 4th step made those steps 25% slower (0.225 s against 0.179 s).
+constexpr int64_t kLinkSampleEvery = 16;
 
 // Host-side per-unit state; it moves with the unit when storage is reordered or resharded.
 struct UnitMeta {
@@ -105,6 +111,9 @@ struct ParallelBlock::StepLayout {
   bool forward_done = false;     // a Forward ran this step (units were computed)
   bool forward_pending = false;  // the latest Forward awaits its Backward
   bool weights_sent = false;     // helpers hold this step's weights of offloaded units
+  // The step's offload receives: from whom (-1: none yet, -2: several peers), how much.
+  int32_t received_from = -1;
+  int64_t received_bytes = 0;
   // Backwards accumulated into the gradients since the last AdamWStep (or discard); the
   // gradients await an AdamWStep while it is > 0.
   int32_t backwards = 0;
@@ -180,6 +189,7 @@ absl::Status ParallelBlock::Init() {
   }
   compute_timer_ = compute().NewTimer();
   comm_timer_ = compute().NewTimer();
+  receive_timer_ = compute().NewTimer();
 
   Storage& st = *storage_;
   for (const ShardedParamSpec& spec : sharded_) {
@@ -311,6 +321,7 @@ absl::Status ParallelBlock::ApplyPlan(const BlockPlan* plan, Imputation imputati
 absl::Status ParallelBlock::BeginStep(int64_t step) {
   compute_timer_->Reset();
   comm_timer_->Reset();
+  receive_timer_->Reset();
   if (step > 0 && step % config_.priority_window == 0) BALLAST_RETURN_IF_ERROR(RollWindow(step));
 
   // Resolve the plan into contiguous storage ranges (see block.h for the layout).
@@ -361,6 +372,8 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   l.forward_done = false;
   l.forward_pending = false;
   l.weights_sent = false;
+  l.received_from = -1;
+  l.received_bytes = 0;
   l.backwards = 0;
   l.step = step;
   return absl::OkStatus();
@@ -374,7 +387,57 @@ absl::Status ParallelBlock::EndStep() {
   timing_.units_computed = layout_->forward_done ? units : 0;
   timing_.seconds_per_unit =
       timing_.units_computed > 0 ? timing_.compute_seconds / timing_.units_computed : 0.0;
+  timing_.received_from = -1;
+  timing_.received_bytes = 0;
+  timing_.received_seconds = 0;
+  if (layout_->received_from >= 0 && layout_->received_bytes > 0) {
+    BALLAST_ASSIGN_OR_RETURN(const double seconds, receive_timer_->Seconds());
+    if (std::isfinite(seconds) && seconds > 0) {  // a coarse timer can read 0: no sample
+      timing_.received_from = layout_->received_from;
+      timing_.received_bytes = layout_->received_bytes;
+      timing_.received_seconds = seconds;
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::Status ParallelBlock::OffloadExchange(const std::vector<PeerTransfer>& sends,
+                                            const std::vector<PeerTransfer>& recvs,
+                                            bool owners_send) {
+  StepLayout& l = *layout_;
+  Communicator& comm = group_->backend().comm();
+  // On its turn the block times the forward's receives (the weights) as a link sample,
+  // after a barrier: without it a receiver's timer also runs while a late sender still
+  // computes (the link looks slow), or starts after an early sender's bytes already wait
+  // in its socket (the link looks fast; measured 2x on a shaped link). Every rank takes
+  // the same branch: they run the same plan in the same step.
+  const bool sample = owners_send && (l.step + id_.value()) % kLinkSampleEvery == 0 &&
+                      l.plan.has_value() && !l.plan->offloads.empty();
+  comm_timer_->Start();
+  absl::Status status;
+  if (sample) {
+    int64_t token = 0;
+    status = comm.AllReduceMin(&token, 1);
+  }
+  int64_t bytes = 0;
+  for (const PeerTransfer& r : recvs) {
+    if (!sample || r.count == 0) continue;
+    bytes += static_cast<int64_t>(r.count * sizeof(float));
+    // A sender feeding several ranks at once shares its uplink between them: such a
+    // transfer measures a share of the link, not the link.
+    int32_t sender_flows = 0;
+    for (const Offload& o : l.plan->offloads) sender_flows += o.owner.value() == r.peer;
+    if (l.received_from == -1) l.received_from = r.peer;
+    if (l.received_from != r.peer || sender_flows > 1) l.received_from = -2;
+  }
+  l.received_bytes += bytes;
+  if (status.ok()) {
+    if (bytes > 0) receive_timer_->Start();
+    status = comm.Exchange(sends, recvs);
+    if (bytes > 0) receive_timer_->Stop();
+  }
+  comm_timer_->Stop();
+  return status;
 }
 
 ParallelBlock::UnitRange ParallelBlock::StorageRange(int32_t first, int32_t count,
@@ -482,10 +545,7 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
         recvs.push_back({in.owner, in.params[p].data(), in.params[p].size()});
       }
     }
-    comm_timer_->Start();
-    status = comm.Exchange(sends, recvs);
-    comm_timer_->Stop();
-    BALLAST_RETURN_IF_ERROR(status);
+    BALLAST_RETURN_IF_ERROR(OffloadExchange(sends, recvs, /*owners_send=*/true));
     l.weights_sent = true;
   }
 
@@ -629,9 +689,9 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
       recvs.push_back({o.helper, into, count});
     }
   }
+  BALLAST_RETURN_IF_ERROR(OffloadExchange(sends, recvs, /*owners_send=*/false));
   comm_timer_->Start();
-  absl::Status status = comm.Exchange(sends, recvs);
-  if (status.ok()) status = comm.AllReduceSum(dx, n);
+  absl::Status status = comm.AllReduceSum(dx, n);
   comm_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
   if (accumulate) {

@@ -15,6 +15,8 @@ directory, cgroups and sockets are removed.
   launch.py --build build --mode auto --straggler 1:2            # the demo
   launch.py --build build --mode off --straggler 1:2@100-300 --out /tmp/run-b
   launch.py --build build --trainer torch --straggler 1:2@100-   # the PyTorch trainer
+  launch.py --build build --netns 0:nodea:10.213.0.1 --netns 1:nodeb:10.213.0.2 ...
+                                            # ranks on emulated nodes (namespaces made before)
 
 Used as a module by bench/e2e.py (run_job).
 """
@@ -97,6 +99,9 @@ class JobConfig:
     verbose: bool = True
     progress: str = "auto"
     trainer: str = "cpp"
+    # rank -> (network namespace, address): the rank runs in that namespace (an emulated
+    # node, e.g. tests/integration/shaped_link.sh's) with its Gloo transport on that address.
+    netns: dict = field(default_factory=dict)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -421,8 +426,13 @@ class Job:
                     f"--steps={cfg.steps}", f"--batch={cfg.batch}", "--node=demo",
                     f"--agent_socket={self.socket}", f"--metrics_out={metrics}",
                     f"--progress={cfg.progress if r == 0 else 'none'}", *cfg.trainer_args]
+            command = trainer + argv[1:]
+            if r in cfg.netns:  # `ip netns exec` execs: the pid is still the trainer's
+                namespace, address = cfg.netns[r]
+                command = ["ip", "netns", "exec", namespace, *command,
+                           f"--gloo_host={address}", f"--node={namespace}"]
             core = r % ncpu
-            proc = self.start(f"rank-{r}", trainer + argv[1:], to_terminal=(r == 0 and cfg.verbose),
+            proc = self.start(f"rank-{r}", command, to_terminal=(r == 0 and cfg.verbose),
                               preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}),
                               env=trainer_env)
             self.workers.append(proc)
@@ -581,6 +591,22 @@ def summarize(cfg, ranks):
                   f"steps")
 
 
+def parse_netns(specs, world, trainer):
+    """--netns RANK:NAMESPACE:ADDRESS values -> {rank: (namespace, address)}."""
+    netns = {}
+    for spec in specs:
+        parts = spec.split(":")
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1] or not parts[2]:
+            raise ValueError(f"--netns {spec!r}: expected RANK:NAMESPACE:ADDRESS")
+        rank = int(parts[0])
+        if not 0 <= rank < world or rank in netns:
+            raise ValueError(f"--netns rank {rank} out of range [0, {world}) or given twice")
+        netns[rank] = (parts[1], parts[2])
+    if netns and trainer != "cpp":
+        raise ValueError("--netns needs --trainer cpp (the PyTorch trainers bind Gloo to loopback)")
+    return netns
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build", help="CMake build directory with the binaries")
@@ -600,6 +626,9 @@ def main(argv=None):
     p.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
                    help="extra policy settings (see ballastctl policy set)")
     p.add_argument("--progress", default="auto", choices=("auto", "bar", "lines", "none"))
+    p.add_argument("--netns", action="append", default=[], metavar="RANK:NAMESPACE:ADDRESS",
+                   help="run RANK in an existing network namespace, its Gloo transport on "
+                        "ADDRESS (C++ trainer only)")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args(argv)
     try:
@@ -612,6 +641,7 @@ def main(argv=None):
             raise ValueError("--policy takes KEY=VALUE")
         if a.world < 1 or a.steps < 1:
             raise ValueError("--world and --steps must be >= 1")
+        netns = parse_netns(a.netns, a.world, a.trainer)
     except ValueError as e:
         print(f"launch.py: {e}", file=sys.stderr)
         return 2
@@ -619,7 +649,7 @@ def main(argv=None):
                     stragglers=stragglers, contention=a.contention, out=a.out,
                     metrics_port=a.metrics_port, agent_metrics_port=a.agent_metrics_port,
                     trainer_args=a.trainer_args, policy=policy, progress=a.progress,
-                    trainer=a.trainer)
+                    trainer=a.trainer, netns=netns)
     try:
         ranks = run_job(cfg)
     except LaunchError as e:

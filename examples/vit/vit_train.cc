@@ -44,6 +44,8 @@
 ABSL_FLAG(int, rank, 0, "This process's rank in [0, world)");
 ABSL_FLAG(int, world, 1, "Number of ranks in the TP group");
 ABSL_FLAG(std::string, rendezvous, "", "Fresh directory shared by all ranks (required)");
+ABSL_FLAG(std::string, gloo_host, "127.0.0.1",
+          "Address this rank's Gloo transport listens on; peers on other hosts reach it there");
 ABSL_FLAG(std::string, data_dir, ballast::vit::kDefaultFashionMnistDir,
           "Directory with Fashion-MNIST's IDX files");
 ABSL_FLAG(int, steps, 600, "Training steps");
@@ -214,7 +216,7 @@ class Progress {
 
 struct Options {
   int rank = 0, world = 1;
-  std::string rendezvous, data_dir, checkpoint, agent_socket, job, node, metrics_out;
+  std::string rendezvous, gloo_host, data_dir, checkpoint, agent_socket, job, node, metrics_out;
   int64_t steps = 0;
   int32_t batch = 0, warmup = 0, eval_every = 0, eval_images = 0, checkpoint_every = 0;
   double lr = 0, weight_decay = 0;
@@ -239,6 +241,7 @@ absl::Status Run(const Options& o) {
   backend_options.size = o.world;
   backend_options.store = store;
   backend_options.prefix = "vit";
+  backend_options.hostname = o.gloo_host;
   BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCpuBackend(backend_options));
   BALLAST_ASSIGN_OR_RETURN(
       std::unique_ptr<TpGroup> group,
@@ -382,6 +385,7 @@ absl::StatusOr<Options> ParseOptions() {
         absl::StrCat("--rank=", o.rank, " out of range [0, --world=", o.world, ")"));
   }
   o.rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  o.gloo_host = absl::GetFlag(FLAGS_gloo_host);
   if (o.rendezvous.empty()) return absl::InvalidArgumentError("--rendezvous is required");
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.steps = absl::GetFlag(FLAGS_steps);

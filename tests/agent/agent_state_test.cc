@@ -61,6 +61,27 @@ TEST(AgentStateTest, RejectsBadIdentitiesNamingTheField) {
   EXPECT_TRUE(state.Workers().empty());
 }
 
+TEST(AgentStateTest, ATransferSampleMustComeFromAPeer) {
+  AgentState state(8);
+  RecordingChannel ch;
+  const v1::WorkerIdentity w = Worker("tp0", 0);
+  ASSERT_TRUE(state.AddWorker(w, &ch).ok());
+  v1::StepReport r = Report(1);
+  r.mutable_blocks(0)->mutable_received()->set_bytes(1000);
+  r.mutable_blocks(0)->mutable_received()->set_seconds(0.01);
+  r.mutable_blocks(0)->mutable_received()->set_from_rank(1);
+  EXPECT_TRUE(state.EnqueueReport(w, r).ok());
+  r.mutable_blocks(0)->mutable_received()->set_from_rank(0);  // itself
+  EXPECT_EQ(state.EnqueueReport(w, r).message(),
+            "report.blocks[0].received.from_rank 0 is not a peer of rank 0 in a group of 2");
+  r.mutable_blocks(0)->mutable_received()->set_from_rank(2);  // not in the group
+  EXPECT_FALSE(state.EnqueueReport(w, r).ok());
+  r.mutable_blocks(0)->mutable_received()->set_from_rank(1);
+  r.mutable_blocks(0)->mutable_received()->set_bytes(0);
+  EXPECT_EQ(state.EnqueueReport(w, r).message(),
+            "report.blocks[0].received.bytes 0 not in [1, 1099511627776]");
+}
+
 TEST(AgentStateTest, DuplicateRankIsRefused) {
   AgentState state(8);
   RecordingChannel a, b;

@@ -98,5 +98,100 @@ TEST(TimingTest, HelperCountsTheUnitsItComputesForOthers) {
   EXPECT_EQ(totals[1].units, 4 - 1 - 2);
 }
 
+// Runs `ranks` ranks of one MLP block under `plan` for `steps` steps of `micro_batches`
+// forward-backward pairs; returns each rank's block timing of every step.
+absl::StatusOr<std::vector<std::vector<BlockTiming>>> RunPlan(int ranks, const MlpConfig& config,
+                                                               const WorkloadPlan& plan,
+                                                               int steps, int micro_batches) {
+  std::vector<std::vector<BlockTiming>> seen(ranks);
+  absl::Status status = RunRanks(ranks, [&](RankContext& ctx) -> absl::Status {
+    BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
+    BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(plan));
+    Compute& c = ctx.backend->compute();
+    const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
+    BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
+    c.Fill(x.data(), 0.1f, n);
+    for (int step = 0; step < steps; ++step) {
+      BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+      for (int micro = 0; micro < micro_batches; ++micro) {
+        BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
+        BALLAST_RETURN_IF_ERROR(mlp->Backward(y.data(), dx.data()));
+      }
+      BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
+      seen[ctx.rank].push_back(ctx.group->last_step_timings().blocks.at(0));
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return seen;
+}
+
+// Link samples (BlockTiming::received): once in 16 offloading steps (block 0's turn is
+// steps 0, 16, 32), the helper reports the weights it received and from whom, with two
+// micro-batches as with one (weights go out once a step). Other steps, and the owner,
+// carry none.
+TEST(TimingTest, OffloadTransfersAreSampledOnTheBlocksTurn) {
+  MlpConfig config;
+  config.id = BlockId(0);
+  config.hidden = 16;
+  config.intermediate = 64;
+  config.unit_size = 8;  // 8 units, 4 each
+  WorkloadPlan plan;
+  plan.group = GroupId("test/tp");
+  plan.version = PlanVersion(1);
+  BlockPlan& bp = plan.blocks.emplace_back();
+  bp.block = BlockId(0);
+  bp.offloads = {{RankId(1), RankId(0), 2}};
+  constexpr int kSampleSteps = 33;
+  absl::StatusOr<std::vector<std::vector<BlockTiming>>> run =
+      RunPlan(2, config, plan, kSampleSteps, /*micro_batches=*/2);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::vector<std::vector<BlockTiming>>& seen = *run;
+  int samples = 0;
+  for (int step = 0; step < kSampleSteps; ++step) {
+    const BlockTiming& helper = seen[0][step];
+    EXPECT_EQ(seen[1][step].received_from, -1) << "the owner, step " << step;
+    if (step % 16 != 0 || helper.units_computed != 4 + 2) {  // not its turn, or no plan yet
+      EXPECT_EQ(helper.received_from, -1) << "step " << step;
+      continue;
+    }
+    ++samples;
+    EXPECT_EQ(helper.received_from, 1) << "step " << step;
+    // The weights of 2 units: W1 rows and W2 columns of 8 neurons each, 16 wide, and the
+    // 8 biases.
+    EXPECT_EQ(helper.received_bytes, 2 * (8 * 16 + 8 + 16 * 8) * 4) << "step " << step;
+    EXPECT_GT(helper.received_seconds, 0);
+    EXPECT_LE(helper.received_seconds, helper.comm_seconds);
+  }
+  EXPECT_GE(samples, 2) << "steps 16 and 32 run the plan and are block 0's turn";
+}
+
+// An owner offloading to two helpers at once feeds both from one uplink: neither helper's
+// transfer measures the link. No samples.
+TEST(TimingTest, AnOwnerFeedingSeveralHelpersGivesNoSample) {
+  MlpConfig config;
+  config.id = BlockId(0);
+  config.hidden = 16;
+  config.intermediate = 96;
+  config.unit_size = 8;  // 12 units, 4 each
+  WorkloadPlan plan;
+  plan.group = GroupId("test/tp");
+  plan.version = PlanVersion(1);
+  BlockPlan& bp = plan.blocks.emplace_back();
+  bp.block = BlockId(0);
+  bp.offloads = {{RankId(2), RankId(0), 1}, {RankId(2), RankId(1), 1}};
+  // Block 0's turns: steps 0 and 16.
+  absl::StatusOr<std::vector<std::vector<BlockTiming>>> run =
+      RunPlan(3, config, plan, /*steps=*/17, /*micro_batches=*/1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::vector<std::vector<BlockTiming>>& seen = *run;
+  ASSERT_EQ(seen[0][16].units_computed, 4 + 1) << "step 16 runs the plan";
+  for (int rank = 0; rank < 3; ++rank) {
+    for (const BlockTiming& t : seen[rank]) EXPECT_EQ(t.received_from, -1) << "rank " << rank;
+  }
+}
+
 }  // namespace
 }  // namespace ballast

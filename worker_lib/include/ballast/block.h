@@ -45,6 +45,7 @@ namespace ballast {
 
 class TpGroup;
 class IntervalTimer;
+struct PeerTransfer;
 
 // Compute versus collective time of one block over one step, on this rank.
 struct BlockTiming {
@@ -57,6 +58,14 @@ struct BlockTiming {
   int32_t units_computed = 0;
   // compute_seconds / units_computed; 0 when nothing was computed. The speed signal.
   double seconds_per_unit = 0;
+  // A link sample, once in 16 offloading steps (blocks take turns): the offloaded weights
+  // this rank received as a helper, when they all came from one owner that sent to no one
+  // else at the same time, their bytes and the seconds of the transfer (started together
+  // behind a barrier). The coordinator learns link speeds from these. received_from = -1:
+  // no sample (not the block's turn, nothing received, several owners or a shared one).
+  int32_t received_from = -1;
+  int64_t received_bytes = 0;
+  double received_seconds = 0;
 };
 
 // The fate of one of this rank's units in the step in progress.
@@ -243,6 +252,10 @@ class ParallelBlock {
   BlockShape Shape() const;
 
   absl::Status Reshard(const std::vector<RankId>& new_owner);
+  // An offload's Exchange: timed as communication, and its receives as a link sample.
+  // owners_send: the forward's weights (owners send), else the backward's gradients.
+  absl::Status OffloadExchange(const std::vector<PeerTransfer>& sends,
+                               const std::vector<PeerTransfer>& recvs, bool owners_send);
   absl::Status RollWindow(int64_t step);
   absl::Status Rebuild(const std::vector<SlabRef>& units);
   absl::Status ResetState();
@@ -280,6 +293,8 @@ class ParallelBlock {
   BlockTiming timing_;
   std::unique_ptr<IntervalTimer> compute_timer_;
   std::unique_ptr<IntervalTimer> comm_timer_;
+  // Offload transfers that receive (a subset of comm_timer_'s time): BlockTiming::received.
+  std::unique_ptr<IntervalTimer> receive_timer_;
 };
 
 }  // namespace ballast

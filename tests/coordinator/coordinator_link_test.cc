@@ -1,0 +1,172 @@
+// The coordinator learns link speeds from the offload transfers workers report
+// (link_model.h), prices offloads at them, and refuses samples that name no peer.
+#include <algorithm>
+#include <memory>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "coordinator/coordinator.h"
+#include "proto/convert.h"
+#include "testing/fake_clock.h"
+#include "testing/fake_policy_store.h"
+#include "tests/coordinator/coordinator_fixtures.h"
+
+namespace ballast::coordinator {
+namespace {
+
+class CoordinatorLinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    speeds_ = *SpeedModel::Create(SpeedModelOptions{}, &clock_);
+    // The prior: 1 GB/s, so an offload of a 1,000-byte unit looks free at first.
+    coordinator_ = *Coordinator::Create({.link_bytes_per_second = 1e9}, &clock_, &store_,
+                                        speeds_.get());
+    JobPolicy policy;
+    policy.mode = BalanceMode::kMigrate;
+    policy.report_period = absl::Milliseconds(100);
+    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+    ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  }
+
+  // Rank `rank`'s report for `step`: 4 units at `seconds_per_unit`, and, when bytes > 0,
+  // a transfer sample of `bytes` received from `from` in `seconds`.
+  v1::WorkerReport Report(int rank, int64_t step, double seconds_per_unit, int64_t bytes = 0,
+                          double seconds = 0, int from = -1) {
+    v1::WorkerReport r;
+    r.set_job("vit");
+    r.set_group("tp0");
+    r.set_rank(rank);
+    r.mutable_step()->set_step(step);
+    v1::BlockTiming* b = r.mutable_step()->add_blocks();
+    b->set_block(0);
+    b->set_units_computed(4);
+    b->set_compute_seconds(4 * seconds_per_unit);
+    if (bytes > 0) {
+      b->mutable_received()->set_from_rank(from);
+      b->mutable_received()->set_bytes(bytes);
+      b->mutable_received()->set_seconds(seconds);
+    }
+    return r;
+  }
+
+  // One planning round of reports (rank 1 at 2x); returns the offloaded units in force.
+  int Round(int64_t step, int64_t bytes = 0, double seconds = 0) {
+    EXPECT_TRUE(coordinator_->Report("agent-1", Report(0, step, 1e-3, bytes, seconds, 1)).ok());
+    EXPECT_TRUE(coordinator_->Report("agent-1", Report(1, step, 2e-3, bytes, seconds, 0)).ok());
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+    if (sink_.plans().empty()) return 0;
+    absl::StatusOr<WorkloadPlan> plan = FromProto(sink_.plans().back());
+    int offloaded = 0;
+    for (const BlockPlan& bp : plan->blocks) {
+      for (const Offload& o : bp.offloads) offloaded += o.units;
+    }
+    return offloaded;
+  }
+
+  testing::FakeClock clock_;
+  testing::InMemoryPolicyStore store_;
+  std::unique_ptr<SpeedModel> speeds_;
+  std::unique_ptr<Coordinator> coordinator_;
+  RecordingSink sink_;
+};
+
+TEST_F(CoordinatorLinkTest, MeasuredTransfersReplaceThePriorAndPriceOffloadsOut) {
+  int64_t step = 0;
+  int offloaded = 0;
+  for (; step < 20 && offloaded == 0; ++step) offloaded = Round(step);
+  ASSERT_GT(offloaded, 0) << "at the 1 GB/s prior, offloading from a 2x straggler pays";
+  absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_DOUBLE_EQ(status->jobs(0).groups(0).link_bytes_per_second(), 1e9);
+  EXPECT_FALSE(status->jobs(0).groups(0).link_learned());
+
+  // The offloads' transfers show a 1 kB/s link: a unit now costs each side 2 s a step,
+  // and the plan goes back to all-local (after the dwell that follows a change).
+  for (int i = 0; i < 40 && offloaded > 0; ++i, ++step) offloaded = Round(step, 1000, 1.0);
+  EXPECT_EQ(offloaded, 0) << "offloads stayed after the link was measured slow";
+  status = coordinator_->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_DOUBLE_EQ(status->jobs(0).groups(0).link_bytes_per_second(), 1000);
+  EXPECT_TRUE(status->jobs(0).groups(0).link_learned());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr(
+                               "link: 0.001 MB/s, learned from 8 offload transfers between ranks "
+                               "0 and 1 (the slowest pair measured; prior 1000 MB/s)"));
+}
+
+// On a link measured slow a chronic straggler is resharded, and the move is restated in
+// every plan until a worker reports it: ranks apply the newest plan they all hold, so a
+// follow-up plan pushed within the same step used to drop the reshard unseen.
+TEST_F(CoordinatorLinkTest, AChronicStragglerIsReshardedAndTheMoveRestatedUntilConfirmed) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  policy.reshard_after = absl::Seconds(1);
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  int64_t step = 0;
+  size_t reshard = 0;  // index of the reshard plan in the sink, + 1
+  for (; step < 60 && reshard == 0; ++step) {
+    Round(step, 1000, 1.0);  // a 1 kB/s link from the start: offloads never pay
+    const std::vector<v1::WorkloadPlan> plans = sink_.plans();
+    for (size_t i = 0; i < plans.size(); ++i) {
+      if (plans[i].blocks_size() > 0 && plans[i].blocks(0).owner_of_unit_size() > 0) {
+        reshard = i + 1;
+      }
+    }
+  }
+  ASSERT_GT(reshard, 0u) << "no reshard after " << step << " rounds";
+  const v1::BlockPlan moved = sink_.plans()[reshard - 1].blocks(0);
+  EXPECT_LT(std::count(moved.owner_of_unit().begin(), moved.owner_of_unit().end(), 1), 4);
+  // Unconfirmed: every later plan still says where the units are.
+  for (int i = 0; i < 20; ++i, ++step) Round(step, 1000, 1.0);
+  const std::vector<v1::WorkloadPlan> plans = sink_.plans();
+  for (size_t i = reshard; i < plans.size(); ++i) {
+    ASSERT_GT(plans[i].blocks_size(), 0) << "plan #" << plans[i].number();
+    EXPECT_EQ(plans[i].blocks(0).owner_of_unit_size(), kUnits) << "plan #" << plans[i].number();
+  }
+  // A worker reports the move: later plans need not restate it.
+  v1::WorkerReport confirm = Report(0, step, 1e-3);
+  *confirm.mutable_step()->mutable_blocks(0)->mutable_owner_of_unit() = moved.owner_of_unit();
+  ASSERT_TRUE(coordinator_->Report("agent-1", confirm).ok());
+  for (int i = 0; i < 30; ++i) Round(++step, 1000, 1.0);
+  const v1::WorkloadPlan last = sink_.plans().back();
+  EXPECT_TRUE(last.blocks_size() == 0 || last.blocks(0).owner_of_unit_size() == 0)
+      << "plan #" << last.number() << " still restates a confirmed move";
+}
+
+TEST_F(CoordinatorLinkTest, ASampleFromNoPeerIsRefusedByName) {
+  absl::Status s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, 1000, 1.0, 0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "report.blocks[0].received.from_rank 0 is not a peer of rank 0 in a "
+                         "group of 2");
+  s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, 1000, 1.0, 2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, 1000, -1.0, 1));
+  EXPECT_EQ(s.message(), "report.blocks[0].received.seconds -1 not in (0, 3600]");
+  s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, int64_t{1} << 40, 1e-9, 1));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("bytes/s, not in [1000, 1e+13]"));
+  // Nothing was learned from the refused samples: one short of learning, the next good
+  // one must not complete the window.
+  for (int step = 0; step + 1 < static_cast<int>(LinkModel::kMinSamples); ++step) {
+    ASSERT_TRUE(coordinator_->Report("agent-1", Report(0, step, 1e-3, 1000, 1.0, 1)).ok());
+  }
+  absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_FALSE(status->jobs(0).groups(0).link_learned());
+  // A report resent (the same step again) adds nothing either.
+  const int64_t last = LinkModel::kMinSamples - 2;
+  ASSERT_TRUE(coordinator_->Report("agent-1", Report(0, last, 1e-3, 1000, 1.0, 1)).ok());
+  status = coordinator_->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_FALSE(status->jobs(0).groups(0).link_learned());
+  ASSERT_TRUE(coordinator_->Report("agent-1", Report(0, last + 1, 1e-3, 1000, 1.0, 1)).ok());
+  status = coordinator_->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(status->jobs(0).groups(0).link_learned());
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
