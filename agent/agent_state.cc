@@ -59,15 +59,11 @@ namespace {
 // bad identity, so one worker's bad report would otherwise cut the node off for good.
 absl::Status ValidateAgainstIdentity(const v1::WorkerIdentity& from,
                                      const v1::StepReport& report) {
+  if (absl::Status s = ValidateReportPeers(report, from.rank(), from.group_size()); !s.ok()) {
+    return s;
+  }
   for (int i = 0; i < report.blocks_size(); ++i) {
     const v1::BlockTiming& b = report.blocks(i);
-    if (b.has_received() && (b.received().from_rank() >= from.group_size() ||
-                             b.received().from_rank() == from.rank())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("report.blocks[", i, "].received.from_rank ", b.received().from_rank(),
-                       " is not a peer of rank ", from.rank(), " in a group of ",
-                       from.group_size()));
-    }
     if (b.owner_of_unit_size() == 0) continue;
     const v1::BlockInfo* info = nullptr;
     for (const v1::BlockInfo& announced : from.blocks()) {

@@ -74,7 +74,8 @@ def main(argv=None):
     def sample(job, step):
         if step < a.sample_every * (len(samples) + 1):
             return
-        last_explain[:] = [job.ctl("explain", "vit", "vit/tp0").stdout]
+        if step + 2 * a.sample_every > a.steps:  # near the end: what --check prints on failure
+            last_explain[:] = [job.ctl("explain", "vit", "vit/tp0").stdout]
         r = job.ctl("status")
         link, offloaded = LINK_RE.search(r.stdout), OFFLOADED_RE.search(r.stdout)
         samples.append({"step": step,

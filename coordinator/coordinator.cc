@@ -7,12 +7,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/text.h"
-#include "coordinator/rank_speeds.h"
 #include "proto/convert.h"
 #include "proto/validate.h"
 
@@ -287,15 +284,8 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
           }
         }
       }
-      for (const v1::BlockTiming& b : report.step().blocks()) {
-        if (!status.ok()) break;
-        const int32_t from = b.received().from_rank();
-        if (b.has_received() && (from >= it->second.size || from == report.rank())) {
-          status = absl::InvalidArgumentError(
-              absl::StrCat("report.blocks[", b.block(), "].received.from_rank ", from,
-                           " is not a peer of rank ", report.rank(), " in a group of ",
-                           it->second.size));
-        }
+      if (status.ok()) {
+        status = ValidateReportPeers(report.step(), report.rank(), it->second.size);
       }
       if (status.ok()) {
         // A worker reporting ownership has applied a reshard: later plans count units

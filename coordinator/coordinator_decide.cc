@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ballast/plan.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/rank_speeds.h"
-#include "proto/convert.h"
 
 namespace ballast::coordinator {
 

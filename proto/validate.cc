@@ -111,8 +111,7 @@ absl::Status ValidateReport(const v1::StepReport& r) {
           absl::StrCat("report.blocks[", i, "].units_computed ", b.units_computed(), " < 0"));
     }
     if (b.has_received()) {
-      // Whether from_rank is in the group and not the reporter, only those who know the
-      // group can say (the agent and the coordinator check it).
+      // Whether from_rank is in the group and not the reporter: ValidateReportPeers.
       const v1::TransferSample& t = b.received();
       if (t.from_rank() < 0) {
         return absl::InvalidArgumentError(
@@ -134,6 +133,22 @@ absl::Status ValidateReport(const v1::StepReport& r) {
             " s is ", rate, " bytes/s, not in [", kMinTransferBytesPerSecond, ", ",
             kMaxTransferBytesPerSecond, "]"));
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateReportPeers(const v1::StepReport& report, int32_t rank,
+                                 int32_t group_size) {
+  for (int i = 0; i < report.blocks_size(); ++i) {
+    const v1::BlockTiming& b = report.blocks(i);
+    if (!b.has_received()) continue;
+    const int32_t from = b.received().from_rank();
+    if (from < 0 || from >= group_size || from == rank) {
+      return absl::InvalidArgumentError(absl::StrCat("report.blocks[", i,
+                                                     "].received.from_rank ", from,
+                                                     " is not a peer of rank ", rank,
+                                                     " in a group of ", group_size));
     }
   }
   return absl::OkStatus();

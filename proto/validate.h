@@ -37,6 +37,10 @@ absl::Status ValidateReason(absl::string_view field, absl::string_view reason);
 absl::Status ValidateIdentity(const v1::WorkerIdentity& identity);
 // A step report's numbers: finite, non-negative, bounded.
 absl::Status ValidateReport(const v1::StepReport& report);
+// What needs the reporter's place in its group: every transfer sample comes from a peer,
+// a rank in [0, group_size) other than `rank`. The agent and the coordinator each know it.
+absl::Status ValidateReportPeers(const v1::StepReport& report, int32_t rank,
+                                 int32_t group_size);
 
 }  // namespace ballast
 

@@ -28,85 +28,15 @@ struct RankTotals {
   double seconds_per_unit = 0;
 };
 
-absl::Status Train(RankContext& ctx, const MlpConfig& config, const WorkloadPlan* plan,
-                   RankTotals& totals) {
-  BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
-  if (plan != nullptr) BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(*plan));
-  Compute& c = ctx.backend->compute();
-  const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
-  BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
-  BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
-  BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
-  c.Fill(x.data(), 0.1f, n);
-  for (int step = 0; step < kSteps; ++step) {
-    BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
-    BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
-    BALLAST_RETURN_IF_ERROR(mlp->Backward(y.data(), dx.data()));
-    BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
-    const StepTimings& t = ctx.group->last_step_timings();
-    if (t.blocks.size() != 1 || t.step != step) return absl::InternalError("timings shape");
-    if (step == 0) continue;  // first step allocates buffers
-    totals.compute += t.compute_seconds();
-    totals.comm += t.comm_seconds();
-    totals.units = t.blocks[0].units_computed;
-    totals.seconds_per_unit = t.blocks[0].seconds_per_unit;
-  }
-  return absl::OkStatus();
-}
-
-TEST(TimingTest, ComputeAndCollectiveWaitsAreSeparated) {
-  MlpConfig config;
-  config.id = BlockId(0);
-  config.hidden = kHidden;
-  config.intermediate = 1024;
-  config.unit_size = 32;  // 32 units
-  config.units.owner_of_unit.assign(32, RankId(1));
-  for (int u = 0; u < 28; ++u) config.units.owner_of_unit[u] = RankId(0);  // 7 : 1
-  std::vector<RankTotals> totals(2);
-  absl::Status status = RunRanks(2, [&](RankContext& ctx) {
-    return Train(ctx, config, nullptr, totals[ctx.rank]);
-  });
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(totals[0].units, 28);
-  EXPECT_EQ(totals[1].units, 4);
-  // 7x the work: more compute on rank 0, and rank 1 spends the difference waiting.
-  EXPECT_GT(totals[0].compute, totals[1].compute);
-  EXPECT_GT(totals[1].comm, totals[0].comm);
-  EXPECT_GT(totals[0].seconds_per_unit, 0);
-  EXPECT_GT(totals[1].seconds_per_unit, 0);
-}
-
-TEST(TimingTest, HelperCountsTheUnitsItComputesForOthers) {
-  MlpConfig config;
-  config.id = BlockId(0);
-  config.hidden = 16;
-  config.intermediate = 64;
-  config.unit_size = 8;  // 8 units, 4 each
-  WorkloadPlan plan;
-  plan.group = GroupId("test/tp");
-  plan.version = PlanVersion(1);
-  BlockPlan& bp = plan.blocks.emplace_back();
-  bp.block = BlockId(0);
-  bp.pruned_units = {0, 1};
-  bp.offloads = {{RankId(1), RankId(0), 2}};
-  std::vector<RankTotals> totals(2);
-  absl::Status status = RunRanks(2, [&](RankContext& ctx) {
-    return Train(ctx, config, &plan, totals[ctx.rank]);
-  });
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(totals[0].units, 4 + 2);  // its own 4 plus 2 of rank 1's
-  EXPECT_EQ(totals[1].units, 4 - 1 - 2);
-}
-
-// Runs `ranks` ranks of one MLP block under `plan` for `steps` steps of `micro_batches`
-// forward-backward pairs; returns each rank's block timing of every step.
-absl::StatusOr<std::vector<std::vector<BlockTiming>>> RunPlan(int ranks, const MlpConfig& config,
-                                                               const WorkloadPlan& plan,
-                                                               int steps, int micro_batches) {
-  std::vector<std::vector<BlockTiming>> seen(ranks);
+// Runs `ranks` ranks of one MLP block under `plan` (null: none) for `steps` steps of
+// `micro_batches` forward-backward pairs; returns each rank's timings of every step.
+absl::StatusOr<std::vector<std::vector<StepTimings>>> RunPlan(int ranks, const MlpConfig& config,
+                                                               const WorkloadPlan* plan,
+                                                               int steps, int micro_batches = 1) {
+  std::vector<std::vector<StepTimings>> seen(ranks);
   absl::Status status = RunRanks(ranks, [&](RankContext& ctx) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
-    BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(plan));
+    if (plan != nullptr) BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(*plan));
     Compute& c = ctx.backend->compute();
     const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
     BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
@@ -120,7 +50,9 @@ absl::StatusOr<std::vector<std::vector<BlockTiming>>> RunPlan(int ranks, const M
         BALLAST_RETURN_IF_ERROR(mlp->Backward(y.data(), dx.data()));
       }
       BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
-      seen[ctx.rank].push_back(ctx.group->last_step_timings().blocks.at(0));
+      const StepTimings& t = ctx.group->last_step_timings();
+      if (t.blocks.size() != 1 || t.step != step) return absl::InternalError("timings shape");
+      seen[ctx.rank].push_back(t);
     }
     return absl::OkStatus();
   });
@@ -128,31 +60,87 @@ absl::StatusOr<std::vector<std::vector<BlockTiming>>> RunPlan(int ranks, const M
   return seen;
 }
 
-// Link samples (BlockTiming::received): once in 16 offloading steps (block 0's turn is
-// steps 0, 16, 32), the helper reports the weights it received and from whom, with two
-// micro-batches as with one (weights go out once a step). Other steps, and the owner,
-// carry none.
-TEST(TimingTest, OffloadTransfersAreSampledOnTheBlocksTurn) {
+// One rank's compute and communication summed over its steps but the first (which
+// allocates buffers), and its last step's units and seconds per unit.
+RankTotals Totals(const std::vector<StepTimings>& steps) {
+  RankTotals totals;
+  for (size_t step = 1; step < steps.size(); ++step) {
+    const StepTimings& t = steps[step];
+    totals.compute += t.compute_seconds();
+    totals.comm += t.comm_seconds();
+    totals.units = t.blocks[0].units_computed;
+    totals.seconds_per_unit = t.blocks[0].seconds_per_unit;
+  }
+  return totals;
+}
+
+// A small MLP block: 16 wide, units of 8 neurons.
+MlpConfig SmallMlp(int32_t units) {
   MlpConfig config;
   config.id = BlockId(0);
   config.hidden = 16;
-  config.intermediate = 64;
-  config.unit_size = 8;  // 8 units, 4 each
+  config.intermediate = 8 * units;
+  config.unit_size = 8;
+  return config;
+}
+
+// A plan for block 0 with `offloads` (and `pruned_units`).
+WorkloadPlan PlanOf(std::vector<Offload> offloads, std::vector<int32_t> pruned_units = {}) {
   WorkloadPlan plan;
   plan.group = GroupId("test/tp");
   plan.version = PlanVersion(1);
   BlockPlan& bp = plan.blocks.emplace_back();
   bp.block = BlockId(0);
-  bp.offloads = {{RankId(1), RankId(0), 2}};
-  constexpr int kSampleSteps = 33;
-  absl::StatusOr<std::vector<std::vector<BlockTiming>>> run =
-      RunPlan(2, config, plan, kSampleSteps, /*micro_batches=*/2);
+  bp.pruned_units = std::move(pruned_units);
+  bp.offloads = std::move(offloads);
+  return plan;
+}
+
+TEST(TimingTest, ComputeAndCollectiveWaitsAreSeparated) {
+  MlpConfig config;
+  config.id = BlockId(0);
+  config.hidden = kHidden;
+  config.intermediate = 1024;
+  config.unit_size = 32;  // 32 units
+  config.units.owner_of_unit.assign(32, RankId(1));
+  for (int u = 0; u < 28; ++u) config.units.owner_of_unit[u] = RankId(0);  // 7 : 1
+  absl::StatusOr<std::vector<std::vector<StepTimings>>> run = RunPlan(2, config, nullptr, kSteps);
   ASSERT_TRUE(run.ok()) << run.status();
-  const std::vector<std::vector<BlockTiming>>& seen = *run;
+  const std::vector<RankTotals> totals = {Totals((*run)[0]), Totals((*run)[1])};
+  EXPECT_EQ(totals[0].units, 28);
+  EXPECT_EQ(totals[1].units, 4);
+  // 7x the work: more compute on rank 0, and rank 1 spends the difference waiting.
+  EXPECT_GT(totals[0].compute, totals[1].compute);
+  EXPECT_GT(totals[1].comm, totals[0].comm);
+  EXPECT_GT(totals[0].seconds_per_unit, 0);
+  EXPECT_GT(totals[1].seconds_per_unit, 0);
+}
+
+TEST(TimingTest, HelperCountsTheUnitsItComputesForOthers) {
+  const MlpConfig config = SmallMlp(8);  // 4 units each
+  const WorkloadPlan plan = PlanOf({{RankId(1), RankId(0), 2}}, {0, 1});
+  absl::StatusOr<std::vector<std::vector<StepTimings>>> run = RunPlan(2, config, &plan, kSteps);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::vector<RankTotals> totals = {Totals((*run)[0]), Totals((*run)[1])};
+  EXPECT_EQ(totals[0].units, 4 + 2);  // its own 4 plus 2 of rank 1's
+  EXPECT_EQ(totals[1].units, 4 - 1 - 2);
+}
+
+// Link samples (BlockTiming::received): once in 16 offloading steps (block 0's turn is
+// steps 0, 16, 32), the helper reports the weights it received and from whom, with two
+// micro-batches as with one (weights go out once a step). Other steps, and the owner,
+// carry none.
+TEST(TimingTest, OffloadTransfersAreSampledOnTheBlocksTurn) {
+  const MlpConfig config = SmallMlp(8);  // 4 units each
+  const WorkloadPlan plan = PlanOf({{RankId(1), RankId(0), 2}});
+  constexpr int kSampleSteps = 33;
+  absl::StatusOr<std::vector<std::vector<StepTimings>>> run =
+      RunPlan(2, config, &plan, kSampleSteps, /*micro_batches=*/2);
+  ASSERT_TRUE(run.ok()) << run.status();
   int samples = 0;
   for (int step = 0; step < kSampleSteps; ++step) {
-    const BlockTiming& helper = seen[0][step];
-    EXPECT_EQ(seen[1][step].received_from, -1) << "the owner, step " << step;
+    const BlockTiming& helper = (*run)[0][step].blocks[0];
+    EXPECT_EQ((*run)[1][step].blocks[0].received_from, -1) << "the owner, step " << step;
     if (step % 16 != 0 || helper.units_computed != 4 + 2) {  // not its turn, or no plan yet
       EXPECT_EQ(helper.received_from, -1) << "step " << step;
       continue;
@@ -171,25 +159,17 @@ TEST(TimingTest, OffloadTransfersAreSampledOnTheBlocksTurn) {
 // An owner offloading to two helpers at once feeds both from one uplink: neither helper's
 // transfer measures the link. No samples.
 TEST(TimingTest, AnOwnerFeedingSeveralHelpersGivesNoSample) {
-  MlpConfig config;
-  config.id = BlockId(0);
-  config.hidden = 16;
-  config.intermediate = 96;
-  config.unit_size = 8;  // 12 units, 4 each
-  WorkloadPlan plan;
-  plan.group = GroupId("test/tp");
-  plan.version = PlanVersion(1);
-  BlockPlan& bp = plan.blocks.emplace_back();
-  bp.block = BlockId(0);
-  bp.offloads = {{RankId(2), RankId(0), 1}, {RankId(2), RankId(1), 1}};
+  const MlpConfig config = SmallMlp(12);  // 4 units each
+  const WorkloadPlan plan = PlanOf({{RankId(2), RankId(0), 1}, {RankId(2), RankId(1), 1}});
   // Block 0's turns: steps 0 and 16.
-  absl::StatusOr<std::vector<std::vector<BlockTiming>>> run =
-      RunPlan(3, config, plan, /*steps=*/17, /*micro_batches=*/1);
+  absl::StatusOr<std::vector<std::vector<StepTimings>>> run =
+      RunPlan(3, config, &plan, /*steps=*/17);
   ASSERT_TRUE(run.ok()) << run.status();
-  const std::vector<std::vector<BlockTiming>>& seen = *run;
-  ASSERT_EQ(seen[0][16].units_computed, 4 + 1) << "step 16 runs the plan";
+  ASSERT_EQ((*run)[0][16].blocks[0].units_computed, 4 + 1) << "step 16 runs the plan";
   for (int rank = 0; rank < 3; ++rank) {
-    for (const BlockTiming& t : seen[rank]) EXPECT_EQ(t.received_from, -1) << "rank " << rank;
+    for (const StepTimings& t : (*run)[rank]) {
+      EXPECT_EQ(t.blocks[0].received_from, -1) << "rank " << rank;
+    }
   }
 }
 
