@@ -295,7 +295,6 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
           BlockEntry& block = it->second.blocks[b.block()];
           block.owner_of_unit.clear();
           for (int32_t owner : b.owner_of_unit()) block.owner_of_unit.push_back(RankId(owner));
-          block.reshard_unconfirmed = false;
         }
       }
     }

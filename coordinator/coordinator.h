@@ -29,7 +29,7 @@
 #include "ballast/v1/agent.pb.h"
 #include "common/clock.h"
 #include "coordinator/link_model.h"
-#include "coordinator/planner.h"
+#include "coordinator/planner/planner.h"
 #include "coordinator/policy.h"
 #include "coordinator/policy_store.h"
 #include "coordinator/speed_model.h"
@@ -49,12 +49,9 @@ struct CoordinatorOptions {
   double link_bytes_per_second = 1e9;
   // Reports in one batch beyond this are refused (a bound on one message's work).
   int32_t max_reports_per_batch = 100000;
-  // For this long after a group's plan changes, a block's plan changes only for an
-  // improvement of at least dwell_hysteresis (instead of the job's hysteresis). Speed
-  // estimates of a time-sliced or quota-throttled rank swing by more than the hysteresis
-  // from one planning round to the next; without the dwell, plans flip between
-  // near-equal neighbours on most rounds. A new straggler still gets a plan at once: it
-  // improves the step by far more.
+  // The planner's dwell (DwellOptions in coordinator/planner/group_planner.h): for
+  // plan_dwell after a change, a block's plan changes only for an improvement of at least
+  // dwell_hysteresis.
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;
   // A group with no attached rank and no registration or report for this long is
@@ -170,9 +167,10 @@ class Coordinator {
   struct BlockEntry {
     int32_t num_units = 0;
     int64_t unit_bytes = 0;
-    std::vector<RankId> owner_of_unit;  // in force
-    // A plan moved ownership and no worker has reported the move yet: plans restate it.
-    bool reshard_unconfirmed = false;
+    // What the workers run: set by the first worker to register the block, then by the
+    // reports that follow a reshard (their only writers). The ownership the group plans on
+    // is PlannedOwnership: the plan in force's move, until a worker reports it.
+    std::vector<RankId> owner_of_unit;
   };
   struct GroupEntry {
     std::string job;
@@ -238,6 +236,9 @@ class Coordinator {
   double LinkBytesPerSecond(const GroupEntry& group, std::string* explanation) const;
   static void Observe(std::vector<double>& samples, double seconds);
   int64_t NextVersion(const GroupEntry& group) const;
+  // The ownership a block is planned on: the plan in force's, where it moves the block's
+  // units (restated until confirmed), else what the workers run.
+  static const std::vector<RankId>& PlannedOwnership(const GroupEntry& group, int32_t block_id);
   // Feeds an accepted report's transfer samples to its group's LinkModel.
   void AddLinkSamples(const v1::WorkerReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,7 +1,8 @@
 // The coordinator's decision loop: each due group's inputs gathered (the speed model's
 // estimates pooled per rank, chronic stragglers, the learned link, cordons, the plan in
-// force), the planner run per block, and a changed plan numbered for pushing. Split from
-// coordinator.cc (agents and reports) so that each file stays readable on its own.
+// force and what the workers run), the decision left to the planner (DecideGroup in
+// coordinator/planner/group_planner.h), and a changed plan numbered for pushing. Split
+// from coordinator.cc (agents and reports) so that each file stays readable on its own.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "ballast/plan.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/planner/group_planner.h"
 #include "coordinator/rank_speeds.h"
 
 namespace ballast::coordinator {
@@ -43,10 +45,15 @@ double PooledSecondsPerUnit(const RankSpeed& rank, const GroupSpeeds& block,
 
 }  // namespace
 
+const std::vector<RankId>& Coordinator::PlannedOwnership(const GroupEntry& group,
+                                                         int32_t block_id) {
+  for (const BlockPlan& bp : group.plan.blocks) {
+    if (bp.block.value() == block_id && !bp.owner_of_unit.empty()) return bp.owner_of_unit;
+  }
+  return group.blocks.at(block_id).owner_of_unit;
+}
+
 std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPolicy& policy) {
-  WorkloadPlan desired;
-  desired.group = GroupId(group.name);
-  desired.imputation = policy.imputation;
   std::vector<std::string> lines;
   ++counters_.decisions;
   if (static_cast<int32_t>(group.ranks.size()) < group.size) {
@@ -54,19 +61,8 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
         absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ", group.size, " registered");
     return std::nullopt;
   }
-  // Right after a change, only a large improvement changes the plan again (see
-  // CoordinatorOptions::plan_dwell).
-  JobPolicy planning = policy;
-  const absl::Duration now = clock_->Monotonic();
-  if (policy.mode != BalanceMode::kOff && group.plan_changed_at.has_value() &&
-      now - *group.plan_changed_at < options_.plan_dwell &&
-      options_.dwell_hysteresis > policy.hysteresis) {
-    planning.hysteresis = options_.dwell_hysteresis;
-    lines.push_back(absl::StrCat("plan changed ",
-                                 absl::FormatDuration(now - *group.plan_changed_at),
-                                 " ago: hysteresis ", options_.dwell_hysteresis, " until the ",
-                                 absl::FormatDuration(options_.plan_dwell), " dwell ends"));
-  }
+  GroupPlannerInput planner_input;
+  planner_input.group = GroupId(group.name);
   if (policy.mode != BalanceMode::kOff) {
     // Every block's speeds first: a rank's verdict is pooled over all of them.
     std::vector<PoolBlock> speeds;
@@ -131,16 +127,17 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
     const double bytes_per_second = LinkBytesPerSecond(group, &link_line);
     lines.push_back(std::move(link_line));
     size_t b = 0;
-    for (auto& [block_id, block] : group.blocks) {
+    for (const auto& [block_id, block] : group.blocks) {
       const GroupSpeeds& block_speeds = speeds[b++].speeds;
-      PlannerInput input;
-      input.block = BlockId(block_id);
-      input.owner_of_unit = block.owner_of_unit;
-      input.transfer_seconds_per_unit =
+      GroupBlockInput& in = planner_input.blocks.emplace_back();
+      in.input.block = BlockId(block_id);
+      in.input.owner_of_unit = PlannedOwnership(group, block_id);
+      in.move_unconfirmed = in.input.owner_of_unit != block.owner_of_unit;
+      in.input.transfer_seconds_per_unit =
           2.0 * static_cast<double>(block.unit_bytes) / bytes_per_second;
-      input.calm = calm;
+      in.input.calm = calm;
       std::vector<int32_t> owned(group.size, 0);
-      for (RankId r : block.owner_of_unit) ++owned[r.value()];
+      for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
       for (const RankSpeed& rs : block_speeds.ranks) {
         PlannerRank pr;
         pr.seconds_per_unit = PooledSecondsPerUnit(rs, block_speeds, *pooled);
@@ -148,38 +145,29 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
         pr.chronic = rs.rank.value() < group.size && chronic[rs.rank.value()];
         const RankEntry& entry = group.ranks.at(rs.rank.value());
         pr.cordoned = cordons_.contains(entry.identity.device());
-        input.ranks.push_back(pr);
+        in.input.ranks.push_back(pr);
       }
-      // A block the plan in force leaves out runs all-local: that is the current plan to
-      // beat by the hysteresis, so noise never flips a group in and out of balancing.
-      BlockPlan current;
-      current.block = BlockId(block_id);
-      for (const BlockPlan& bp : group.plan.blocks) {
-        if (bp.block.value() == block_id) current = bp;
-      }
-      current.owner_of_unit.clear();  // ownership already moved: counts refer to it
-      absl::StatusOr<BlockDecision> decision = PlanBlock(input, planning, &current);
-      if (!decision.ok()) {
-        lines.push_back(absl::StrCat("block ", block_id, ": ", decision.status().message()));
-        continue;
-      }
-      lines.push_back(absl::StrCat("block ", block_id, ":\n", decision->explanation));
-      BlockPlan bp = decision->plan;
-      bp.block = BlockId(block_id);
-      // A reshard is restated in every plan until a worker confirms it: ranks agree on the
-      // newest plan they all hold, so two plans pushed within one step skip the first,
-      // and a reshard followed by its all-local plan was lost (the workers kept the old
-      // ownership while the coordinator planned on the new one). Restated, it is a no-op
-      // for ranks that already moved.
-      if (bp.owner_of_unit.empty() && block.reshard_unconfirmed) {
-        bp.owner_of_unit = block.owner_of_unit;
-      }
-      const bool trivial =
-          bp.offloads.empty() && bp.owner_of_unit.empty() &&
-          std::all_of(bp.pruned_units.begin(), bp.pruned_units.end(), [](int32_t n) { return n == 0; });
-      if (!trivial) desired.blocks.push_back(std::move(bp));
-      group.decisions[block_id] = *std::move(decision);
     }
+  }
+  // Workers that report a plan newer than ours run one an earlier coordinator pushed (we
+  // restarted and lost it).
+  int64_t workers_version = 0, workers_number = 0;
+  for (const auto& [r, rank] : group.ranks) {
+    if (!rank.attached) continue;
+    workers_version = std::max(workers_version, rank.last_plan_version);
+    workers_number = std::max(workers_number, rank.last_plan_number);
+  }
+  planner_input.in_force = group.plan;
+  planner_input.unknown_plan_in_force = workers_version > group.plan.version.value();
+  if (group.plan_changed_at.has_value()) {
+    planner_input.since_change = clock_->Monotonic() - *group.plan_changed_at;
+  }
+  const DwellOptions dwell{.plan_dwell = options_.plan_dwell,
+                           .dwell_hysteresis = options_.dwell_hysteresis};
+  GroupDecision decision = DecideGroup(planner_input, policy, dwell);
+  for (std::string& line : decision.lines) lines.push_back(std::move(line));
+  for (auto& [block_id, block_decision] : decision.blocks) {
+    group.decisions[block_id] = std::move(block_decision);
   }
   if (!group.decisions.empty()) {
     const StepPrediction p = PredictStep(group);
@@ -189,32 +177,20 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
         p.blocks + p.collectives, p.blocks, p.collectives));
   }
   group.explanation = absl::StrJoin(lines, "\n");
-  if (policy.mode == BalanceMode::kObserve) return std::nullopt;  // explain, never push
-  // Workers that report a plan newer than ours run one an earlier coordinator pushed (we
-  // restarted and lost it): whatever we decide, even all-local, must replace it, or a
-  // group relieved of its straggler would keep offloading for good.
-  int64_t workers_version = 0, workers_number = 0;
-  for (const auto& [r, rank] : group.ranks) {
-    if (!rank.attached) continue;
-    workers_version = std::max(workers_version, rank.last_plan_version);
-    workers_number = std::max(workers_number, rank.last_plan_number);
-  }
-  const bool unknown_plan_in_force = workers_version > group.plan.version.value();
-  // Compare content, not versions: an unchanged plan is not re-pushed.
-  WorkloadPlan current = group.plan;
-  current.version = PlanVersion(0);
-  if (!unknown_plan_in_force) {
-    if (current.blocks == desired.blocks &&
-        (desired.blocks.empty() || current.imputation == desired.imputation)) {
-      return std::nullopt;
-    }
-    if (group.plan.version.value() == 0 && desired.blocks.empty()) return std::nullopt;
-  }
+  if (!decision.change.has_value()) return std::nullopt;
+  WorkloadPlan plan = *std::move(decision.change);
   // Above every version a worker runs, so the workers take it (they ignore older ones),
   // and numbered on from the plan they run, so a restart does not count from 1 again.
-  desired.version = PlanVersion(std::max(NextVersion(group), workers_version + 1));
-  desired.number = std::max(group.plan.number, workers_number) + 1;
-  return desired;
+  plan.version = PlanVersion(std::max(NextVersion(group), workers_version + 1));
+  plan.number = std::max(group.plan.number, workers_number) + 1;
+  // A reshard restarts the count to chronic, so the next one waits reshard_after again.
+  // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it
+  // idles more and is throttled less, which made the split swing by a unit every ~13
+  // s on the shaped link (7 moves in 300 steps with reshard_after 4 s).
+  if (decision.moves_units) {
+    for (auto& [r, rank] : group.ranks) rank.straggling_since.reset();
+  }
+  return plan;
 }
 
 void Coordinator::DecideDueGroups() {
@@ -231,22 +207,6 @@ void Coordinator::DecideDueGroups() {
     std::optional<WorkloadPlan> plan = Decide(group, policy);
     Observe(observations_.decision_seconds, absl::ToDoubleSeconds(absl::Now() - began));
     if (!plan.has_value()) continue;
-    // A reshard moves ownership for good: later plans count units against it.
-    bool moved = false;
-    for (const BlockPlan& bp : plan->blocks) {
-      if (bp.owner_of_unit.empty()) continue;
-      BlockEntry& block = group.blocks[bp.block.value()];
-      moved |= block.owner_of_unit != bp.owner_of_unit;
-      block.reshard_unconfirmed |= block.owner_of_unit != bp.owner_of_unit;
-      block.owner_of_unit = bp.owner_of_unit;
-    }
-    // A reshard restarts the count to chronic, so the next one waits reshard_after again.
-    // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it
-    // idles more and is throttled less, which made the split swing by a unit every ~13
-    // s on the shaped link (7 moves in 300 steps with reshard_after 4 s).
-    if (moved) {
-      for (auto& [r, rank] : group.ranks) rank.straggling_since.reset();
-    }
     group.plan = *std::move(plan);
     ++counters_.plan_changes;
     BALLAST_LOG(INFO) << "job=" << group.job << " group=" << group.name << " new plan "

@@ -30,8 +30,8 @@
 //   in.transfer_seconds_per_unit = 1e-4;
 //   BALLAST_ASSIGN_OR_RETURN(BlockDecision d, PlanBlock(in, policy, current_or_null));
 //   plan.blocks.push_back(d.plan);   // push; d.explanation says why
-#ifndef BALLAST_COORDINATOR_PLANNER_H_
-#define BALLAST_COORDINATOR_PLANNER_H_
+#ifndef BALLAST_COORDINATOR_PLANNER_PLANNER_H_
+#define BALLAST_COORDINATOR_PLANNER_PLANNER_H_
 
 #include <cstdint>
 #include <string>
@@ -146,18 +146,6 @@ absl::StatusOr<PlanCost> EvaluatePlan(const PlannerInput& input, const JobPolicy
 // floor(fraction * units), with a 1e-9 nudge so that 0.3 * 10 is 3, not 2.
 int64_t PruneBudget(double fraction, int64_t units);
 
-// Unit counts minimising max_r c_r * n'_r with sum n' = num_units and n' = 0 on cordoned
-// ranks: units go one at a time to the rank with the least c_r * (n'_r + 1), ties to the
-// lower rank, which is exactly optimal for this min-max.
-absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRank>& ranks,
-                                                     int32_t num_units);
-
-// The owner of every unit after moving as few units as possible to reach `new_counts`:
-// each rank keeps min(old, new) of its units, lowest unit ids first; freed units, lowest
-// id first, go to the ranks that need more, in rank order.
-std::vector<RankId> MoveUnits(const std::vector<RankId>& owner_of_unit,
-                              const std::vector<int32_t>& new_counts);
-
 absl::Status ValidatePlannerInput(const PlannerInput& input);
 
 // Inputs, candidates, the chosen plan and its predicted step time, as text for operators.
@@ -166,4 +154,4 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
 
 }  // namespace ballast::coordinator
 
-#endif  // BALLAST_COORDINATOR_PLANNER_H_
+#endif  // BALLAST_COORDINATOR_PLANNER_PLANNER_H_

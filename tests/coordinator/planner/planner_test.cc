@@ -1,4 +1,4 @@
-#include "coordinator/planner.h"
+#include "coordinator/planner/planner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "ballast/block.h"
 #include "ballast/plan.h"
+#include "coordinator/planner/ownership.h"
 
 namespace ballast::coordinator {
 namespace {

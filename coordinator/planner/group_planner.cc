@@ -1,0 +1,81 @@
+#include "coordinator/planner/group_planner.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::coordinator {
+namespace {
+
+bool Trivial(const BlockPlan& plan) {
+  return plan.offloads.empty() && plan.owner_of_unit.empty() &&
+         std::all_of(plan.pruned_units.begin(), plan.pruned_units.end(),
+                     [](int32_t n) { return n == 0; });
+}
+
+// Whether `desired` differs from the plan in force. Content, not versions: an unchanged
+// plan is not re-pushed.
+bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
+  if (input.unknown_plan_in_force) return true;
+  const WorkloadPlan& in_force = input.in_force;
+  if (in_force.blocks == desired.blocks &&
+      (desired.blocks.empty() || in_force.imputation == desired.imputation)) {
+    return false;
+  }
+  // Nothing pushed yet and all-local wanted: the workers already run all-local.
+  return !(in_force.version.value() == 0 && desired.blocks.empty());
+}
+
+}  // namespace
+
+GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
+                          const DwellOptions& dwell) {
+  GroupDecision out;
+  JobPolicy planning = policy;
+  if (policy.mode != BalanceMode::kOff && input.since_change.has_value() &&
+      *input.since_change < dwell.plan_dwell && dwell.dwell_hysteresis > policy.hysteresis) {
+    planning.hysteresis = dwell.dwell_hysteresis;
+    out.lines.push_back(absl::StrCat("plan changed ", absl::FormatDuration(*input.since_change),
+                                     " ago: hysteresis ", dwell.dwell_hysteresis, " until the ",
+                                     absl::FormatDuration(dwell.plan_dwell), " dwell ends"));
+  }
+  WorkloadPlan desired;
+  desired.group = input.group;
+  desired.imputation = policy.imputation;
+  for (const GroupBlockInput& block : input.blocks) {
+    const int32_t id = block.input.block.value();
+    // A block the plan in force leaves out runs all-local: that is the current plan to
+    // beat by the hysteresis, so noise never flips a group in and out of balancing.
+    BlockPlan current;
+    current.block = block.input.block;
+    for (const BlockPlan& bp : input.in_force.blocks) {
+      if (bp.block == block.input.block) current = bp;
+    }
+    current.owner_of_unit.clear();  // the input's ownership already has the move
+    absl::StatusOr<BlockDecision> decision = PlanBlock(block.input, planning, &current);
+    if (!decision.ok()) {
+      out.lines.push_back(absl::StrCat("block ", id, ": ", decision.status().message()));
+      continue;
+    }
+    out.lines.push_back(absl::StrCat("block ", id, ":\n", decision->explanation));
+    BlockPlan bp = decision->plan;
+    bp.block = block.input.block;
+    if (!bp.owner_of_unit.empty() && bp.owner_of_unit != block.input.owner_of_unit) {
+      out.moves_units = true;
+    }
+    if (bp.owner_of_unit.empty() && block.move_unconfirmed) {
+      bp.owner_of_unit = block.input.owner_of_unit;
+    }
+    if (!Trivial(bp)) desired.blocks.push_back(std::move(bp));
+    out.blocks[id] = *std::move(decision);
+  }
+  if (policy.mode == BalanceMode::kObserve || !IsChange(input, desired)) {
+    out.moves_units = false;
+    return out;
+  }
+  out.change = std::move(desired);
+  return out;
+}
+
+}  // namespace ballast::coordinator

@@ -1,0 +1,85 @@
+// The whole decision for one TP group, in one place: every block planned (PlanBlock), a
+// recent change guarded by the dwell, a move restated until the workers confirm it, and
+// whether the result differs from the plan in force. The coordinator only gathers the
+// inputs (speeds, chronic stragglers, the link, cordons, what the workers run) and numbers
+// and pushes what this returns. Pure: no I/O, no clock (the caller says how long ago the
+// plan last changed).
+//
+//   GroupPlannerInput in;
+//   in.group = GroupId("tp0");
+//   in.in_force = current_plan;
+//   in.since_change = absl::Seconds(1);   // the dwell still holds
+//   in.blocks.push_back({.input = block_input});
+//   GroupDecision d = DecideGroup(in, policy, DwellOptions{});
+//   if (d.change.has_value()) Push(Number(*d.change));   // d.lines say why
+#ifndef BALLAST_COORDINATOR_PLANNER_GROUP_PLANNER_H_
+#define BALLAST_COORDINATOR_PLANNER_GROUP_PLANNER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "ballast/plan.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/policy.h"
+
+namespace ballast::coordinator {
+
+// For plan_dwell after a group's plan changes, a block's plan changes only for an
+// improvement of at least dwell_hysteresis (instead of the job's hysteresis). Speed
+// estimates of a time-sliced or quota-throttled rank swing by more than the hysteresis
+// from one planning round to the next; without the dwell, plans flip between near-equal
+// neighbours on most rounds. A new straggler still gets a plan at once: it improves the
+// step by far more.
+struct DwellOptions {
+  absl::Duration plan_dwell = absl::Seconds(2);
+  double dwell_hysteresis = 0.3;  // in [0, 1], used when above the job's hysteresis
+};
+
+struct GroupBlockInput {
+  // Its ownership is the one the group plans on: the plan in force's move when it has
+  // one, else what the workers run.
+  PlannerInput input;
+  // The plan in force moves this block's units and no worker has reported the move yet:
+  // every plan restates it. Ranks agree on the newest plan they all hold, so two plans
+  // pushed within one step skip the first, and a reshard followed by its all-local plan
+  // was lost (the workers kept the old ownership while the coordinator planned on the new
+  // one). Restated, it is a no-op for ranks that already moved.
+  bool move_unconfirmed = false;
+};
+
+struct GroupPlannerInput {
+  GroupId group;
+  // Blocks to plan (none in mode off: nothing is measured, and all-local is the plan).
+  std::vector<GroupBlockInput> blocks;
+  // The plan in force (version 0: none pushed yet). A block it leaves out runs all-local.
+  WorkloadPlan in_force;
+  // The workers run a plan newer than in_force (an earlier coordinator pushed it and this
+  // one restarted): whatever is decided, even all-local, must replace it, or a group
+  // relieved of its straggler would keep offloading for good.
+  bool unknown_plan_in_force = false;
+  // Since the plan in force was pushed (none: no change yet, so no dwell).
+  std::optional<absl::Duration> since_change;
+};
+
+struct GroupDecision {
+  // Per block planned (a block whose planning failed is missing; its line says why).
+  std::map<int32_t, BlockDecision> blocks;
+  // The plan to push when it differs from the one in force: group, imputation and
+  // blocks set, version and number left to the caller. Never set in mode observe.
+  std::optional<WorkloadPlan> change;
+  // `change` moves units of some block to an ownership other than the one planned on.
+  bool moves_units = false;
+  // Why, for `ballastctl explain`: the dwell, then each block's explanation.
+  std::vector<std::string> lines;
+};
+
+GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
+                          const DwellOptions& dwell);
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_PLANNER_GROUP_PLANNER_H_

@@ -1,0 +1,306 @@
+#include "coordinator/planner/knapsack.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iterator>
+#include <limits>
+
+#include "coordinator/planner/problem.h"
+
+namespace ballast::coordinator::planner_internal {
+
+// Fewest total extra prunes (<= budget) whose gains sum to >= target over the items; each
+// item takes at most one option. Adds the chosen prunes to z when non-null. First tries
+// the LP's rounded solution (RoundLp): when it costs no more than ceil(LP) it is optimal.
+//
+// A DP over "coverage gained so far" (which can run to hundreds of units when many ranks
+// prune many units), pruned: a state is expanded only if its cost plus an LP bound for
+// the items still to come (their options' concave hulls, filled steepest first) fits
+// under a limit. Limits are tried from the LP bound up to a greedy solution's cost; the
+// LP-to-integer gap is a few prunes, so only states near the LP's path survive, and the
+// first limit that admits a solution yields the exact optimum.
+int64_t PruneKnapsack::Solve(int64_t target, int64_t budget, std::vector<int32_t>* z) {
+  const int64_t cap = std::min(budget, PrepareBounds(target));
+  const double root = RestBound(0, target);
+  if (!std::isfinite(root)) return kNoPlan;
+  // Tight limits first: few states survive them, and the first limit that succeeds gives
+  // the exact optimum, since no state on an optimal path is ever cut.
+  int64_t limit = std::max<int64_t>(0, static_cast<int64_t>(std::ceil(root - 1e-7)));
+  // Usually the LP's own solution, rounded up to whole options, already costs no more
+  // than that first limit. It is feasible, so it is then optimal and the DP can be
+  // skipped: the DP at that limit could find nothing cheaper (no integer solution costs
+  // less than the LP), which is exactly the test it would pass.
+  if (limit <= budget) {
+    const int64_t rounded = RoundLp(target);
+    if (rounded <= limit) {
+      if (z != nullptr) {
+        for (size_t i = 0; i < num_items_; ++i) {
+          if (rounded_choice_[i] >= 0)
+            (*z)[items_[i].rank] += items_[i].options[rounded_choice_[i]].cost;
+        }
+      }
+      return rounded;
+    }
+  }
+  FillDense(target);
+  for (int64_t step = 1;; step *= 2) {
+    if (limit >= cap) return RunDp(target, cap, z);
+    const int64_t got = RunDp(target, limit, z);
+    if (got != kNoPlan) return got;
+    limit += step;
+  }
+}
+
+// A feasible solution read off the LP (after PrepareBounds): the LP fills the items'
+// hull segments steepest first, so each item gets a prefix of its hull, ending at one of
+// its options, except the last segment, taken in part; take that one whole. Then, item
+// by item, drop to the cheapest option that still keeps the total gain >= target.
+// Leaves the chosen option per item in rounded_choice_ (-1: none); returns the cost (kNoPlan if
+// even the whole LP falls short).
+int64_t PruneKnapsack::RoundLp(int64_t target) {
+  const size_t k = num_items_;
+  rounded_choice_.assign(k, -1);
+  rounded_gain_.assign(k, 0);
+  int64_t gained = 0;
+  for (const Segment& seg : segments_) {  // after PrepareBounds: all items, steepest first
+    if (gained >= target) break;
+    const int64_t g = std::llround(seg.gain);
+    rounded_gain_[seg.item] += g;
+    gained += g;
+  }
+  if (gained < target) return kNoPlan;
+  int64_t cost = 0;
+  for (size_t i = 0; i < k; ++i) {
+    if (rounded_gain_[i] == 0) continue;
+    const std::vector<Option>& options = items_[i].options;
+    const int64_t want = rounded_gain_[i] - (gained - target);  // what it must still give
+    int32_t pick = -1;
+    if (want > 0) {
+      for (size_t j = 0; j < options.size(); ++j) {
+        if (options[j].gain >= want) {
+          pick = static_cast<int32_t>(j);
+          break;
+        }
+      }
+      if (pick < 0) return kNoPlan;  // cannot happen: its hull vertex is an option
+    }
+    const int64_t gives = pick < 0 ? 0 : options[pick].gain;
+    gained += gives - rounded_gain_[i];
+    rounded_choice_[i] = pick;
+    if (pick >= 0) cost += options[pick].cost;
+  }
+  return cost;
+}
+
+// The DP itself, keeping only states whose cost plus LP completion fits under `upper`.
+int64_t PruneKnapsack::RunDp(int64_t target, int64_t upper, std::vector<int32_t>* z) {
+  constexpr int32_t kBig = std::numeric_limits<int32_t>::max() / 2;
+  const size_t width = static_cast<size_t>(target) + 1;
+  const size_t k = num_items_;
+  // Bounds compare a fractional LP cost with integer costs; the slack absorbs rounding.
+  const double limit = static_cast<double>(upper) + 1e-7;
+  const bool track = z != nullptr;
+  if (track && picked_option_.size() < k * width) {
+    picked_option_.resize(k * width);
+    previous_gain_.resize(k * width);
+    written_in_epoch_.resize(k * width, 0);
+  }
+  ++epoch_;
+  // In place, over the live states only, largest first: an option only raises the
+  // state, so nothing written for this item is expanded again by it.
+  least_cost_.assign(width, kBig);
+  least_cost_[0] = 0;
+  live_gains_.assign(1, 0);
+  listed_.assign(width, 0);  // in live_gains_ or new_gains_: each state is expanded once per item
+  listed_[0] = 1;
+  for (size_t i = 0; i < k; ++i) {
+    std::sort(live_gains_.begin(), live_gains_.end(), std::greater<>());
+    new_gains_.clear();
+    const std::vector<Option>& options = items_[order_[i]].options;
+    for (const int32_t g : live_gains_) {
+      const int32_t here = least_cost_[g];
+      if (here + RestBound(i, target - g) > limit) {
+        least_cost_[g] = kBig;  // cannot finish within `upper`
+        continue;
+      }
+      for (size_t j = 0; j < options.size(); ++j) {
+        const int64_t cost = int64_t{here} + options[j].cost;
+        if (cost > upper) break;  // options grow in cost
+        const int32_t ng = static_cast<int32_t>(std::min<int64_t>(target, g + options[j].gain));
+        if (cost >= least_cost_[ng]) continue;
+        if (static_cast<double>(cost) + RestBound(i + 1, target - ng) > limit) continue;
+        if (!listed_[ng]) {
+          listed_[ng] = 1;
+          new_gains_.push_back(ng);
+        }
+        least_cost_[ng] = static_cast<int32_t>(cost);
+        if (track) {
+          const size_t at = i * width + static_cast<size_t>(ng);
+          written_in_epoch_[at] = epoch_;
+          picked_option_[at] = static_cast<int32_t>(j);
+          previous_gain_[at] = g;
+        }
+      }
+    }
+    live_gains_.erase(std::remove_if(live_gains_.begin(), live_gains_.end(),
+                                     [&](int32_t g) {
+                                       if (least_cost_[g] < kBig) return false;
+                                       listed_[g] = 0;
+                                       return true;
+                                     }),
+                      live_gains_.end());
+    live_gains_.insert(live_gains_.end(), new_gains_.begin(), new_gains_.end());
+  }
+  if (least_cost_[width - 1] >= kBig) return kNoPlan;
+  if (track) {
+    size_t g = width - 1;
+    for (size_t i = k; i-- > 0;) {
+      const size_t at = i * width + g;
+      if (written_in_epoch_[at] != epoch_) continue;  // this item added nothing on the path
+      const Item& item = items_[order_[i]];
+      (*z)[item.rank] += item.options[picked_option_[at]].cost;
+      g = static_cast<size_t>(previous_gain_[at]);
+    }
+  }
+  return least_cost_[width - 1];
+}
+
+// Least fractional cost to gain h from items i.. on (kInf if they cannot).
+double PruneKnapsack::RestBound(size_t i, int64_t h) const {
+  if (h <= 0) return 0;
+  if (!dense_bound_.empty()) return dense_bound_[i * dense_width_ + static_cast<size_t>(h)];
+  const size_t from = suffix_begin_[i], to = suffix_end_[i];
+  const double want = static_cast<double>(h);
+  // First cumulative point that reaches h.
+  size_t lo = from, hi = to;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (suffix_points_[mid].gain >= want) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  if (lo == to) return kInf;
+  const double gain0 = lo == from ? 0.0 : suffix_points_[lo - 1].gain;
+  const double cost0 = lo == from ? 0.0 : suffix_points_[lo - 1].cost;
+  return cost0 +
+         (want - gain0) * (suffix_points_[lo].cost - cost0) / (suffix_points_[lo].gain - gain0);
+}
+
+// RestBound as a table, for the DP: small tables are cheaper to fill (one walk per
+// suffix) than to search pair by pair. Call after PrepareBounds.
+void PruneKnapsack::FillDense(int64_t target) {
+  const size_t k = num_items_;
+  const size_t width = static_cast<size_t>(target) + 1;
+  if ((k + 1) * width <= 1024) {
+    dense_bound_.assign((k + 1) * width, kInf);
+    for (size_t i = 0; i <= k; ++i) {
+      double* row = &dense_bound_[i * width];
+      row[0] = 0;
+      size_t at = suffix_begin_[i];
+      for (size_t h = 1; h < width; ++h) {
+        const double want = static_cast<double>(h);
+        while (at < suffix_end_[i] && suffix_points_[at].gain < want) ++at;
+        if (at == suffix_end_[i]) break;  // the rest stay kInf
+        const double gain0 = at == suffix_begin_[i] ? 0.0 : suffix_points_[at - 1].gain;
+        const double cost0 = at == suffix_begin_[i] ? 0.0 : suffix_points_[at - 1].cost;
+        row[h] = cost0 + (want - gain0) * (suffix_points_[at].cost - cost0) /
+                             (suffix_points_[at].gain - gain0);
+      }
+    }
+    dense_width_ = width;
+  }
+}
+
+// For the knapsack: orders the items by efficiency (order_), builds the suffix
+// LP bounds (suffix_points_: the cumulative hull points of items order_[i..] merged by slope) and
+// returns a greedy solution's cost (kNoPlan if the greedy finds none).
+int64_t PruneKnapsack::PrepareBounds(int64_t target) {
+  const size_t k = num_items_;
+  order_.resize(k);
+  for (size_t i = 0; i < k; ++i) order_[i] = i;
+  // Upper concave hull of each item's (cost, gain) points from the origin: few segments,
+  // since the gains are floors of a line. A monotone chain over the integer points (the
+  // cross products are exact in int64), then cut into segments.
+  if (hulls_.size() < k) hulls_.resize(k);
+  for (size_t i = 0; i < k; ++i) {
+    const std::vector<Option>& options = items_[i].options;
+    hull_chain_.resize(options.size() + 1);
+    size_t top = 0;
+    hull_chain_[top++] = {0, 0};
+    for (const Option& o : options) {
+      // Drop the last vertex while o is at least as steep from the one before it.
+      while (top >= 2) {
+        const Option& v0 = hull_chain_[top - 2];
+        const Option& v1 = hull_chain_[top - 1];
+        if ((o.gain - v1.gain) * int64_t{v1.cost - v0.cost} <
+            (v1.gain - v0.gain) * int64_t{o.cost - v1.cost}) {
+          break;
+        }
+        --top;
+      }
+      hull_chain_[top++] = o;
+    }
+    std::vector<Segment>& hull = hulls_[i];
+    hull.resize(top - 1);
+    for (size_t j = 1; j < top; ++j) {
+      hull[j - 1] = {static_cast<double>(hull_chain_[j].cost - hull_chain_[j - 1].cost),
+                     static_cast<double>(hull_chain_[j].gain - hull_chain_[j - 1].gain), i};
+    }
+  }
+  // Most efficient item first, so that the bound bites early.
+  auto first_slope = [&](size_t i) {
+    return hulls_[i].empty() ? 0.0 : hulls_[i][0].gain / hulls_[i][0].cost;
+  };
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](size_t a, size_t b) { return first_slope(a) > first_slope(b); });
+  // Suffixes from the last item backwards, merging each hull into the running
+  // slope-sorted list and appending its cumulative points to suffix_points_.
+  auto steeper = [](const Segment& a, const Segment& b) {
+    return a.gain * b.cost > b.gain * a.cost;
+  };
+  suffix_points_.clear();
+  suffix_begin_.assign(k + 1, 0);
+  suffix_end_.assign(k + 1, 0);
+  segments_.clear();
+  for (size_t i = k; i-- > 0;) {
+    const std::vector<Segment>& hull = hulls_[order_[i]];
+    merged_.clear();
+    std::merge(segments_.begin(), segments_.end(), hull.begin(), hull.end(),
+               std::back_inserter(merged_), steeper);
+    std::swap(segments_, merged_);
+    suffix_begin_[i] = suffix_points_.size();
+    double cost = 0, gain = 0;
+    for (const Segment& seg : segments_) {
+      cost += seg.cost;
+      gain += seg.gain;
+      suffix_points_.push_back({cost, gain, 0});
+    }
+    suffix_end_[i] = suffix_points_.size();
+  }
+  dense_bound_.clear();  // FillDense builds it, once the DP is needed
+
+  // Greedy: most efficient items first, each the cheapest option that finishes, else
+  // its largest.
+  int64_t cost = 0, left = target;
+  for (size_t i = 0; i < k; ++i) {
+    const std::vector<Option>& options = items_[order_[i]].options;
+    if (options.empty()) continue;
+    const Option* finish = nullptr;
+    for (const Option& o : options) {
+      if (o.gain >= left) {
+        finish = &o;
+        break;
+      }
+    }
+    const Option& take = finish != nullptr ? *finish : options.back();
+    cost += take.cost;
+    left -= take.gain;
+    if (left <= 0) return cost;
+  }
+  return kNoPlan;
+}
+
+}  // namespace ballast::coordinator::planner_internal

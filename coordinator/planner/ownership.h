@@ -1,0 +1,29 @@
+// Ownership of a block's units: the water-filled counts a reshard aims at, and the unit
+// moves that reach them. Part of the planner library; pure functions.
+#ifndef BALLAST_COORDINATOR_PLANNER_OWNERSHIP_H_
+#define BALLAST_COORDINATOR_PLANNER_OWNERSHIP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ballast/types.h"
+#include "coordinator/planner/planner.h"
+
+namespace ballast::coordinator {
+
+// Unit counts minimising max_r c_r * n'_r with sum n' = num_units and n' = 0 on cordoned
+// ranks: units go one at a time to the rank with the least c_r * (n'_r + 1), ties to the
+// lower rank, which is exactly optimal for this min-max.
+absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRank>& ranks,
+                                                     int32_t num_units);
+
+// The owner of every unit after moving as few units as possible to reach `new_counts`:
+// each rank keeps min(old, new) of its units, lowest unit ids first; freed units, lowest
+// id first, go to the ranks that need more, in rank order.
+std::vector<RankId> MoveUnits(const std::vector<RankId>& owner_of_unit,
+                              const std::vector<int32_t>& new_counts);
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_PLANNER_OWNERSHIP_H_

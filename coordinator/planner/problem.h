@@ -1,0 +1,74 @@
+// The planner's internal model of one block under one ownership and policy: the load
+// formula every layer prices with, the problem in the solver's terms and a plan in counts.
+// Internal to the planner (planner.h is the interface); the symbols follow the model in
+// planner.h: c_r seconds per unit, n_r units owned, tau per transferred unit, and a plan's
+// z_r pruned, y_r offloaded and x_r computed for others.
+#ifndef BALLAST_COORDINATOR_PLANNER_PROBLEM_H_
+#define BALLAST_COORDINATOR_PLANNER_PROBLEM_H_
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "coordinator/planner/planner.h"
+#include "coordinator/policy.h"
+
+namespace ballast::coordinator::planner_internal {
+
+inline constexpr int64_t kNoPlan = std::numeric_limits<int64_t>::max();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+// Objectives this close (relative) are equal: far below anything measurable.
+inline constexpr double kRelTol = 1e-12;
+
+// The one load formula. Every threshold the solver compares against and every reported
+// step time comes from it, so a predicted T is the same double the plan recomputes to.
+inline double Load(double c, double tau, int64_t computed, int64_t transferred) {
+  return c * static_cast<double>(computed) + tau * static_cast<double>(transferred);
+}
+
+inline bool PrunesAllowed(BalanceMode mode) { return mode != BalanceMode::kMigrate; }
+inline bool TransfersAllowed(BalanceMode mode) { return mode != BalanceMode::kResize; }
+// Off and observe compute what auto would do (to explain it), and push all-local.
+inline BalanceMode PlanningMode(BalanceMode mode) {
+  return (mode == BalanceMode::kOff || mode == BalanceMode::kObserve) ? BalanceMode::kAuto : mode;
+}
+
+// One block under one ownership and policy, in the solver's terms.
+struct Problem {
+  int32_t num_ranks = 0;
+  int64_t num_units = 0;                 // N
+  std::vector<double> seconds_per_unit;  // c_r
+  std::vector<int32_t> owned;            // n_r
+  std::vector<char> cordoned;
+  std::vector<int32_t> prune_cap;  // per rank; 0 when the mode forbids pruning
+  int64_t group_prune_cap = 0;
+  double tau = 0;     // seconds per transferred unit, on each of its two ranks
+  double lambda = 0;  // accuracy weight per pruned unit: w / N
+};
+
+Problem MakeProblem(const PlannerInput& input, const std::vector<int32_t>& owned,
+                    const JobPolicy& policy, BalanceMode mode);
+
+// Units each rank owns, from the input's ranks.
+std::vector<int32_t> OwnedCounts(const PlannerInput& input);
+
+// A plan in counts: per rank pruned (z), offloaded out (y), computed for others (x).
+struct Solution {
+  bool feasible = false;
+  std::string reason;  // when infeasible
+  std::vector<int32_t> z, y, x;
+  double step = 0;
+  double objective = 0;
+};
+
+// Sets step and objective of `solution`'s counts with the model's formula (the same one
+// tests re-derive).
+void Price(const Problem& problem, Solution* solution);
+
+// Smallest z in [0, n] with coef * (n - z) <= t (t >= 0; z = n always qualifies).
+int32_t SmallestPrune(double coef, int32_t n, double t);
+
+}  // namespace ballast::coordinator::planner_internal
+
+#endif  // BALLAST_COORDINATOR_PLANNER_PROBLEM_H_

@@ -1,0 +1,46 @@
+// The exact optimum of one block on one ownership, per mode: resize-only, migrate-only
+// and the joint (auto) plan. Internal to the planner; planner.cc builds its candidates
+// from these.
+//
+// Over t. MinPrunes(t) (transfer_solver.h) is a non-increasing step function that changes
+// only at load values c u + tau w, and the objective t + lambda MinPrunes(t) is minimised
+// at the left end of one of its steps. Resize-only has a direct scan, migrate-only is the
+// N-th smallest "coverage slot" (TransferSolver::MinStepWithoutPruning). Auto runs a
+// best-first branch and bound over
+// intervals (a, b) of t: one whose right end needs k_b prunes can hold nothing better than
+// a + lambda * max(k_b [+1 if b is known to start its step], ceil(LP(b))), where LP is the
+// linear relaxation of MinPrunes (fractional prunes and coverage, a greedy over concave
+// pieces). An interval is split at its midpoint, whose min-prune plan is re-balanced to
+// its true max load (snapping the split to where that plan's step region begins). When an
+// interval can hold only a step or two, the search instead looks at the double just below
+// b: MinPrunes is constant between consecutive load values, so that settles whether b
+// starts its step. Every plan seen is a candidate and an interval is dropped only when its
+// bound cannot beat the best, so the result is the optimum (to 1e-12 relative).
+#ifndef BALLAST_COORDINATOR_PLANNER_SEARCH_H_
+#define BALLAST_COORDINATOR_PLANNER_SEARCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/planner/planner.h"
+#include "coordinator/planner/problem.h"
+#include "coordinator/policy.h"
+
+namespace ballast::coordinator::planner_internal {
+
+// The best plans for a mode on one ownership. For auto: resize-only, migrate-only and
+// the joint optimum; otherwise the one technique (the others stay infeasible).
+struct ModePlans {
+  Solution resize, migrate, joint;
+  const Solution& best(BalanceMode mode) const {
+    return mode == BalanceMode::kResize ? resize : mode == BalanceMode::kMigrate ? migrate : joint;
+  }
+};
+
+// `mode` is a planning mode (resize, migrate or auto; see PlanningMode).
+ModePlans SolveMode(const PlannerInput& input, const std::vector<int32_t>& owned,
+                    const JobPolicy& policy, BalanceMode mode);
+
+}  // namespace ballast::coordinator::planner_internal
+
+#endif  // BALLAST_COORDINATOR_PLANNER_SEARCH_H_

@@ -1,0 +1,335 @@
+#include "coordinator/planner/transfer_solver.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ballast::coordinator::planner_internal {
+
+TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
+  // The LP's concave pieces, steepest first: a prune on a sender covers
+  // c / (c - tau) units, on a cordoned rank 1, on any other rank c / (c + tau).
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    if (problem_.cordoned[r]) {
+      pieces_.push_back({1.0, r, true});
+      continue;
+    }
+    if (problem_.seconds_per_unit[r] > problem_.tau)
+      pieces_.push_back(
+          {problem_.seconds_per_unit[r] / (problem_.seconds_per_unit[r] - problem_.tau), r, true});
+    pieces_.push_back(
+        {problem_.seconds_per_unit[r] / (problem_.seconds_per_unit[r] + problem_.tau), r, false});
+  }
+  std::stable_sort(pieces_.begin(), pieces_.end(),
+                   [](const Piece& a, const Piece& b) { return a.slope > b.slope; });
+  lp_send_length_.assign(problem_.num_ranks, 0.0);
+  lp_keep_length_.assign(problem_.num_ranks, 0.0);
+  mandatory_.assign(problem_.num_ranks, 0);
+  sender_end_.assign(problem_.num_ranks, 0);
+  base_coverage_.assign(problem_.num_ranks, 0);
+}
+
+int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
+  if (problem_.cordoned[r])
+    return Load(problem_.seconds_per_unit[r], problem_.tau, 0, problem_.owned[r] - z) <= t ? z : -1;
+  const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+  const int64_t n = problem_.owned[r], left = n - z;
+  // Receiving more than the others own never helps.
+  const int64_t max_in = std::max<int64_t>(0, problem_.num_units - n);
+  if (Load(c, tau, left, 0) <= t) {
+    const double room = (t - c * static_cast<double>(left)) / (c + tau);
+    int64_t x = room >= static_cast<double>(max_in)
+                    ? max_in
+                    : std::max<int64_t>(0, static_cast<int64_t>(room));
+    while (x < max_in && Load(c, tau, left + x + 1, x + 1) <= t) ++x;
+    while (x > 0 && Load(c, tau, left + x, x) > t) --x;
+    return n + x;
+  }
+  if (!(c > tau)) return -1;  // sending costs it more than computing
+  const double need = (c * static_cast<double>(left) - t) / (c - tau);
+  int64_t y = need >= static_cast<double>(left)
+                  ? left
+                  : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(need)));
+  while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
+  while (y < left && Load(c, tau, left - y, y) > t) ++y;
+  if (Load(c, tau, left - y, y) > t) return -1;
+  return n - y;
+}
+
+int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
+  int64_t sum_m = 0, covered = 0;
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    const int32_t n = problem_.owned[r], cap = problem_.prune_cap[r];
+    if (problem_.cordoned[r]) {
+      mandatory_[r] = SmallestPrune(problem_.tau, n, t);
+      if (mandatory_[r] > cap) return kNoPlan;
+      sender_end_[r] = std::min(cap, n);
+    } else {
+      const int32_t keep = SmallestPrune(problem_.seconds_per_unit[r], n, t);
+      mandatory_[r] = std::min(keep, SmallestPrune(problem_.tau, n, t));
+      if (mandatory_[r] > cap) return kNoPlan;
+      // Below `keep` prunes the rank must send: that is its sender stretch.
+      sender_end_[r] = std::min(cap, keep);
+    }
+    base_coverage_[r] = Coverage(r, t, mandatory_[r]);
+    sum_m += mandatory_[r];
+    covered += base_coverage_[r];
+  }
+  if (sum_m > problem_.group_prune_cap) return kNoPlan;
+  if (z != nullptr) z->assign(mandatory_.begin(), mandatory_.end());
+  const int64_t deficit = problem_.num_units - covered;
+  if (deficit <= 0) return sum_m;
+  const int64_t budget = problem_.group_prune_cap - sum_m;
+  if (budget <= 0) return kNoPlan;
+
+  // Phase A: senders only.
+  knapsack_.Clear();
+  int64_t sender_gain = 0, sender_prunes = 0;
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    if (sender_end_[r] <= mandatory_[r]) continue;
+    sender_gain += Coverage(r, t, sender_end_[r]) - base_coverage_[r];
+    sender_prunes += sender_end_[r] - mandatory_[r];
+    knapsack_.Add(r);
+  }
+  if (sender_gain >= deficit) {
+    int64_t extra;
+    if (knapsack_.size() == 1) {
+      // One sender (the usual straggler): the smallest prune count that covers the
+      // deficit, by bisection on its monotone coverage.
+      const int32_t r = knapsack_.item(0).rank;
+      int32_t lo = mandatory_[r], hi = sender_end_[r];  // coverage(lo) short, coverage(hi) enough
+      while (hi - lo > 1) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        (Coverage(r, t, mid) - base_coverage_[r] >= deficit ? hi : lo) = mid;
+      }
+      extra = hi - mandatory_[r];
+      if (extra > budget) return kNoPlan;
+      if (z != nullptr) (*z)[r] = hi;
+    } else {
+      for (size_t i = 0; i < knapsack_.size(); ++i) {
+        Item& item = knapsack_.item(i);
+        FillSenderOptions(t, mandatory_[item.rank], sender_end_[item.rank], deficit, &item);
+      }
+      extra = knapsack_.Solve(deficit, budget, z);
+      if (extra == kNoPlan) return kNoPlan;
+    }
+    return sum_m + extra;
+  }
+
+  // Phase B: senders saturated; the rest prunes to make room for what they still send.
+  if (sender_prunes >= budget) return kNoPlan;
+  const int64_t deficit_b = deficit - sender_gain;
+  const int64_t budget_b = budget - sender_prunes;
+  if (z != nullptr) {
+    for (int32_t r = 0; r < problem_.num_ranks; ++r)
+      (*z)[r] = std::max(mandatory_[r], sender_end_[r]);
+  }
+  knapsack_.Clear();
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    if (problem_.cordoned[r]) continue;
+    const int32_t start = std::max(mandatory_[r], sender_end_[r]);
+    const int32_t end =
+        static_cast<int32_t>(std::min<int64_t>(problem_.prune_cap[r], start + budget_b));
+    if (end <= start) continue;
+    Item& item = knapsack_.Add(r);
+    FillReceiverOptions(t, start, end, deficit_b, &item);
+    if (item.options.empty()) knapsack_.DropLast();
+  }
+  const int64_t extra_b = knapsack_.Solve(deficit_b, budget_b, z);
+  if (extra_b == kNoPlan) return kNoPlan;
+  return sum_m + sender_prunes + extra_b;
+}
+
+double TransferSolver::Balance(double t, const std::vector<int32_t>& z, std::vector<int64_t>* v) {
+  v->resize(problem_.num_ranks);
+  int64_t sum = 0;
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    (*v)[r] = Coverage(r, t, z[r]);
+    sum += (*v)[r];
+  }
+  for (int64_t excess = sum - problem_.num_units; excess > 0; --excess) {
+    int32_t pick = -1;
+    double pick_load = -1;
+    for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+      if (problem_.cordoned[r] || (*v)[r] <= z[r]) continue;
+      const double now = LoadAt(r, (*v)[r], z[r]);
+      // Only drop where it lowers the load: a rank with c <= tau gains nothing by
+      // sending. Since sum v > N = sum n, some rank receives, and receivers qualify.
+      if (!(LoadAt(r, (*v)[r] - 1, z[r]) < now)) continue;
+      if (now > pick_load) {
+        pick_load = now;
+        pick = r;
+      }
+    }
+    if (pick < 0) break;
+    --(*v)[pick];
+  }
+  double max_load = 0;
+  for (int32_t r = 0; r < problem_.num_ranks; ++r)
+    max_load = std::max(max_load, LoadAt(r, (*v)[r], z[r]));
+  return max_load;
+}
+
+double TransferSolver::LpPrunes(double t) {
+  double sum_m = 0, covered = 0;
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    const double n = problem_.owned[r], cap = problem_.prune_cap[r],
+                 c = problem_.seconds_per_unit[r], tau = problem_.tau;
+    const double low = problem_.cordoned[r] ? tau : std::min(c, tau);
+    double m = low > 0 ? std::max(0.0, n - t / low) : 0.0;
+    if (m > cap + 1e-9) return kInf;
+    m = std::min(m, cap);
+    sum_m += m;
+    if (problem_.cordoned[r]) {
+      covered += m;
+      lp_send_length_[r] = std::max(0.0, std::min(cap, n) - m);
+      lp_keep_length_[r] = 0;
+      continue;
+    }
+    const double keep_from = n - t / c;  // prunes from which it keeps all its units
+    if (c > tau && m < keep_from) {
+      covered += m + (t - tau * (n - m)) / (c - tau);
+      lp_send_length_[r] = std::max(0.0, std::min(keep_from, cap) - m);
+      lp_keep_length_[r] = std::max(0.0, cap - std::max(keep_from, m));
+    } else {
+      covered += n + (t - c * (n - m)) / (c + tau);
+      lp_send_length_[r] = 0;
+      lp_keep_length_[r] = std::max(0.0, cap - m);
+    }
+  }
+  const double group_cap = static_cast<double>(problem_.group_prune_cap);
+  if (sum_m > group_cap + 1e-9) return kInf;
+  double need = static_cast<double>(problem_.num_units) - covered;
+  if (need <= 0) return sum_m;
+  double used = 0;
+  for (const Piece& piece : pieces_) {
+    const double len = piece.send ? lp_send_length_[piece.rank] : lp_keep_length_[piece.rank];
+    if (len <= 0) continue;
+    if (len * piece.slope >= need) {
+      used += need / piece.slope;
+      need = 0;
+      break;
+    }
+    used += len;
+    need -= len * piece.slope;
+  }
+  if (need > 1e-9 * (1.0 + static_cast<double>(problem_.num_units))) return kInf;
+  return sum_m + used > group_cap + 1e-9 ? kInf : sum_m + used;
+}
+
+double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
+  double floor_load = 0, top = 0, step = 0;
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+    const int64_t n = problem_.owned[r];
+    floor_load = std::max(floor_load, problem_.cordoned[r]
+                                          ? Load(c, tau, 0, n)
+                                          : std::min(Load(c, tau, n, 0), Load(c, tau, 0, n)));
+    if (problem_.cordoned[r]) continue;
+    top = std::max(top,
+                   Load(c, tau, problem_.num_units, problem_.num_units - n));  // it alone covers N
+    step = std::max(step, c + tau);
+  }
+  double lo = 0, hi = top;
+  for (int i = 0; i < 60 && hi - lo > 1e-15 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (RealCoverage(mid) >= static_cast<double>(problem_.num_units) ? hi : lo) = mid;
+  }
+  std::vector<int32_t> zero(problem_.num_ranks, 0);
+  double t = std::max(hi, floor_load) + step;
+  while (true) {
+    int64_t covered = 0;
+    for (int32_t r = 0; r < problem_.num_ranks; ++r) covered += Coverage(r, t, 0);
+    if (covered >= problem_.num_units) break;
+    step *= 2;
+    t += step;
+  }
+  return Balance(t, zero, v);
+}
+
+// Rank r's load accounting for v units with z of its own pruned.
+double TransferSolver::LoadAt(int32_t r, int64_t v, int32_t z) const {
+  const int64_t n = problem_.owned[r];
+  return Load(problem_.seconds_per_unit[r], problem_.tau, v - z, v >= n ? v - n : n - v);
+}
+
+// Sum over ranks of the relaxed coverage at zero prunes (>= the integer coverage).
+double TransferSolver::RealCoverage(double t) const {
+  double sum = 0;
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    if (problem_.cordoned[r]) continue;
+    const double c = problem_.seconds_per_unit[r], tau = problem_.tau, n = problem_.owned[r];
+    if (c > tau) {
+      if (t < tau * n) continue;
+      sum += t <= c * n ? (t - tau * n) / (c - tau) : n + (t - c * n) / (c + tau);
+    } else if (t >= c * n) {
+      sum += n + (t - c * n) / (c + tau);
+    }
+  }
+  return sum;
+}
+
+// Options of a sender: every prune beyond `start` (up to `end`) raises its coverage, by
+// at least one unit; stop once the gain reaches `target`. While it still sends, its
+// least send count y(z) = ceil((c (n - z) - t) / (c - tau)) falls by c / (c - tau) per
+// prune, so it is tracked incrementally and only checked against the load formula.
+void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int64_t target,
+                                       Item* item) const {
+  const int32_t r = item->rank;
+  const int64_t base = Coverage(r, t, start);
+  if (problem_.cordoned[r]) {  // a pruned unit is one unit it need not send
+    for (int32_t zz = start + 1; zz <= end && zz - start <= target; ++zz) {
+      item->options.push_back({zz - start, zz - start});
+    }
+    return;
+  }
+  const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+  const int64_t n = problem_.owned[r];
+  const double step = c / (c - tau);
+  double q = (c * static_cast<double>(n - start) - t) / (c - tau);
+  int64_t last = 0;
+  for (int32_t zz = start + 1; zz <= end; ++zz) {
+    const int64_t left = n - zz;
+    int64_t gain;
+    if (Load(c, tau, left, 0) <= t) {
+      gain = Coverage(r, t, zz) - base;  // keeps everything from here on
+    } else {
+      q -= step;
+      int64_t y = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(q)), 1, left);
+      while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
+      while (y < left && Load(c, tau, left - y, y) > t) ++y;
+      gain = n - y - base;
+    }
+    if (gain <= last) continue;
+    item->options.push_back({zz - start, gain});
+    last = gain;
+    if (gain >= target) break;
+  }
+}
+
+// Options of a rank that keeps all its units from `start` prunes on: the g-th extra unit
+// it can take needs the smallest z with c (n - z + x) + tau x <= t, x its units received;
+// found directly for each g rather than by scanning z.
+void TransferSolver::FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target,
+                                         Item* item) const {
+  const int32_t r = item->rank;
+  const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+  const int64_t n = problem_.owned[r];
+  const int64_t max_in = std::max<int64_t>(0, problem_.num_units - n);
+  const int64_t x0 = Coverage(r, t, start) - n;
+  auto fits = [&](int64_t zz, int64_t x) { return Load(c, tau, n - zz + x, x) <= t; };
+  for (int64_t g = 1; g <= target && x0 + g <= max_in; ++g) {
+    const int64_t x = x0 + g;
+    const double estimate = std::ceil(static_cast<double>(n + x) - (t - tau * x) / c);
+    int64_t zz = std::clamp<int64_t>(static_cast<int64_t>(std::max(estimate, 0.0)), start + 1,
+                                     int64_t{end} + 1);
+    while (zz - 1 > start && fits(zz - 1, x)) --zz;
+    while (zz <= end && !fits(zz, x)) ++zz;
+    if (zz > end) break;
+    const int32_t cost = static_cast<int32_t>(zz - start);
+    // One prune never adds two units here (c / (c + tau) < 1), except by rounding.
+    if (!item->options.empty() && item->options.back().cost >= cost) item->options.pop_back();
+    item->options.push_back({cost, g});
+  }
+}
+
+}  // namespace ballast::coordinator::planner_internal

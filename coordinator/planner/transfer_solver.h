@@ -1,0 +1,86 @@
+// Plans with transfers (modes migrate and auto), at a fixed step time t: how many units
+// each rank can account for (compute or prune) with its load under t, the fewest prunes
+// with which t is reachable, and the least max load those prunes allow. search.h walks t;
+// this file answers for one t. Internal to the planner.
+//
+// Coverage. Call v_r = u_r + z_r the units rank r accounts for. In an optimum no rank both
+// sends and receives (dropping one of each saves 2 tau and changes nothing else), so r
+// transfers |n_r - v_r| units and
+//   load_r = c_r * (v_r - z_r) + tau * |n_r - v_r|,
+// and a plan is feasible iff sum_r v_r = N. For a step time t and prunes z_r, the v_r with
+// load_r <= t form an interval whose top Vmax_r(t, z_r) has a closed form (Coverage); t is
+// reachable with prunes z iff every rank can get under t and sum_r Vmax_r(t, z_r) >= N.
+//
+// Fixed t (MinPrunes). The fewest prunes with which t is reachable. Each rank needs some
+// mandatory prunes m_r to get under t at all. Beyond that a prune on a rank that must send
+// ("sender": c_r (n_r - z_r) > t) raises its coverage by at least one unit (it sends at
+// least one unit fewer), while a prune on any other rank raises it by 0 or 1. So, by an
+// exchange argument, some optimum prunes beyond m_r on non-senders only once every sender
+// is saturated (at its budget or no longer sending). Phase A solves a small knapsack over
+// the senders (one sender, the usual straggler, is a bisection); only if saturating them
+// is not enough does phase B solve one over the others (knapsack.h).
+#ifndef BALLAST_COORDINATOR_PLANNER_TRANSFER_SOLVER_H_
+#define BALLAST_COORDINATOR_PLANNER_TRANSFER_SOLVER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/planner/knapsack.h"
+#include "coordinator/planner/problem.h"
+
+namespace ballast::coordinator::planner_internal {
+
+class TransferSolver {
+ public:
+  // `problem` must outlive the solver.
+  explicit TransferSolver(const Problem& problem);
+
+  // Largest coverage rank r can have with z of its own units pruned and load <= t, or -1
+  // when it cannot get under t at all. Cordoned ranks cover exactly their prunes.
+  int64_t Coverage(int32_t r, double t, int32_t z) const;
+
+  // The fewest prunes with which every rank gets under t and all units are covered, or
+  // kNoPlan. Fills z (per-rank prunes) when non-null.
+  int64_t MinPrunes(double t, std::vector<int32_t>* z);
+
+  // Given prunes z that reach t, the coverage that minimises the max load: start from
+  // every rank's Vmax and drop the costliest droppable unit of coverage until exactly N
+  // remain, which keeps the N cheapest "slots". Returns that max load (<= t).
+  double Balance(double t, const std::vector<int32_t>& z, std::vector<int64_t>* v);
+
+  // Linear relaxation of MinPrunes(t): a lower bound, kInf where even it is infeasible.
+  double LpPrunes(double t);
+
+  // The exact least max load with no pruning: the N-th cheapest coverage slot over all
+  // ranks (and no less than what each rank must bear anyway). A fractional water level
+  // gets close first so that Balance only drops a handful of slots.
+  double MinStepWithoutPruning(std::vector<int64_t>* v);
+
+ private:
+  using Item = PruneKnapsack::Item;
+  // A stretch of one rank's LP coverage curve, linear in its prunes.
+  struct Piece {
+    double slope;  // coverage per prune
+    int32_t rank;
+    bool send;  // the sender (or cordoned) stretch, else the keep-everything stretch
+  };
+
+  double LoadAt(int32_t r, int64_t v, int32_t z) const;
+  double RealCoverage(double t) const;
+  void FillSenderOptions(double t, int32_t start, int32_t end, int64_t target, Item* item) const;
+  void FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target, Item* item) const;
+
+  const Problem& problem_;
+  std::vector<Piece> pieces_;  // steepest first
+  PruneKnapsack knapsack_;
+  // Scratch, reused across calls so that the search allocates almost nothing: per rank
+  // the lengths of its LP pieces at the t in hand, its mandatory prunes m_r, the prune
+  // count from which it no longer sends (capped by its budget) and its coverage at m_r.
+  std::vector<double> lp_send_length_, lp_keep_length_;
+  std::vector<int32_t> mandatory_, sender_end_;
+  std::vector<int64_t> base_coverage_;
+};
+
+}  // namespace ballast::coordinator::planner_internal
+
+#endif  // BALLAST_COORDINATOR_PLANNER_TRANSFER_SOLVER_H_

@@ -1,0 +1,156 @@
+// DecideGroup: the whole decision for a group (dwell, restated moves, whether a plan is a
+// change), on small blocks whose plans are worked out by hand.
+#include "coordinator/planner/group_planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "ballast/block.h"
+#include "ballast/plan.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two ranks owning 4 units each of block 0; rank 1 computes a unit in `slow_seconds`,
+// rank 0 in 1 s; an offloaded unit costs each side `tau`.
+PlannerInput TwoRanks(double slow_seconds, double tau) {
+  PlannerInput in;
+  in.block = BlockId(0);
+  in.owner_of_unit = EvenOwnership(8, 2);
+  in.ranks = {{.seconds_per_unit = 1, .owned_units = 4},
+              {.seconds_per_unit = slow_seconds, .owned_units = 4}};
+  in.transfer_seconds_per_unit = tau;
+  return in;
+}
+
+JobPolicy Migrate() {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  return policy;
+}
+
+GroupPlannerInput OneBlock(const PlannerInput& block) {
+  GroupPlannerInput in;
+  in.group = GroupId("tp0");
+  in.blocks.push_back({.input = block});
+  return in;
+}
+
+// Rank 1 at 2 s/unit, tau 0.01: all-local takes 8 s; offloading one unit to rank 0 takes
+// 6.01 s, 25% better: past the job's hysteresis (5%), short of the dwell's (30%).
+TEST(GroupPlannerTest, ADwellHoldsThePlanUnlessTheImprovementIsLarge) {
+  GroupPlannerInput in = OneBlock(TwoRanks(2, 0.01));
+  in.in_force.group = GroupId("tp0");
+  in.in_force.version = PlanVersion(5);  // all-local, pushed
+  const DwellOptions dwell{.plan_dwell = absl::Seconds(2), .dwell_hysteresis = 0.3};
+
+  in.since_change = absl::Seconds(1);
+  GroupDecision held = DecideGroup(in, Migrate(), dwell);
+  EXPECT_FALSE(held.change.has_value());
+  ASSERT_FALSE(held.lines.empty());
+  EXPECT_THAT(held.lines[0], HasSubstr("plan changed 1s ago: hysteresis 0.3 until the 2s dwell"));
+  ASSERT_TRUE(held.blocks.contains(0));
+  EXPECT_TRUE(held.blocks.at(0).kept_current);
+
+  in.since_change = absl::Seconds(3);
+  GroupDecision changed = DecideGroup(in, Migrate(), dwell);
+  ASSERT_TRUE(changed.change.has_value());
+  EXPECT_EQ(changed.change->group, GroupId("tp0"));
+  EXPECT_EQ(changed.change->version, PlanVersion(0)) << "versions are the caller's";
+  ASSERT_EQ(changed.change->blocks.size(), 1u);
+  EXPECT_EQ(changed.change->blocks[0].offloads, (std::vector<Offload>{{RankId(1), RankId(0), 1}}));
+  EXPECT_FALSE(changed.moves_units);
+}
+
+TEST(GroupPlannerTest, AnUnchangedPlanIsNotPushedAgainUnlessTheWorkersRunAnother) {
+  GroupPlannerInput in = OneBlock(TwoRanks(2, 0.01));
+  GroupDecision first = DecideGroup(in, Migrate(), DwellOptions{});
+  ASSERT_TRUE(first.change.has_value());
+  in.in_force = *first.change;
+  in.in_force.version = PlanVersion(7);
+  EXPECT_FALSE(DecideGroup(in, Migrate(), DwellOptions{}).change.has_value());
+  // A restarted coordinator: the workers run a newer plan than the one it knows.
+  in.unknown_plan_in_force = true;
+  GroupDecision again = DecideGroup(in, Migrate(), DwellOptions{});
+  ASSERT_TRUE(again.change.has_value());
+  EXPECT_EQ(again.change->blocks, first.change->blocks);
+}
+
+TEST(GroupPlannerTest, AllLocalIsNotPushedWhenNothingWasPushedYet) {
+  GroupPlannerInput in = OneBlock(TwoRanks(1, 0.01));
+  GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});
+  EXPECT_FALSE(d.change.has_value());
+  // Once a plan was pushed, going back to all-local is a change.
+  in.in_force.version = PlanVersion(3);
+  in.in_force.blocks.push_back({.block = BlockId(0), .offloads = {{RankId(1), RankId(0), 1}}});
+  d = DecideGroup(in, Migrate(), DwellOptions{});
+  ASSERT_TRUE(d.change.has_value());
+  EXPECT_TRUE(d.change->blocks.empty());
+}
+
+TEST(GroupPlannerTest, ModeObserveExplainsButNeverChanges) {
+  JobPolicy observe = Migrate();
+  observe.mode = BalanceMode::kObserve;
+  GroupDecision d = DecideGroup(OneBlock(TwoRanks(2, 0.01)), observe, DwellOptions{});
+  EXPECT_FALSE(d.change.has_value());
+  ASSERT_TRUE(d.blocks.contains(0));
+  EXPECT_EQ(d.blocks.at(0).recommended.kind, CandidateKind::kAuto);
+  EXPECT_THAT(absl::StrJoin(d.lines, "\n"), HasSubstr("mode observe pushes all-local"));
+}
+
+// Rank 1 at 10 s/unit and chronic, tau 2: offloading y of its units costs rank 0
+// 4 + 3y and rank 1 40 - 8y, 16 s at best (y = 3 or 4); the water-filled ownership, all
+// 8 units on rank 0, takes 8 s with no transfers: a reshard.
+TEST(GroupPlannerTest, AReshardMovesUnitsAndIsRestatedUntilConfirmed) {
+  PlannerInput block = TwoRanks(10, 2);
+  block.ranks[1].chronic = true;
+  GroupDecision d = DecideGroup(OneBlock(block), Migrate(), DwellOptions{});
+  ASSERT_TRUE(d.change.has_value());
+  EXPECT_TRUE(d.moves_units);
+  ASSERT_EQ(d.change->blocks.size(), 1u);
+  const std::vector<RankId> moved = d.change->blocks[0].owner_of_unit;
+  ASSERT_EQ(moved.size(), 8u);
+  EXPECT_EQ(std::count(moved.begin(), moved.end(), RankId(0)), 8);
+
+  // Next round: planned on the moved ownership, the plan is all-local; until a worker
+  // reports the move, it is restated, and that restatement is no move of its own.
+  GroupPlannerInput next = OneBlock(block);
+  next.blocks[0].input.owner_of_unit = moved;
+  next.blocks[0].input.ranks[0].owned_units = 8;
+  next.blocks[0].input.ranks[1].owned_units = 0;
+  next.blocks[0].move_unconfirmed = true;
+  next.in_force = *d.change;
+  next.in_force.version = PlanVersion(9);
+  GroupDecision restated = DecideGroup(next, Migrate(), DwellOptions{});
+  EXPECT_FALSE(restated.change.has_value()) << "the plan in force already says it";
+  EXPECT_FALSE(restated.moves_units);
+  next.blocks[0].move_unconfirmed = false;  // a worker reported the move
+  GroupDecision confirmed = DecideGroup(next, Migrate(), DwellOptions{});
+  ASSERT_TRUE(confirmed.change.has_value());
+  EXPECT_TRUE(confirmed.change->blocks.empty()) << "all-local on the new ownership";
+}
+
+TEST(GroupPlannerTest, ABlockThatCannotBePlannedIsLeftOutAndSaysWhy) {
+  PlannerInput bad = TwoRanks(2, 0.01);
+  bad.ranks[1].seconds_per_unit = std::nan("");
+  GroupPlannerInput in = OneBlock(bad);
+  in.blocks.push_back({.input = TwoRanks(2, 0.01)});
+  in.blocks[1].input.block = BlockId(1);
+  GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});
+  EXPECT_FALSE(d.blocks.contains(0));
+  EXPECT_TRUE(d.blocks.contains(1));
+  EXPECT_THAT(absl::StrJoin(d.lines, "\n"), HasSubstr("block 0: ranks[1].seconds_per_unit nan"));
+  ASSERT_TRUE(d.change.has_value());
+  ASSERT_EQ(d.change->blocks.size(), 1u);
+  EXPECT_EQ(d.change->blocks[0].block, BlockId(1));
+}
+
+}  // namespace
+}  // namespace ballast::coordinator

@@ -1,0 +1,99 @@
+// PruneKnapsack against brute force: the fewest extra prunes that reach a coverage gain.
+#include "coordinator/planner/knapsack.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "coordinator/planner/problem.h"
+
+namespace ballast::coordinator::planner_internal {
+namespace {
+
+struct Instance {
+  std::vector<PruneKnapsack::Item> items;
+  int64_t target = 0;
+  int64_t budget = 0;
+};
+
+// Every choice of at most one option per item: the least cost reaching target within
+// budget, or kNoPlan.
+int64_t BruteForce(const Instance& in) {
+  int64_t best = kNoPlan;
+  std::vector<size_t> pick(in.items.size(), 0);  // 0: none, j: options[j - 1]
+  while (true) {
+    int64_t cost = 0, gain = 0;
+    for (size_t i = 0; i < in.items.size(); ++i) {
+      if (pick[i] == 0) continue;
+      cost += in.items[i].options[pick[i] - 1].cost;
+      gain += in.items[i].options[pick[i] - 1].gain;
+    }
+    if (gain >= in.target && cost <= in.budget && cost < best) best = cost;
+    size_t i = 0;
+    while (i < pick.size() && ++pick[i] > in.items[i].options.size()) pick[i++] = 0;
+    if (i == pick.size()) return best;
+  }
+}
+
+// Options like the solver's: cost and gain both increasing, gains from a concave-ish line
+// with rounding noise (one prune gains about `rate` units), some items with a long tail.
+Instance RandomInstance(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> num_items(1, 4), num_options(1, 6), coin(0, 3);
+  std::uniform_real_distribution<double> rate(0.3, 3.0);
+  Instance in;
+  int64_t total_gain = 0;
+  for (int i = num_items(rng); i > 0; --i) {
+    PruneKnapsack::Item item{.rank = static_cast<int32_t>(in.items.size()), .options = {}};
+    const double r = rate(rng);
+    int64_t last_gain = 0;
+    for (int32_t cost = 1, n = num_options(rng); cost <= n + coin(rng); ++cost) {
+      const int64_t gain = static_cast<int64_t>(r * cost + 0.5 * coin(rng));
+      if (gain <= last_gain) continue;
+      item.options.push_back({cost, gain});
+      last_gain = gain;
+    }
+    total_gain += last_gain;
+    in.items.push_back(std::move(item));
+  }
+  in.target = 1 + std::uniform_int_distribution<int64_t>(0, total_gain)(rng);
+  in.budget = std::uniform_int_distribution<int64_t>(0, 20)(rng);
+  return in;
+}
+
+TEST(PruneKnapsackTest, MatchesBruteForceAndItsPrunesAddUp) {
+  std::mt19937_64 rng(20261125);
+  PruneKnapsack knapsack;  // reused, as the solver does
+  int solved = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const Instance in = RandomInstance(rng);
+    knapsack.Clear();
+    for (const PruneKnapsack::Item& item : in.items) knapsack.Add(item.rank).options = item.options;
+    std::vector<int32_t> z(in.items.size(), 0);
+    const int64_t got = knapsack.Solve(in.target, in.budget, &z);
+    ASSERT_EQ(got, BruteForce(in)) << "trial " << trial;
+    if (got == kNoPlan) continue;
+    ++solved;
+    // The prunes it hands back are whole options, cost what it said and reach the target.
+    int64_t cost = 0, gain = 0;
+    for (size_t i = 0; i < in.items.size(); ++i) {
+      cost += z[i];
+      if (z[i] == 0) continue;
+      bool is_option = false;
+      for (const PruneKnapsack::Option& o : in.items[i].options) {
+        if (o.cost == z[i]) {
+          gain += o.gain;
+          is_option = true;
+        }
+      }
+      ASSERT_TRUE(is_option) << "trial " << trial << " item " << i << " prunes " << z[i];
+    }
+    EXPECT_EQ(cost, got) << "trial " << trial;
+    EXPECT_GE(gain, in.target) << "trial " << trial;
+  }
+  EXPECT_GT(solved, 1000) << "the instances should mostly be solvable";
+}
+
+}  // namespace
+}  // namespace ballast::coordinator::planner_internal
