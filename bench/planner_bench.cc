@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/planner.h"
+#include "coordinator/planner/planner.h"
 #include "coordinator/policy.h"
 
 namespace ballast::coordinator {
