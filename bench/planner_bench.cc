@@ -9,9 +9,10 @@
 //   random                every rank 1x-10x, each block its own speeds, transfer cost
 //                         (0 to 2 ms), accuracy weight (pruning from free to dear) and
 //                         budgets: the planner's worst case (pruning worth weighing)
-// Modes auto, migrate, resize. Each repetition plans all 24 blocks from scratch (no current
-// plan); the reported time per block is the median over repetitions, and the slowest
-// block's median is reported too. Target: 50 us per block decision.
+// Modes auto, migrate, resize (`planner_bench CASE` runs one case, for profiling). Each
+// repetition plans all 24 blocks from scratch (no current plan); the reported time per
+// block is the median over repetitions, and the slowest block's median is reported too.
+// Target: 50 us per block decision.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,10 +84,12 @@ std::vector<Block> MakeBlocks(const std::string& name, BalanceMode mode, uint64_
   return blocks;
 }
 
-int Run() {
+// `only`: one case's name (profiling), or empty for all.
+int Run(const std::string& only) {
   const char* names[] = {"straggler_2x", "straggler_2x_chronic", "two_stragglers", "random"};
   const BalanceMode modes[] = {BalanceMode::kAuto, BalanceMode::kMigrate, BalanceMode::kResize};
   for (const char* name : names) {
+    if (!only.empty() && only != name) continue;
     for (BalanceMode mode : modes) {
       const std::vector<Block> blocks = MakeBlocks(name, mode, 17);
       constexpr int kReps = 200;
@@ -130,4 +133,5 @@ int Run() {
 }  // namespace
 }  // namespace ballast::coordinator
 
-int main() { return ballast::coordinator::Run(); }
+// planner_bench [CASE]: every case, or only CASE.
+int main(int argc, char** argv) { return ballast::coordinator::Run(argc > 1 ? argv[1] : ""); }

@@ -112,9 +112,13 @@ absl::Status ValidateInputs(const PlannerInput& input, const JobPolicy& policy) 
 
 // The reshard candidate: the water-filled ownership and the mode's best plan on it. Worth
 // pricing only for persistent imbalance (a chronic straggler or a cordon): it pays one
-// transfer plus optimizer state.
+// transfer plus optimizer state. It is chosen only below `needed`, so the search proves
+// no more than whether a plan beats that (`cut_off`: none does, and the plan is the best
+// seen, not necessarily the best on that ownership).
 absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobPolicy& policy,
-                                           BalanceMode mode, const std::vector<int32_t>& owned) {
+                                           BalanceMode mode, const std::vector<int32_t>& owned,
+                                           double needed, bool* cut_off) {
+  *cut_off = false;
   BALLAST_ASSIGN_OR_RETURN(
       std::vector<int32_t> filled,
       WaterFillCounts(input.ranks, static_cast<int32_t>(input.owner_of_unit.size())));
@@ -125,7 +129,8 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
     reshard.note = "the water-filled ownership is the current one";
     return reshard;
   }
-  const ModePlans moved = SolveMode(input, filled, policy, mode);
+  const ModePlans moved = SolveMode(input, filled, policy, mode, needed);
+  *cut_off = mode == BalanceMode::kAuto && moved.joint_cut_off;
   const Problem moved_problem = MakeProblem(input, filled, policy, mode);
   reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem, moved.best(mode));
   reshard.plan.owner_of_unit = MoveUnits(input.owner_of_unit, filled);
@@ -403,7 +408,6 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   // back and forth (measured: one to five units every 2 s dwell on a shaped link,
   // tests/integration/learned_link_test.sh).
   if (TransfersAllowed(mode) && reshard_worth_pricing) {
-    BALLAST_ASSIGN_OR_RETURN(PlanCandidate reshard, PriceReshard(input, policy, mode, owned));
     // A threshold t on speeds is t / (1 + t) on the objective, below 1 for any t. A cordon
     // is no estimate: draining it needs only the hysteresis.
     const double margin = any_cordoned
@@ -411,10 +415,14 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
                               : std::max(policy.hysteresis, policy.straggler_threshold /
                                                                 (1 + policy.straggler_threshold));
     const double needed = (1 - margin) * best.cost.objective;
+    bool cut_off = false;
+    BALLAST_ASSIGN_OR_RETURN(PlanCandidate reshard,
+                             PriceReshard(input, policy, mode, owned, needed, &cut_off));
     const bool wins = reshard.feasible && reshard.cost.objective < needed;
     if (reshard.feasible && !wins) {
       reshard.note = absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
-                                  ": the hysteresis or the straggler threshold)");
+                                  ": the hysteresis or the straggler threshold)",
+                                  cut_off ? ", which no plan on it does (the best seen)" : "");
     }
     d.candidates.push_back(reshard);
     if (wins) best = std::move(reshard);

@@ -91,10 +91,64 @@ Solution SolveMigrate(const Problem& problem, TransferSolver& solver) {
   return FromCoverage(problem, std::vector<int32_t>(problem.num_ranks, 0), v);
 }
 
-// Best-first branch and bound over the step time (see the comment at the top). `seed` is
-// the best plan known (migrate, or resize if better); returns the optimum.
+// A line under LpPrunes(t), valid on one side of the point it was drawn at. LpPrunes is
+// convex in t (the least fractional prunes of a linear program whose constraints move
+// linearly with t), so a secant drawn outwards from a point p is a lower bound on the
+// side away from it: the slope over [p, p + h] is at least every subgradient at p, so
+// LP(s) >= LP(p) + slope * (s - p) for s <= p; the slope over [p - h, p] bounds s >= p.
+// The B&B's intervals only shrink, so a line valid on a node stays valid on its children.
+struct LpLine {
+  double at = 0;
+  double value = -kInf;  // -kInf: no line
+  double slope = 0;
+  double operator()(double t) const { return value + slope * (t - at); }
+};
+
+// Rounding in LpPrunes (about 1e-12 of a few hundred prunes) over a secant of width h is
+// an error in the slope of about 1e-9 / h; with h a thousandth of t the lines move by at
+// most 1e-6 prunes across an interval, so they are lowered by ten times that.
+constexpr double kSecantWidth = 1e-3;
+constexpr double kLineSlack = 1e-5;
+
+LpLine LineLeftOf(TransferSolver& solver, double t, double lp_t) {
+  const double h = kSecantWidth * t;
+  const double lp_next = solver.LpPrunes(t + h);
+  if (!std::isfinite(lp_t) || !std::isfinite(lp_next) || !(h > 0)) return LpLine{};
+  return LpLine{t, lp_t - kLineSlack, (lp_next - lp_t) / h};
+}
+
+LpLine LineRightOf(TransferSolver& solver, double t, double lp_t) {
+  const double h = kSecantWidth * t;
+  const double lp_before = solver.LpPrunes(t - h);
+  if (!std::isfinite(lp_t) || !std::isfinite(lp_before) || !(h > 0)) return LpLine{};
+  return LpLine{t, lp_t - kLineSlack, (lp_t - lp_before) / h};
+}
+
+// The least t + lambda * max(k, left(t), right(t)) over t in [a, b]: the function is
+// convex and piecewise linear, so its least value is at an end or where two of its pieces
+// cross.
+double LowestObjective(double a, double b, double lambda, double k, const LpLine& left,
+                       const LpLine& right) {
+  auto f = [&](double t) { return t + lambda * std::max({k, left(t), right(t)}); };
+  double lowest = std::min(f(a), f(b));
+  auto try_crossing = [&](double value0, double slope0, double at0, double value1, double slope1,
+                          double at1) {
+    // value0 + slope0 (t - at0) = value1 + slope1 (t - at1)
+    if (!std::isfinite(value0) || !std::isfinite(value1) || slope0 == slope1) return;
+    const double t = (value1 - value0 + slope0 * at0 - slope1 * at1) / (slope0 - slope1);
+    if (t > a && t < b) lowest = std::min(lowest, f(t));
+  };
+  try_crossing(left.value, left.slope, left.at, right.value, right.slope, right.at);
+  try_crossing(left.value, left.slope, left.at, k, 0, 0);
+  try_crossing(right.value, right.slope, right.at, k, 0, 0);
+  return lowest;
+}
+
+// Best-first branch and bound over the step time (see the comment at the top), seeded
+// with the best of `migrate` and `resize`; returns the optimum, or, when no plan's
+// objective is below `cutoff`, the best plan seen.
 Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solution& migrate,
-                   const Solution& resize) {
+                   const Solution& resize, double cutoff) {
   int64_t resize_pruned = 0;
   if (resize.feasible) {
     for (int32_t zr : resize.z) resize_pruned += zr;
@@ -108,6 +162,8 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
   if (resize.feasible && resize.objective < best.objective - kRelTol * best.objective) {
     best = {resize.step, resize_pruned, resize.objective, 1};
   }
+  // Intervals whose bound reaches this hold nothing worth finding.
+  auto limit = [&] { return std::min(best.objective - kRelTol * best.objective, cutoff); };
   auto consider = [&](double t, int64_t k) {
     const double obj = t + problem.lambda * static_cast<double>(k);
     const double tol = kRelTol * best.objective;
@@ -124,35 +180,42 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
   if (can_prune) {
     // (a, b): step-time interval; ka = prunes needed at a (-1: not evaluated); kb at b;
     // exact: b is the left end of its step (fewer than kb prunes cannot reach below b).
+    // lp_b: LpPrunes(b) or a smaller lower bound on prunes below b. left, right: lines
+    // under LpPrunes on the whole interval (LpLine).
     struct Node {
       double a;
       int64_t ka;
       double b;
       int64_t kb;
       bool exact;
-      double lp_b;  // LpPrunes(b) or a smaller lower bound on prunes below b
+      double lp_b;
+      LpLine left, right;
       double bound;
     };
-    auto bound_of = [&](double a, int64_t kb, bool exact, double lp_b) {
+    auto bound_of = [&](double a, double b, int64_t kb, bool exact, double lp_b, const LpLine& left,
+                        const LpLine& right) {
       if (!std::isfinite(lp_b)) return kInf;
       const double lp_k = std::ceil(lp_b * (1 - 1e-12) - 1e-9);
       const double k = std::max(static_cast<double>(kb) + (exact ? 1.0 : 0.0), lp_k);
-      return a + problem.lambda * k;
+      return LowestObjective(a, b, problem.lambda, k, left, right);
     };
     auto cmp = [](const Node& x, const Node& y) { return x.bound > y.bound; };
     std::priority_queue<Node, std::vector<Node>, decltype(cmp)> open(cmp);
-    auto push = [&](double a, int64_t ka, double b, int64_t kb, bool exact, double lp_b) {
-      const double bound = bound_of(a, kb, exact, lp_b);
-      if (bound >= best.objective - kRelTol * best.objective) return;
-      open.push({a, ka, b, kb, exact, lp_b, bound});
+    auto push = [&](double a, int64_t ka, double b, int64_t kb, bool exact, double lp_b,
+                    const LpLine& left, const LpLine& right) {
+      const double bound = bound_of(a, b, kb, exact, lp_b, left, right);
+      if (bound >= limit()) return;
+      open.push({a, ka, b, kb, exact, lp_b, left, right, bound});
     };
-    push(0.0, -1, migrate.step, 0, true, solver.LpPrunes(migrate.step));
+    const double lp_top = solver.LpPrunes(migrate.step);
+    push(0.0, -1, migrate.step, 0, true, lp_top, LpLine{},
+         LineLeftOf(solver, migrate.step, lp_top));
     std::vector<int32_t> z;
     std::vector<int64_t> v;
     while (!open.empty()) {
       const Node node = open.top();
       open.pop();
-      if (node.bound >= best.objective - kRelTol * best.objective) break;  // best-first
+      if (node.bound >= limit()) break;  // best-first
       // Steps starting inside (a, b) need fewer prunes than at a: none if ka is too small.
       if (node.ka >= 0 && node.ka <= node.kb + (node.exact ? 1 : 0)) continue;
       if (node.b - node.a <= kRelTol * node.b) continue;
@@ -167,30 +230,33 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
         if (kp == kNoPlan) continue;  // nor anything below it
         const double reached = solver.Balance(below, z, &v);
         consider(reached, kp);
-        push(node.a, node.ka, reached, kp, false, node.lp_b);
+        push(node.a, node.ka, reached, kp, false, node.lp_b, node.left, node.right);
         continue;
       }
       const double mid = 0.5 * (node.a + node.b);
       if (!(mid > node.a && mid < node.b)) continue;
       const double lp_mid = solver.LpPrunes(mid);
+      const LpLine left_of_mid = LineLeftOf(solver, mid, lp_mid);
+      const LpLine right_of_mid = LineRightOf(solver, mid, lp_mid);
       // Anything in (a, mid] needs at least kb prunes (more if b starts its step) and at
       // least LP(mid).
-      const double left_bound = bound_of(node.a, node.kb, node.exact, lp_mid);
-      if (left_bound >= best.objective - kRelTol * best.objective) {
-        push(mid, -1, node.b, node.kb, node.exact, node.lp_b);
+      const double left_bound =
+          bound_of(node.a, mid, node.kb, node.exact, lp_mid, node.left, left_of_mid);
+      if (left_bound >= limit()) {
+        push(mid, -1, node.b, node.kb, node.exact, node.lp_b, right_of_mid, node.right);
         continue;
       }
       const int64_t km = solver.MinPrunes(mid, &z);
       if (km == kNoPlan) {
-        push(mid, kNoPlan, node.b, node.kb, node.exact, node.lp_b);
+        push(mid, kNoPlan, node.b, node.kb, node.exact, node.lp_b, right_of_mid, node.right);
         continue;
       }
       // The best plan with km prunes reaches `reached` <= mid, so km prunes suffice on
       // [reached, mid] and steps left of it start at or below `reached`.
       const double reached = solver.Balance(mid, z, &v);
       consider(reached, km);
-      push(node.a, node.ka, reached, km, false, lp_mid);
-      push(mid, km, node.b, node.kb, node.exact, node.lp_b);
+      push(node.a, node.ka, reached, km, false, lp_mid, node.left, left_of_mid);
+      push(mid, km, node.b, node.kb, node.exact, node.lp_b, right_of_mid, node.right);
     }
   }
 
@@ -206,7 +272,7 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
 }  // namespace
 
 ModePlans SolveMode(const PlannerInput& input, const std::vector<int32_t>& owned,
-                    const JobPolicy& policy, BalanceMode mode) {
+                    const JobPolicy& policy, BalanceMode mode, double cutoff) {
   ModePlans out;
   const Problem problem = MakeProblem(input, owned, policy, mode);
   if (PrunesAllowed(mode)) out.resize = SolveResize(problem);
@@ -219,7 +285,8 @@ ModePlans SolveMode(const PlannerInput& input, const std::vector<int32_t>& owned
     out.migrate = SolveMigrate(no_prune, migrate_solver);
     if (mode == BalanceMode::kAuto) {
       TransferSolver solver(problem);
-      out.joint = SolveAuto(problem, solver, out.migrate, out.resize);
+      out.joint = SolveAuto(problem, solver, out.migrate, out.resize, cutoff);
+      out.joint_cut_off = !(out.joint.objective < cutoff);
     }
   }
   return out;

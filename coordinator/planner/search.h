@@ -32,14 +32,19 @@ namespace ballast::coordinator::planner_internal {
 // the joint optimum; otherwise the one technique (the others stay infeasible).
 struct ModePlans {
   Solution resize, migrate, joint;
+  // No plan's objective is below the cutoff: `joint` is the best plan seen, not
+  // necessarily the optimum.
+  bool joint_cut_off = false;
   const Solution& best(BalanceMode mode) const {
     return mode == BalanceMode::kResize ? resize : mode == BalanceMode::kMigrate ? migrate : joint;
   }
 };
 
-// `mode` is a planning mode (resize, migrate or auto; see PlanningMode).
+// `mode` is a planning mode (resize, migrate or auto; see PlanningMode). Auto's search
+// proves optimality only below `cutoff`: a caller that would take the joint plan only if
+// it beats some objective passes that, and the search stops once nothing can.
 ModePlans SolveMode(const PlannerInput& input, const std::vector<int32_t>& owned,
-                    const JobPolicy& policy, BalanceMode mode);
+                    const JobPolicy& policy, BalanceMode mode, double cutoff = kInf);
 
 }  // namespace ballast::coordinator::planner_internal
 

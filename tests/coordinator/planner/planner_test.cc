@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ballast/block.h"
 #include "ballast/plan.h"
@@ -754,6 +755,67 @@ TEST(PlannerTest, ChronicStragglerReshardsOnlyWhenItPays) {
   d = PlanBlock(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   EXPECT_NE(d->chosen, CandidateKind::kReshard) << d->explanation;
+}
+
+// The reshard's search stops once no plan on the new ownership can win: its candidate is
+// then the best plan seen, and says so; a reshard that can win is priced exactly. Checked
+// against BestPlan on the water-filled ownership itself.
+TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
+  std::mt19937_64 rng(77);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  int cut_off = 0, exact = 0;
+  for (int i = 0; i < 300; ++i) {
+    Case k;
+    const int p = 2 + i % 7;
+    for (int r = 0; r < p; ++r) {
+      k.c.push_back(1e-3 * uniform(1, 10));
+      k.n.push_back(8 + i % 9);
+    }
+    k.chronic.assign(p, false);
+    k.chronic[0] = true;
+    k.tau = 1e-3 * uniform(0, 2);
+    k.policy.accuracy_weight_seconds = 1e-3 * uniform(0, 3) * Total(k);
+    k.policy.max_pruned_fraction_rank = uniform(0.2, 1);
+    k.policy.max_pruned_fraction_group = uniform(0.1, 1);
+    const std::string what = Describe(k, BalanceMode::kAuto);
+    const PlannerInput in = MakeInput(k);
+    absl::StatusOr<BlockDecision> d = PlanBlock(in, k.policy, nullptr);
+    ASSERT_TRUE(d.ok()) << d.status() << what;
+    const PlanCandidate* reshard = nullptr;
+    double best_here = kInf;
+    for (const PlanCandidate& c : d->candidates) {
+      if (c.kind == CandidateKind::kReshard) reshard = &c;
+      if (c.kind != CandidateKind::kReshard && c.feasible) {
+        best_here = std::min(best_here, c.cost.objective);
+      }
+    }
+    ASSERT_NE(reshard, nullptr) << what;
+    if (!reshard->feasible) continue;  // the water-filled ownership is the current one
+    PlannerInput moved = in;
+    moved.owner_of_unit = reshard->plan.owner_of_unit;
+    for (PlannerRank& rank : moved.ranks) rank.owned_units = 0;
+    for (RankId r : moved.owner_of_unit) ++moved.ranks[r.value()].owned_units;
+    absl::StatusOr<PlanCandidate> optimum = BestPlan(moved, k.policy);
+    ASSERT_TRUE(optimum.ok()) << optimum.status() << what;
+    const double margin =
+        std::max(k.policy.hysteresis,
+                 k.policy.straggler_threshold / (1 + k.policy.straggler_threshold));
+    const double needed = (1 - margin) * best_here;
+    if (absl::StrContains(reshard->note, "which no plan on it does")) {
+      ++cut_off;
+      EXPECT_GE(optimum->cost.objective, needed * (1 - 1e-12)) << what;
+      EXPECT_GE(reshard->cost.objective, optimum->cost.objective * (1 - 1e-12)) << what;
+    } else {
+      ++exact;
+      EXPECT_NEAR(reshard->cost.objective, optimum->cost.objective,
+                  1e-12 * optimum->cost.objective)
+          << what;
+    }
+  }
+  EXPECT_GT(cut_off, 20);
+  EXPECT_GT(exact, 20);
 }
 
 // A reshard must beat the best plan by the straggler threshold too (t / (1 + t) of the
