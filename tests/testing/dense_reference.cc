@@ -648,9 +648,10 @@ absl::StatusOr<RunRecord> RunScript(const Script& script, const BlockFactory& ma
   RunRecord record;
   record.initial.resize(script.ranks);
   record.steps.assign(script.steps.size(), std::vector<RankStep>(script.ranks));
-  BALLAST_RETURN_IF_ERROR(RunRanks(script.ranks, [&](RankContext& ctx) -> absl::Status {
-    return RunRank(script, make_block, ctx, &record);
-  }));
+  BALLAST_RETURN_IF_ERROR(RunRanks(
+      script.ranks,
+      [&](RankContext& ctx) -> absl::Status { return RunRank(script, make_block, ctx, &record); },
+      RunRanksOptions{.backend = script.backend}));
   return record;
 }
 

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -220,6 +221,7 @@ struct Script {
   AdamWOptions adamw;
   float mean_decay = 0.9f;  // must match the block's UnitConfig
   std::vector<ScriptStep> steps;
+  std::string backend = "cpu";  // RunRanksOptions::backend
 };
 
 // `count` steps of random inputs for `block` (x ~ N(0, 1), dy ~ N(0, 1)), no plans.

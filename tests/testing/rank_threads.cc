@@ -1,6 +1,7 @@
 #include "testing/rank_threads.h"
 
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,13 +16,26 @@ absl::Status RunOne(int rank, int size, const RendezvousStore& store, const std:
   RankContext ctx;
   ctx.rank = rank;
   ctx.size = size;
-  CpuBackendOptions backend_options;
-  backend_options.rank = rank;
-  backend_options.size = size;
-  backend_options.store = store;
-  backend_options.prefix = prefix;
-  backend_options.timeout = options.timeout;
-  BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCpuBackend(backend_options));
+  if (options.backend == "cuda") {
+    CudaBackendOptions backend_options;
+    backend_options.rank = rank;
+    backend_options.size = size;
+    backend_options.device = rank;
+    backend_options.store = store;
+    backend_options.prefix = prefix;
+    backend_options.timeout = options.timeout;
+    BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCudaBackend(backend_options));
+  } else if (options.backend == "cpu") {
+    CpuBackendOptions backend_options;
+    backend_options.rank = rank;
+    backend_options.size = size;
+    backend_options.store = store;
+    backend_options.prefix = prefix;
+    backend_options.timeout = options.timeout;
+    BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCpuBackend(backend_options));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown backend '", options.backend, "'"));
+  }
   TpGroupOptions group_options;
   group_options.group = GroupId(options.group);
   BALLAST_ASSIGN_OR_RETURN(ctx.group, TpGroup::Create(group_options, ctx.backend.get()));
@@ -29,6 +43,11 @@ absl::Status RunOne(int rank, int size, const RendezvousStore& store, const std:
 }
 
 }  // namespace
+
+bool BackendUsable(const std::string& backend, int ranks) {
+  if (backend == "cpu") return true;
+  return backend == "cuda" && ranks == 1 && CudaAvailable();
+}
 
 absl::Status RunRanks(int size, const std::function<absl::Status(RankContext&)>& body,
                       const RunRanksOptions& options) {

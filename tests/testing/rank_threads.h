@@ -1,6 +1,6 @@
-// Runs N real ranks as threads of the test process, each with its own CPU backend (real
-// Gloo over loopback TCP, rendezvous through an in-process store), and collects each
-// rank's result.
+// Runs N real ranks as threads of the test process, each with its own backend (CPU: real
+// Gloo over loopback TCP; CUDA: NCCL, rendezvous through an in-process store), and
+// collects each rank's result.
 //
 //   RunRanks(4, [](RankContext& ctx) -> absl::Status {
 //     BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
@@ -33,7 +33,14 @@ struct RunRanksOptions {
   // A short timeout so a broken test fails instead of hanging the suite.
   absl::Duration timeout = absl::Seconds(20);
   std::string group = "test/tp";
+  // "cpu" or "cuda" (rank r on device r; one rank is the supported layout for threads,
+  // since CUDA runs one process per GPU: see CudaBackendOptions::device).
+  std::string backend = "cpu";
 };
+
+// Whether `backend` can run `ranks` ranks as threads here: the CPU always; CUDA with a
+// usable GPU, for one rank.
+bool BackendUsable(const std::string& backend, int ranks);
 
 // Runs `body` on `size` ranks concurrently; returns OK or the lowest failing rank's status
 // prefixed with "rank R: ".

@@ -253,12 +253,14 @@ struct PlanCase {
   Imputation imputation = Imputation::kZero;
   int steps = 4;
   std::vector<std::pair<int, BlockPlan>> plans;  // step -> the block's plan
+  std::string backend = "cpu";                   // RunRanksOptions::backend
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
 
 AttentionRun RunForCase(const PlanCase& c, uint32_t seed) {
   AttentionRun run = NewRun(c.ranks, c.owner, c.steps, seed);
+  run.script.backend = c.backend;
   int64_t version = 0;
   for (const auto& [step, block_plan] : c.plans) {
     run.script.steps[step].plan = Plan(++version, {block_plan}, c.imputation);
@@ -370,6 +372,39 @@ std::vector<PlanCase> PruningCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, AttentionPruningTest, ::testing::ValuesIn(PruningCases()),
+                         [](const ::testing::TestParamInfo<PlanCase>& info) {
+                           return info.param.name;
+                         });
+
+// The same block code on every backend, against the same dense reference: one rank (ranks
+// as threads is a CPU-only layout; CUDA runs one process per GPU), plain TP and pruned
+// with each imputation. The CUDA cases skip where no GPU is usable.
+class AttentionBackendTest : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(AttentionBackendTest, OneRankMatchesDense) {
+  const PlanCase& c = GetParam();
+  if (!ballast::testing::BackendUsable(c.backend, c.ranks)) {
+    GTEST_SKIP() << c.backend << " cannot run " << c.ranks << " rank(s) here";
+  }
+  RunAndExpectMatch(RunForCase(c, 500));
+}
+
+std::vector<PlanCase> BackendCases() {
+  std::vector<PlanCase> cases;
+  for (const std::string backend : {"cpu", "cuda"}) {
+    cases.push_back({.name = backend + "_Plain", .ranks = 1, .owner = Contiguous({kHeads}),
+                     .plans = {{1, AllLocal()}}, .backend = backend});
+    cases.push_back({.name = backend + "_ZeroPruned", .ranks = 1, .owner = Contiguous({kHeads}),
+                     .imputation = Imputation::kZero,
+                     .plans = {{1, Prune({3})}, {3, AllLocal()}}, .backend = backend});
+    cases.push_back({.name = backend + "_MeanPruned", .ranks = 1, .owner = Contiguous({kHeads}),
+                     .imputation = Imputation::kMean,
+                     .plans = {{1, Prune({3})}, {3, AllLocal()}}, .backend = backend});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionBackendTest, ::testing::ValuesIn(BackendCases()),
                          [](const ::testing::TestParamInfo<PlanCase>& info) {
                            return info.param.name;
                          });

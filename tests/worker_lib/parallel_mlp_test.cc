@@ -264,6 +264,7 @@ struct PlanCase {
   // Priority policy and window; a window of 1 reorders storage at every step boundary.
   Priority priority = Priority::kChange;
   int32_t priority_window = 50;
+  std::string backend = "cpu";  // RunRanksOptions::backend
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
@@ -272,6 +273,7 @@ MlpRun RunForCase(const PlanCase& c, uint32_t seed) {
   MlpRun run = NewRun(c.ranks, c.owner, c.steps, seed);
   run.config.units.priority = c.priority;
   run.config.units.priority_window = c.priority_window;
+  run.script.backend = c.backend;
   int64_t version = 0;
   for (const auto& [step, block_plan] : c.plans) {
     run.script.steps[step].plan = Plan(++version, {block_plan}, c.imputation);
@@ -440,6 +442,41 @@ std::vector<PlanCase> PruningCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, MlpPruningTest, ::testing::ValuesIn(PruningCases()),
+                         [](const ::testing::TestParamInfo<PlanCase>& info) {
+                           return info.param.name;
+                         });
+
+// ---------------------------------------------------------------------------------------
+// (d) The same block code on every backend, against the same dense reference: one rank
+// (ranks as threads is a CPU-only layout; CUDA runs one process per GPU), plain TP and
+// pruned with each imputation. The CUDA cases skip where no GPU is usable.
+
+class MlpBackendTest : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(MlpBackendTest, OneRankMatchesDense) {
+  const PlanCase& c = GetParam();
+  if (!ballast::testing::BackendUsable(c.backend, c.ranks)) {
+    GTEST_SKIP() << c.backend << " cannot run " << c.ranks << " rank(s) here";
+  }
+  RunAndExpectMatch(RunForCase(c, 500));
+}
+
+std::vector<PlanCase> BackendCases() {
+  std::vector<PlanCase> cases;
+  for (const std::string backend : {"cpu", "cuda"}) {
+    cases.push_back({.name = backend + "_Plain", .ranks = 1, .owner = Contiguous({16}),
+                     .plans = {{1, AllLocal()}}, .backend = backend});
+    cases.push_back({.name = backend + "_ZeroPruned", .ranks = 1, .owner = Contiguous({16}),
+                     .imputation = Imputation::kZero,
+                     .plans = {{1, Prune({5})}, {3, AllLocal()}}, .backend = backend});
+    cases.push_back({.name = backend + "_MeanPruned", .ranks = 1, .owner = Contiguous({16}),
+                     .imputation = Imputation::kMean,
+                     .plans = {{1, Prune({5})}, {3, AllLocal()}}, .backend = backend});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MlpBackendTest, ::testing::ValuesIn(BackendCases()),
                          [](const ::testing::TestParamInfo<PlanCase>& info) {
                            return info.param.name;
                          });

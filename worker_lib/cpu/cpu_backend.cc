@@ -10,13 +10,72 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "ballast/backend.h"
 #include "common/status_macros.h"
 #include "cpu/cpu_compute.h"
 #include "cpu/gloo_communicator.h"
+#include "internal/compute_checks.h"
 
 namespace ballast {
 namespace {
+
+// The backend's communicator with the compute contract's ordering (as on CUDA): a
+// collective after a void compute call that failed does not run on what that call left.
+// It returns the call's error, and the communicator is aborted from then on, since this
+// rank has skipped a collective its peers are in and the group is out of step for good
+// (the peers fail at their timeout, or sooner when the process exits).
+class GuardedCommunicator final : public Communicator {
+ public:
+  GuardedCommunicator(std::unique_ptr<Communicator> inner,
+                      std::shared_ptr<internal::ComputeFailure> failure)
+      : inner_(std::move(inner)), failure_(std::move(failure)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status AllReduceSum(float* data, size_t n) override {
+    BALLAST_RETURN_IF_ERROR(Ready("AllReduceSum"));
+    return inner_->AllReduceSum(data, n);
+  }
+  absl::Status AllReduceMin(int64_t* data, size_t n) override {
+    BALLAST_RETURN_IF_ERROR(Ready("AllReduceMin"));
+    return inner_->AllReduceMin(data, n);
+  }
+  absl::Status Broadcast(float* data, size_t n, int root) override {
+    BALLAST_RETURN_IF_ERROR(Ready("Broadcast"));
+    return inner_->Broadcast(data, n, root);
+  }
+  absl::Status Reduce(float* data, size_t n, int root) override {
+    BALLAST_RETURN_IF_ERROR(Ready("Reduce"));
+    return inner_->Reduce(data, n, root);
+  }
+  absl::Status AllGather(const float* in, size_t n, float* out) override {
+    BALLAST_RETURN_IF_ERROR(Ready("AllGather"));
+    return inner_->AllGather(in, n, out);
+  }
+  absl::Status Exchange(absl::Span<const PeerTransfer> sends,
+                        absl::Span<const PeerTransfer> recvs) override {
+    BALLAST_RETURN_IF_ERROR(Ready("Exchange"));
+    return inner_->Exchange(sends, recvs);
+  }
+
+ private:
+  absl::Status Ready(const char* what) {
+    if (!aborted_.ok()) return aborted_;
+    absl::Status failed = failure_->Take();
+    if (failed.ok()) return absl::OkStatus();
+    const absl::Status cause(failed.code(), absl::StrCat(what, " not run: a compute call "
+                                                               "before it failed: ",
+                                                         failed.message()));
+    aborted_ = absl::Status(cause.code(), absl::StrCat("communicator was aborted earlier: ",
+                                                       cause.message()));
+    return cause;
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  std::shared_ptr<internal::ComputeFailure> failure_;
+  absl::Status aborted_;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -91,8 +150,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendOn(std::unique_ptr<Comm
   if (comm == nullptr) return absl::InvalidArgumentError("communicator is null");
   BALLAST_RETURN_IF_ERROR(CheckBlasThreads(blas_threads));
   if (blas_threads > 0) openblas_set_num_threads(blas_threads);
-  auto compute = std::make_unique<internal::CpuCompute>(clock ? clock : RealClock());
-  return std::unique_ptr<Backend>(new CpuBackend(std::move(compute), std::move(comm)));
+  auto failure = std::make_shared<internal::ComputeFailure>();
+  auto compute = std::make_unique<internal::CpuCompute>(clock ? clock : RealClock(), failure);
+  auto guarded = std::make_unique<GuardedCommunicator>(std::move(comm), std::move(failure));
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(compute), std::move(guarded)));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const CpuBackendOptions& options) {

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "internal/compute_checks.h"
 
 namespace ballast::internal {
 namespace {
@@ -72,12 +73,14 @@ void CpuCompute::CopyToHost(const float* src, float* host, size_t n) {
   if (n > 0) std::memcpy(host, src, n * sizeof(float));
 }
 void CpuCompute::Copy(const float* src, float* dst, size_t n) {
-  if (n > 0 && src != dst) std::memmove(dst, src, n * sizeof(float));
+  if (!failure_->Defer(CheckCopy(src, dst, n))) return;
+  if (n > 0 && src != dst) std::memcpy(dst, src, n * sizeof(float));
 }
 void CpuCompute::Fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }
 
 void CpuCompute::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (!failure_->Defer(CheckGemm("Gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc))) return;
   if (m == 0 || n == 0) return;
   if (k == 0) {
     // BLAS leaves C untouched for k == 0 only when beta == 1; make it explicit.
@@ -94,6 +97,11 @@ void CpuCompute::GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, in
                                     const float* a, int lda, int64_t stride_a, const float* b,
                                     int ldb, int64_t stride_b, float beta, float* c, int ldc,
                                     int64_t stride_c, int batch) {
+  if (!failure_->Defer(CheckGemm("GemmStridedBatched", trans_a, trans_b, m, n, k, lda, ldb,
+                                 ldc)) ||
+      !failure_->Defer(CheckBatch("GemmStridedBatched", batch))) {
+    return;
+  }
   for (int i = 0; i < batch; ++i) {
     Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
          c + i * stride_c, ldc);
@@ -109,6 +117,7 @@ void CpuCompute::Scale(float alpha, float* x, size_t n) {
 }
 
 void CpuCompute::AddRowVector(float* x, int rows, int cols, int ld, const float* v) {
+  if (!failure_->Defer(CheckRowMajor("AddRowVector", rows, cols, ld))) return;
   for (int r = 0; r < rows; ++r) {
     float* row = x + static_cast<int64_t>(r) * ld;
     for (int c = 0; c < cols; ++c) row[c] += v[c];
@@ -117,6 +126,7 @@ void CpuCompute::AddRowVector(float* x, int rows, int cols, int ld, const float*
 
 void CpuCompute::ColumnSum(const float* x, int rows, int cols, int ld, float alpha, float beta,
                            float* out) {
+  if (!failure_->Defer(CheckRowMajor("ColumnSum", rows, cols, ld))) return;
   for (int c = 0; c < cols; ++c) out[c] = beta == 0 ? 0.0f : beta * out[c];
   for (int r = 0; r < rows; ++r) {
     const float* row = x + static_cast<int64_t>(r) * ld;
@@ -125,6 +135,7 @@ void CpuCompute::ColumnSum(const float* x, int rows, int cols, int ld, float alp
 }
 
 void CpuCompute::GeluForward(const float* pre, float* out, int rows, int cols, int ld) {
+  if (!failure_->Defer(CheckRowMajor("GeluForward", rows, cols, ld))) return;
   for (int r = 0; r < rows; ++r) {
     const float* p = pre + static_cast<int64_t>(r) * ld;
     float* o = out + static_cast<int64_t>(r) * ld;
@@ -137,6 +148,7 @@ void CpuCompute::GeluForward(const float* pre, float* out, int rows, int cols, i
 
 void CpuCompute::GeluBackward(const float* pre, const float* dout, float* dpre, int rows,
                               int cols, int ld) {
+  if (!failure_->Defer(CheckRowMajor("GeluBackward", rows, cols, ld))) return;
   for (int r = 0; r < rows; ++r) {
     const int64_t off = static_cast<int64_t>(r) * ld;
     for (int c = 0; c < cols; ++c) {
@@ -149,6 +161,7 @@ void CpuCompute::GeluBackward(const float* pre, const float* dout, float* dpre, 
 }
 
 void CpuCompute::SoftmaxRows(float* x, int rows, int cols, float scale, bool causal) {
+  if (!failure_->Defer(CheckRowMajor("SoftmaxRows", rows, cols, cols))) return;
   for (int r = 0; r < rows; ++r) {
     float* row = x + static_cast<int64_t>(r) * cols;
     const int seen = causal ? r % cols + 1 : cols;  // columns this query may attend to
@@ -168,6 +181,7 @@ void CpuCompute::SoftmaxRows(float* x, int rows, int cols, float scale, bool cau
 void CpuCompute::Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
                         int heads, int head_dim, const float* cos, const float* sin,
                         bool inverse) {
+  if (!failure_->Defer(CheckRotary(rows, seq, ld, groups, group_stride, heads, head_dim))) return;
   const int half = head_dim / 2;
   const float sign = inverse ? -1.0f : 1.0f;
   for (int r = 0; r < rows; ++r) {
@@ -189,6 +203,7 @@ void CpuCompute::Rotary(float* x, int rows, int seq, int ld, int groups, int gro
 
 void CpuCompute::SwiGluForward(const float* gate_up, float* out, int rows, int units,
                                int unit_size) {
+  if (!failure_->Defer(CheckSwiGlu("SwiGluForward", rows, units, unit_size))) return;
   const int64_t n = static_cast<int64_t>(units) * unit_size;
   for (int r = 0; r < rows; ++r) {
     for (int u = 0; u < units; ++u) {
@@ -202,6 +217,7 @@ void CpuCompute::SwiGluForward(const float* gate_up, float* out, int rows, int u
 
 void CpuCompute::SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up,
                                 int rows, int units, int unit_size) {
+  if (!failure_->Defer(CheckSwiGlu("SwiGluBackward", rows, units, unit_size))) return;
   const int64_t n = static_cast<int64_t>(units) * unit_size;
   for (int r = 0; r < rows; ++r) {
     for (int u = 0; u < units; ++u) {
@@ -222,6 +238,7 @@ void CpuCompute::SwiGluBackward(const float* gate_up, const float* dout, float* 
 }
 
 void CpuCompute::SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) {
+  if (!failure_->Defer(CheckRowMajor("SoftmaxBackwardRows", rows, cols, cols))) return;
   for (int r = 0; r < rows; ++r) {
     const float* pr = p + static_cast<int64_t>(r) * cols;
     float* dr = dx + static_cast<int64_t>(r) * cols;
@@ -233,6 +250,7 @@ void CpuCompute::SoftmaxBackwardRows(const float* p, float* dx, int rows, int co
 
 void CpuCompute::LayerNormForward(const float* x, const float* gamma, const float* beta, int rows,
                                   int cols, float eps, float* y, float* mean, float* rstd) {
+  if (!failure_->Defer(CheckRowMajor("LayerNormForward", rows, cols, cols))) return;
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<int64_t>(r) * cols;
     float* yr = y + static_cast<int64_t>(r) * cols;
@@ -253,6 +271,7 @@ void CpuCompute::LayerNormForward(const float* x, const float* gamma, const floa
 void CpuCompute::LayerNormBackward(const float* x, const float* gamma, const float* mean,
                                    const float* rstd, const float* dy, int rows, int cols,
                                    float* dx, float* dgamma, float* dbeta) {
+  if (!failure_->Defer(CheckLayerNormBackward(x, dy, rows, cols, dx, dgamma, dbeta))) return;
   std::fill(dgamma, dgamma + cols, 0.0f);
   std::fill(dbeta, dbeta + cols, 0.0f);
   for (int r = 0; r < rows; ++r) {
@@ -280,8 +299,13 @@ void CpuCompute::LayerNormBackward(const float* x, const float* gamma, const flo
 
 void CpuCompute::AdamW(const AdamWOptions& o, int64_t step, float* w, const float* g, float* m,
                        float* v, size_t n) {
-  const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(step));
-  const float bc2 = 1.0f - std::pow(o.beta2, static_cast<float>(step));
+  if (!failure_->Defer(CheckAdamWStep(step))) return;
+  // In double, as on CUDA: beta2^step for beta2 = 0.999 loses most of its float precision
+  // in 1 - beta2^step for small steps.
+  const float bc1 = static_cast<float>(
+      1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(step)));
+  const float bc2 = static_cast<float>(
+      1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(step)));
   for (size_t i = 0; i < n; ++i) {
     m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * g[i];
     v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * g[i] * g[i];
@@ -293,6 +317,13 @@ void CpuCompute::AdamW(const AdamWOptions& o, int64_t step, float* w, const floa
 
 absl::Status CpuCompute::UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                                 double* out_host) {
+  if (units < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("UnitL1: negative units ", units));
+  }
+  if (units == 0) return absl::OkStatus();
+  if (out_host == nullptr || (a == nullptr && unit_elems > 0)) {
+    return absl::InvalidArgumentError("UnitL1: null input or output");
+  }
   for (int u = 0; u < units; ++u) {
     const float* au = a + u * unit_elems;
     double sum = 0;

@@ -3,15 +3,20 @@
 #define BALLAST_WORKER_LIB_CPU_CPU_COMPUTE_H_
 
 #include <memory>
+#include <utility>
 
 #include "ballast/compute.h"
 #include "common/clock.h"
+#include "internal/compute_checks.h"
 
 namespace ballast::internal {
 
 class CpuCompute final : public Compute {
  public:
-  explicit CpuCompute(const Clock* clock) : clock_(clock) {}
+  // `failure` is shared with the backend's communicator, which reports a failed call
+  // instead of running a collective on what it left behind.
+  CpuCompute(const Clock* clock, std::shared_ptr<ComputeFailure> failure)
+      : clock_(clock), failure_(std::move(failure)) {}
 
   absl::StatusOr<Buffer> Allocate(size_t n) override;
   void CopyFromHost(const float* host, float* dst, size_t n) override;
@@ -49,11 +54,13 @@ class CpuCompute final : public Compute {
              float* v, size_t n) override;
   absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                       double* out_host) override;
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  // Work is done when each call returns; what is left to report is a call that failed.
+  absl::Status Synchronize() override { return failure_->Take(); }
   std::unique_ptr<IntervalTimer> NewTimer() override;
 
  private:
   const Clock* clock_;
+  std::shared_ptr<ComputeFailure> failure_;
 };
 
 }  // namespace ballast::internal

@@ -49,6 +49,7 @@
 #include "common/status_macros.h"
 #include "gloo/rendezvous/store.h"
 #include "worker_lib/cuda/cuda_kernels.h"
+#include "worker_lib/internal/compute_checks.h"
 
 namespace ballast {
 namespace {
@@ -221,18 +222,13 @@ class StreamContext {
 
   absl::Status Activate() const { return BALLAST_CUDA_STATUS(cudaSetDevice(device_)); }
 
-  // The first failure of a void compute call (a launch that failed, naming the call) since
-  // it was last taken. Compute::Synchronize reports it; so does the next collective, which
-  // must not run on what the failed call left behind (its peers would get garbage, and
-  // this rank's error would read "NCCL aborted" instead of the call that failed).
-  void DeferComputeFailure(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (compute_failure_.ok()) compute_failure_ = std::move(status);
-  }
-  absl::Status TakeComputeFailure() {
-    absl::MutexLock lock(&mu_);
-    return std::exchange(compute_failure_, absl::OkStatus());
-  }
+  // The first failure of a void compute call (a launch that failed, or a call the
+  // Compute contract refuses, naming the call) since it was last taken. Compute::
+  // Synchronize reports it; so does the next collective, which must not run on what the
+  // failed call left behind (its peers would get garbage, and this rank's error would read
+  // "NCCL aborted" instead of the call that failed).
+  void DeferComputeFailure(absl::Status status) { compute_failure_.Defer(std::move(status)); }
+  absl::Status TakeComputeFailure() { return compute_failure_.Take(); }
 
   // Stream-ordered where the device supports memory pools, so allocating and freeing in a
   // training loop neither synchronizes nor calls into the driver.
@@ -265,8 +261,7 @@ class StreamContext {
   StreamContext(int device, cudaStream_t stream, bool stream_ordered)
       : device_(device), stream_(stream), stream_ordered_(stream_ordered) {}
 
-  absl::Mutex mu_;
-  absl::Status compute_failure_ ABSL_GUARDED_BY(mu_);
+  internal::ComputeFailure compute_failure_;
 
   const int device_;
   const cudaStream_t stream_;
@@ -418,39 +413,14 @@ class CudaIntervalTimer : public IntervalTimer {
 
 cublasOperation_t ToCublasOp(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-absl::Status CheckRowMajor(const char* op, int rows, int cols, int ld) {
-  if (rows < 0 || cols < 0 || ld < cols) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": invalid shape rows=", rows, " cols=", cols, " ld=", ld));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckSwiGlu(const char* op, int rows, int units, int unit_size) {
-  if (rows < 0 || units < 0 || unit_size < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": invalid shape rows=", rows,
-                                                   " units=", units, " unit_size=", unit_size));
-  }
-  return absl::OkStatus();
-}
-
-// The shape checks cuBLAS would make, phrased in the row-major terms of compute.h.
-absl::Status CheckGemm(const char* op, bool trans_a, bool trans_b, int m, int n, int k, int lda,
-                       int ldb, int ldc) {
-  if (m < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": negative dimension m=", m, " n=", n, " k=", k));
-  }
-  const int min_lda = std::max(1, trans_a ? m : k);
-  const int min_ldb = std::max(1, trans_b ? k : n);
-  const int min_ldc = std::max(1, n);
-  if (lda < min_lda || ldb < min_ldb || ldc < min_ldc) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": row stride too small (trans_a=", trans_a, " trans_b=", trans_b,
-                     " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")"));
-  }
-  return absl::OkStatus();
-}
+using internal::CheckAdamWStep;
+using internal::CheckBatch;
+using internal::CheckCopy;
+using internal::CheckGemm;
+using internal::CheckLayerNormBackward;
+using internal::CheckRotary;
+using internal::CheckRowMajor;
+using internal::CheckSwiGlu;
 
 class CudaCompute : public Compute {
  public:
@@ -517,7 +487,7 @@ class CudaCompute : public Compute {
   }
 
   void Copy(const float* src, float* dst, size_t n) override {
-    if (n == 0 || src == dst || !Activate()) return;
+    if (!Defer(CheckCopy(src, dst, n)) || n == 0 || src == dst || !Activate()) return;
     Defer(BALLAST_CUDA_STATUS(
         cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream())));
   }
@@ -553,10 +523,7 @@ class CudaCompute : public Compute {
                           int batch) override {
     if (!Activate()) return;
     if (!Defer(CheckGemm("GemmStridedBatched", trans_a, trans_b, m, n, k, lda, ldb, ldc))) return;
-    if (batch < 0) {
-      Defer(absl::InvalidArgumentError(absl::StrCat("GemmStridedBatched: negative batch ", batch)));
-      return;
-    }
+    if (!Defer(CheckBatch("GemmStridedBatched", batch))) return;
     if (m == 0 || n == 0 || batch == 0) return;
     // Same operand swap as Gemm; the strides travel with their matrices.
     if (compute_type_ == CUBLAS_COMPUTE_32F) {
@@ -614,13 +581,8 @@ class CudaCompute : public Compute {
 
   void Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride, int heads,
               int head_dim, const float* cos, const float* sin, bool inverse) override {
-    if (!Activate()) return;
-    if (rows < 0 || seq <= 0 || groups < 0 || heads < 0 || head_dim <= 0 || head_dim % 2 != 0 ||
-        static_cast<int64_t>(groups - 1) * group_stride + static_cast<int64_t>(heads) * head_dim >
-            ld) {
-      Defer(absl::InvalidArgumentError(absl::StrCat(
-          "Rotary: rows ", rows, " seq ", seq, " ld ", ld, " groups ", groups, " group_stride ",
-          group_stride, " heads ", heads, " head_dim ", head_dim, " do not fit")));
+    if (!Activate() ||
+        !Defer(CheckRotary(rows, seq, ld, groups, group_stride, heads, head_dim))) {
       return;
     }
     Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchRotary(
@@ -657,18 +619,16 @@ class CudaCompute : public Compute {
   void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd,
                          const float* dy, int rows, int cols, float* dx, float* dgamma,
                          float* dbeta) override {
-    if (!Activate() || !Defer(CheckRowMajor("LayerNormBackward", rows, cols, cols))) return;
+    if (!Activate() || !Defer(CheckLayerNormBackward(x, dy, rows, cols, dx, dgamma, dbeta))) {
+      return;
+    }
     Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchLayerNormBackward(
         x, gamma, mean, rstd, dy, rows, cols, dx, dgamma, dbeta, stream())));
   }
 
   void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g, float* m,
              float* v, size_t n) override {
-    if (!Activate()) return;
-    if (step < 1) {
-      Defer(absl::InvalidArgumentError(absl::StrCat("AdamW: step must be >= 1, got ", step)));
-      return;
-    }
+    if (!Activate() || !Defer(CheckAdamWStep(step))) return;
     AdamWKernelParams params;
     params.lr = options.lr;
     params.beta1 = options.beta1;

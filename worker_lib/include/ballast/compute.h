@@ -9,6 +9,12 @@
 //
 // Matrices are row-major. `Gemm` computes C = alpha * op(A) * op(B) + beta * C with
 // op(A) of shape m x k, op(B) k x n and C m x n; lda/ldb/ldc are row strides.
+//
+// Every backend checks the same arguments (worker_lib/internal/compute_checks.h): a void
+// call with a bad shape, or with an output that overlaps an input where this contract
+// forbids it, does nothing, and `Synchronize()`, or the backend's next collective, reports
+// INVALID_ARGUMENT naming the call (the collective is then not run, and the communicator
+// is aborted). tests/worker_lib/compute_conformance_test.cc holds every backend to this.
 #ifndef BALLAST_COMPUTE_H_
 #define BALLAST_COMPUTE_H_
 
@@ -67,6 +73,7 @@ class Compute {
   virtual absl::StatusOr<Buffer> Allocate(size_t n) = 0;
   virtual void CopyFromHost(const float* host, float* dst, size_t n) = 0;
   virtual void CopyToHost(const float* src, float* host, size_t n) = 0;
+  // src and dst must not overlap, unless they are the same range (then a no-op).
   virtual void Copy(const float* src, float* dst, size_t n) = 0;
   virtual void Fill(float* x, float value, size_t n) = 0;
 
@@ -124,7 +131,8 @@ class Compute {
   virtual void LayerNormForward(const float* x, const float* gamma, const float* beta, int rows,
                                 int cols, float eps, float* y, float* mean, float* rstd) = 0;
   // Gradients of LayerNormForward given dy: dx (rows x cols), and dgamma and dbeta (cols
-  // each, summed over rows). All three outputs are overwritten.
+  // each, summed over rows). All three outputs are overwritten; none may overlap x, dy or
+  // another output.
   virtual void LayerNormBackward(const float* x, const float* gamma, const float* mean,
                                  const float* rstd, const float* dy, int rows, int cols, float* dx,
                                  float* dgamma, float* dbeta) = 0;

@@ -1,0 +1,115 @@
+#include "internal/compute_checks.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::internal {
+namespace {
+
+// Whether [a, a + na) and [b, b + nb) share a float. Compared as addresses with
+// std::less, which orders any two pointers.
+bool Overlap(const float* a, size_t na, const float* b, size_t nb) {
+  if (na == 0 || nb == 0 || a == nullptr || b == nullptr) return false;
+  const std::less<const float*> before;
+  return before(a, b + nb) && before(b, a + na);
+}
+
+}  // namespace
+
+absl::Status CheckRowMajor(const char* op, int rows, int cols, int ld) {
+  if (rows < 0 || cols < 0 || ld < cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": invalid shape rows=", rows, " cols=", cols, " ld=", ld));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSwiGlu(const char* op, int rows, int units, int unit_size) {
+  if (rows < 0 || units < 0 || unit_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": invalid shape rows=", rows,
+                                                   " units=", units, " unit_size=", unit_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGemm(const char* op, bool trans_a, bool trans_b, int m, int n, int k, int lda,
+                       int ldb, int ldc) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": negative dimension m=", m, " n=", n, " k=", k));
+  }
+  const int min_lda = std::max(1, trans_a ? m : k);
+  const int min_ldb = std::max(1, trans_b ? k : n);
+  const int min_ldc = std::max(1, n);
+  if (lda < min_lda || ldb < min_ldb || ldc < min_ldc) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": row stride too small (trans_a=", trans_a, " trans_b=", trans_b,
+                     " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBatch(const char* op, int batch) {
+  if (batch < 0) return absl::InvalidArgumentError(absl::StrCat(op, ": negative batch ", batch));
+  return absl::OkStatus();
+}
+
+absl::Status CheckRotary(int rows, int seq, int ld, int groups, int group_stride, int heads,
+                         int head_dim) {
+  if (rows < 0 || seq <= 0 || groups < 0 || heads < 0 || head_dim <= 0 || head_dim % 2 != 0 ||
+      static_cast<int64_t>(groups - 1) * group_stride + static_cast<int64_t>(heads) * head_dim >
+          ld) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Rotary: rows ", rows, " seq ", seq, " ld ", ld, " groups ", groups, " group_stride ",
+        group_stride, " heads ", heads, " head_dim ", head_dim, " do not fit"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAdamWStep(int64_t step) {
+  if (step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("AdamW: step must be >= 1, got ", step));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCopy(const float* src, const float* dst, size_t n) {
+  if (src != dst && Overlap(src, n, dst, n)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Copy: source and destination of ", n, " floats overlap (destination at offset ", dst - src,
+        " from the source); copy through a separate buffer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLayerNormBackward(const float* x, const float* dy, int rows, int cols,
+                                    const float* dx, const float* dgamma, const float* dbeta) {
+  if (absl::Status s = CheckRowMajor("LayerNormBackward", rows, cols, cols); !s.ok()) return s;
+  const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+  const size_t c = static_cast<size_t>(cols);
+  struct Range {
+    const char* name;
+    const float* data;
+    size_t size;
+  };
+  const Range ranges[] = {
+      {"x", x, n}, {"dy", dy, n}, {"dx", dx, n}, {"dgamma", dgamma, c}, {"dbeta", dbeta, c}};
+  constexpr int kFirstOutput = 2;  // dx, dgamma and dbeta are written
+  for (int w = kFirstOutput; w < 5; ++w) {
+    for (int other = 0; other < 5; ++other) {
+      if (other == w ||
+          !Overlap(ranges[w].data, ranges[w].size, ranges[other].data, ranges[other].size)) {
+        continue;
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("LayerNormBackward: ", ranges[w].name, " overlaps ", ranges[other].name,
+                       "; the outputs must not alias the inputs or each other"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::internal

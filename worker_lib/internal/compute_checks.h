@@ -1,0 +1,60 @@
+// The argument checks of the Compute contract (ballast/compute.h), shared by every backend
+// so that a bad call fails alike on all of them: the same INVALID_ARGUMENT, naming the
+// call, reported by Synchronize() and by the next collective (ComputeFailure below).
+// Before these were shared, the CPU backend ran a Gemm with a negative dimension into
+// OpenBLAS and a LayerNormBackward with dx aliasing dy to a different answer than CUDA's.
+#ifndef BALLAST_WORKER_LIB_INTERNAL_COMPUTE_CHECKS_H_
+#define BALLAST_WORKER_LIB_INTERNAL_COMPUTE_CHECKS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ballast::internal {
+
+// rows x cols, row stride ld (>= cols), none negative.
+absl::Status CheckRowMajor(const char* op, int rows, int cols, int ld);
+absl::Status CheckSwiGlu(const char* op, int rows, int units, int unit_size);
+// The shape checks cuBLAS would make, phrased in the row-major terms of compute.h.
+absl::Status CheckGemm(const char* op, bool trans_a, bool trans_b, int m, int n, int k, int lda,
+                       int ldb, int ldc);
+absl::Status CheckBatch(const char* op, int batch);
+absl::Status CheckRotary(int rows, int seq, int ld, int groups, int group_stride, int heads,
+                         int head_dim);
+absl::Status CheckAdamWStep(int64_t step);
+// Source and destination must not overlap unless they are the same range (a no-op).
+absl::Status CheckCopy(const float* src, const float* dst, size_t n);
+// dx must not overlap x or dy, nor dgamma or dbeta any of the three: the CUDA kernels read
+// x and dy after writing dx, and the CPU loops in another order, so the results differed.
+absl::Status CheckLayerNormBackward(const float* x, const float* dy, int rows, int cols,
+                                    const float* dx, const float* dgamma, const float* dbeta);
+
+// The first failure of a void compute call since it was last taken. Synchronize() takes it;
+// so does the next collective, which must not run on what the failed call left behind
+// (its peers would get garbage, and the error would read as a communication failure).
+class ComputeFailure {
+ public:
+  // Keeps `status` unless a failure is already held; returns status.ok().
+  bool Defer(absl::Status status) {
+    if (status.ok()) return true;
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = std::move(status);
+    return false;
+  }
+  absl::Status Take() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(failure_, absl::OkStatus());
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::internal
+
+#endif  // BALLAST_WORKER_LIB_INTERNAL_COMPUTE_CHECKS_H_
