@@ -11,6 +11,10 @@
 //
 // Timings are medians over --reps steps after one warm-up step. Ratios within one run
 // are what to compare on a shared machine.
+//
+// --backend=cuda runs the one-rank benchmarks (prune, overhead at one rank) on GPU 0.
+// Several ranks on CUDA need one process per GPU, which this benchmark (ranks as threads)
+// does not launch: those lines say "skipped" instead.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +39,7 @@ ABSL_FLAG(int, unit_size, 64, "MLP neurons per unit");
 ABSL_FLAG(int, batch, 8, "Sequences per step");
 ABSL_FLAG(int, seq, 197, "Tokens per sequence (ViT-Base at 224px: 197)");
 ABSL_FLAG(int, reps, 5, "Timed steps per configuration (median reported)");
+ABSL_FLAG(std::string, backend, "cpu", "cpu, or cuda (GPU 0; one-rank benchmarks only)");
 ABSL_FLAG(std::string, shape, "vit",
           "vit: the flags above, a ViT block (GELU, bidirectional MHA); llama: a decoder "
           "block (hidden 1024, 16 heads in 4 KV groups, causal, RoPE, SwiGLU 2816, 4 x 256 "
@@ -61,30 +66,57 @@ struct Shape {
   bool llm = false;  // causal, RoPE, SwiGLU
   size_t activations() const { return static_cast<size_t>(batch) * seq * hidden; }
   AttentionConfig Attention(BlockId id) const {
-    return {.id = id, .hidden = hidden, .num_heads = heads, .head_dim = hidden / heads,
-            .num_query_groups = query_groups, .causal = llm, .rotary = llm};
+    return {.id = id,
+            .hidden = hidden,
+            .num_heads = heads,
+            .head_dim = hidden / heads,
+            .num_query_groups = query_groups,
+            .causal = llm,
+            .rotary = llm};
   }
   MlpConfig Mlp(BlockId id) const {
-    return {.id = id, .activation = llm ? MlpActivation::kSwiGlu : MlpActivation::kGelu,
-            .hidden = hidden, .intermediate = intermediate, .unit_size = unit_size};
+    return {.id = id,
+            .activation = llm ? MlpActivation::kSwiGlu : MlpActivation::kGelu,
+            .hidden = hidden,
+            .intermediate = intermediate,
+            .unit_size = unit_size};
   }
 };
 
 absl::StatusOr<Shape> FlagsShape() {
   const std::string shape = absl::GetFlag(FLAGS_shape);
   if (shape == "llama") {
-    return Shape{.hidden = 1024, .intermediate = 2816, .heads = 16, .unit_size = 64,
-                 .batch = 4, .seq = 256, .query_groups = 4, .llm = true};
+    return Shape{.hidden = 1024,
+                 .intermediate = 2816,
+                 .heads = 16,
+                 .unit_size = 64,
+                 .batch = 4,
+                 .seq = 256,
+                 .query_groups = 4,
+                 .llm = true};
   }
   if (shape != "vit") {
     return absl::InvalidArgumentError("--shape must be vit or llama, got '" + shape + "'");
   }
-  return Shape{absl::GetFlag(FLAGS_hidden),    absl::GetFlag(FLAGS_intermediate),
-               absl::GetFlag(FLAGS_heads),     absl::GetFlag(FLAGS_unit_size),
-               absl::GetFlag(FLAGS_batch),     absl::GetFlag(FLAGS_seq)};
+  return Shape{absl::GetFlag(FLAGS_hidden), absl::GetFlag(FLAGS_intermediate),
+               absl::GetFlag(FLAGS_heads),  absl::GetFlag(FLAGS_unit_size),
+               absl::GetFlag(FLAGS_batch),  absl::GetFlag(FLAGS_seq)};
 }
 
-// Runs `body(rank, backend)` on `size` ranks as threads of this process.
+std::string BackendName() { return absl::GetFlag(FLAGS_backend); }
+
+// Prints the line of a benchmark that --backend cannot run, and says whether it could.
+bool Runnable(const char* bench, int ranks) {
+  if (BackendName() != "cuda" || ranks == 1) return true;
+  std::printf(
+      "{\"bench\":\"%s\",\"backend\":\"cuda\",\"ranks\":%d,\"skipped\":\"needs %d "
+      "GPUs, one process each; this benchmark runs ranks as threads\"}\n",
+      bench, ranks, ranks);
+  std::fflush(stdout);
+  return false;
+}
+
+// Runs `body(rank, backend)` on `size` ranks as threads of this process, on --backend.
 absl::Status RunRanks(int size, const std::string& prefix,
                       const std::function<absl::Status(int, Backend&)>& body) {
   RendezvousStore store = RendezvousStore::InProcess();
@@ -92,12 +124,23 @@ absl::Status RunRanks(int size, const std::string& prefix,
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      CpuBackendOptions options;
-      options.rank = r;
-      options.size = size;
-      options.store = store;
-      options.prefix = prefix;
-      auto backend = CreateCpuBackend(options);
+      absl::StatusOr<std::unique_ptr<Backend>> backend;
+      if (BackendName() == "cuda") {
+        CudaBackendOptions options;
+        options.rank = r;
+        options.size = size;
+        options.device = r;
+        options.store = store;
+        options.prefix = prefix;
+        backend = CreateCudaBackend(options);
+      } else {
+        CpuBackendOptions options;
+        options.rank = r;
+        options.size = size;
+        options.store = store;
+        options.prefix = prefix;
+        backend = CreateCpuBackend(options);
+      }
       results[r] = backend.ok() ? body(r, **backend) : backend.status();
     });
   }
@@ -154,7 +197,8 @@ absl::StatusOr<double> TimedStep(TpGroup& group, const std::vector<ParallelBlock
 absl::Status BenchPrune(const Shape& s, int reps) {
   return RunRanks(1, "bench-prune", [&](int, Backend& backend) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(auto group, TpGroup::Create({.group = GroupId("bench")}, &backend));
-    BALLAST_ASSIGN_OR_RETURN(auto attn, ParallelAttention::Create(group.get(), s.Attention(BlockId(0))));
+    BALLAST_ASSIGN_OR_RETURN(auto attn,
+                             ParallelAttention::Create(group.get(), s.Attention(BlockId(0))));
     BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(group.get(), s.Mlp(BlockId(1))));
     BALLAST_ASSIGN_OR_RETURN(Activations a, MakeActivations(backend.compute(), s.activations()));
     double base = 0;
@@ -178,14 +222,14 @@ absl::Status BenchPrune(const Shape& s, int reps) {
       const double median = Median(times);
       if (kept == 1.0) base = median;
       std::printf(
-          "{\"bench\":\"prune\",\"shape\":\"%s\",\"hidden\":%d,\"intermediate\":%d,"
+          "{\"bench\":\"prune\",\"backend\":\"%s\",\"shape\":\"%s\",\"hidden\":%d,\"intermediate\":"
+          "%d,"
           "\"heads\":%d,\"kv_groups\":%d,\"tokens\":%d,"
           "\"kept\":%.2f,\"step_seconds\":%.5f,\"attention_compute_seconds\":%.5f,"
           "\"mlp_compute_seconds\":%.5f,\"ratio\":%.4f,\"target\":%.2f,\"meets_target\":%s}\n",
-          s.llm ? "llama" : "vit", s.hidden, s.intermediate, s.heads, attn->num_query_groups(),
-          s.batch * s.seq, kept, median, Median(attn_t),
-          Median(mlp_t), median / base, kept + 0.05,
-          median / base <= kept + 0.05 ? "true" : "false");
+          BackendName().c_str(), s.llm ? "llama" : "vit", s.hidden, s.intermediate, s.heads,
+          attn->num_query_groups(), s.batch * s.seq, kept, median, Median(attn_t), Median(mlp_t),
+          median / base, kept + 0.05, median / base <= kept + 0.05 ? "true" : "false");
       std::fflush(stdout);
     }
     return absl::OkStatus();
@@ -193,6 +237,7 @@ absl::Status BenchPrune(const Shape& s, int reps) {
 }
 
 absl::Status BenchOffload(const Shape& s, int reps) {
+  if (!Runnable("offload", 2)) return absl::OkStatus();
   const int units = s.intermediate / s.unit_size;
   for (int u : {0, 1, 2, 4, 8}) {
     if (u > units / 2) break;
@@ -224,7 +269,7 @@ absl::Status BenchOffload(const Shape& s, int reps) {
     // Per offloaded unit: w1t + b1 + w2 go to the helper, the same sizes come back.
     const double bytes = 2.0 * u * s.unit_size * (2.0 * s.hidden + 1) * sizeof(float);
     std::printf(
-        "{\"bench\":\"offload\",\"ranks\":2,\"units_per_rank\":%d,\"offloaded_units\":%d,"
+        "{\"bench\":\"offload\",\"backend\":\"cpu\",\"ranks\":2,\"units_per_rank\":%d,\"offloaded_units\":%d,"
         "\"step_seconds\":%.5f,\"helper_compute_seconds\":%.5f,\"owner_compute_seconds\":%.5f,"
         "\"helper_comm_seconds\":%.5f,\"owner_comm_seconds\":%.5f,\"bytes_per_step\":%.0f}\n",
         units / 2, u, Median(step[0]), Median(compute[0]), Median(compute[1]), Median(comm[0]),
@@ -244,11 +289,16 @@ class PlainTpMlp {
     const size_t local = static_cast<size_t>(s.intermediate) / backend.comm().size();
     const size_t tokens = static_cast<size_t>(s.batch) * s.seq;
     m.n_ = static_cast<int>(local);
-    const std::pair<Buffer*, size_t> buffers[] = {
-        {&m.w1t_, local * s.hidden}, {&m.w2_, local * s.hidden}, {&m.gw1t_, local * s.hidden},
-        {&m.gw2_, local * s.hidden}, {&m.b1_, local},            {&m.gb1_, local},
-        {&m.b2_, s.hidden},          {&m.gb2_, s.hidden},        {&m.pre_, tokens * local},
-        {&m.act_, tokens * local}};
+    const std::pair<Buffer*, size_t> buffers[] = {{&m.w1t_, local * s.hidden},
+                                                  {&m.w2_, local * s.hidden},
+                                                  {&m.gw1t_, local * s.hidden},
+                                                  {&m.gw2_, local * s.hidden},
+                                                  {&m.b1_, local},
+                                                  {&m.gb1_, local},
+                                                  {&m.b2_, s.hidden},
+                                                  {&m.gb2_, s.hidden},
+                                                  {&m.pre_, tokens * local},
+                                                  {&m.act_, tokens * local}};
     for (auto [buffer, size] : buffers) {
       BALLAST_ASSIGN_OR_RETURN(*buffer, c.Allocate(size));
     }
@@ -292,6 +342,7 @@ class PlainTpMlp {
 
 absl::Status BenchOverhead(const Shape& s, int reps) {
   for (int p : {1, 2}) {
+    if (!Runnable("overhead", p)) continue;
     std::vector<double> plain, planned;
     std::mutex mu;
     BALLAST_RETURN_IF_ERROR(RunRanks(
@@ -304,6 +355,8 @@ absl::Status BenchOverhead(const Shape& s, int reps) {
             auto start = Clock::now();
             BALLAST_RETURN_IF_ERROR(base.Forward(a.x.data(), a.y.data()));
             BALLAST_RETURN_IF_ERROR(base.Backward(a.x.data(), a.dy.data(), a.dx.data()));
+            // The planned step ends synchronized (EndStep); so must the plain one on CUDA.
+            BALLAST_RETURN_IF_ERROR(backend.compute().Synchronize());
             const double t_plain = Seconds(start);
             BALLAST_ASSIGN_OR_RETURN(double t_planned, TimedStep(*group, {mlp.get()}, a, s));
             if (i == 0 || r != 0) continue;
@@ -315,9 +368,10 @@ absl::Status BenchOverhead(const Shape& s, int reps) {
         }));
     const double overhead = Median(planned) / Median(plain) - 1.0;
     std::printf(
-        "{\"bench\":\"overhead\",\"ranks\":%d,\"plain_step_seconds\":%.5f,"
+        "{\"bench\":\"overhead\",\"backend\":\"%s\",\"ranks\":%d,\"plain_step_seconds\":%.5f,"
         "\"planned_step_seconds\":%.5f,\"overhead\":%.4f,\"target\":0.01,\"meets_target\":%s}\n",
-        p, Median(plain), Median(planned), overhead, overhead <= 0.01 ? "true" : "false");
+        BackendName().c_str(), p, Median(plain), Median(planned), overhead,
+        overhead <= 0.01 ? "true" : "false");
     std::fflush(stdout);
   }
   return absl::OkStatus();
@@ -335,6 +389,17 @@ int main(int argc, char** argv) {
   }
   const ballast::Shape shape = *parsed;
   const int reps = absl::GetFlag(FLAGS_reps);
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "cpu" && backend != "cuda") {
+    std::fprintf(stderr, "--backend must be cpu or cuda, got '%s'\n", backend.c_str());
+    return 2;
+  }
+  if (backend == "cuda" && !ballast::CudaAvailable()) {
+    std::fprintf(stderr,
+                 "--backend=cuda: no usable CUDA device, or built without "
+                 "-DBALLAST_WITH_CUDA=ON\n");
+    return 2;
+  }
   if (shape.hidden <= 0 || shape.heads <= 0 || shape.hidden % shape.heads != 0 || reps <= 0) {
     std::fprintf(stderr, "--hidden must be a positive multiple of --heads; --reps > 0\n");
     return 2;

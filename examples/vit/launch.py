@@ -102,6 +102,7 @@ class JobConfig:
     # rank -> (network namespace, address): the rank runs in that namespace (an emulated
     # node, e.g. tests/integration/shaped_link.sh's) with its Gloo transport on that address.
     netns: dict = field(default_factory=dict)
+    backend: str = "cpu"  # cpu | cuda (C++ trainer; one process per GPU)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -425,16 +426,21 @@ class Job:
             argv = ["vit_train", f"--rank={r}", f"--world={cfg.world}", f"--rendezvous={rendezvous}",
                     f"--steps={cfg.steps}", f"--batch={cfg.batch}", "--node=demo",
                     f"--agent_socket={self.socket}", f"--metrics_out={metrics}",
-                    f"--progress={cfg.progress if r == 0 else 'none'}", *cfg.trainer_args]
+                    f"--progress={cfg.progress if r == 0 else 'none'}",
+                    *([f"--backend={cfg.backend}"] if cfg.backend != "cpu" else []),
+                    *cfg.trainer_args]
             command = trainer + argv[1:]
             if r in cfg.netns:  # `ip netns exec` execs: the pid is still the trainer's
                 namespace, address = cfg.netns[r]
                 command = ["ip", "netns", "exec", namespace, *command,
                            f"--gloo_host={address}", f"--node={namespace}"]
             core = r % ncpu
+            # One process per GPU: the CUDA backend takes its device from LOCAL_RANK.
+            rank_env = dict(trainer_env if trainer_env is not None else os.environ,
+                            LOCAL_RANK=str(r))
             proc = self.start(f"rank-{r}", command, to_terminal=(r == 0 and cfg.verbose),
                               preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}),
-                              env=trainer_env)
+                              env=rank_env)
             self.workers.append(proc)
         self.contention = Contention(cfg, [w.pid for w in self.workers])
         self.contention.update(0)
@@ -629,6 +635,9 @@ def main(argv=None):
     p.add_argument("--netns", action="append", default=[], metavar="RANK:NAMESPACE:ADDRESS",
                    help="run RANK in an existing network namespace, its Gloo transport on "
                         "ADDRESS (C++ trainer only)")
+    p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: one process per GPU, rank r on the GPU of LOCAL_RANK=r (C++ "
+                        "trainer only; --straggler throttles CPU time, not a GPU)")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args(argv)
     try:
@@ -642,6 +651,8 @@ def main(argv=None):
         if a.world < 1 or a.steps < 1:
             raise ValueError("--world and --steps must be >= 1")
         netns = parse_netns(a.netns, a.world, a.trainer)
+        if a.backend == "cuda" and a.trainer != "cpp":
+            raise ValueError("--backend cuda needs --trainer cpp")
     except ValueError as e:
         print(f"launch.py: {e}", file=sys.stderr)
         return 2
@@ -649,7 +660,7 @@ def main(argv=None):
                     stragglers=stragglers, contention=a.contention, out=a.out,
                     metrics_port=a.metrics_port, agent_metrics_port=a.agent_metrics_port,
                     trainer_args=a.trainer_args, policy=policy, progress=a.progress,
-                    trainer=a.trainer, netns=netns)
+                    trainer=a.trainer, netns=netns, backend=a.backend)
     try:
         ranks = run_job(cfg)
     except LaunchError as e:

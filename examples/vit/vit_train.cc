@@ -44,6 +44,9 @@
 ABSL_FLAG(int, rank, 0, "This process's rank in [0, world)");
 ABSL_FLAG(int, world, 1, "Number of ranks in the TP group");
 ABSL_FLAG(std::string, rendezvous, "", "Fresh directory shared by all ranks (required)");
+ABSL_FLAG(std::string, backend, "cpu",
+          "cpu (OpenBLAS + Gloo) or cuda (cuBLAS + NCCL: one process per GPU, on the device "
+          "of LOCAL_RANK, or of --rank when LOCAL_RANK is unset)");
 ABSL_FLAG(std::string, gloo_host, "127.0.0.1",
           "Address this rank's Gloo transport listens on; peers on other hosts reach it there");
 ABSL_FLAG(std::string, data_dir, ballast::vit::kDefaultFashionMnistDir,
@@ -216,7 +219,7 @@ class Progress {
 
 struct Options {
   int rank = 0, world = 1;
-  std::string rendezvous, gloo_host, data_dir, checkpoint, agent_socket, job, node, metrics_out;
+  std::string backend, rendezvous, gloo_host, data_dir, checkpoint, agent_socket, job, node, metrics_out;
   int64_t steps = 0;
   int32_t batch = 0, warmup = 0, eval_every = 0, eval_images = 0, checkpoint_every = 0;
   double lr = 0, weight_decay = 0;
@@ -236,13 +239,28 @@ absl::Status Run(const Options& o) {
   const int32_t eval_images = std::min(o.eval_images, test.count);
 
   BALLAST_ASSIGN_OR_RETURN(RendezvousStore store, RendezvousStore::FileSystem(o.rendezvous));
-  CpuBackendOptions backend_options;
-  backend_options.rank = o.rank;
-  backend_options.size = o.world;
-  backend_options.store = store;
-  backend_options.prefix = "vit";
-  backend_options.hostname = o.gloo_host;
-  BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateCpuBackend(backend_options));
+  absl::StatusOr<std::unique_ptr<Backend>> created;
+  if (o.backend == "cuda") {
+    CudaBackendOptions backend_options;
+    backend_options.rank = o.rank;
+    backend_options.size = o.world;
+    backend_options.store = store;
+    backend_options.prefix = "vit";
+    created = CreateCudaBackend(backend_options);
+  } else {
+    CpuBackendOptions backend_options;
+    backend_options.rank = o.rank;
+    backend_options.size = o.world;
+    backend_options.store = store;
+    backend_options.prefix = "vit";
+    backend_options.hostname = o.gloo_host;
+    created = CreateCpuBackend(backend_options);
+  }
+  if (!created.ok()) {
+    return absl::Status(created.status().code(), absl::StrCat("--backend=", o.backend, ": ",
+                                                              created.status().message()));
+  }
+  std::unique_ptr<Backend> backend = *std::move(created);
   BALLAST_ASSIGN_OR_RETURN(
       std::unique_ptr<TpGroup> group,
       TpGroup::Create({.group = GroupId(absl::StrCat(o.job, "/tp0"))}, backend.get()));
@@ -385,6 +403,11 @@ absl::StatusOr<Options> ParseOptions() {
         absl::StrCat("--rank=", o.rank, " out of range [0, --world=", o.world, ")"));
   }
   o.rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  o.backend = absl::GetFlag(FLAGS_backend);
+  if (o.backend != "cpu" && o.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", o.backend, ": must be cpu or cuda"));
+  }
   o.gloo_host = absl::GetFlag(FLAGS_gloo_host);
   if (o.rendezvous.empty()) return absl::InvalidArgumentError("--rendezvous is required");
   o.data_dir = absl::GetFlag(FLAGS_data_dir);

@@ -109,4 +109,9 @@ rc=0
 rc=0
 /usr/bin/python3 "$launch" --build "$build" --straggler 1:0.5 >"$work/bad.out" 2>&1 || rc=$?
 [ $rc -eq 2 ] && grep -q "slowdown 0.5" "$work/bad.out" || fail "bad slowdown: rc $rc"
+rc=0
+/usr/bin/python3 "$launch" --build "$build" --backend cuda --trainer torch >"$work/bad.out" 2>&1 ||
+  rc=$?
+[ $rc -eq 2 ] && grep -q "backend cuda needs --trainer cpp" "$work/bad.out" ||
+  fail "cuda with torch: rc $rc"
 echo "PASS"

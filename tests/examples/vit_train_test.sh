@@ -24,10 +24,19 @@ expect_usage_error "--progress=bogus" --rendezvous="$work/r" --progress=bogus
 expect_usage_error "--resume needs --checkpoint" --rendezvous="$work/r" --resume
 expect_usage_error "heads 5 must divide hidden" --rendezvous="$work/r" --heads=5
 expect_usage_error "priority" --rendezvous="$work/r" --priority=loudest
+expect_usage_error "--backend=tpu: must be cpu or cuda" --rendezvous="$work/r" --backend=tpu
 
 rc=0
 "$trainer" "${tiny[@]}" --rendezvous="$work/r0" --data_dir="$work/nowhere" >"$work/err" 2>&1 || rc=$?
 [ $rc -eq 1 ] && grep -q "dataset-fashion-mnist" "$work/err" || fail "missing data: rc $rc"
+
+# Without a usable GPU, --backend=cuda fails at start, naming the backend and why.
+if ! nvidia-smi >/dev/null 2>&1 && [ -d /usr/share/datasets/fashion-mnist ]; then
+  rc=0
+  "$trainer" "${tiny[@]}" --rendezvous="$work/rc" --backend=cuda >"$work/err" 2>&1 || rc=$?
+  [ $rc -eq 1 ] && grep -q -- "--backend=cuda: .*\(CUDA\|GPU\|cuda\)" "$work/err" ||
+    { cat "$work/err" >&2; fail "--backend=cuda without a GPU: rc $rc"; }
+fi
 
 if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   echo "SKIP: Fashion-MNIST not installed (scripts/setup installs it)"
