@@ -1,9 +1,12 @@
-// Which GPU a rank gets (ResolveCudaDevice, worker_lib/cuda/device.cc): plain logic, so it
-// runs on every machine, GPU or not.
+// Which GPU a rank gets (ResolveCudaDevice, worker_lib/cuda/device.cc) and the process's
+// claim on it (one process per GPU): plain logic, so it runs on every machine, GPU or not.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "ballast/backend.h"
+#include "worker_lib/internal/cuda_device_claims.h"
 
 namespace ballast {
 namespace {
@@ -40,8 +43,28 @@ TEST(ResolveCudaDeviceTest, BadValuesAreNamed) {
     ASSERT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(d.status().message(), HasSubstr("LOCAL_RANK='")) << bad;
   }
-  EXPECT_THAT(ResolveCudaDevice(-2, 0, 8, nullptr).status().message(),
-              HasSubstr("got -2"));
+  EXPECT_THAT(ResolveCudaDevice(-2, 0, 8, nullptr).status().message(), HasSubstr("got -2"));
+}
+
+TEST(CudaDeviceClaimTest, OneProcessDrivesOneGpu) {
+  using internal::CudaDeviceClaim;
+  absl::StatusOr<CudaDeviceClaim> first = CudaDeviceClaim::Claim(1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<CudaDeviceClaim> same = CudaDeviceClaim::Claim(1);  // two groups, one GPU
+  ASSERT_TRUE(same.ok()) << same.status();
+  absl::StatusOr<CudaDeviceClaim> other = CudaDeviceClaim::Claim(0);
+  ASSERT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(), HasSubstr("already drives a multi-rank CUDA backend on "
+                                                  "device 1"));
+  EXPECT_THAT(other.status().message(), HasSubstr("one process per GPU"));
+  // Moving a claim keeps it; releasing the last one frees the process for another device.
+  CudaDeviceClaim moved = *std::move(first);
+  *same = CudaDeviceClaim();
+  EXPECT_FALSE(CudaDeviceClaim::Claim(0).ok());
+  moved = CudaDeviceClaim();
+  absl::StatusOr<CudaDeviceClaim> now = CudaDeviceClaim::Claim(0);
+  EXPECT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(CudaDeviceClaim::Claim(-1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -18,8 +18,10 @@
 // staged through a device scratch buffer.
 //
 // Threads. A backend is used by one thread at a time (its rank's thread). Every entry point
-// makes the backend's device current, because ranks may be threads of one process, each
-// with its own GPU, and kernel launches, cuBLAS and NCCL act on the current device.
+// makes the backend's device current, because kernel launches, cuBLAS and NCCL act on the
+// current device and the caller's thread may use another. Ranks with NCCL peers run one
+// process per GPU, which CreateCudaBackend enforces (internal/cuda_device_claims.h): the
+// stream-ordered pools are not peer-accessible.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -50,6 +52,7 @@
 #include "gloo/rendezvous/store.h"
 #include "worker_lib/cuda/cuda_kernels.h"
 #include "worker_lib/internal/compute_checks.h"
+#include "worker_lib/internal/cuda_device_claims.h"
 
 namespace ballast {
 namespace {
@@ -1084,9 +1087,12 @@ class NcclCommunicator : public Communicator {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(std::shared_ptr<StreamContext> ctx, std::unique_ptr<CudaCompute> compute,
-              std::unique_ptr<NcclCommunicator> comm)
-      : ctx_(std::move(ctx)), compute_(std::move(compute)), comm_(std::move(comm)) {}
+  CudaBackend(internal::CudaDeviceClaim claim, std::shared_ptr<StreamContext> ctx,
+              std::unique_ptr<CudaCompute> compute, std::unique_ptr<NcclCommunicator> comm)
+      : claim_(std::move(claim)),
+        ctx_(std::move(ctx)),
+        compute_(std::move(compute)),
+        comm_(std::move(comm)) {}
 
   Compute& compute() override { return *compute_; }
   Communicator& comm() override { return *comm_; }
@@ -1094,7 +1100,8 @@ class CudaBackend : public Backend {
 
  private:
   // Declaration order is destruction order reversed: the communicator goes first (it may
-  // still wait on the stream), the stream last.
+  // still wait on the stream), the stream next, the claim on the device last.
+  internal::CudaDeviceClaim claim_;
   std::shared_ptr<StreamContext> ctx_;
   std::unique_ptr<CudaCompute> compute_;
   std::unique_ptr<NcclCommunicator> comm_;
@@ -1147,6 +1154,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   BALLAST_ASSIGN_OR_RETURN(
       const int device,
       ResolveCudaDevice(options.device, options.rank, count, std::getenv("LOCAL_RANK")));
+  // With NCCL peers, one process per GPU (internal/cuda_device_claims.h).
+  internal::CudaDeviceClaim claim;
+  if (options.size > 1) {
+    BALLAST_ASSIGN_OR_RETURN(claim, internal::CudaDeviceClaim::Claim(device));
+  }
   BALLAST_ASSIGN_OR_RETURN(std::shared_ptr<StreamContext> ctx, StreamContext::Create(device));
   BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<CudaCompute> compute,
                            CudaCompute::Create(ctx, options.gemm_precision));
@@ -1157,7 +1169,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   BALLAST_LOG(INFO) << "cuda backend: prefix=" << options.prefix << " rank " << options.rank
                     << " of " << options.size << " on device " << device << " (NCCL "
                     << nccl_version << ")";
-  return std::make_unique<CudaBackend>(std::move(ctx), std::move(compute), std::move(comm));
+  return std::make_unique<CudaBackend>(std::move(claim), std::move(ctx), std::move(compute),
+                                       std::move(comm));
 }
 
 }  // namespace ballast
