@@ -790,8 +790,12 @@ class NcclCommunicator : public Communicator {
   }
 
   ~NcclCommunicator() override {
-    if (comm_ == nullptr) return;
     ScopedDevice scoped(ctx_->device());
+    if (ready_ != nullptr) {
+      cudaEventDestroy(ready_);
+      cudaGetLastError();
+    }
+    if (comm_ == nullptr) return;
     // Finalize flushes outstanding work and may wait on peers, so it gets the same bound
     // as a collective; Await aborts the communicator when it runs out.
     const absl::Status finalized = BALLAST_NCCL_STATUS(ncclCommFinalize(comm_));
@@ -953,10 +957,16 @@ class NcclCommunicator : public Communicator {
                                                             failed.message())));
     }
     absl::Status status = ctx_->Activate();
+    // Marks where the compute queued before this collective ends: the timeout runs from
+    // there, so a long forward pass ahead of it is not mistaken for a missing peer.
+    if (status.ok() && ready_ == nullptr) {
+      status = BALLAST_CUDA_STATUS(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    }
+    if (status.ok()) status = BALLAST_CUDA_STATUS(cudaEventRecord(ready_, stream()));
     if (status.ok()) status = StageIn(buffers);
     if (status.ok()) status = enqueue();
     if (!status.ok()) return Abort(std::move(status));
-    BALLAST_RETURN_IF_ERROR(Await(what, true));
+    BALLAST_RETURN_IF_ERROR(Await(what, true, ready_));
     status = StageOut(buffers);
     if (!status.ok()) return Abort(std::move(status));
     return absl::OkStatus();
@@ -1022,9 +1032,25 @@ class NcclCommunicator : public Communicator {
   // in the background) and, if `wait_for_stream`, until the stream has drained, polling
   // both so the wait can end at the deadline. The stream wait also covers compute queued
   // before the collective, which is what "blocking" means in communicator.h.
-  absl::Status Await(const char* what, bool wait_for_stream) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  //
+  // `ready` (when set) marks the end of the compute queued before the collective: the
+  // timeout starts when it completes, not at the call. Until then only errors end the
+  // wait: compute that is merely slow (a straggler's) is not a missing peer.
+  absl::Status Await(const char* what, bool wait_for_stream, cudaEvent_t ready = nullptr) {
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    bool timing = ready == nullptr;
     for (int polls = 0;; ++polls) {
+      if (!timing) {
+        const cudaError_t reached = cudaEventQuery(ready);
+        if (reached == cudaSuccess) {
+          timing = true;
+          deadline = std::chrono::steady_clock::now() + timeout_;
+        } else if (reached != cudaErrorNotReady) {
+          absl::Status status = BALLAST_CUDA_STATUS(reached);
+          return Abort(absl::Status(status.code(), absl::StrCat("compute before ", what,
+                                                                " failed: ", status.message())));
+        }
+      }
       ncclResult_t state = ncclSuccess;
       absl::Status status = BALLAST_NCCL_STATUS(ncclCommGetAsyncError(comm_, &state));
       if (status.ok() && state != ncclSuccess && state != ncclInProgress) {
@@ -1044,7 +1070,7 @@ class NcclCommunicator : public Communicator {
         }
       }
       if (!status.ok()) return Abort(std::move(status));
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (timing && std::chrono::steady_clock::now() >= deadline) {
         return Abort(absl::DeadlineExceededError(
             absl::StrCat(what, " on rank ", rank_, " of ", size_, " did not complete within ",
                          absl::FormatDuration(absl::FromChrono(timeout_)),
@@ -1078,6 +1104,7 @@ class NcclCommunicator : public Communicator {
   const std::chrono::nanoseconds timeout_;
   std::shared_ptr<StreamContext> ctx_;
   ncclComm_t comm_;
+  cudaEvent_t ready_ = nullptr;  // Run's mark at the end of the compute before a collective
   DeviceScratch staging_;
   absl::Status failure_;
 };
