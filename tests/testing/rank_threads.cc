@@ -16,23 +16,21 @@ absl::Status RunOne(int rank, int size, const RendezvousStore& store, const std:
   RankContext ctx;
   ctx.rank = rank;
   ctx.size = size;
-  if (options.backend == "cuda") {
-    CudaBackendOptions backend_options;
+  // The fields both backends' options share.
+  auto common = [&](auto backend_options) {
     backend_options.rank = rank;
     backend_options.size = size;
-    backend_options.device = rank;
     backend_options.store = store;
     backend_options.prefix = prefix;
     backend_options.timeout = options.timeout;
+    return backend_options;
+  };
+  if (options.backend == "cuda") {
+    CudaBackendOptions backend_options = common(CudaBackendOptions{});
+    backend_options.device = rank;
     BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCudaBackend(backend_options));
   } else if (options.backend == "cpu") {
-    CpuBackendOptions backend_options;
-    backend_options.rank = rank;
-    backend_options.size = size;
-    backend_options.store = store;
-    backend_options.prefix = prefix;
-    backend_options.timeout = options.timeout;
-    BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCpuBackend(backend_options));
+    BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCpuBackend(common(CpuBackendOptions{})));
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown backend '", options.backend, "'"));
   }

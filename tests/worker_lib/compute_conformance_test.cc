@@ -610,10 +610,16 @@ TEST_P(ComputeConformanceTest, OutputsOverlappingInputsAreRefusedAndWriteNothing
                               cols, x.data(), dgamma.data(), dbeta.data());
   ExpectRefused("LayerNormBackward: dx overlaps x");
   EXPECT_EQ(Download(x), x_host);
-  // dgamma inside dx.
+  // dgamma inside dx; dx over mean.
+  const std::vector<float> y_before = Download(y);
   compute().LayerNormBackward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), rows,
                               cols, y.data(), y.data() + cols, dbeta.data());
   ExpectRefused("LayerNormBackward: dx overlaps dgamma");
+  EXPECT_EQ(Download(y), y_before);
+  Buffer wide = Allocate(n + rows);
+  compute().LayerNormBackward(x.data(), gamma.data(), wide.data() + n - 1, rstd.data(), dy.data(),
+                              rows, cols, wide.data(), dgamma.data(), dbeta.data());
+  ExpectRefused("LayerNormBackward: dx overlaps mean");
 
   Buffer data = Upload(Random(16, -1, 1, 53));
   const std::vector<float> before = Download(data);
@@ -626,6 +632,21 @@ TEST_P(ComputeConformanceTest, OutputsOverlappingInputsAreRefusedAndWriteNothing
   std::vector<float> want = before;
   std::copy(before.begin(), before.begin() + 8, want.begin() + 8);
   EXPECT_EQ(Download(data), want);
+}
+
+// compute.h: all three outputs are overwritten, even with no rows (zeros for dgamma and
+// dbeta).
+TEST_P(ComputeConformanceTest, LayerNormBackwardWithNoRowsZeroesTheParameterGradients) {
+  const int cols = 40;
+  Buffer gamma = Upload(Random(cols, 0.5f, 1.5f, 60));
+  Buffer dgamma = Upload(Random(cols, -1, 1, 61)), dbeta = Upload(Random(cols, -1, 1, 62));
+  Buffer one = Allocate(cols);  // x, dy and dx: never read or written with no rows
+  Buffer mean = Allocate(1), rstd = Allocate(1);
+  compute().LayerNormBackward(one.data(), gamma.data(), mean.data(), rstd.data(), one.data() + 1, 0,
+                              cols, nullptr, dgamma.data(), dbeta.data());
+  ExpectSynchronized();
+  EXPECT_EQ(Download(dgamma), std::vector<float>(cols, 0.0f));
+  EXPECT_EQ(Download(dbeta), std::vector<float>(cols, 0.0f));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ComputeConformanceTest, ::testing::Values("cpu", "cuda"),

@@ -1,9 +1,8 @@
 // The CPU backend: OpenBLAS kernels against naive references, and Gloo collectives on
 // real ranks (threads, loopback TCP).
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -28,6 +27,7 @@ namespace {
 
 using ::ballast::testing::RankContext;
 using ::ballast::testing::RunRanks;
+using ::ballast::testing::RunRanksOptions;
 
 std::unique_ptr<Backend> SingleRank() {
   CpuBackendOptions options;
@@ -143,8 +143,8 @@ TEST(CpuComputeTest, LayerNormAndItsGradients) {
     EXPECT_NEAR(mean[r], mu, 1e-6);
     EXPECT_NEAR(rstd[r], 1.0 / std::sqrt(var + eps), 1e-4);
     for (int j = 0; j < cols; ++j) {
-      EXPECT_NEAR(y[r * cols + j], (x[r * cols + j] - mu) / std::sqrt(var + eps) * gamma[j] + beta[j],
-                  1e-5);
+      EXPECT_NEAR(y[r * cols + j],
+                  (x[r * cols + j] - mu) / std::sqrt(var + eps) * gamma[j] + beta[j], 1e-5);
     }
   }
   // Finite differences of L = <w, layernorm(x; gamma, beta)> in x, gamma and beta.
@@ -188,7 +188,8 @@ TEST(CpuComputeTest, GeluAndItsGradient) {
   c.GeluBackward(x.data(), dy.data(), dx.data(), 1, 5, 5);
   for (int i = 0; i < 5; ++i) {
     const double v = x[i];
-    const double exact = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    const double exact =
+        0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
     EXPECT_NEAR(y[i], exact, 1e-6);
     auto g = [&](double z) {
       return 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
@@ -366,8 +367,8 @@ TEST_P(GlooAllReduceTest, EverySizeIsExactAndBitwiseAlikeOnAllRanks) {
   absl::Status status = RunRanks(p, [p](RankContext& ctx) -> absl::Status {
     Communicator& comm = ctx.backend->comm();
     const int r = ctx.rank;
-    for (size_t n : {size_t{1}, size_t(p - 1), size_t(p), size_t(p + 1), size_t{1000},
-                     size_t{196608}}) {
+    for (size_t n :
+         {size_t{1}, size_t(p - 1), size_t(p), size_t(p + 1), size_t{1000}, size_t{196608}}) {
       if (n == 0) continue;
       // Small integers: the sum is exact whatever the order.
       std::vector<float> ints(n);
@@ -482,6 +483,35 @@ TEST(CpuBackendTest, PeerThatLeavesMidRunFailsTheCollective) {
   EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("allreduce"));
 }
 
+// A rank whose compute call failed skips the collective after it (it must not send what
+// the call left) and aborts its communicator, which closes its connections: the peer's
+// collective fails then, not at the 60 s timeout.
+TEST(CpuBackendTest, AFailedComputeCallFailsThePeersCollectiveAtOnce) {
+  RunRanksOptions options;
+  options.timeout = absl::Seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<absl::Status> got(2);
+  absl::Status status = RunRanks(
+      2,
+      [&](RankContext& ctx) -> absl::Status {
+        Compute& c = ctx.backend->compute();
+        absl::StatusOr<Buffer> x = c.Allocate(16);
+        if (!x.ok()) return x.status();
+        if (ctx.rank == 0) {
+          c.Gemm(false, false, -1, 4, 4, 1.0f, x->data(), 4, x->data(), 4, 0.0f, x->data(), 4);
+        }
+        got[ctx.rank] = ctx.backend->comm().AllReduceSum(x->data(), 16);
+        return absl::OkStatus();
+      },
+      options);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kInvalidArgument) << got[0];
+  EXPECT_THAT(std::string(got[0].message()), ::testing::HasSubstr("AllReduceSum not run"));
+  EXPECT_FALSE(got[1].ok());
+  EXPECT_NE(got[1].code(), absl::StatusCode::kDeadlineExceeded) << got[1];
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 TEST(RendezvousStoreTest, FileSystemStoreCreatesDirectory) {
   const std::string dir = ::testing::TempDir() + "/ballast-rdv-" + std::to_string(::getpid());
   auto store = RendezvousStore::FileSystem(dir);
@@ -581,10 +611,8 @@ TEST(RendezvousStoreTest, RedisStoreConnectsRanks) {
 }
 
 TEST(RendezvousStoreTest, UnreachableRedisIsAnError) {
-  EXPECT_EQ(RendezvousStore::Redis("127.0.0.1", 1).status().code(),
-            absl::StatusCode::kUnavailable);
-  EXPECT_EQ(RendezvousStore::Redis("", 6379).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RendezvousStore::Redis("127.0.0.1", 1).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(RendezvousStore::Redis("", 6379).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RendezvousStore::Redis("127.0.0.1", 70000).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

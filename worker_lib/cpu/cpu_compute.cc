@@ -271,7 +271,10 @@ void CpuCompute::LayerNormForward(const float* x, const float* gamma, const floa
 void CpuCompute::LayerNormBackward(const float* x, const float* gamma, const float* mean,
                                    const float* rstd, const float* dy, int rows, int cols,
                                    float* dx, float* dgamma, float* dbeta) {
-  if (!failure_->Defer(CheckLayerNormBackward(x, dy, rows, cols, dx, dgamma, dbeta))) return;
+  if (!failure_->Defer(
+          CheckLayerNormBackward(x, gamma, mean, rstd, dy, rows, cols, dx, dgamma, dbeta))) {
+    return;
+  }
   std::fill(dgamma, dgamma + cols, 0.0f);
   std::fill(dbeta, dbeta + cols, 0.0f);
   for (int r = 0; r < rows; ++r) {

@@ -622,7 +622,8 @@ class CudaCompute : public Compute {
   void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd,
                          const float* dy, int rows, int cols, float* dx, float* dgamma,
                          float* dbeta) override {
-    if (!Activate() || !Defer(CheckLayerNormBackward(x, dy, rows, cols, dx, dgamma, dbeta))) {
+    if (!Activate() || !Defer(CheckLayerNormBackward(x, gamma, mean, rstd, dy, rows, cols, dx,
+                                                         dgamma, dbeta))) {
       return;
     }
     Defer(BALLAST_CUDA_STATUS(cuda_internal::LaunchLayerNormBackward(
@@ -1034,10 +1035,13 @@ class NcclCommunicator : public Communicator {
   // before the collective, which is what "blocking" means in communicator.h.
   //
   // `ready` (when set) marks the end of the compute queued before the collective: the
-  // timeout starts when it completes, not at the call. Until then only errors end the
-  // wait: compute that is merely slow (a straggler's) is not a missing peer.
+  // timeout starts when it completes, not at the call, since compute that is merely slow
+  // (a straggler's) is not a missing peer. Compute that never completes (a hung kernel)
+  // still ends the wait, after kComputeTimeouts timeouts.
   absl::Status Await(const char* what, bool wait_for_stream, cudaEvent_t ready = nullptr) {
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    constexpr int kComputeTimeouts = 4;
+    const auto called = std::chrono::steady_clock::now();
+    auto deadline = called + (ready == nullptr ? 1 : kComputeTimeouts) * timeout_;
     bool timing = ready == nullptr;
     for (int polls = 0;; ++polls) {
       if (!timing) {
@@ -1070,7 +1074,13 @@ class NcclCommunicator : public Communicator {
         }
       }
       if (!status.ok()) return Abort(std::move(status));
-      if (timing && std::chrono::steady_clock::now() >= deadline) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        if (!timing) {
+          return Abort(absl::DeadlineExceededError(absl::StrCat(
+              "the compute queued before ", what, " on rank ", rank_, " of ", size_,
+              " did not complete within ", kComputeTimeouts, " x ",
+              absl::FormatDuration(absl::FromChrono(timeout_)), "; communicator aborted")));
+        }
         return Abort(absl::DeadlineExceededError(
             absl::StrCat(what, " on rank ", rank_, " of ", size_, " did not complete within ",
                          absl::FormatDuration(absl::FromChrono(timeout_)),

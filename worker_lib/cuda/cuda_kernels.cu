@@ -287,9 +287,12 @@ __global__ void LayerNormBackwardDxKernel(const float* x, const float* gamma, co
 constexpr int kParamCols = 32;
 constexpr int kParamRowSplit = 32;
 
-__global__ void LayerNormBackwardParamsKernel(const float* x, const float* mean, const float* rstd,
-                                              const float* dy, int rows, int cols, float* dgamma,
-                                              float* dbeta) {
+// 1024 threads a block: the bound keeps the compiler within the registers that allows,
+// in any build (a -G debug build would otherwise fail the launch for lack of them).
+__global__ void __launch_bounds__(kParamCols * kParamRowSplit)
+    LayerNormBackwardParamsKernel(const float* x, const float* mean, const float* rstd,
+                                  const float* dy, int rows, int cols, float* dgamma,
+                                  float* dbeta) {
   __shared__ float partial_g[kParamRowSplit][kParamCols + 1];  // +1: no bank conflicts
   __shared__ float partial_b[kParamRowSplit][kParamCols + 1];
   const int c = blockIdx.x * kParamCols + threadIdx.x;
@@ -492,12 +495,15 @@ cudaError_t LaunchLayerNormForward(const float* x, const float* gamma, const flo
 cudaError_t LaunchLayerNormBackward(const float* x, const float* gamma, const float* mean,
                                     const float* rstd, const float* dy, int rows, int cols,
                                     float* dx, float* dgamma, float* dbeta, cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0) return cudaSuccess;
-  const int blocks = std::min(rows, kMaxRowBlocks);
-  LayerNormBackwardDxKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, gamma, mean, rstd, dy,
-                                                                      rows, cols, dx);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
+  if (cols <= 0) return cudaSuccess;
+  // With no rows dgamma and dbeta are still written (zeros), as compute.h says.
+  if (rows > 0) {
+    const int blocks = std::min(rows, kMaxRowBlocks);
+    LayerNormBackwardDxKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, gamma, mean, rstd, dy,
+                                                                        rows, cols, dx);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
   const unsigned column_blocks = static_cast<unsigned>((cols + kParamCols - 1) / kParamCols);
   LayerNormBackwardParamsKernel<<<column_blocks, dim3(kParamCols, kParamRowSplit), 0, stream>>>(
       x, mean, rstd, dy, rows, cols, dgamma, dbeta);

@@ -85,7 +85,8 @@ absl::Status CheckCopy(const float* src, const float* dst, size_t n) {
   return absl::OkStatus();
 }
 
-absl::Status CheckLayerNormBackward(const float* x, const float* dy, int rows, int cols,
+absl::Status CheckLayerNormBackward(const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, const float* dy, int rows, int cols,
                                     const float* dx, const float* dgamma, const float* dbeta) {
   if (absl::Status s = CheckRowMajor("LayerNormBackward", rows, cols, cols); !s.ok()) return s;
   const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(cols);
@@ -95,11 +96,14 @@ absl::Status CheckLayerNormBackward(const float* x, const float* dy, int rows, i
     const float* data;
     size_t size;
   };
-  const Range ranges[] = {
-      {"x", x, n}, {"dy", dy, n}, {"dx", dx, n}, {"dgamma", dgamma, c}, {"dbeta", dbeta, c}};
-  constexpr int kFirstOutput = 2;  // dx, dgamma and dbeta are written
-  for (int w = kFirstOutput; w < 5; ++w) {
-    for (int other = 0; other < 5; ++other) {
+  const size_t r = static_cast<size_t>(rows);
+  const Range ranges[] = {{"x", x, n},           {"gamma", gamma, c}, {"mean", mean, r},
+                          {"rstd", rstd, r},     {"dy", dy, n},       {"dx", dx, n},
+                          {"dgamma", dgamma, c}, {"dbeta", dbeta, c}};
+  constexpr int kRanges = 8;
+  constexpr int kFirstOutput = 5;  // dx, dgamma and dbeta are written
+  for (int w = kFirstOutput; w < kRanges; ++w) {
+    for (int other = 0; other < kRanges; ++other) {
       if (other == w ||
           !Overlap(ranges[w].data, ranges[w].size, ranges[other].data, ranges[other].size)) {
         continue;

@@ -28,9 +28,11 @@ absl::Status CheckRotary(int rows, int seq, int ld, int groups, int group_stride
 absl::Status CheckAdamWStep(int64_t step);
 // Source and destination must not overlap unless they are the same range (a no-op).
 absl::Status CheckCopy(const float* src, const float* dst, size_t n);
-// dx must not overlap x or dy, nor dgamma or dbeta any of the three: the CUDA kernels read
-// x and dy after writing dx, and the CPU loops in another order, so the results differed.
-absl::Status CheckLayerNormBackward(const float* x, const float* dy, int rows, int cols,
+// The outputs (dx, dgamma, dbeta) must not overlap the inputs (x, gamma, mean, rstd, dy)
+// or each other: the CUDA kernels read the inputs after writing dx, and the CPU loops in
+// another order, so the results differed.
+absl::Status CheckLayerNormBackward(const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, const float* dy, int rows, int cols,
                                     const float* dx, const float* dgamma, const float* dbeta);
 
 // The first failure of a void compute call since it was last taken. Synchronize() takes it;

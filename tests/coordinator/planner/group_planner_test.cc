@@ -137,6 +137,23 @@ TEST(GroupPlannerTest, AReshardMovesUnitsAndIsRestatedUntilConfirmed) {
   EXPECT_TRUE(confirmed.change->blocks.empty()) << "all-local on the new ownership";
 }
 
+// A plan that names no block (mode off) drops a restated move: the workers keep the
+// ownership they run, and the coordinator plans on what they report from then on.
+TEST(GroupPlannerTest, ModeOffPushesAllLocalWithoutRestatingAMove) {
+  GroupPlannerInput in;
+  in.group = GroupId("tp0");
+  in.in_force.version = PlanVersion(4);
+  in.in_force.blocks.push_back(
+      {.block = BlockId(0), .owner_of_unit = std::vector<RankId>(8, RankId(0))});
+  JobPolicy off = Migrate();
+  off.mode = BalanceMode::kOff;
+  GroupDecision d = DecideGroup(in, off, DwellOptions{});
+  ASSERT_TRUE(d.change.has_value());
+  EXPECT_TRUE(d.change->blocks.empty());
+  EXPECT_FALSE(d.moves_units);
+  EXPECT_TRUE(d.lines.empty()) << "no dwell line in mode off";
+}
+
 TEST(GroupPlannerTest, ABlockThatCannotBePlannedIsLeftOutAndSaysWhy) {
   PlannerInput bad = TwoRanks(2, 0.01);
   bad.ranks[1].seconds_per_unit = std::nan("");

@@ -1,0 +1,60 @@
+// The transfer solver's LP (TransferSolver::LpPrunes): the search's interval bounds draw
+// secant lines under it (search.cc), which is valid only because it is convex in the step
+// time. Checked here on bench-sized random blocks, where the oracle tests cannot reach.
+#include "coordinator/planner/transfer_solver.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "coordinator/planner/problem.h"
+
+namespace ballast::coordinator::planner_internal {
+namespace {
+
+TEST(TransferSolverTest, LpPrunesIsConvexAndFallsWithTheStepTime) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> unit(0, 1);
+  int checked = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    Problem problem;
+    problem.num_ranks = 2 + trial % 7;
+    const int32_t n = 8 + trial % 57;
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      problem.seconds_per_unit.push_back(1e-3 * (1 + 9 * unit(rng)));
+      problem.owned.push_back(n);
+      problem.cordoned.push_back(r == 0 && trial % 5 == 0 ? 1 : 0);
+      problem.prune_cap.push_back(static_cast<int32_t>(n * unit(rng)));
+      problem.num_units += n;
+    }
+    problem.group_prune_cap = static_cast<int64_t>(problem.num_units * unit(rng));
+    problem.tau = 2e-3 * unit(rng);
+    TransferSolver solver(problem);
+    // Step times from well below to well above the all-local step.
+    double top = 0;
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      top = std::max(top, problem.seconds_per_unit[r] * n);
+    }
+    std::vector<double> t, lp;
+    for (int i = 1; i <= 60; ++i) {
+      t.push_back(top * 1.5 * i / 60);
+      lp.push_back(solver.LpPrunes(t.back()));
+    }
+    for (size_t i = 0; i + 2 < t.size(); ++i) {
+      // Infeasible (kInf) only below the feasible range, and non-increasing after it.
+      if (!std::isfinite(lp[i])) continue;
+      ASSERT_TRUE(std::isfinite(lp[i + 1])) << "trial " << trial << " t " << t[i + 1];
+      EXPECT_LE(lp[i + 1], lp[i] + 1e-9 * (1 + lp[i])) << "trial " << trial;
+      // Midpoint convexity on equally spaced points.
+      EXPECT_LE(lp[i + 1], 0.5 * (lp[i] + lp[i + 2]) + 1e-7 * (1 + lp[i]))
+          << "trial " << trial << " at t " << t[i + 1];
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 5000);
+}
+
+}  // namespace
+}  // namespace ballast::coordinator::planner_internal
