@@ -157,6 +157,8 @@ class Coordinator {
     int64_t last_plan_number = 0;   // and that plan's number
     // Monotonic time of the first planning round of the rank's current run of rounds
     // straggling, pooled over the group's blocks (rank_speeds.h); unset when it does not.
+    // Status shows it (transient, then chronic after reshard_after); the count to chronic
+    // for planning restarts at a reshard too (GroupEntry::moved_units_at).
     std::optional<absl::Duration> straggling_since;
     // Monotonic time of the last planning round that judged the rank: a longer gap (a
     // pause, a detach, missing reports) breaks a run of straggling rounds.
@@ -188,6 +190,9 @@ class Coordinator {
     std::optional<absl::Duration> plan_changed_at;
     // Planning rounds in a row with a marginal straggler (rank_speeds.h: TreatAsCalm).
     int32_t marginal_rounds = 0;
+    // Monotonic time of the last pushed plan that moved units: a rank counts as chronic,
+    // for planning, only after reshard_after of straggling since then too.
+    std::optional<absl::Duration> moved_units_at;
     // Link speeds learned from the ranks' offload transfers.
     LinkModel links;
     // Monotonic time of the last registration, report or detach (forget_after runs

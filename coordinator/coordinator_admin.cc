@@ -111,11 +111,13 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
       if (rank.attached) measured = std::max(measured, rank.step_seconds.Median());
     }
     gs->set_measured_step_seconds(measured);
+    const JobPolicy policy = PolicyFor(group.job);
+    const absl::Duration now = clock_->Monotonic();
     const int32_t first_block = group.blocks.empty() ? -1 : group.blocks.begin()->first;
     absl::StatusOr<GroupSpeeds> speeds =
         first_block < 0 ? absl::NotFoundError("no blocks")
                         : speeds_->Speeds(group.job, GroupId(group.name), BlockId(first_block),
-                                          PolicyFor(group.job));
+                                          policy);
     for (const auto& [r, rank] : group.ranks) {
       v1::RankStatus* rs = gs->add_ranks();
       rs->set_rank(r);
@@ -130,6 +132,15 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
           rs->set_seconds_per_unit(s.has_estimate ? s.seconds_per_unit : 0);
           if (rank.attached) state = s.stale ? "stale" : std::string(StragglerStateName(s.state));
         }
+      }
+      // The pooled verdict the decisions use (coordinator_decide.cc), where the group is
+      // planned and the rank was judged in the last few report periods; the speed model's
+      // per-block state otherwise (mode off: nothing is pooled).
+      if (rank.attached && state != "stale" && policy.mode != BalanceMode::kOff &&
+          rank.judged_at.has_value() && now - *rank.judged_at <= 3 * policy.report_period) {
+        state = !rank.straggling_since.has_value() ? "normal"
+                : now - *rank.straggling_since >= policy.reshard_after ? "chronic"
+                                                                       : "transient";
       }
       if (cordons_.contains(rank.identity.device())) state = "cordoned";
       rs->set_state(state);

@@ -116,10 +116,20 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
       if (!straggling) continue;
       if (!rank.straggling_since.has_value()) rank.straggling_since = judged_now;
       const absl::Duration straggling_for = judged_now - *rank.straggling_since;
-      chronic[r] = straggling_for >= policy.reshard_after;
+      // A reshard restarts the count (see the end of Decide).
+      const bool resharded_since =
+          group.moved_units_at.has_value() && *group.moved_units_at > *rank.straggling_since;
+      const absl::Duration counted =
+          resharded_since ? judged_now - *group.moved_units_at : straggling_for;
+      chronic[r] = counted >= policy.reshard_after;
       lines.push_back(absl::StrCat(
           "rank ", r, " straggling for ",
           absl::FormatDuration(absl::Trunc(straggling_for, absl::Milliseconds(100))),
+          resharded_since
+              ? absl::StrCat(", ",
+                             absl::FormatDuration(absl::Trunc(counted, absl::Milliseconds(100))),
+                             " since the last reshard")
+              : "",
           chronic[r] ? ": chronic" : "", " (reshard_after ",
           absl::FormatDuration(policy.reshard_after), ")"));
     }
@@ -187,9 +197,7 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it
   // idles more and is throttled less, which made the split swing by a unit every ~13
   // s on the shaped link (7 moves in 300 steps with reshard_after 4 s).
-  if (decision.moves_units) {
-    for (auto& [r, rank] : group.ranks) rank.straggling_since.reset();
-  }
+  if (decision.moves_units) group.moved_units_at = clock_->Monotonic();
   return plan;
 }
 

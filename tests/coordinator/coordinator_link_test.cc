@@ -137,6 +137,41 @@ TEST_F(CoordinatorLinkTest, AChronicStragglerIsReshardedAndTheMoveRestatedUntilC
       << "plan #" << last.number() << " still restates a confirmed move";
 }
 
+// Status shows the pooled verdict the decisions use: transient, then chronic after
+// reshard_after, and still chronic after the reshard (the straggler is as slow as before),
+// while the planning count to chronic restarts at the reshard.
+TEST_F(CoordinatorLinkTest, StatusShowsThePooledVerdictAndAReshardRestartsOnlyThePlanCount) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  policy.reshard_after = absl::Seconds(1);
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  auto state_of = [&](int rank) {
+    absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
+    EXPECT_TRUE(status.ok());
+    return status.ok() ? status->jobs(0).groups(0).ranks(rank).state() : std::string();
+  };
+  int64_t step = 0;
+  for (; step < 4; ++step) Round(step, 1000, 1.0);  // a 1 kB/s link: offloads never pay
+  EXPECT_EQ(state_of(0), "normal");
+  EXPECT_EQ(state_of(1), "transient");
+  size_t plans = sink_.plans().size();
+  for (; step < 60 && sink_.plans().size() == plans; ++step) Round(step, 1000, 1.0);
+  ASSERT_GT(sink_.plans().size(), plans) << "no reshard";
+  ASSERT_GT(sink_.plans().back().blocks(0).owner_of_unit_size(), 0);
+  EXPECT_EQ(state_of(1), "chronic") << "the reshard does not make the straggler faster";
+  Round(step++, 1000, 1.0);
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("since the last reshard (reshard_after 1s)"));
+  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr(": chronic")));
+  // Mode off pools nothing: status falls back to the speed model's per-block state.
+  policy.mode = BalanceMode::kOff;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  for (int i = 0; i < 5; ++i) Round(step++, 1000, 1.0);
+  EXPECT_NE(state_of(1), "normal");
+}
+
 TEST_F(CoordinatorLinkTest, ASampleFromNoPeerIsRefusedByName) {
   absl::Status s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, 1000, 1.0, 0));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
