@@ -65,6 +65,15 @@ class CoordinatorLinkTest : public ::testing::Test {
     return offloaded;
   }
 
+  // Migrate, deciding every 100 ms, chronic after 1 s of straggling.
+  static JobPolicy ChronicAfterOneSecond() {
+    JobPolicy policy;
+    policy.mode = BalanceMode::kMigrate;
+    policy.report_period = absl::Milliseconds(100);
+    policy.reshard_after = absl::Seconds(1);
+    return policy;
+  }
+
   testing::FakeClock clock_;
   testing::InMemoryPolicyStore store_;
   std::unique_ptr<SpeedModel> speeds_;
@@ -101,10 +110,7 @@ TEST_F(CoordinatorLinkTest, MeasuredTransfersReplaceThePriorAndPriceOffloadsOut)
 // every plan until a worker reports it: ranks apply the newest plan they all hold, so a
 // follow-up plan pushed within the same step used to drop the reshard unseen.
 TEST_F(CoordinatorLinkTest, AChronicStragglerIsReshardedAndTheMoveRestatedUntilConfirmed) {
-  JobPolicy policy;
-  policy.mode = BalanceMode::kMigrate;
-  policy.report_period = absl::Milliseconds(100);
-  policy.reshard_after = absl::Seconds(1);
+  JobPolicy policy = ChronicAfterOneSecond();
   ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
   int64_t step = 0;
   size_t reshard = 0;  // index of the reshard plan in the sink, + 1
@@ -141,10 +147,7 @@ TEST_F(CoordinatorLinkTest, AChronicStragglerIsReshardedAndTheMoveRestatedUntilC
 // reshard_after, and still chronic after the reshard (the straggler is as slow as before),
 // while the planning count to chronic restarts at the reshard.
 TEST_F(CoordinatorLinkTest, StatusShowsThePooledVerdictAndAReshardRestartsOnlyThePlanCount) {
-  JobPolicy policy;
-  policy.mode = BalanceMode::kMigrate;
-  policy.report_period = absl::Milliseconds(100);
-  policy.reshard_after = absl::Seconds(1);
+  JobPolicy policy = ChronicAfterOneSecond();
   ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
   auto state_of = [&](int rank) {
     absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
