@@ -32,6 +32,7 @@
 #include "coordinator/planner/planner.h"
 #include "coordinator/policy.h"
 #include "coordinator/policy_store.h"
+#include "coordinator/rank_speeds.h"
 #include "coordinator/speed_model.h"
 
 namespace ballast::coordinator {
@@ -160,12 +161,14 @@ class Coordinator {
     // Status shows it (transient, then chronic after reshard_after); the count to chronic
     // for planning restarts at a reshard too (GroupEntry::moved_units_at).
     std::optional<absl::Duration> straggling_since;
-    // Monotonic time of the last planning round that judged the rank: a longer gap (a
-    // pause, a detach, missing reports) breaks a run of straggling rounds.
+    // Monotonic time of the last planning round that judged the rank: a gap of more than
+    // kJudgementGapPeriods report periods (a pause, a detach, missing reports) breaks a run
+    // of straggling rounds.
     std::optional<absl::Duration> judged_at;
     // The step of the last report whose link samples were taken (link_model.h).
     int64_t last_link_sample_step = -1;
   };
+  static constexpr int kJudgementGapPeriods = 3;
   struct BlockEntry {
     int32_t num_units = 0;
     int64_t unit_bytes = 0;
@@ -241,6 +244,12 @@ class Coordinator {
   double LinkBytesPerSecond(const GroupEntry& group, std::string* explanation) const;
   static void Observe(std::vector<double>& samples, double seconds);
   int64_t NextVersion(const GroupEntry& group) const;
+  // Updates each rank's run of pooled straggling rounds (RankEntry::straggling_since) and
+  // returns, per rank, whether it is chronic for planning: straggling for the policy's
+  // reshard_after, counted from the last reshard if later. Appends explain lines.
+  std::vector<bool> JudgeChronic(GroupEntry& group, const PooledGroup& pooled,
+                                 const JobPolicy& policy, std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The ownership a block is planned on: the plan in force's, where it moves the block's
   // units (restated until confirmed), else what the workers run.
   static const std::vector<RankId>& PlannedOwnership(const GroupEntry& group, int32_t block_id);

@@ -92,10 +92,8 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
     const StepPrediction prediction = PredictStep(group);
     gs->set_predicted_step_seconds(prediction.blocks + prediction.collectives);
     gs->set_predicted_collective_seconds(prediction.collectives);
-    const std::optional<LinkModel::Estimate> link = group.links.Slowest();
-    gs->set_link_bytes_per_second(link.has_value() ? link->bytes_per_second
-                                                   : options_.link_bytes_per_second);
-    gs->set_link_learned(link.has_value());
+    gs->set_link_bytes_per_second(LinkBytesPerSecond(group, nullptr));
+    gs->set_link_learned(group.links.Slowest().has_value());
     int64_t units = 0, pruned = 0, offloaded = 0;
     for (const auto& [b, block] : group.blocks) units += block.num_units;
     for (const BlockPlan& bp : group.plan.blocks) {
@@ -137,7 +135,8 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
       // planned and the rank was judged in the last few report periods; the speed model's
       // per-block state otherwise (mode off: nothing is pooled).
       if (rank.attached && state != "stale" && policy.mode != BalanceMode::kOff &&
-          rank.judged_at.has_value() && now - *rank.judged_at <= 3 * policy.report_period) {
+          rank.judged_at.has_value() &&
+          now - *rank.judged_at <= kJudgementGapPeriods * policy.report_period) {
         state = !rank.straggling_since.has_value() ? "normal"
                 : now - *rank.straggling_since >= policy.reshard_after ? "chronic"
                                                                        : "transient";

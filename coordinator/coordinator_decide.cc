@@ -53,6 +53,47 @@ const std::vector<RankId>& Coordinator::PlannedOwnership(const GroupEntry& group
   return group.blocks.at(block_id).owner_of_unit;
 }
 
+std::vector<bool> Coordinator::JudgeChronic(GroupEntry& group, const PooledGroup& pooled,
+                                             const JobPolicy& policy,
+                                             std::vector<std::string>& lines) {
+  // Chronic, so that resharding is priced: straggling over the group's blocks for the
+  // policy's reshard_after without a break. Per block, the speed model's own straggler
+  // state breaks off whenever that block's estimate dips under the threshold, and under
+  // a CPU quota some block's does every few seconds.
+  const absl::Duration judged_now = clock_->Monotonic();
+  std::vector<bool> chronic(group.size, false);
+  for (auto& [r, rank] : group.ranks) {
+    const bool straggling = r < group.size && static_cast<size_t>(r) < pooled.ranks.size() &&
+                            pooled.ranks[r].straggling;
+    // Rounds come every report period; a longer gap (paused, not every rank reported)
+    // is a break in the run.
+    const bool gap = rank.judged_at.has_value() &&
+                     judged_now - *rank.judged_at > kJudgementGapPeriods * policy.report_period;
+    rank.judged_at = judged_now;
+    if (!straggling || gap) rank.straggling_since.reset();
+    if (!straggling) continue;
+    if (!rank.straggling_since.has_value()) rank.straggling_since = judged_now;
+    const absl::Duration straggling_for = judged_now - *rank.straggling_since;
+    // A reshard restarts the count (see the end of Decide).
+    const bool resharded_since =
+        group.moved_units_at.has_value() && *group.moved_units_at > *rank.straggling_since;
+    const absl::Duration counted =
+        resharded_since ? judged_now - *group.moved_units_at : straggling_for;
+    chronic[r] = counted >= policy.reshard_after;
+    lines.push_back(absl::StrCat(
+        "rank ", r, " straggling for ",
+        absl::FormatDuration(absl::Trunc(straggling_for, absl::Milliseconds(100))),
+        resharded_since
+            ? absl::StrCat(", ",
+                           absl::FormatDuration(absl::Trunc(counted, absl::Milliseconds(100))),
+                           " since the last reshard")
+            : "",
+        chronic[r] ? ": chronic" : "", " (reshard_after ",
+        absl::FormatDuration(policy.reshard_after), ")"));
+  }
+  return chronic;
+}
+
 std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPolicy& policy) {
   std::vector<std::string> lines;
   ++counters_.decisions;
@@ -98,41 +139,7 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
             ? absl::StrCat("; a marginal straggler, for ", group.marginal_rounds, " round(s) of ",
                            kMarginalRounds, " before balancing: all-local")
             : ""));
-    // Chronic, so that resharding is priced: straggling over the group's blocks for the
-    // policy's reshard_after without a break. Per block, the speed model's own straggler
-    // state breaks off whenever that block's estimate dips under the threshold, and under
-    // a CPU quota some block's does every few seconds.
-    const absl::Duration judged_now = clock_->Monotonic();
-    std::vector<bool> chronic(group.size, false);
-    for (auto& [r, rank] : group.ranks) {
-      const bool straggling = r < group.size && static_cast<size_t>(r) < pooled->ranks.size() &&
-                              pooled->ranks[r].straggling;
-      // Rounds come every report period; a longer gap (paused, not every rank reported)
-      // is a break in the run.
-      const bool gap = rank.judged_at.has_value() &&
-                       judged_now - *rank.judged_at > 3 * policy.report_period;
-      rank.judged_at = judged_now;
-      if (!straggling || gap) rank.straggling_since.reset();
-      if (!straggling) continue;
-      if (!rank.straggling_since.has_value()) rank.straggling_since = judged_now;
-      const absl::Duration straggling_for = judged_now - *rank.straggling_since;
-      // A reshard restarts the count (see the end of Decide).
-      const bool resharded_since =
-          group.moved_units_at.has_value() && *group.moved_units_at > *rank.straggling_since;
-      const absl::Duration counted =
-          resharded_since ? judged_now - *group.moved_units_at : straggling_for;
-      chronic[r] = counted >= policy.reshard_after;
-      lines.push_back(absl::StrCat(
-          "rank ", r, " straggling for ",
-          absl::FormatDuration(absl::Trunc(straggling_for, absl::Milliseconds(100))),
-          resharded_since
-              ? absl::StrCat(", ",
-                             absl::FormatDuration(absl::Trunc(counted, absl::Milliseconds(100))),
-                             " since the last reshard")
-              : "",
-          chronic[r] ? ": chronic" : "", " (reshard_after ",
-          absl::FormatDuration(policy.reshard_after), ")"));
-    }
+    const std::vector<bool> chronic = JudgeChronic(group, *pooled, policy, lines);
     std::string link_line;
     const double bytes_per_second = LinkBytesPerSecond(group, &link_line);
     lines.push_back(std::move(link_line));

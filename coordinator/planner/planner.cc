@@ -86,8 +86,6 @@ PlanCandidate MakeCandidate(CandidateKind kind, BlockId block, const Problem& pr
   return cand;
 }
 
-// The best plans for `mode` on the ownership `owned`. For auto: resize-only, migrate-only
-
 // The plans priced on the current ownership after all-local, in the order explain prints
 // them: each a technique the mode may allow, and the last one allowed is the mode's best.
 struct Strategy {
@@ -130,7 +128,7 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
     return reshard;
   }
   const ModePlans moved = SolveMode(input, filled, policy, mode, needed);
-  *cut_off = mode == BalanceMode::kAuto && moved.joint_cut_off;
+  *cut_off = moved.joint_cut_off;
   const Problem moved_problem = MakeProblem(input, filled, policy, mode);
   reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem, moved.best(mode));
   reshard.plan.owner_of_unit = MoveUnits(input.owner_of_unit, filled);

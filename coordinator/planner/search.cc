@@ -110,18 +110,19 @@ struct LpLine {
 constexpr double kSecantWidth = 1e-3;
 constexpr double kLineSlack = 1e-5;
 
-LpLine LineLeftOf(TransferSolver& solver, double t, double lp_t) {
-  const double h = kSecantWidth * t;
-  const double lp_next = solver.LpPrunes(t + h);
-  if (!std::isfinite(lp_t) || !std::isfinite(lp_next) || !(h > 0)) return LpLine{};
-  return LpLine{t, lp_t - kLineSlack, (lp_next - lp_t) / h};
+// The secant from t towards t + `direction` * h, as a line through (t, LP(t)): valid left
+// of t for direction +1 and right of t for -1.
+LpLine Secant(TransferSolver& solver, double t, double lp_t, double direction) {
+  const double h = direction * kSecantWidth * t;
+  const double lp_there = solver.LpPrunes(t + h);
+  if (!std::isfinite(lp_t) || !std::isfinite(lp_there) || !(direction * h > 0)) return LpLine{};
+  return LpLine{t, lp_t - kLineSlack, (lp_there - lp_t) / h};
 }
-
+LpLine LineLeftOf(TransferSolver& solver, double t, double lp_t) {
+  return Secant(solver, t, lp_t, 1);
+}
 LpLine LineRightOf(TransferSolver& solver, double t, double lp_t) {
-  const double h = kSecantWidth * t;
-  const double lp_before = solver.LpPrunes(t - h);
-  if (!std::isfinite(lp_t) || !std::isfinite(lp_before) || !(h > 0)) return LpLine{};
-  return LpLine{t, lp_t - kLineSlack, (lp_t - lp_before) / h};
+  return Secant(solver, t, lp_t, -1);
 }
 
 // The least t + lambda * max(k, left(t), right(t)) over t in [a, b]: the function is
@@ -131,16 +132,15 @@ double LowestObjective(double a, double b, double lambda, double k, const LpLine
                        const LpLine& right) {
   auto f = [&](double t) { return t + lambda * std::max({k, left(t), right(t)}); };
   double lowest = std::min(f(a), f(b));
-  auto try_crossing = [&](double value0, double slope0, double at0, double value1, double slope1,
-                          double at1) {
-    // value0 + slope0 (t - at0) = value1 + slope1 (t - at1)
-    if (!std::isfinite(value0) || !std::isfinite(value1) || slope0 == slope1) return;
-    const double t = (value1 - value0 + slope0 * at0 - slope1 * at1) / (slope0 - slope1);
+  auto try_crossing = [&](const LpLine& x, const LpLine& y) {
+    if (!std::isfinite(x.value) || !std::isfinite(y.value) || x.slope == y.slope) return;
+    const double t = (y.value - x.value + x.slope * x.at - y.slope * y.at) / (x.slope - y.slope);
     if (t > a && t < b) lowest = std::min(lowest, f(t));
   };
-  try_crossing(left.value, left.slope, left.at, right.value, right.slope, right.at);
-  try_crossing(left.value, left.slope, left.at, k, 0, 0);
-  try_crossing(right.value, right.slope, right.at, k, 0, 0);
+  const LpLine flat{0, k, 0};
+  try_crossing(left, right);
+  try_crossing(left, flat);
+  try_crossing(right, flat);
   return lowest;
 }
 

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "internal/compute_checks.h"
 
 namespace ballast::internal {
@@ -78,9 +79,11 @@ void CpuCompute::Copy(const float* src, float* dst, size_t n) {
 }
 void CpuCompute::Fill(float* x, float value, size_t n) { std::fill(x, x + n, value); }
 
-void CpuCompute::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                      int lda, const float* b, int ldb, float beta, float* c, int ldc) {
-  if (!failure_->Defer(CheckGemm("Gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc))) return;
+namespace {
+
+// Gemm once its arguments are checked.
+void RowMajorGemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                  int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     // BLAS leaves C untouched for k == 0 only when beta == 1; make it explicit.
@@ -93,6 +96,14 @@ void CpuCompute::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alp
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+}  // namespace
+
+void CpuCompute::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                      int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (!failure_->Defer(CheckGemm("Gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc))) return;
+  RowMajorGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void CpuCompute::GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                                     const float* a, int lda, int64_t stride_a, const float* b,
                                     int ldb, int64_t stride_b, float beta, float* c, int ldc,
@@ -103,8 +114,8 @@ void CpuCompute::GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, in
     return;
   }
   for (int i = 0; i < batch; ++i) {
-    Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-         c + i * stride_c, ldc);
+    RowMajorGemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb,
+                 beta, c + i * stride_c, ldc);
   }
 }
 
@@ -320,13 +331,7 @@ void CpuCompute::AdamW(const AdamWOptions& o, int64_t step, float* w, const floa
 
 absl::Status CpuCompute::UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                                 double* out_host) {
-  if (units < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("UnitL1: negative units ", units));
-  }
-  if (units == 0) return absl::OkStatus();
-  if (out_host == nullptr || (a == nullptr && unit_elems > 0)) {
-    return absl::InvalidArgumentError("UnitL1: null input or output");
-  }
+  BALLAST_RETURN_IF_ERROR(CheckUnitL1(a, units, unit_elems, out_host));
   for (int u = 0; u < units; ++u) {
     const float* au = a + u * unit_elems;
     double sum = 0;

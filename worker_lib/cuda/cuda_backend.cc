@@ -424,6 +424,7 @@ using internal::CheckLayerNormBackward;
 using internal::CheckRotary;
 using internal::CheckRowMajor;
 using internal::CheckSwiGlu;
+using internal::CheckUnitL1;
 
 class CudaCompute : public Compute {
  public:
@@ -650,13 +651,8 @@ class CudaCompute : public Compute {
 
   absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                       double* out_host) override {
-    if (units < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("UnitL1: negative units ", units));
-    }
+    BALLAST_RETURN_IF_ERROR(CheckUnitL1(a, units, unit_elems, out_host));
     if (units == 0) return absl::OkStatus();
-    if (out_host == nullptr || (a == nullptr && unit_elems > 0)) {
-      return absl::InvalidArgumentError("UnitL1: null input or output");
-    }
     BALLAST_RETURN_IF_ERROR(ctx_->Activate());
     const size_t partial_doubles = cuda_internal::UnitL1ScratchDoubles(units, unit_elems);
     BALLAST_ASSIGN_OR_RETURN(

@@ -76,6 +76,16 @@ absl::Status CheckAdamWStep(int64_t step) {
   return absl::OkStatus();
 }
 
+absl::Status CheckUnitL1(const float* a, int units, size_t unit_elems, const double* out_host) {
+  if (units < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("UnitL1: negative units ", units));
+  }
+  if (units > 0 && (out_host == nullptr || (a == nullptr && unit_elems > 0))) {
+    return absl::InvalidArgumentError("UnitL1: null input or output");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCopy(const float* src, const float* dst, size_t n) {
   if (src != dst && Overlap(src, n, dst, n)) {
     return absl::InvalidArgumentError(absl::StrCat(
