@@ -41,6 +41,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (options.max_reports_per_batch < 1) {
     return absl::InvalidArgumentError("max_reports_per_batch must be >= 1");
   }
+  if (options.marginal_straggler_for < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("marginal_straggler_for ",
+                     absl::FormatDuration(options.marginal_straggler_for), " must be >= 0"));
+  }
   if (options.plan_dwell < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("plan_dwell ", absl::FormatDuration(options.plan_dwell), " must be >= 0"));

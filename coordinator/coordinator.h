@@ -55,6 +55,9 @@ struct CoordinatorOptions {
   // dwell_hysteresis.
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;
+  // How long a marginal straggler (within 1.3x at the default straggler threshold) must
+  // last before a calm group that runs all-local starts balancing (rank_speeds.h).
+  absl::Duration marginal_straggler_for = absl::Seconds(3);
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
   // series). An agent disconnected this long is forgotten too. Policies, pauses and
@@ -191,8 +194,9 @@ class Coordinator {
     std::optional<absl::Time> plan_pushed_at;
     // Monotonic time of the last plan change (none yet: no dwell).
     std::optional<absl::Duration> plan_changed_at;
-    // Planning rounds in a row with a marginal straggler (rank_speeds.h: TreatAsCalm).
-    int32_t marginal_rounds = 0;
+    // Monotonic time of the first of the rounds in a row with a marginal straggler
+    // (rank_speeds.h: TreatAsCalm); none while there is none.
+    std::optional<absl::Duration> marginal_since;
     // Monotonic time of the last pushed plan that moved units: a rank counts as chronic,
     // for planning, only after reshard_after of straggling since then too.
     std::optional<absl::Duration> moved_units_at;

@@ -130,14 +130,19 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
       group.explanation = std::string(pooled.status().message());
       return std::nullopt;
     }
-    const bool calm = TreatAsCalm(*pooled, policy.straggler_threshold,
-                                  group.plan.blocks.empty(), group.marginal_rounds);
+    const absl::Duration now = clock_->Monotonic();
+    const bool calm =
+        TreatAsCalm(*pooled, policy.straggler_threshold, group.plan.blocks.empty(), now,
+                    options_.marginal_straggler_for, group.marginal_since);
     lines.push_back(absl::StrCat(
         DescribePooledGroup(*pooled, static_cast<int32_t>(speeds.size()),
                             policy.straggler_threshold),
         calm && !pooled->calm
-            ? absl::StrCat("; a marginal straggler, for ", group.marginal_rounds, " round(s) of ",
-                           kMarginalRounds, " before balancing: all-local")
+            ? absl::StrCat("; a marginal straggler, for ",
+                           absl::FormatDuration(
+                               absl::Trunc(now - *group.marginal_since, absl::Milliseconds(100))),
+                           " of ", absl::FormatDuration(options_.marginal_straggler_for),
+                           " before balancing: all-local")
             : ""));
     const std::vector<bool> chronic = JudgeChronic(group, *pooled, policy, lines);
     std::string link_line;

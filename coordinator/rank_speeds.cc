@@ -55,9 +55,10 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
 }
 
 bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 int32_t& marginal_rounds) {
+                 absl::Duration now, absl::Duration marginal_for,
+                 std::optional<absl::Duration>& marginal_since) {
   if (group.calm) {
-    marginal_rounds = 0;
+    marginal_since.reset();
     return true;
   }
   const double margin = 1 + kMarginalFactor * straggler_threshold;
@@ -66,10 +67,11 @@ bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool runn
     marginal = marginal && r.blocks_judged > 0 && r.slowdown <= margin && r.slowdown >= 1 / margin;
   }
   if (!marginal || !running_all_local) {
-    marginal_rounds = 0;
+    marginal_since.reset();
     return false;
   }
-  return ++marginal_rounds < kMarginalRounds;
+  if (!marginal_since.has_value()) marginal_since = now;
+  return now - *marginal_since < marginal_for;
 }
 
 std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,

@@ -24,10 +24,12 @@
 #define BALLAST_COORDINATOR_RANK_SPEEDS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "coordinator/speed_model.h"
 
 namespace ballast::coordinator {
@@ -58,18 +60,21 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
                                            double straggler_threshold);
 
 // A marginal straggler (every rank within 1 + kMarginalFactor x threshold of the
-// reference, either way) must last kMarginalRounds planning rounds in a row before a
-// group that runs all-local starts balancing; a larger one starts it at once. On a shared machine a calm rank is now and
-// then 10-20% slower for a second (the e2e benchmark's calm run: two such blips in 1,150
-// steps, each a plan and its undoing half a second later), while a real straggler is
-// larger or lasts.
+// reference, either way) must last `marginal_for` (a coordinator option, default 3 s)
+// before a group that runs all-local starts balancing; a larger one starts it at once.
+// On a shared machine a calm rank is now and then 15-35% slower for one or two seconds
+// (the e2e benchmark's calm run of 2026-11-25: four such blips in 1,150 steps, each
+// 8-12 steps long). Detecting one and pushing its plan takes about a second, so the
+// plan arrived as the blip ended and was undone a few steps later: two plan changes and
+// nothing gained. A real straggler is larger or lasts.
 inline constexpr double kMarginalFactor = 3;
-inline constexpr int32_t kMarginalRounds = 3;
 
-// Whether the group is treated as calm this round. `marginal_rounds` is the group's count
-// of rounds in a row with a marginal straggler (the caller keeps it, starting at 0).
+// Whether the group is treated as calm in the round judged at monotonic time `now`.
+// `marginal_since` is the group's start of its run of rounds with a marginal straggler
+// (the caller keeps it, starting empty; a round without one clears it).
 bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 int32_t& marginal_rounds);
+                 absl::Duration now, absl::Duration marginal_for,
+                 std::optional<absl::Duration>& marginal_since);
 
 // "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.00x, 1 1.98x straggling", for
 // explanations.

@@ -307,7 +307,8 @@ v1::AgentHello HelloWithBlocks(int blocks) {
 // (40 -> 36 units of time, 9.4% better, above the 5% hysteresis). A rank slow in every block is
 // balanced, and once it is calm again the group goes back to all-local and stays there.
 TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced) {
-  coordinator_ = *Coordinator::Create({}, &clock_, &store_, speeds_.get());
+  coordinator_ = *Coordinator::Create({.marginal_straggler_for = absl::Milliseconds(500)},
+                                      &clock_, &store_, speeds_.get());
   JobPolicy policy;
   policy.mode = BalanceMode::kMigrate;
   policy.report_period = absl::Milliseconds(100);
@@ -346,7 +347,8 @@ TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced
   EXPECT_THAT(why->text(), ::testing::HasSubstr("1.06x; calm"));
 
   // Rank 1 at 1.2x in every block: a marginal straggler, balanced only once it has lasted
-  // 3 planning rounds (the speed model adopts the new speed after 3 reports first).
+  // marginal_straggler_for, 5 planning rounds here (the speed model adopts the new speed
+  // after 3 reports first).
   const std::vector<std::vector<double>> marginal = {{1e-3, 1e-3, 1e-3, 1e-3},
                                                      {1.2e-3, 1.2e-3, 1.2e-3, 1.2e-3}};
   run(4, marginal);
@@ -354,6 +356,11 @@ TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced
   why = coordinator_->Explain("vit", "tp0");
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(why->text(), ::testing::HasSubstr("a marginal straggler, for "));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr(" of 500ms before balancing: all-local"));
+  // A blip: calm again before it lasted. The next one counts from its own start.
+  run(10, calm);
+  run(4, marginal);
+  EXPECT_TRUE(sink.plans().empty()) << "two short blips added up to a plan";
   run(6, marginal);
   EXPECT_FALSE(sink.plans().empty()) << "a lasting marginal straggler was not balanced";
 
@@ -458,6 +465,10 @@ TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
   c = Coordinator::Create({.dwell_hysteresis = 1.5}, &clock, &store, speeds.get());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.status().message(), ::testing::HasSubstr("dwell_hysteresis 1.5"));
+  c = Coordinator::Create({.marginal_straggler_for = absl::Seconds(-2)}, &clock, &store,
+                          speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("marginal_straggler_for -2s"));
   c = Coordinator::Create({.dwell_hysteresis = std::nan("")}, &clock, &store, speeds.get());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
 }

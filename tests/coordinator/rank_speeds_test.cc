@@ -1,6 +1,7 @@
 #include "coordinator/rank_speeds.h"
 
 #include <limits>
+#include <optional>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -99,26 +100,36 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   const PooledGroup marginal = *PoolRankSpeeds({Block(1e-3, {1, 1.2})}, 0.10);
   const PooledGroup large = *PoolRankSpeeds({Block(1e-3, {1, 2})}, 0.10);
   const PooledGroup much_faster = *PoolRankSpeeds({Block(2e-3, {0.5, 1, 1})}, 0.10);
-  int32_t rounds = 0;
-  EXPECT_TRUE(TreatAsCalm(calm, 0.10, /*running_all_local=*/true, rounds));
-  // 1.2x is within 1 + 3 x 0.10: calm for two rounds, balanced from the third.
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, rounds));
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, rounds));
-  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, rounds));
+  const absl::Duration kFor = absl::Seconds(3);
+  std::optional<absl::Duration> since;
+  auto at = [](double seconds) { return absl::Seconds(seconds); };
+  EXPECT_TRUE(TreatAsCalm(calm, 0.10, /*running_all_local=*/true, at(0), kFor, since));
+  EXPECT_FALSE(since.has_value());
+  // 1.2x is within 1 + 3 x 0.10: calm until it has lasted 3 s, balanced from then on.
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(1), kFor, since));
+  EXPECT_EQ(since, at(1));
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(2), kFor, since));
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(3.99), kFor, since));
+  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, at(4), kFor, since));
+  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, at(5), kFor, since));
   // A calm round in between starts the count again.
-  EXPECT_TRUE(TreatAsCalm(calm, 0.10, true, rounds));
-  EXPECT_EQ(rounds, 0);
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, rounds));
-  EXPECT_EQ(rounds, 1);
+  EXPECT_TRUE(TreatAsCalm(calm, 0.10, true, at(6), kFor, since));
+  EXPECT_FALSE(since.has_value());
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(7), kFor, since));
+  EXPECT_EQ(since, at(7));
   // 2x acts at once; so does a marginal straggler when a plan is in force (the planner
-  // decides whether to keep it).
-  rounds = 0;
-  EXPECT_FALSE(TreatAsCalm(large, 0.10, true, rounds));
-  EXPECT_FALSE(TreatAsCalm(much_faster, 0.10, true, rounds));
-  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, /*running_all_local=*/false, rounds));
+  // decides whether to keep it), and either ends the run of marginal rounds.
+  EXPECT_FALSE(TreatAsCalm(large, 0.10, true, at(8), kFor, since));
+  EXPECT_FALSE(since.has_value());
+  EXPECT_FALSE(TreatAsCalm(much_faster, 0.10, true, at(9), kFor, since));
+  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(10), kFor, since));
+  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, /*running_all_local=*/false, at(11), kFor, since));
+  EXPECT_FALSE(since.has_value());
   // A rank nobody could judge is no marginal straggler.
   const PooledGroup unknown = *PoolRankSpeeds({Block(1e-3, {1, 0})}, 0.10);
-  EXPECT_FALSE(TreatAsCalm(unknown, 0.10, true, rounds));
+  EXPECT_FALSE(TreatAsCalm(unknown, 0.10, true, at(12), kFor, since));
+  // With no wait, a marginal straggler is balanced at once.
+  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, at(13), absl::ZeroDuration(), since));
 }
 
 TEST(RankSpeedsTest, BadInputIsRefusedByName) {
