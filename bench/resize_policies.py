@@ -89,8 +89,9 @@ def main():
         print(json.dumps(reference), flush=True)
         for config in configs:
             imputation, priority = config.split("/")
-            r = run(a, config, "resize", ["1:2"], dict(POLICY, imputation=imputation),
-                    [f"--priority={priority}"], seed)
+            # The job's policy: plans carry both to the workers.
+            r = run(a, config, "resize", ["1:2"],
+                    dict(POLICY, imputation=imputation, priority=priority), [], seed)
             r["accuracy_minus_none"] = r["test_accuracy"] - reference["test_accuracy"]
             r["loss_minus_none"] = r["test_loss"] - reference["test_loss"]
             results.append(r)

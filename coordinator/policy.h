@@ -35,7 +35,8 @@ struct JobPolicy {
   // Pruning budget: at most this fraction of a rank's units, and of a group's units.
   double max_pruned_fraction_rank = 0.5;
   double max_pruned_fraction_group = 0.25;
-  // What pruned units contribute, and which units go first (worker-side policies).
+  // What pruned units contribute, and which units go first (worker-side policies, carried
+  // to the workers by every plan).
   Imputation imputation = Imputation::kMean;
   Priority priority = Priority::kChange;
   // The accuracy price of pruning, in seconds of step time per unit fraction of the

@@ -11,6 +11,22 @@ v1::WorkloadPlan ToProto(const WorkloadPlan& plan) {
   out.set_number(plan.number);
   out.set_imputation(plan.imputation == Imputation::kMean ? v1::IMPUTATION_MEAN
                                                           : v1::IMPUTATION_ZERO);
+  if (plan.priority.has_value()) {
+    switch (*plan.priority) {
+      case Priority::kChange:
+        out.set_priority(v1::PRIORITY_CHANGE);
+        break;
+      case Priority::kMagnitude:
+        out.set_priority(v1::PRIORITY_MAGNITUDE);
+        break;
+      case Priority::kRandom:
+        out.set_priority(v1::PRIORITY_RANDOM);
+        break;
+      case Priority::kRoundRobin:
+        out.set_priority(v1::PRIORITY_ROUND_ROBIN);
+        break;
+    }
+  }
   for (const BlockPlan& b : plan.blocks) {
     v1::BlockPlan* pb = out.add_blocks();
     pb->set_block(b.block.value());
@@ -41,6 +57,25 @@ absl::StatusOr<WorkloadPlan> FromProto(const v1::WorkloadPlan& in) {
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("plan v", in.version(), ": imputation ", in.imputation(), " unknown"));
+  }
+  switch (in.priority()) {
+    case v1::PRIORITY_UNSPECIFIED:
+      break;
+    case v1::PRIORITY_CHANGE:
+      plan.priority = Priority::kChange;
+      break;
+    case v1::PRIORITY_MAGNITUDE:
+      plan.priority = Priority::kMagnitude;
+      break;
+    case v1::PRIORITY_RANDOM:
+      plan.priority = Priority::kRandom;
+      break;
+    case v1::PRIORITY_ROUND_ROBIN:
+      plan.priority = Priority::kRoundRobin;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan v", in.version(), ": priority ", in.priority(), " unknown"));
   }
   for (const v1::BlockPlan& pb : in.blocks()) {
     BlockPlan& b = plan.blocks.emplace_back();

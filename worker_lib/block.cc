@@ -306,7 +306,8 @@ BlockShape ParallelBlock::Shape() const {
   return BlockShape{.block = id_, .num_units = num_units_, .owner_of_unit = owner_of_unit_};
 }
 
-absl::Status ParallelBlock::ApplyPlan(const BlockPlan* plan, Imputation imputation) {
+absl::Status ParallelBlock::ApplyPlan(const BlockPlan* plan, Imputation imputation,
+                                     std::optional<Priority> priority) {
   if (plan != nullptr && !plan->owner_of_unit.empty() && plan->owner_of_unit != owner_of_unit_) {
     comm_timer_->Start();
     absl::Status status = Reshard(plan->owner_of_unit);
@@ -315,6 +316,10 @@ absl::Status ParallelBlock::ApplyPlan(const BlockPlan* plan, Imputation imputati
   }
   layout_->plan = plan ? std::optional<BlockPlan>(*plan) : std::nullopt;
   layout_->imputation = imputation;
+  // Read only when the window rolls (RollWindow), so the storage order, and with it which
+  // units this window's plans prune, stays as it was ranked until then. The order is the
+  // rank's own: peers and helpers need not switch at the same step.
+  if (priority.has_value()) config_.priority = *priority;
   return absl::OkStatus();
 }
 

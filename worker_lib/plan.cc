@@ -154,6 +154,11 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
                                                    static_cast<int>(plan.imputation),
                                                    " unknown"));
   }
+  if (plan.priority.has_value() && PriorityName(*plan.priority) == "unknown") {
+    return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(), ": priority ",
+                                                   static_cast<int>(*plan.priority),
+                                                   " unknown"));
+  }
   std::set<int32_t> seen;
   for (const BlockPlan& bp : plan.blocks) {
     const BlockShape* block_shape = nullptr;
@@ -175,7 +180,9 @@ std::string PlanSummary(const WorkloadPlan& plan) {
   std::string out = plan.number > 0 ? absl::StrCat("#", plan.number)
                                     : absl::StrCat("v", plan.version.value());
   if (plan.blocks.empty()) return absl::StrCat(out, ": all local");
-  absl::StrAppend(&out, " (", ImputationName(plan.imputation), "):");
+  absl::StrAppend(&out, " (", ImputationName(plan.imputation),
+                  plan.priority.has_value() ? absl::StrCat(", ", PriorityName(*plan.priority)) : "",
+                  "):");
   for (const BlockPlan& bp : plan.blocks) {
     absl::StrAppend(&out, " block ", bp.block.value());
     if (!bp.pruned_units.empty()) {

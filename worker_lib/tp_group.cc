@@ -204,7 +204,7 @@ absl::Status TpGroup::ApplyPlan(const WorkloadPlan& plan) {
     for (const BlockPlan& candidate : plan.blocks) {
       if (candidate.block == b->id()) bp = &candidate;
     }
-    BALLAST_RETURN_IF_ERROR(b->ApplyPlan(bp, plan.imputation));
+    BALLAST_RETURN_IF_ERROR(b->ApplyPlan(bp, plan.imputation, plan.priority));
   }
   BALLAST_LOG(INFO) << "group=" << options_.group << " rank=" << rank() << " step=" << step_
                     << " applied plan " << PlanSummary(plan);

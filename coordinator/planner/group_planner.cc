@@ -19,8 +19,11 @@ bool Trivial(const BlockPlan& plan) {
 bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
   if (input.unknown_plan_in_force) return true;
   const WorkloadPlan& in_force = input.in_force;
+  // Imputation and priority matter only to pruned units: an all-local plan is unchanged
+  // whatever they say, and the next plan that prunes carries the job's.
   if (in_force.blocks == desired.blocks &&
-      (desired.blocks.empty() || in_force.imputation == desired.imputation)) {
+      (desired.blocks.empty() || (in_force.imputation == desired.imputation &&
+                                  in_force.priority == desired.priority))) {
     return false;
   }
   // Nothing pushed yet and all-local wanted: the workers already run all-local.
@@ -43,6 +46,7 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   WorkloadPlan desired;
   desired.group = input.group;
   desired.imputation = policy.imputation;
+  desired.priority = policy.priority;
   for (const GroupBlockInput& block : input.blocks) {
     const int32_t id = block.input.block.value();
     // A block the plan in force leaves out runs all-local: that is the current plan to

@@ -68,8 +68,8 @@ struct GroupPlannerInput {
 struct GroupDecision {
   // Per block planned (a block whose planning failed is missing; its line says why).
   std::map<int32_t, BlockDecision> blocks;
-  // The plan to push when it differs from the one in force: group, imputation and
-  // blocks set, version and number left to the caller. Never set in mode observe.
+  // The plan to push when it differs from the one in force: group, imputation, priority
+  // and blocks set, version and number left to the caller. Never set in mode observe.
   std::optional<WorkloadPlan> change;
   // `change` moves units of some block to an ownership other than the one planned on.
   bool moves_units = false;

@@ -53,7 +53,8 @@ def common_flags(p: argparse.ArgumentParser, job: str, steps: int, batch: int, l
     p.add_argument("--weight_decay", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--priority", default="change",
-                   choices=("change", "magnitude", "random", "round-robin"))
+                   choices=("change", "magnitude", "random", "round-robin"),
+                   help="which units go first when pruning, until a plan carries the job's")
     p.add_argument("--checkpoint", default="")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--log_every", type=int, default=25)

@@ -63,7 +63,7 @@ ABSL_FLAG(int, layers, 3, "Transformer layers");
 ABSL_FLAG(int, mlp_unit_size, 32, "MLP neurons per unit");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of initialisation and data order");
 ABSL_FLAG(std::string, priority, "change", "Which units go first when pruning: "
-          "change|magnitude|random|round-robin");
+          "change|magnitude|random|round-robin (until a plan carries the job's policy)");
 ABSL_FLAG(int, eval_every, 0, "Evaluate on the test set every N steps (0: only at the end)");
 ABSL_FLAG(int, eval_images, 10000, "Test images per evaluation (at most 10000)");
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint file ('' = none)");

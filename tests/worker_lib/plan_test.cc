@@ -137,6 +137,12 @@ TEST(ValidatePlanTest, RejectsUnknownImputation) {
   ExpectInvalid(plan, "imputation 9 unknown");
 }
 
+TEST(ValidatePlanTest, RejectsUnknownPriority) {
+  WorkloadPlan plan = ValidPlan();
+  plan.priority = static_cast<Priority>(7);
+  ExpectInvalid(plan, "priority 7 unknown");
+}
+
 TEST(PlanNamesTest, RoundTrip) {
   for (Imputation i : {Imputation::kZero, Imputation::kMean}) {
     EXPECT_EQ(*ParseImputation(ImputationName(i)), i);
@@ -151,6 +157,9 @@ TEST(PlanNamesTest, RoundTrip) {
 
 TEST(PlanSummaryTest, DescribesPlan) {
   EXPECT_EQ(PlanSummary(ValidPlan()), "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2;");
+  WorkloadPlan plan = ValidPlan();
+  plan.priority = Priority::kRoundRobin;
+  EXPECT_EQ(PlanSummary(plan), "v4 (zero, round-robin): block 7 pruned {0,1,0} offload 1->0 x2;");
 }
 
 }  // namespace

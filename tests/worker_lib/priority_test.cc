@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -38,11 +39,13 @@ std::set<int32_t> PrunedUnits(const ParallelBlock& block) {
   return pruned;
 }
 
-// Trains one rank for `steps` steps with a plan pruning `prune` of its 8 units from step 0;
-// `before_step(step, mlp)` runs after BeginStep. Returns the pruned set of every step.
+// Trains one rank for `steps` steps with a plan pruning `prune` of its 8 units from step 0
+// (naming `plan_priority`, the job's, when set); `before_step(step, mlp)` runs after
+// BeginStep. Returns the pruned set of every step.
 PrunedPerStep Train(const UnitConfig& units, int steps, int prune, const AdamWOptions& adamw,
                     const std::function<void(int, ParallelMlp&)>& before_step = nullptr,
-                    const std::function<void(ParallelMlp&)>& setup = nullptr) {
+                    const std::function<void(ParallelMlp&)>& setup = nullptr,
+                    std::optional<Priority> plan_priority = std::nullopt) {
   PrunedPerStep pruned;
   absl::Status status = RunRanks(1, [&](RankContext& ctx) -> absl::Status {
     MlpConfig config{.id = BlockId(0), .hidden = kHidden, .intermediate = kIntermediate,
@@ -50,6 +53,7 @@ PrunedPerStep Train(const UnitConfig& units, int steps, int prune, const AdamWOp
     BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
     if (setup) setup(*mlp);
     WorkloadPlan plan{.group = GroupId("test/tp"), .version = PlanVersion(1)};
+    plan.priority = plan_priority;
     plan.blocks.push_back(BlockPlan{.block = BlockId(0), .pruned_units = {prune}});
     BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(plan));
     Compute& c = ctx.backend->compute();
@@ -108,6 +112,18 @@ TEST(PriorityTest, MagnitudePrunesTheSmallestUnits) {
   EXPECT_THAT(pruned[0], UnorderedElementsAre(6, 7));  // no scores before the first window
   EXPECT_THAT(pruned[1], UnorderedElementsAre(2, 5));
   EXPECT_THAT(pruned[2], UnorderedElementsAre(2, 5));
+
+  // The same block under a plan that names the job's priority, round-robin: it replaces the
+  // trainer's magnitude from the first window on, and every unit takes its turn.
+  Priority seen = Priority::kMagnitude;
+  const PrunedPerStep job_priority = Train(
+      units, 4, 2, AdamWOptions{.lr = 0.0f},
+      [&](int, ParallelMlp& mlp) { seen = mlp.priority(); }, shrink_units_2_and_5,
+      Priority::kRoundRobin);
+  EXPECT_EQ(PriorityName(seen), "round-robin");
+  std::multiset<int32_t> all;
+  for (const auto& s : job_priority) all.insert(s.begin(), s.end());
+  EXPECT_EQ(all, (std::multiset<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
 // L1 norm of each unit's parameters (W1 columns, b1 entries, W2 rows) in a dense copy.

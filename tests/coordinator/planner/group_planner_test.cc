@@ -83,6 +83,34 @@ TEST(GroupPlannerTest, AnUnchangedPlanIsNotPushedAgainUnlessTheWorkersRunAnother
   EXPECT_EQ(again.change->blocks, first.change->blocks);
 }
 
+// The job's imputation and priority travel with the plan, and changing either re-pushes a
+// plan that balances (they decide which units it prunes and what stands in for them).
+TEST(GroupPlannerTest, ThePlanCarriesTheJobsImputationAndPriority) {
+  GroupPlannerInput in = OneBlock(TwoRanks(2, 0.01));
+  JobPolicy policy = Migrate();
+  policy.imputation = Imputation::kZero;
+  policy.priority = Priority::kMagnitude;
+  GroupDecision first = DecideGroup(in, policy, DwellOptions{});
+  ASSERT_TRUE(first.change.has_value());
+  EXPECT_EQ(first.change->imputation, Imputation::kZero);
+  EXPECT_EQ(first.change->priority, Priority::kMagnitude);
+  in.in_force = *first.change;
+  in.in_force.version = PlanVersion(7);
+  EXPECT_FALSE(DecideGroup(in, policy, DwellOptions{}).change.has_value());
+
+  policy.priority = Priority::kRoundRobin;
+  GroupDecision again = DecideGroup(in, policy, DwellOptions{});
+  ASSERT_TRUE(again.change.has_value()) << "a new priority was not pushed";
+  EXPECT_EQ(again.change->priority, Priority::kRoundRobin);
+  EXPECT_EQ(again.change->blocks, first.change->blocks);
+
+  // A calm group's all-local plan prunes nothing: neither setting makes it a change.
+  GroupPlannerInput calm = OneBlock(TwoRanks(1, 0.01));
+  calm.in_force.version = PlanVersion(3);  // all-local, pushed under the old settings
+  calm.in_force.priority = Priority::kChange;
+  EXPECT_FALSE(DecideGroup(calm, policy, DwellOptions{}).change.has_value());
+}
+
 TEST(GroupPlannerTest, AllLocalIsNotPushedWhenNothingWasPushedYet) {
   GroupPlannerInput in = OneBlock(TwoRanks(1, 0.01));
   GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,9 @@ class ParallelBlock {
   std::vector<int32_t> LocalUnits() const;
   // Fate of each of this rank's units in the current step, indexed like LocalUnits().
   std::vector<UnitFate> LocalFates() const;
+  // The priority policy the next priority window ranks units by: UnitConfig::priority
+  // until a plan names the job's (WorkloadPlan::priority).
+  Priority priority() const { return config_.priority; }
 
   // x: (batch * seq) x hidden rows, replicated on every rank, in backend memory; it must
   // stay valid and unchanged until Backward (it is saved for the gradient, not copied).
@@ -245,8 +249,10 @@ class ParallelBlock {
   struct StepLayoutIn;
   struct SlabRef;
 
-  // Called by TpGroup at step boundaries, identically on every rank.
-  absl::Status ApplyPlan(const BlockPlan* plan, Imputation imputation);
+  // Called by TpGroup at step boundaries, identically on every rank. A priority replaces
+  // the block's own from its next priority window on (none: it keeps its own).
+  absl::Status ApplyPlan(const BlockPlan* plan, Imputation imputation,
+                         std::optional<Priority> priority);
   absl::Status BeginStep(int64_t step);
   absl::Status EndStep();
   BlockShape Shape() const;

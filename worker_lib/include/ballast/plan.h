@@ -25,6 +25,7 @@
 #define BALLAST_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,10 @@ struct WorkloadPlan {
   // not a version in wall-clock microseconds. Versions order plans; numbers only name them.
   int64_t number = 0;
   Imputation imputation = Imputation::kZero;
+  // The job's priority policy, which the workers adopt at their next priority window
+  // (ParallelBlock::ApplyPlan); none: each block keeps its own (UnitConfig::priority, the
+  // trainer's setting), as under a coordinator that does not send one.
+  std::optional<Priority> priority;
   // Blocks not listed run all-local under their current ownership.
   std::vector<BlockPlan> blocks;
   friend bool operator==(const WorkloadPlan&, const WorkloadPlan&) = default;
