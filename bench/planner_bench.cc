@@ -9,7 +9,7 @@
 //   random                every rank 1x-10x, each block its own speeds, transfer cost
 //                         (0 to 2 ms), accuracy weight (pruning from free to dear) and
 //                         budgets: the planner's worst case (pruning worth weighing)
-// Modes auto, migrate, resize (`planner_bench CASE` runs one case, for profiling). Each
+// Modes auto, migrate, resize (`planner_bench CASE [MODE]` runs one case, for profiling). Each
 // repetition plans all 24 blocks from scratch (no current plan); the reported time per
 // block is the median over repetitions, and the slowest block's median is reported too.
 // Target: 50 us per block decision.
@@ -84,13 +84,14 @@ std::vector<Block> MakeBlocks(const std::string& name, BalanceMode mode, uint64_
   return blocks;
 }
 
-// `only`: one case's name (profiling), or empty for all.
-int Run(const std::string& only) {
+// `only`, `only_mode`: one case's name and one mode's (profiling), or empty for all.
+int Run(const std::string& only, const std::string& only_mode) {
   const char* names[] = {"straggler_2x", "straggler_2x_chronic", "two_stragglers", "random"};
   const BalanceMode modes[] = {BalanceMode::kAuto, BalanceMode::kMigrate, BalanceMode::kResize};
   for (const char* name : names) {
     if (!only.empty() && only != name) continue;
     for (BalanceMode mode : modes) {
+      if (!only_mode.empty() && only_mode != BalanceModeName(mode)) continue;
       const std::vector<Block> blocks = MakeBlocks(name, mode, 17);
       constexpr int kReps = 200;
       std::vector<double> per_rep;
@@ -133,5 +134,7 @@ int Run(const std::string& only) {
 }  // namespace
 }  // namespace ballast::coordinator
 
-// planner_bench [CASE]: every case, or only CASE.
-int main(int argc, char** argv) { return ballast::coordinator::Run(argc > 1 ? argv[1] : ""); }
+// planner_bench [CASE [MODE]]: every case, or only CASE (in only MODE: auto, migrate, resize).
+int main(int argc, char** argv) {
+  return ballast::coordinator::Run(argc > 1 ? argv[1] : "", argc > 2 ? argv[2] : "");
+}
