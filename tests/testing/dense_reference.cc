@@ -14,6 +14,8 @@
 #include "ballast/tp_group.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "testing/rank_processes.h"
+#include "testing/run_record_wire.h"
 
 namespace ballast::testing {
 namespace {
@@ -648,6 +650,29 @@ absl::StatusOr<RunRecord> RunScript(const Script& script, const BlockFactory& ma
   RunRecord record;
   record.initial.resize(script.ranks);
   record.steps.assign(script.steps.size(), std::vector<RankStep>(script.ranks));
+  if (script.processes) {
+    for (const ScriptStep& step : script.steps) {
+      if (step.before_step) {
+        return absl::InvalidArgumentError(
+            "script.processes: a before_step hook's gtest EXPECTs cannot report from a forked "
+            "rank");
+      }
+    }
+    std::vector<std::string> outputs;
+    BALLAST_RETURN_IF_ERROR(RunRankProcesses(
+        script.ranks,
+        [&](RankContext& ctx, std::string* out) -> absl::Status {
+          // The child's copy of the record: only its own rank's slots are filled.
+          BALLAST_RETURN_IF_ERROR(RunRank(script, make_block, ctx, &record));
+          *out = EncodeRankRecord(record, ctx.rank);
+          return absl::OkStatus();
+        },
+        RankProcessesOptions{.ranks = {.backend = script.backend}}, &outputs));
+    for (int32_t r = 0; r < script.ranks; ++r) {
+      BALLAST_RETURN_IF_ERROR(DecodeRankRecord(outputs[r], r, &record));
+    }
+    return record;
+  }
   BALLAST_RETURN_IF_ERROR(RunRanks(
       script.ranks,
       [&](RankContext& ctx) -> absl::Status { return RunRank(script, make_block, ctx, &record); },

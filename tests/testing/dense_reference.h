@@ -222,6 +222,9 @@ struct Script {
   float mean_decay = 0.9f;  // must match the block's UnitConfig
   std::vector<ScriptStep> steps;
   std::string backend = "cpu";  // RunRanksOptions::backend
+  // Ranks as forked processes (rank_processes.h) instead of threads: the layout of CUDA with
+  // several ranks (one process per GPU). No step may then have a before_step hook.
+  bool processes = false;
 };
 
 // `count` steps of random inputs for `block` (x ~ N(0, 1), dy ~ N(0, 1)), no plans.
@@ -253,7 +256,8 @@ struct RunRecord {
 // Creates the block on one rank (and LoadDense's the test's parameters into it).
 using BlockFactory = std::function<absl::StatusOr<std::unique_ptr<ParallelBlock>>(RankContext&)>;
 
-// Runs `script` on script.ranks threaded ranks: per step before_step, OfferPlan (if a
+// Runs `script` on script.ranks ranks (threads, or processes when script.processes): per
+// step before_step, OfferPlan (if a
 // plan), BeginStep, Forward, Backward, GatherDense(kGrad), AdamWStep, EndStep, GatherDense
 // (kValue / kAdamM / kAdamV), UnitMean. Returns the first rank's error, annotated with the
 // step and the call.

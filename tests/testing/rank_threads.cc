@@ -13,6 +13,14 @@ namespace {
 absl::Status RunOne(int rank, int size, const RendezvousStore& store, const std::string& prefix,
                     const RunRanksOptions& options,
                     const std::function<absl::Status(RankContext&)>& body) {
+  BALLAST_ASSIGN_OR_RETURN(RankContext ctx, StartRank(rank, size, store, prefix, options));
+  return body(ctx);
+}
+
+}  // namespace
+
+absl::StatusOr<RankContext> StartRank(int rank, int size, const RendezvousStore& store,
+                                      const std::string& prefix, const RunRanksOptions& options) {
   RankContext ctx;
   ctx.rank = rank;
   ctx.size = size;
@@ -37,10 +45,8 @@ absl::Status RunOne(int rank, int size, const RendezvousStore& store, const std:
   TpGroupOptions group_options;
   group_options.group = GroupId(options.group);
   BALLAST_ASSIGN_OR_RETURN(ctx.group, TpGroup::Create(group_options, ctx.backend.get()));
-  return body(ctx);
+  return ctx;
 }
-
-}  // namespace
 
 bool BackendUsable(const std::string& backend, int ranks) {
   if (backend == "cpu") return true;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ballast/backend.h"
 #include "ballast/tp_group.h"
@@ -41,6 +42,11 @@ struct RunRanksOptions {
 // Whether `backend` can run `ranks` ranks as threads here: the CPU always; CUDA with a
 // usable GPU, for one rank.
 bool BackendUsable(const std::string& backend, int ranks);
+
+// Rank `rank` of `size` in the calling thread: its backend, which finds its peers through
+// `store` under `prefix` (CUDA: on device `rank`), and its TpGroup (options.group).
+absl::StatusOr<RankContext> StartRank(int rank, int size, const RendezvousStore& store,
+                                      const std::string& prefix, const RunRanksOptions& options);
 
 // Runs `body` on `size` ranks concurrently; returns OK or the lowest failing rank's status
 // prefixed with "rank R: ".

@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "testing/block_checks.h"
 #include "testing/dense_reference.h"
+#include "testing/rank_processes.h"
 #include "testing/rank_threads.h"
 
 namespace ballast {
@@ -254,6 +255,7 @@ struct PlanCase {
   int steps = 4;
   std::vector<std::pair<int, BlockPlan>> plans;  // step -> the block's plan
   std::string backend = "cpu";                   // RunRanksOptions::backend
+  bool processes = false;                        // Script::processes
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
@@ -261,6 +263,7 @@ void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
 AttentionRun RunForCase(const PlanCase& c, uint32_t seed) {
   AttentionRun run = NewRun(c.ranks, c.owner, c.steps, seed);
   run.script.backend = c.backend;
+  run.script.processes = c.processes;
   int64_t version = 0;
   for (const auto& [step, block_plan] : c.plans) {
     run.script.steps[step].plan = Plan(++version, {block_plan}, c.imputation);
@@ -405,6 +408,40 @@ std::vector<PlanCase> BackendCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionBackendTest, ::testing::ValuesIn(BackendCases()),
+                         [](const ::testing::TestParamInfo<PlanCase>& info) {
+                           return info.param.name;
+                         });
+
+// Several ranks, one process each (see MlpProcessTest): offload, prune with an offload,
+// then reshard.
+class AttentionProcessTest : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(AttentionProcessTest, RanksAsProcessesMatchDense) {
+  const PlanCase& c = GetParam();
+  if (!ballast::testing::ProcessRanksUsable(c.backend, c.ranks)) {
+    GTEST_SKIP() << c.backend << " cannot run " << c.ranks << " rank processes here";
+  }
+  RunAndExpectMatch(RunForCase(c, 600));
+}
+
+std::vector<PlanCase> ProcessCases() {
+  std::vector<PlanCase> cases;
+  for (const std::string backend : {"cpu", "cuda"}) {
+    cases.push_back({.name = backend + "_TwoRanks",
+                     .ranks = 2,
+                     .owner = Contiguous({4, 4}),
+                     .imputation = Imputation::kMean,
+                     .steps = 4,
+                     .plans = {{0, Offloads({Off(1, 0, 2)})},
+                               {1, Prune({1, 1}, {Off(1, 0, 1)})},
+                               {2, Reshard(Contiguous({6, 2}))}},
+                     .backend = backend,
+                     .processes = true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AttentionProcessTest, ::testing::ValuesIn(ProcessCases()),
                          [](const ::testing::TestParamInfo<PlanCase>& info) {
                            return info.param.name;
                          });

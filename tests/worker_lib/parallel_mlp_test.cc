@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "testing/block_checks.h"
 #include "testing/dense_reference.h"
+#include "testing/rank_processes.h"
 #include "testing/rank_threads.h"
 
 namespace ballast {
@@ -265,6 +266,7 @@ struct PlanCase {
   Priority priority = Priority::kChange;
   int32_t priority_window = 50;
   std::string backend = "cpu";  // RunRanksOptions::backend
+  bool processes = false;       // Script::processes
 };
 
 void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
@@ -274,6 +276,7 @@ MlpRun RunForCase(const PlanCase& c, uint32_t seed) {
   run.config.units.priority = c.priority;
   run.config.units.priority_window = c.priority_window;
   run.script.backend = c.backend;
+  run.script.processes = c.processes;
   int64_t version = 0;
   for (const auto& [step, block_plan] : c.plans) {
     run.script.steps[step].plan = Plan(++version, {block_plan}, c.imputation);
@@ -477,6 +480,40 @@ std::vector<PlanCase> BackendCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MlpBackendTest, ::testing::ValuesIn(BackendCases()),
+                         [](const ::testing::TestParamInfo<PlanCase>& info) {
+                           return info.param.name;
+                         });
+
+// Several ranks, one process each: the layout of CUDA with more than one GPU, and on the
+// CPU real Gloo between processes. Offload, prune with an offload, then reshard.
+class MlpProcessTest : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(MlpProcessTest, RanksAsProcessesMatchDense) {
+  const PlanCase& c = GetParam();
+  if (!ballast::testing::ProcessRanksUsable(c.backend, c.ranks)) {
+    GTEST_SKIP() << c.backend << " cannot run " << c.ranks << " rank processes here";
+  }
+  RunAndExpectMatch(RunForCase(c, 600));
+}
+
+std::vector<PlanCase> ProcessCases() {
+  std::vector<PlanCase> cases;
+  for (const std::string backend : {"cpu", "cuda"}) {
+    cases.push_back({.name = backend + "_TwoRanks",
+                     .ranks = 2,
+                     .owner = Contiguous({8, 8}),
+                     .imputation = Imputation::kMean,
+                     .steps = 4,
+                     .plans = {{0, Offloads({Off(1, 0, 3)})},
+                               {1, Prune({2, 1}, {Off(1, 0, 2)})},
+                               {2, Reshard(Contiguous({11, 5}))}},
+                     .backend = backend,
+                     .processes = true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MlpProcessTest, ::testing::ValuesIn(ProcessCases()),
                          [](const ::testing::TestParamInfo<PlanCase>& info) {
                            return info.param.name;
                          });

@@ -1162,15 +1162,17 @@ absl::Status ValidateOptions(const CudaBackendOptions& options) {
 
 }  // namespace
 
-bool CudaAvailable() {
+int CudaDeviceCount() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
+
+bool CudaAvailable() { return CudaDeviceCount() > 0; }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   // Arguments first, so a bad configuration is reported as such on any machine.

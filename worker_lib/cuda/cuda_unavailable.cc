@@ -7,6 +7,7 @@
 
 namespace ballast {
 
+int CudaDeviceCount() { return 0; }
 bool CudaAvailable() { return false; }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& /*options*/) {

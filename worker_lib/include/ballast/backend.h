@@ -122,6 +122,9 @@ absl::StatusOr<int> ResolveCudaDevice(int device, int rank, int visible_devices,
 
 // True when this build has the CUDA backend and a usable GPU is present.
 bool CudaAvailable();
+// The GPUs this process can use (0 without the CUDA backend). Like CudaAvailable, it
+// initialises CUDA, whose state a fork()ed child cannot use.
+int CudaDeviceCount();
 // UNIMPLEMENTED when built without CUDA; UNAVAILABLE when no GPU is present.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);
 
