@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,6 +89,18 @@ std::vector<Block> MakeBlocks(const std::string& name, BalanceMode mode, uint64_
 int Run(const std::string& only, const std::string& only_mode) {
   const char* names[] = {"straggler_2x", "straggler_2x_chronic", "two_stragglers", "random"};
   const BalanceMode modes[] = {BalanceMode::kAuto, BalanceMode::kMigrate, BalanceMode::kResize};
+  if (!only.empty() && std::find(std::begin(names), std::end(names), only) == std::end(names)) {
+    std::fprintf(stderr,
+                 "unknown case '%s': straggler_2x, straggler_2x_chronic, two_stragglers or "
+                 "random\n",
+                 only.c_str());
+    return 2;
+  }
+  if (!only_mode.empty() && only_mode != "auto" && only_mode != "migrate" &&
+      only_mode != "resize") {
+    std::fprintf(stderr, "unknown mode '%s': auto, migrate or resize\n", only_mode.c_str());
+    return 2;
+  }
   for (const char* name : names) {
     if (!only.empty() && only != name) continue;
     for (BalanceMode mode : modes) {

@@ -194,9 +194,8 @@ class Coordinator {
     std::optional<absl::Time> plan_pushed_at;
     // Monotonic time of the last plan change (none yet: no dwell).
     std::optional<absl::Duration> plan_changed_at;
-    // Monotonic time of the first of the rounds in a row with a marginal straggler
-    // (rank_speeds.h: TreatAsCalm); none while there is none.
-    std::optional<absl::Duration> marginal_since;
+    // The rounds in a row with a marginal straggler (rank_speeds.h: TreatAsCalm).
+    MarginalRun marginal;
     // Monotonic time of the last pushed plan that moved units: a rank counts as chronic,
     // for planning, only after reshard_after of straggling since then too.
     std::optional<absl::Duration> moved_units_at;

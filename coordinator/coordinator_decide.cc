@@ -131,16 +131,16 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
       return std::nullopt;
     }
     const absl::Duration now = clock_->Monotonic();
-    const bool calm =
-        TreatAsCalm(*pooled, policy.straggler_threshold, group.plan.blocks.empty(), now,
-                    options_.marginal_straggler_for, group.marginal_since);
+    const bool calm = TreatAsCalm(*pooled, policy.straggler_threshold, group.plan.blocks.empty(),
+                                  now, options_.marginal_straggler_for,
+                                  kJudgementGapPeriods * policy.report_period, group.marginal);
     lines.push_back(absl::StrCat(
         DescribePooledGroup(*pooled, static_cast<int32_t>(speeds.size()),
                             policy.straggler_threshold),
         calm && !pooled->calm
             ? absl::StrCat("; a marginal straggler, for ",
                            absl::FormatDuration(
-                               absl::Trunc(now - *group.marginal_since, absl::Milliseconds(100))),
+                               absl::Trunc(now - *group.marginal.since, absl::Milliseconds(100))),
                            " of ", absl::FormatDuration(options_.marginal_straggler_for),
                            " before balancing: all-local")
             : ""));

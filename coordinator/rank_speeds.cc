@@ -55,10 +55,12 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
 }
 
 bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 absl::Duration now, absl::Duration marginal_for,
-                 std::optional<absl::Duration>& marginal_since) {
+                 absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
+                 MarginalRun& run) {
+  if (run.since.has_value() && now - run.last_round > max_gap) run.since.reset();
+  run.last_round = now;
   if (group.calm) {
-    marginal_since.reset();
+    run.since.reset();
     return true;
   }
   const double margin = 1 + kMarginalFactor * straggler_threshold;
@@ -67,11 +69,11 @@ bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool runn
     marginal = marginal && r.blocks_judged > 0 && r.slowdown <= margin && r.slowdown >= 1 / margin;
   }
   if (!marginal || !running_all_local) {
-    marginal_since.reset();
+    run.since.reset();
     return false;
   }
-  if (!marginal_since.has_value()) marginal_since = now;
-  return now - *marginal_since < marginal_for;
+  if (!run.since.has_value()) run.since = now;
+  return now - *run.since < marginal_for;
 }
 
 std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,

@@ -63,18 +63,26 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
 // reference, either way) must last `marginal_for` (a coordinator option, default 3 s)
 // before a group that runs all-local starts balancing; a larger one starts it at once.
 // On a shared machine a calm rank is now and then 15-35% slower for one or two seconds
-// (the e2e benchmark's calm run of 2026-11-25: four such blips in 1,150 steps, each
-// 8-12 steps long). Detecting one and pushing its plan takes about a second, so the
+// (the e2e benchmark's calm run of 2026-11-25: 6 spells of 5-12 steps in 1,150 steps,
+// and its 8 plan changes). Detecting one and pushing its plan takes about a second, so the
 // plan arrived as the blip ended and was undone a few steps later: two plan changes and
 // nothing gained. A real straggler is larger or lasts.
 inline constexpr double kMarginalFactor = 3;
 
-// Whether the group is treated as calm in the round judged at monotonic time `now`.
-// `marginal_since` is the group's start of its run of rounds with a marginal straggler
-// (the caller keeps it, starting empty; a round without one clears it).
+// A group's run of planning rounds in a row with a marginal straggler (the caller keeps
+// one per group, starting empty).
+struct MarginalRun {
+  std::optional<absl::Duration> since;  // the run's first round; none: no run
+  absl::Duration last_round = absl::ZeroDuration();
+};
+
+// Whether the group is treated as calm in the round judged at monotonic time `now`. A
+// round without a marginal straggler ends the run, and so does a gap of more than
+// `max_gap` since the last round judged (the job was paused, or not every rank
+// reported): rounds not judged are no evidence that the straggler lasted.
 bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 absl::Duration now, absl::Duration marginal_for,
-                 std::optional<absl::Duration>& marginal_since);
+                 absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
+                 MarginalRun& run);
 
 // "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.00x, 1 1.98x straggling", for
 // explanations.

@@ -67,6 +67,7 @@ bool ParseOne(absl::string_view arg, CommandLine& cl) {
   if (name == "link_bytes_per_second") return parse(&cl.coordinator.link_bytes_per_second);
   if (name == "plan_dwell") return parse(&cl.coordinator.plan_dwell);
   if (name == "dwell_hysteresis") return parse(&cl.coordinator.dwell_hysteresis);
+  if (name == "marginal_straggler_for") return parse(&cl.coordinator.marginal_straggler_for);
   if (name == "forget_after") return parse(&cl.coordinator.forget_after);
   if (name == "max_workers_per_agent") return parse(&cl.coordinator.max_workers_per_agent);
   if (name == "max_groups_per_agent") return parse(&cl.coordinator.max_groups_per_agent);

@@ -46,6 +46,9 @@ seed plan_fuzz bad-fields $P <<<'group: "vit/tp0" version: 6 imputation: IMPUTAT
   blocks { block: 0 offloads { owner: 2 helper: 2 units: 1 } }
   blocks { block: 0 }'
 seed plan_fuzz bad-imputation $P <<<'group: "vit/tp0" version: 7 imputation: 9'
+seed plan_fuzz priority $P <<<'group: "vit/tp0" version: 8 imputation: IMPUTATION_MEAN
+  priority: PRIORITY_ROUND_ROBIN blocks { block: 0 pruned_units: [0, 2, 0, 4] }'
+seed plan_fuzz bad-priority $P <<<'group: "vit/tp0" version: 9 imputation: IMPUTATION_ZERO priority: 9'
 
 # --- worker_message_fuzz: ballast.fuzz.WorkerSession (worker streams into one agent).
 W=ballast.fuzz.WorkerSession
@@ -203,7 +206,7 @@ argv flags_fuzz policy-get policy get vit
 argv flags_fuzz insecure --listen=0.0.0.0:7070 --allow_insecure_admin --allow_insecure_agents \
   explain vit tp0
 argv flags_fuzz coordinator-numbers --link_bytes_per_second=1e9 --plan_dwell=2s \
-  --dwell_hysteresis=0.3 --forget_after=10m --max_workers_per_agent=1024 \
+  --dwell_hysteresis=0.3 --marginal_straggler_for=3s --forget_after=10m --max_workers_per_agent=1024 \
   --max_groups_per_agent=256 --max_jobs_per_agent=64 cordon node-1/gpu0 ECC errors
 argv flags_fuzz mtls '--listen=[::1]:7070' '--admin_allowed_cns=ops, sre' --tls_client_ca=ca.pem \
   --tls_cert=server.pem --admin_token_file=token pause vit

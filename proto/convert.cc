@@ -74,8 +74,10 @@ absl::StatusOr<WorkloadPlan> FromProto(const v1::WorkloadPlan& in) {
       plan.priority = Priority::kRoundRobin;
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan v", in.version(), ": priority ", in.priority(), " unknown"));
+      // A policy this worker does not know (a newer coordinator's). Which of its units a
+      // prune count takes is each rank's own choice and any choice is a valid plan, so the
+      // blocks keep their own policy rather than the whole plan being refused.
+      break;
   }
   for (const v1::BlockPlan& pb : in.blocks()) {
     BlockPlan& b = plan.blocks.emplace_back();

@@ -207,6 +207,11 @@ absl::Status ParallelBlock::Init() {
   for (Buffer* b : {&st.bias, &st.bias_grad, &st.bias_m, &st.bias_v}) {
     BALLAST_ASSIGN_OR_RETURN(*b, compute().Allocate(hidden_));
   }
+  // A block made after a plan named the job's priority ranks by it, as its peers do (its
+  // initial scores, set by the load below, depend on the policy).
+  if (group_->applied_plan().priority.has_value()) {
+    config_.priority = *group_->applied_plan().priority;
+  }
   std::vector<float> dense(DenseSize());
   InitDense(dense);
   BALLAST_RETURN_IF_ERROR(LoadDenseVector(dense));

@@ -19,8 +19,9 @@ bool Trivial(const BlockPlan& plan) {
 bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
   if (input.unknown_plan_in_force) return true;
   const WorkloadPlan& in_force = input.in_force;
-  // Imputation and priority matter only to pruned units: an all-local plan is unchanged
-  // whatever they say, and the next plan that prunes carries the job's.
+  // Imputation and priority matter only to units a plan prunes or offloads (the priority
+  // orders storage, and both cut their ranges from its end): an all-local plan is
+  // unchanged whatever they say, and the next plan that balances carries the job's.
   if (in_force.blocks == desired.blocks &&
       (desired.blocks.empty() || (in_force.imputation == desired.imputation &&
                                   in_force.priority == desired.priority))) {

@@ -100,36 +100,46 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   const PooledGroup marginal = *PoolRankSpeeds({Block(1e-3, {1, 1.2})}, 0.10);
   const PooledGroup large = *PoolRankSpeeds({Block(1e-3, {1, 2})}, 0.10);
   const PooledGroup much_faster = *PoolRankSpeeds({Block(2e-3, {0.5, 1, 1})}, 0.10);
-  const absl::Duration kFor = absl::Seconds(3);
-  std::optional<absl::Duration> since;
+  const absl::Duration kGap = absl::Milliseconds(1500);
+  MarginalRun run;
   auto at = [](double seconds) { return absl::Seconds(seconds); };
-  EXPECT_TRUE(TreatAsCalm(calm, 0.10, /*running_all_local=*/true, at(0), kFor, since));
-  EXPECT_FALSE(since.has_value());
+  auto calm_at = [&](const PooledGroup& g, double seconds, bool all_local = true,
+                     absl::Duration wait = absl::Seconds(3)) {
+    return TreatAsCalm(g, 0.10, all_local, at(seconds), wait, kGap, run);
+  };
+  EXPECT_TRUE(calm_at(calm, 0));
+  EXPECT_FALSE(run.since.has_value());
   // 1.2x is within 1 + 3 x 0.10: calm until it has lasted 3 s, balanced from then on.
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(1), kFor, since));
-  EXPECT_EQ(since, at(1));
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(2), kFor, since));
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(3.99), kFor, since));
-  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, at(4), kFor, since));
-  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, at(5), kFor, since));
+  EXPECT_TRUE(calm_at(marginal, 1));
+  EXPECT_EQ(run.since, at(1));
+  EXPECT_TRUE(calm_at(marginal, 2));
+  EXPECT_TRUE(calm_at(marginal, 3));
+  EXPECT_TRUE(calm_at(marginal, 3.99));
+  EXPECT_FALSE(calm_at(marginal, 4));
+  EXPECT_FALSE(calm_at(marginal, 5));
   // A calm round in between starts the count again.
-  EXPECT_TRUE(TreatAsCalm(calm, 0.10, true, at(6), kFor, since));
-  EXPECT_FALSE(since.has_value());
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(7), kFor, since));
-  EXPECT_EQ(since, at(7));
+  EXPECT_TRUE(calm_at(calm, 6));
+  EXPECT_FALSE(run.since.has_value());
+  EXPECT_TRUE(calm_at(marginal, 7));
+  EXPECT_EQ(run.since, at(7));
+  // So does a gap in the rounds (a pause, missing reports): unjudged time is no evidence
+  // that the straggler lasted.
+  EXPECT_TRUE(calm_at(marginal, 8));
+  EXPECT_TRUE(calm_at(marginal, 20));
+  EXPECT_EQ(run.since, at(20));
   // 2x acts at once; so does a marginal straggler when a plan is in force (the planner
   // decides whether to keep it), and either ends the run of marginal rounds.
-  EXPECT_FALSE(TreatAsCalm(large, 0.10, true, at(8), kFor, since));
-  EXPECT_FALSE(since.has_value());
-  EXPECT_FALSE(TreatAsCalm(much_faster, 0.10, true, at(9), kFor, since));
-  EXPECT_TRUE(TreatAsCalm(marginal, 0.10, true, at(10), kFor, since));
-  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, /*running_all_local=*/false, at(11), kFor, since));
-  EXPECT_FALSE(since.has_value());
+  EXPECT_FALSE(calm_at(large, 21));
+  EXPECT_FALSE(run.since.has_value());
+  EXPECT_FALSE(calm_at(much_faster, 22));
+  EXPECT_TRUE(calm_at(marginal, 23));
+  EXPECT_FALSE(calm_at(marginal, 24, /*all_local=*/false));
+  EXPECT_FALSE(run.since.has_value());
   // A rank nobody could judge is no marginal straggler.
   const PooledGroup unknown = *PoolRankSpeeds({Block(1e-3, {1, 0})}, 0.10);
-  EXPECT_FALSE(TreatAsCalm(unknown, 0.10, true, at(12), kFor, since));
+  EXPECT_FALSE(calm_at(unknown, 25));
   // With no wait, a marginal straggler is balanced at once.
-  EXPECT_FALSE(TreatAsCalm(marginal, 0.10, true, at(13), absl::ZeroDuration(), since));
+  EXPECT_FALSE(calm_at(marginal, 26, true, absl::ZeroDuration()));
 }
 
 TEST(RankSpeedsTest, BadInputIsRefusedByName) {

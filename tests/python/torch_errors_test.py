@@ -95,6 +95,8 @@ class ErrorsTest(OneRankTestCase):
             s.offer_plan(1000, [{"block": block, "offloads": [(0, 3, 1)]}])
         with self.assertRaisesRegex(ValueError, "imputation"):
             s.offer_plan(1000, [{"block": block}], imputation="median")
+        with self.assertRaisesRegex(ValueError, "priority 'loudest'"):
+            s.offer_plan(1000, [{"block": block}], priority="loudest")
         with self.assertRaisesRegex(ValueError, "block 999"):
             s.offer_plan(1000, [{"block": 999}])
         applied = s.applied_version

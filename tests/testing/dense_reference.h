@@ -1,5 +1,6 @@
 // A double-precision dense reference for the plan-aware TP blocks, and a driver that runs a
-// real block on threaded ranks and checks every step of it against that reference.
+// real block on ranks (threads or processes) and checks every step of it against that
+// reference.
 //
 // The reference is written from the block math (design brief section 2), not from the
 // implementation: one process, no sharding, every loop in double. A block is modelled as a
@@ -197,7 +198,7 @@ class ReferenceTrainer {
 };
 
 // ---------------------------------------------------------------------------------------
-// Driving a real block on threaded ranks.
+// Driving a real block on ranks (threads, or processes).
 
 struct ScriptStep {
   // Runs on every rank before this step's plan is offered, e.g. to offer plans that must
@@ -257,9 +258,8 @@ struct RunRecord {
 using BlockFactory = std::function<absl::StatusOr<std::unique_ptr<ParallelBlock>>(RankContext&)>;
 
 // Runs `script` on script.ranks ranks (threads, or processes when script.processes): per
-// step before_step, OfferPlan (if a
-// plan), BeginStep, Forward, Backward, GatherDense(kGrad), AdamWStep, EndStep, GatherDense
-// (kValue / kAdamM / kAdamV), UnitMean. Returns the first rank's error, annotated with the
+// step before_step, OfferPlan (if a plan), BeginStep, Forward, Backward, GatherDense(kGrad),
+// AdamWStep, EndStep, GatherDense (kValue / kAdamM / kAdamV), UnitMean. Returns the first rank's error, annotated with the
 // step and the call.
 absl::StatusOr<RunRecord> RunScript(const Script& script, const BlockFactory& make_block);
 

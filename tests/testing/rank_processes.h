@@ -10,7 +10,7 @@
 //     ...
 //     *out = Encode(result);
 //     return absl::OkStatus();
-//   }, {.backend = "cuda"}, &outputs).ok());
+//   }, {.ranks = {.backend = "cuda"}}, &outputs).ok());
 //
 // A forked child runs only the body and then leaves with _exit, so gtest EXPECTs in it are
 // lost: bodies report through their status. CUDA cannot cross fork(): the parent must not
@@ -41,9 +41,10 @@ struct RankProcessesOptions {
 bool ProcessRanksUsable(const std::string& backend, int ranks);
 
 // Runs `body` in `size` forked processes, rank r in the r-th; fills (*outputs)[r] with
-// what rank r wrote to its `output` (when outputs is non-null). Returns OK or the lowest
-// failing rank's status prefixed with "rank R: " (a rank killed by a signal or past the
-// deadline is INTERNAL or DEADLINE_EXCEEDED).
+// what rank r wrote to its `output` (when outputs is non-null). Returns OK or a failing
+// rank's status prefixed with "rank R: ": the lowest rank that crashed (INTERNAL, naming
+// the signal), passed the deadline (DEADLINE_EXCEEDED) or could not start, else the
+// lowest rank whose body failed, since a crash makes its peers' collectives fail too.
 absl::Status RunRankProcesses(int size,
                               const std::function<absl::Status(RankContext&, std::string*)>& body,
                               const RankProcessesOptions& options = {},

@@ -7,13 +7,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
@@ -64,6 +65,19 @@ TEST(RankProcessesTest, ACrashingRankIsReportedBySignal) {
   EXPECT_THAT(status.message(), HasSubstr("rank 0: killed by signal 6"));
 }
 
+// The crash is named, not rank 0's collective that then fails for want of its peer.
+TEST(RankProcessesTest, TheCrashIsNamedBeforeThePeersItFails) {
+  const absl::Status status = RunRankProcesses(2,
+                                               [](RankContext& ctx, std::string*) -> absl::Status {
+                                                 if (ctx.rank == 1) std::abort();
+                                                 float value = 1;
+                                                 return ctx.backend->comm().AllReduceSum(&value, 1);
+                                               },
+                                               {.ranks = {.timeout = absl::Seconds(5)}});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(status.message(), HasSubstr("rank 1: killed by signal 6"));
+}
+
 TEST(RankProcessesTest, AHungRankIsKilledAtTheDeadline) {
   const absl::Status status =
       RunRankProcesses(2,
@@ -71,9 +85,17 @@ TEST(RankProcessesTest, AHungRankIsKilledAtTheDeadline) {
                          if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::seconds(60));
                          return absl::OkStatus();
                        },
-                       {.deadline = absl::Milliseconds(500)});
+                       {.deadline = absl::Seconds(3)});
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(status.message(), HasSubstr("rank 1: still running after 500ms: killed"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 1: still running after 3s: killed"));
+}
+
+TEST(RankProcessesTest, AnExceptionInARankIsItsStatus) {
+  const absl::Status status = RunRankProcesses(1, [](RankContext&, std::string*) -> absl::Status {
+    throw std::runtime_error("gloo said no");
+  });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(status.message(), "rank 0: exception: gloo said no");
 }
 
 TEST(RankProcessesTest, BadSizeAndUnknownBackendsAreRefused) {

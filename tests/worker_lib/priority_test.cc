@@ -124,6 +124,17 @@ TEST(PriorityTest, MagnitudePrunesTheSmallestUnits) {
   std::multiset<int32_t> all;
   for (const auto& s : job_priority) all.insert(s.begin(), s.end());
   EXPECT_EQ(all, (std::multiset<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+
+  // With a window of 2 the storage order holds until the roll at step 2, which ranks by
+  // round-robin: units 6 and 7, pruned until then, are kept, and of the units never
+  // pruned the highest ids go (ties by id), not the two smallest (2 and 5).
+  UnitConfig two_step_window = units;
+  two_step_window.priority_window = 2;
+  const PrunedPerStep rolled = Train(two_step_window, 3, 2, AdamWOptions{.lr = 0.0f}, nullptr,
+                                     shrink_units_2_and_5, Priority::kRoundRobin);
+  EXPECT_THAT(rolled[0], UnorderedElementsAre(6, 7));
+  EXPECT_THAT(rolled[1], UnorderedElementsAre(6, 7));
+  EXPECT_THAT(rolled[2], UnorderedElementsAre(4, 5));
 }
 
 // L1 norm of each unit's parameters (W1 columns, b1 entries, W2 rows) in a dense copy.

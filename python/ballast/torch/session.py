@@ -102,14 +102,16 @@ class Session:
             self._core.begin_step()
 
     def offer_plan(self, version: int, blocks: List[Dict[str, Any]],
-                   imputation: str = "zero") -> None:
+                   imputation: str = "zero", priority: Optional[str] = None) -> None:
         """Hands in a plan, as the agent does; applied at a step start once every rank holds it.
 
         ``blocks``: dicts with ``block`` (a layer's ``block_id``), and optionally
         ``pruned_units`` (per rank), ``offloads`` ([(owner, helper, units)]) and
-        ``owner_of_unit`` (a reshard). Raises ValueError naming a malformed field.
+        ``owner_of_unit`` (a reshard). ``priority``: the job's priority policy, which the
+        layers adopt at their next priority window (None: each keeps its own). Raises
+        ValueError naming a malformed field.
         """
-        self._core.offer_plan(version, blocks, imputation)
+        self._core.offer_plan(version, blocks, imputation, priority)
 
     def _new_block_id(self, block_id: Optional[int]) -> int:
         # Every rank builds the same layers in the same order (SPMD), so counting gives

@@ -72,11 +72,12 @@ MlpActivation ParseActivation(const std::string& name) {
 // A plan from Python: blocks as dicts {"block", "pruned_units", "offloads": [(owner,
 // helper, units)], "owner_of_unit"}; unknown keys are refused by name.
 WorkloadPlan ParsePlan(const std::string& group, int64_t version, const std::string& imputation,
-                       const py::list& blocks) {
+                       const std::optional<std::string>& priority, const py::list& blocks) {
   WorkloadPlan plan;
   plan.group = GroupId(group);
   plan.version = PlanVersion(version);
   plan.imputation = Value(ParseImputation(imputation));
+  if (priority.has_value()) plan.priority = Value(ParsePriority(*priority));
   for (const py::handle& item : blocks) {
     if (!py::isinstance<py::dict>(item)) throw py::value_error("each plan block must be a dict");
     BlockPlan& b = plan.blocks.emplace_back();
@@ -236,11 +237,13 @@ PYBIND11_MODULE(_C, m) {
       .def("end_step", [](Session& s) { Check(Released([&] { return s.EndStep(); })); })
       .def(
           "offer_plan",
-          [](Session& s, int64_t version, const py::list& blocks, const std::string& imputation) {
+          [](Session& s, int64_t version, const py::list& blocks, const std::string& imputation,
+             const std::optional<std::string>& priority) {
             Check(s.group().OfferPlan(
-                ParsePlan(s.group().group().value(), version, imputation, blocks)));
+                ParsePlan(s.group().group().value(), version, imputation, priority, blocks)));
           },
-          py::arg("version"), py::arg("blocks"), py::arg("imputation") = "zero")
+          py::arg("version"), py::arg("blocks"), py::arg("imputation") = "zero",
+          py::arg("priority") = py::none())
       .def_property_readonly("rank", [](Session& s) { return s.group().rank().value(); })
       .def_property_readonly("size", [](Session& s) { return s.group().size(); })
       .def_property_readonly("group", [](Session& s) { return s.group().group().value(); })
