@@ -247,11 +247,13 @@ class Coordinator {
   double LinkBytesPerSecond(const GroupEntry& group, std::string* explanation) const;
   static void Observe(std::vector<double>& samples, double seconds);
   int64_t NextVersion(const GroupEntry& group) const;
-  // Updates each rank's run of pooled straggling rounds (RankEntry::straggling_since) and
-  // returns, per rank, whether it is chronic for planning: straggling for the policy's
-  // reshard_after, counted from the last reshard if later. Appends explain lines.
+  // Updates each rank's run of pooled straggling rounds (RankEntry::straggling_since) with
+  // the round judged at monotonic time `judged_now`, and returns, per rank, whether it is
+  // chronic for planning: straggling for the policy's reshard_after, counted from the last
+  // reshard if later. Appends explain lines.
   std::vector<bool> JudgeChronic(GroupEntry& group, const PooledGroup& pooled,
-                                 const JobPolicy& policy, std::vector<std::string>& lines)
+                                 const JobPolicy& policy, absl::Duration judged_now,
+                                 std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The ownership a block is planned on: the plan in force's, where it moves the block's
   // units (restated until confirmed), else what the workers run.

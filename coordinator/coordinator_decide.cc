@@ -54,13 +54,12 @@ const std::vector<RankId>& Coordinator::PlannedOwnership(const GroupEntry& group
 }
 
 std::vector<bool> Coordinator::JudgeChronic(GroupEntry& group, const PooledGroup& pooled,
-                                             const JobPolicy& policy,
+                                             const JobPolicy& policy, absl::Duration judged_now,
                                              std::vector<std::string>& lines) {
   // Chronic, so that resharding is priced: straggling over the group's blocks for the
   // policy's reshard_after without a break. Per block, the speed model's own straggler
   // state breaks off whenever that block's estimate dips under the threshold, and under
   // a CPU quota some block's does every few seconds.
-  const absl::Duration judged_now = clock_->Monotonic();
   std::vector<bool> chronic(group.size, false);
   for (auto& [r, rank] : group.ranks) {
     const bool straggling = r < group.size && static_cast<size_t>(r) < pooled.ranks.size() &&
@@ -144,7 +143,7 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
                            " of ", absl::FormatDuration(options_.marginal_straggler_for),
                            " before balancing: all-local")
             : ""));
-    const std::vector<bool> chronic = JudgeChronic(group, *pooled, policy, lines);
+    const std::vector<bool> chronic = JudgeChronic(group, *pooled, policy, now, lines);
     std::string link_line;
     const double bytes_per_second = LinkBytesPerSecond(group, &link_line);
     lines.push_back(std::move(link_line));

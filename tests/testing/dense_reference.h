@@ -259,8 +259,8 @@ using BlockFactory = std::function<absl::StatusOr<std::unique_ptr<ParallelBlock>
 
 // Runs `script` on script.ranks ranks (threads, or processes when script.processes): per
 // step before_step, OfferPlan (if a plan), BeginStep, Forward, Backward, GatherDense(kGrad),
-// AdamWStep, EndStep, GatherDense (kValue / kAdamM / kAdamV), UnitMean. Returns the first rank's error, annotated with the
-// step and the call.
+// AdamWStep, EndStep, GatherDense (kValue / kAdamM / kAdamV), UnitMean. Returns the first
+// rank's error, annotated with the step and the call.
 absl::StatusOr<RunRecord> RunScript(const Script& script, const BlockFactory& make_block);
 
 // Replays `script` on a ReferenceTrainer started from `initial_params` and EXPECTs, for

@@ -13,7 +13,6 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <thread>
 

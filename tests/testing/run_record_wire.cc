@@ -21,8 +21,9 @@ class Writer {
   }
   template <typename T>
   void PutVector(const std::vector<T>& values) {
+    static_assert(std::is_trivially_copyable_v<T>);
     Put<uint64_t>(values.size());
-    for (const T& v : values) Put(v);
+    out_.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
   }
   void PutSnapshot(const StateSnapshot& s) {
     PutVector(s.value);
@@ -50,7 +51,8 @@ class Reader {
     uint64_t n = 0;
     if (!Get(&n) || n > (in_.size() - at_) / sizeof(T)) return false;
     values->resize(n);
-    for (T& v : *values) Get(&v);
+    std::memcpy(values->data(), in_.data() + at_, n * sizeof(T));
+    at_ += n * sizeof(T);
     return true;
   }
   bool GetSnapshot(StateSnapshot* s) {
