@@ -91,6 +91,11 @@ class JobConfig:
     mode: str = "auto"
     stragglers: list = field(default_factory=list)
     contention: str = "auto"  # auto | quota | cotenant
+    # The CPU quota's period. A rank's throttled time lands where it runs out of quota; when
+    # its block compute is under ~3 periods, that is mostly outside the compute, and the
+    # compute timings the coordinator judges by barely show the slowdown (measured here
+    # with a 3x quota: 1.0-1.2x at 8 ms of compute a step with 10 ms periods, 2x with 3 ms).
+    quota_period_us: int = 10000
     out: str = ""  # keep per-rank metrics and logs here
     metrics_port: int = 0  # coordinator /metrics; 0 = a free port
     agent_metrics_port: int = 0
@@ -130,11 +135,15 @@ def log(cfg, text):
 
 
 class CgroupQuota:
-    """CPU quota for one process via cgroup v2 (cpu.max) or v1 (cpu.cfs_quota_us)."""
+    """CPU quota for one process via cgroup v2 (cpu.max) or v1 (cpu.cfs_quota_us).
 
-    PERIOD_US = 10000  # short periods: the rank is throttled smoothly, not in 100 ms gulps
+    Short periods (JobConfig.quota_period_us) throttle the rank smoothly, not in 100 ms
+    gulps. The kernel's smallest quota is 1 ms: a share below 1 ms / period gets 1 ms."""
 
-    def __init__(self, name):
+    MIN_QUOTA_US = 1000
+
+    def __init__(self, name, period_us=10000):
+        self.period_us = period_us
         self.path = None
         self.version = None
         v2 = "/sys/fs/cgroup"
@@ -160,12 +169,15 @@ class CgroupQuota:
     def set_share(self, share):
         """share of one core in (0, 1], or None for no limit."""
         if self.version == 2:
-            quota = "max" if share is None else str(max(1000, int(self.PERIOD_US * share)))
-            self._write("cpu.max", f"{quota} {self.PERIOD_US}")
+            quota = "max" if share is None else str(self._quota_us(share))
+            self._write("cpu.max", f"{quota} {self.period_us}")
         else:
-            self._write("cpu.cfs_period_us", str(self.PERIOD_US))
-            quota = -1 if share is None else max(1000, int(self.PERIOD_US * share))
+            self._write("cpu.cfs_period_us", str(self.period_us))
+            quota = -1 if share is None else self._quota_us(share)
             self._write("cpu.cfs_quota_us", str(quota))
+
+    def _quota_us(self, share):
+        return max(self.MIN_QUOTA_US, int(self.period_us * share))
 
     def add(self, pid):
         self._write("cgroup.procs", str(pid))
@@ -203,7 +215,7 @@ class Contention:
         self.cotenant_bin = os.path.join(cfg.build, "examples", "cotenant")
         if cfg.contention in ("auto", "quota") and cfg.stragglers:
             for s in cfg.stragglers:
-                q = CgroupQuota(f"ballast-{os.getpid()}-rank{s.rank}")
+                q = CgroupQuota(f"ballast-{os.getpid()}-rank{s.rank}", cfg.quota_period_us)
                 if not q.available:
                     if cfg.contention == "quota":
                         raise LaunchError("--contention=quota: cgroup CPU controller not writable")
@@ -626,6 +638,9 @@ def main(argv=None):
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:SLOWDOWN[@START-END,...]",
                    help="slow RANK down SLOWDOWN times during the step windows (default: whole run)")
     p.add_argument("--contention", choices=("auto", "quota", "cotenant"), default="auto")
+    p.add_argument("--quota-period-us", type=int, default=JobConfig.quota_period_us,
+                   help="the CPU quota's period (1000-1000000; shorter shows the slowdown in "
+                        "shorter compute, see JobConfig)")
     p.add_argument("--out", default="", help="keep per-rank metrics (JSONL) and logs here")
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--agent-metrics-port", type=int, default=0)
@@ -650,6 +665,13 @@ def main(argv=None):
             raise ValueError("--policy takes KEY=VALUE")
         if a.world < 1 or a.steps < 1:
             raise ValueError("--world and --steps must be >= 1")
+        if not 1000 <= a.quota_period_us <= 1000000:  # the kernel's cfs_period_us range
+            raise ValueError(f"--quota-period-us {a.quota_period_us} out of range [1000, 1000000]")
+        for s in stragglers:  # below the kernel's 1 ms quota the slowdown would be less
+            if a.quota_period_us / s.slowdown < CgroupQuota.MIN_QUOTA_US:
+                raise ValueError(f"--straggler {s.rank}:{s.slowdown:g} needs --quota-period-us >= "
+                                 f"{math.ceil(CgroupQuota.MIN_QUOTA_US * s.slowdown)} (1 ms of "
+                                 f"quota is the kernel's least)")
         netns = parse_netns(a.netns, a.world, a.trainer)
         if a.backend == "cuda" and a.trainer != "cpp":
             raise ValueError("--backend cuda needs --trainer cpp")
@@ -657,7 +679,8 @@ def main(argv=None):
         print(f"launch.py: {e}", file=sys.stderr)
         return 2
     cfg = JobConfig(build=a.build, world=a.world, steps=a.steps, batch=a.batch, mode=a.mode,
-                    stragglers=stragglers, contention=a.contention, out=a.out,
+                    stragglers=stragglers, contention=a.contention,
+                    quota_period_us=a.quota_period_us, out=a.out,
                     metrics_port=a.metrics_port, agent_metrics_port=a.agent_metrics_port,
                     trainer_args=a.trainer_args, policy=policy, progress=a.progress,
                     trainer=a.trainer, netns=netns, backend=a.backend)
