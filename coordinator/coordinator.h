@@ -56,7 +56,10 @@ struct CoordinatorOptions {
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;
   // How long a marginal straggler (within 1.3x at the default straggler threshold) must
-  // last before a calm group that runs all-local starts balancing (rank_speeds.h).
+  // last before a calm group that runs all-local starts balancing (rank_speeds.h); and how
+  // long a group must be calm before an uneven split goes back to even
+  // (PlannerInput::calm_lasted): a rank resharded for that looks calm for a moment keeps
+  // its split. Both wait out a verdict that may not last before acting on it.
   absl::Duration marginal_straggler_for = absl::Seconds(3);
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
@@ -196,6 +199,9 @@ class Coordinator {
     std::optional<absl::Duration> plan_changed_at;
     // The rounds in a row with a marginal straggler (rank_speeds.h: TreatAsCalm).
     MarginalRun marginal;
+    // Monotonic time since which the group has been calm without a break (the pooled
+    // verdict; none while it is not).
+    std::optional<absl::Duration> calm_since;
     // Monotonic time of the last pushed plan that moved units: a rank counts as chronic,
     // for planning, only after reshard_after of straggling since then too.
     std::optional<absl::Duration> moved_units_at;

@@ -143,6 +143,13 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
                            " of ", absl::FormatDuration(options_.marginal_straggler_for),
                            " before balancing: all-local")
             : ""));
+    if (!pooled->calm) {
+      group.calm_since.reset();
+    } else if (!group.calm_since.has_value()) {
+      group.calm_since = now;
+    }
+    const bool calm_lasted =
+        group.calm_since.has_value() && now - *group.calm_since >= options_.marginal_straggler_for;
     const std::vector<bool> chronic = JudgeChronic(group, *pooled, policy, now, lines);
     std::string link_line;
     const double bytes_per_second = LinkBytesPerSecond(group, &link_line);
@@ -157,6 +164,7 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
       in.input.transfer_seconds_per_unit =
           2.0 * static_cast<double>(block.unit_bytes) / bytes_per_second;
       in.input.calm = calm;
+      in.input.calm_lasted = calm_lasted;
       std::vector<int32_t> owned(group.size, 0);
       for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
       for (const RankSpeed& rs : block_speeds.ranks) {

@@ -65,7 +65,11 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
   }
   absl::StrAppend(&out, "\n  all-local ", Num(d.all_local_step_seconds), " s, ideal ",
                   Num(d.ideal_step_seconds), " s");
-  if (input.calm && !d.calm) {
+  if (d.evens_split) {
+    absl::StrAppend(&out,
+                    "\n  no rank straggles, but a rank owns more than its share: back to the "
+                    "even split");
+  } else if (input.calm && !d.calm) {
     absl::StrAppend(&out,
                     "\n  no rank straggles, but a rank is cordoned or owns more than its "
                     "share: balancing");

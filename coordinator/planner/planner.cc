@@ -108,18 +108,35 @@ absl::Status ValidateInputs(const PlannerInput& input, const JobPolicy& policy) 
   return absl::OkStatus();
 }
 
-// The reshard candidate: the water-filled ownership and the mode's best plan on it. Worth
-// pricing only for persistent imbalance (a chronic straggler or a cordon): it pays one
-// transfer plus optimizer state. It is chosen only below `needed`, so the search proves
-// no more than whether a plan beats that (`cut_off`: none does, and the plan is the best
-// seen, not necessarily the best on that ownership).
+// Every unit computed by its owner, priced.
+Solution AllLocal(const Problem& problem) {
+  Solution all_local;
+  all_local.feasible = true;
+  all_local.z.assign(problem.num_ranks, 0);
+  all_local.y.assign(problem.num_ranks, 0);
+  all_local.x.assign(problem.num_ranks, 0);
+  Price(problem, &all_local);
+  return all_local;
+}
+
+// The reshard candidate: the water-filled ownership and the mode's best plan on it, or
+// (`even_split`, for calm ranks) the even ownership run all-local, as calm ranks on an
+// even split run. Worth pricing only for persistent imbalance (a
+// chronic straggler, a cordon, or calm ranks on an uneven split): it pays one transfer
+// plus optimizer state. It is chosen only below `needed`, so the search proves no more
+// than whether a plan beats that (`cut_off`: none does, and the plan is the best seen,
+// not necessarily the best on that ownership).
 absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobPolicy& policy,
                                            BalanceMode mode, const std::vector<int32_t>& owned,
-                                           double needed, bool* cut_off) {
+                                           bool even_split, double needed, bool* cut_off) {
   *cut_off = false;
+  std::vector<PlannerRank> ranks = input.ranks;
+  if (even_split) {
+    for (PlannerRank& rank : ranks) rank.seconds_per_unit = 1;
+  }
   BALLAST_ASSIGN_OR_RETURN(
       std::vector<int32_t> filled,
-      WaterFillCounts(input.ranks, static_cast<int32_t>(input.owner_of_unit.size())));
+      WaterFillCounts(ranks, static_cast<int32_t>(input.owner_of_unit.size())));
   PlanCandidate reshard;
   reshard.kind = CandidateKind::kReshard;
   reshard.plan.block = input.block;
@@ -127,10 +144,15 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
     reshard.note = "the water-filled ownership is the current one";
     return reshard;
   }
-  const ModePlans moved = SolveMode(input, filled, policy, mode, needed);
-  *cut_off = moved.joint_cut_off;
   const Problem moved_problem = MakeProblem(input, filled, policy, mode);
-  reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem, moved.best(mode));
+  if (even_split) {
+    reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem,
+                            AllLocal(moved_problem));
+  } else {
+    const ModePlans moved = SolveMode(input, filled, policy, mode, needed);
+    *cut_off = moved.joint_cut_off;
+    reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem, moved.best(mode));
+  }
   reshard.plan.owner_of_unit = MoveUnits(input.owner_of_unit, filled);
   for (size_t u = 0; u < input.owner_of_unit.size(); ++u) {
     reshard.cost.moved_units += reshard.plan.owner_of_unit[u] != input.owner_of_unit[u];
@@ -376,13 +398,8 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   d.ideal_step_seconds = static_cast<double>(problem.num_units) / inverse_sum;
 
   // Candidates on the current ownership: all-local, then the mode's techniques.
-  Solution all_local;
-  all_local.feasible = true;
-  all_local.z.assign(problem.num_ranks, 0);
-  all_local.y.assign(problem.num_ranks, 0);
-  all_local.x.assign(problem.num_ranks, 0);
-  Price(problem, &all_local);
-  d.candidates.push_back(MakeCandidate(CandidateKind::kAllLocal, input.block, problem, all_local));
+  d.candidates.push_back(
+      MakeCandidate(CandidateKind::kAllLocal, input.block, problem, AllLocal(problem)));
   if (cordoned_owner) {
     d.candidates.back().feasible = false;
     d.candidates.back().note = "a cordoned rank would compute its units";
@@ -400,42 +417,55 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
                      best.note, "; allow migration (mode auto or migrate) or raise the budget"));
   }
 
-  // A reshard is chosen only when it beats the best plan on the current ownership by the
-  // hysteresis and, unless a rank is cordoned, by as much as the straggler threshold:
-  // estimates differ by that much in noise, and a split resharded on noise moves units
-  // back and forth (measured: one to five units every 2 s dwell on a shaped link,
-  // tests/integration/learned_link_test.sh).
-  if (TransfersAllowed(mode) && reshard_worth_pricing) {
-    // A threshold t on speeds is t / (1 + t) on the objective, below 1 for any t. A cordon
-    // is no estimate: draining it needs only the hysteresis.
-    const double margin = any_cordoned
-                              ? policy.hysteresis
-                              : std::max(policy.hysteresis, policy.straggler_threshold /
-                                                                (1 + policy.straggler_threshold));
-    const double needed = (1 - margin) * best.cost.objective;
-    bool cut_off = false;
-    BALLAST_ASSIGN_OR_RETURN(PlanCandidate reshard,
-                             PriceReshard(input, policy, mode, owned, needed, &cut_off));
-    const bool wins = reshard.feasible && reshard.cost.objective < needed;
-    if (reshard.feasible && !wins) {
-      reshard.note = absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
-                                  ": the hysteresis or the straggler threshold)",
-                                  cut_off ? ", which no plan on it does (the best seen)" : "");
-    }
-    d.candidates.push_back(reshard);
-    if (wins) best = std::move(reshard);
-  }
-  d.recommended = best;
-
-  // Calm ranks compute alike, so all-local is as good as the ownership is even: after a
-  // reshard for a straggler that has since recovered it is not, and the planner balances.
-  // Units that do not divide evenly leave one more on some ranks: that is still even.
+  // Calm ranks compute alike, so all-local is as good as the ownership is even. Units that
+  // do not divide evenly leave one more on some ranks: that is still even.
   const int32_t most_owned =
       problem.num_ranks == 0 ? 0 : *std::max_element(problem.owned.begin(), problem.owned.end());
   const double share =
       problem.num_ranks == 0 ? 0 : static_cast<double>(problem.num_units) / problem.num_ranks;
   const bool even =
       most_owned <= std::max(std::ceil(share), (1 + policy.straggler_threshold) * share);
+  // After a reshard for a straggler that has since recovered, calm ranks run an uneven
+  // split. Offloading evens their compute, but for good: the midrun benchmark with 3 ms
+  // quota periods (docs/benchmarks.md) resharded during a 63 s contention and offloaded
+  // back for the 210 steps after it, never all-local again. The even split is where a
+  // calm group rests, and the estimates cannot tell calm ranks apart, so its reshard
+  // only has to be no worse than the best plan on the uneven split by that noise.
+  const bool uneven_calm = input.calm && input.calm_lasted && !any_cordoned && !even;
+  // A threshold t on speeds is t / (1 + t) on the objective, below 1 for any t.
+  const double noise =
+      std::max(policy.hysteresis, policy.straggler_threshold / (1 + policy.straggler_threshold));
+
+  // Otherwise a reshard is chosen only when it beats the best plan on the current
+  // ownership by the hysteresis and, unless a rank is cordoned, by as much as the
+  // straggler threshold: estimates differ by that much in noise, and a split resharded on
+  // noise moves units back and forth (measured: one to five units every 2 s dwell on a
+  // shaped link, tests/integration/learned_link_test.sh).
+  if (TransfersAllowed(mode) && (reshard_worth_pricing || uneven_calm)) {
+    // A cordon is no estimate: draining it needs only the hysteresis.
+    const double margin = any_cordoned ? policy.hysteresis : noise;
+    const double needed =
+        uneven_calm ? (1 + noise) * best.cost.objective : (1 - margin) * best.cost.objective;
+    bool cut_off = false;
+    BALLAST_ASSIGN_OR_RETURN(PlanCandidate reshard, PriceReshard(input, policy, mode, owned,
+                                                                 uneven_calm, needed, &cut_off));
+    const bool wins = reshard.feasible && reshard.cost.objective < needed;
+    if (reshard.feasible && !wins) {
+      reshard.note =
+          uneven_calm
+              ? absl::StrCat("not chosen: must be below ", Num(needed), " (the best plan on ",
+                             "the uneven split plus ", Num(noise), ": estimate noise)")
+              : absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
+                             ": the hysteresis or the straggler threshold)",
+                             cut_off ? ", which no plan on it does (the best seen)" : "");
+    }
+    d.candidates.push_back(reshard);
+    if (wins) {
+      best = std::move(reshard);
+      d.evens_split = uneven_calm;
+    }
+  }
+  d.recommended = best;
   d.calm = input.calm && !any_cordoned && even;
   if (policy.mode == BalanceMode::kOff || policy.mode == BalanceMode::kObserve || d.calm) {
     // Leaving a plan for a calm group skips the hysteresis: the plan was for a straggler
@@ -443,7 +473,9 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     Choose(d.candidates.front(), &d);
   } else {
     Choose(best, &d);
-    if (current != nullptr) {
+    // Back to the even split needs no hysteresis against the plan in force either: that
+    // plan only balances a split that no longer has a reason.
+    if (current != nullptr && !d.evens_split) {
       PlanCandidate cur = PriceCurrent(input, policy, *current);
       // Flapping between near-equal plans costs transfers and re-layouts for nothing.
       if (cur.feasible && !(best.cost.objective < (1 - policy.hysteresis) * cur.cost.objective)) {

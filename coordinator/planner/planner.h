@@ -71,6 +71,10 @@ struct PlannerInput {
   // however the per-block estimates differ, since differences below the straggler
   // threshold are noise to balancing. False: the estimates decide alone.
   bool calm = false;
+  // Calm for a while (the coordinator's marginal_straggler_for): only then does an uneven
+  // split of calm ranks go back to even by a reshard (BlockDecision::evens_split); before,
+  // it is balanced on the split it has.
+  bool calm_lasted = false;
 };
 
 // What a plan costs under the model.
@@ -116,6 +120,9 @@ struct BlockDecision {
   // All-local because the group is calm (PlannerInput::calm, the ownership even, no
   // cordon).
   bool calm = false;
+  // A reshard back to the even split: the group is calm but its ownership is not even
+  // (a straggler it was resharded for has recovered).
+  bool evens_split = false;
   CandidateKind chosen = CandidateKind::kAllLocal;
   // The best plan the mode's techniques allow (modes off and observe: what auto would do),
   // before hysteresis against the current plan.

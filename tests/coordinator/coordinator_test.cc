@@ -130,6 +130,80 @@ TEST_F(CoordinatorTest, ChronicStragglerIsReshardedAndARestartPlansOnTheNewOwner
   }
 }
 
+// A chronic straggler's units were resharded away; then it recovers. Once the group has
+// been calm for marginal_straggler_for, the split goes back to even, by a reshard (on
+// this slow link offloading never pays, so nothing else could even it), and stays.
+TEST_F(CoordinatorTest, ARecoveredStragglersSplitGoesBackToEvenOnceTheGroupHasBeenCalm) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.reshard_after = absl::Seconds(2);
+  policy.report_period = absl::Milliseconds(100);
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  RecordingSink sink;
+  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
+  int64_t step = 0;
+  for (; step < 60 && sink.plans().empty(); ++step) {
+    Report(step, {4, 4}, {1e-3, 2e-3});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  ASSERT_EQ(sink.plans().size(), 1u) << "no reshard for the chronic straggler";
+  std::vector<int> owned_now;
+  const v1::WorkloadPlan resharded = sink.plans()[0];  // plans() is a copy
+  for (const v1::BlockPlan& b : resharded.blocks()) {
+    for (int32_t o : b.owner_of_unit()) owned_now.push_back(o);
+  }
+  ASSERT_EQ(owned_now.size(), static_cast<size_t>(kUnits));
+  const int rank1_units = std::count(owned_now.begin(), owned_now.end(), 1);
+  ASSERT_LT(rank1_units, kUnits / 2);
+
+  // Recovered: both ranks as fast, on the uneven split the workers now run. (Their
+  // first report confirms the move, and the coordinator pushes all-local on it.)
+  const absl::Duration calm_from = clock_.Monotonic();
+  auto moves = [&] {
+    int n = 0;
+    for (const v1::WorkloadPlan& p : sink.plans()) {
+      n += p.blocks_size() > 0 && p.blocks(0).owner_of_unit_size() > 0;
+    }
+    return n;
+  };
+  int i = 0;
+  for (; i < 100 && moves() == 1; ++i, ++step) {
+    Report(step, {kUnits - rank1_units, rank1_units}, {1e-3, 1e-3},
+           i == 0 ? owned_now : std::vector<int>{});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  ASSERT_EQ(moves(), 2) << "the uneven split was kept for " << i << " steps";
+  // The speed model adopts the new speed within a few reports; then 3 s of calm.
+  EXPECT_GE(clock_.Monotonic() - calm_from, CoordinatorOptions{}.marginal_straggler_for);
+  std::vector<int> counts(2, 0);
+  const v1::WorkloadPlan evened = sink.plans().back();
+  for (const v1::BlockPlan& b : evened.blocks()) {
+    EXPECT_EQ(b.offloads_size(), 0);
+    for (int32_t o : b.owner_of_unit()) ++counts[o];
+  }
+  EXPECT_THAT(counts, ::testing::ElementsAre(kUnits / 2, kUnits / 2));
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("back to the even split"));
+
+  // Applied: calm on the even split, nothing more is pushed.
+  std::vector<int> even_now;
+  for (const v1::BlockPlan& b : evened.blocks()) {
+    for (int32_t o : b.owner_of_unit()) even_now.push_back(o);
+  }
+  const size_t pushed = sink.plans().size();
+  for (int j = 0; j < 30; ++j, ++step) {
+    Report(step, {kUnits / 2, kUnits / 2}, {1e-3, 1e-3}, j == 0 ? even_now : std::vector<int>{});
+    clock_.Advance(absl::Milliseconds(100));
+    coordinator_->Tick();
+  }
+  EXPECT_EQ(moves(), 2);
+  EXPECT_LE(sink.plans().size(), pushed + 1);  // at most the all-local on the confirmed move
+  EXPECT_EQ(sink.plans().back().blocks_size(), 0);
+}
+
 // A coordinator killed while the workers ran its plan, restarted after the straggler has
 // gone: the workers still offload under the lost plan, so the new coordinator must replace
 // it with the all-local plan it decides, numbered above the workers' version, once.
