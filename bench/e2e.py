@@ -235,8 +235,12 @@ def main():
     p.add_argument("--trainer", choices=launch.TRAINERS, default="cpp",
                    help="the C++ ViT, the PyTorch one (examples/torch/vit_train.py), or the "
                         "PyTorch GPT (examples/torch/gpt_train.py)")
+    p.add_argument("--quota-period-us", type=int, default=launch.JobConfig.quota_period_us,
+                   help="the straggler's CPU quota period (launch.py --quota-period-us)")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
+    if not 1000 <= a.quota_period_us <= 1000000:
+        p.error(f"--quota-period-us {a.quota_period_us} out of range [1000, 1000000]")
     out_dir = a.out or os.path.join(a.build, "bench-e2e")
     os.makedirs(out_dir, exist_ok=True)
     only = set(filter(None, a.only.split(",")))
@@ -255,7 +259,8 @@ def main():
         parsed = [launch.Straggler.parse(s) for s in stragglers]
         cfg = launch.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
                                out=os.path.join(out_dir, name), verbose=False, progress="none",
-                               trainer_args=a.trainer_args, policy=policy, trainer=a.trainer)
+                               trainer_args=a.trainer_args, policy=policy, trainer=a.trainer,
+                               quota_period_us=a.quota_period_us)
         sampler = None
         if a.reuse and name in previous and name not in only:
             # Measured by an earlier invocation into the same --out: reload, do not rerun.
@@ -270,6 +275,7 @@ def main():
             ranks = launch.run_job(cfg, on_step=sampler)
             elapsed = time.monotonic() - began
         result = analyse(name, ranks, parsed, reference, contended_reference, elapsed, sampler)
+        result["quota_period_us"] = a.quota_period_us
         if sampler is None and name in previous:
             # The status samples of a reused run are in its earlier result only.
             result.update({k: v for k, v in previous[name].items()
