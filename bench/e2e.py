@@ -262,7 +262,8 @@ def main():
                                trainer_args=a.trainer_args, policy=policy, trainer=a.trainer,
                                quota_period_us=a.quota_period_us)
         sampler = None
-        if a.reuse and name in previous and name not in only:
+        reused = a.reuse and name in previous and name not in only
+        if reused:
             # Measured by an earlier invocation into the same --out: reload, do not rerun.
             print(f"[e2e] {name}: reusing {cfg.out}", file=sys.stderr, flush=True)
             ranks = launch.Job.load(cfg.out, cfg.world)
@@ -275,7 +276,9 @@ def main():
             ranks = launch.run_job(cfg, on_step=sampler)
             elapsed = time.monotonic() - began
         result = analyse(name, ranks, parsed, reference, contended_reference, elapsed, sampler)
-        result["quota_period_us"] = a.quota_period_us
+        # A reused run keeps the period it ran with (10 ms before the flag).
+        result["quota_period_us"] = (previous[name].get("quota_period_us", 10000) if reused
+                                     else a.quota_period_us)
         if sampler is None and name in previous:
             # The status samples of a reused run are in its earlier result only.
             result.update({k: v for k, v in previous[name].items()

@@ -56,10 +56,7 @@ struct CoordinatorOptions {
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;
   // How long a marginal straggler (within 1.3x at the default straggler threshold) must
-  // last before a calm group that runs all-local starts balancing (rank_speeds.h); and how
-  // long a group must be calm before an uneven split goes back to even
-  // (PlannerInput::calm_lasted): a rank resharded for that looks calm for a moment keeps
-  // its split. Both wait out a verdict that may not last before acting on it.
+  // last before a calm group that runs all-local starts balancing (rank_speeds.h).
   absl::Duration marginal_straggler_for = absl::Seconds(3);
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
@@ -198,10 +195,10 @@ class Coordinator {
     // Monotonic time of the last plan change (none yet: no dwell).
     std::optional<absl::Duration> plan_changed_at;
     // The rounds in a row with a marginal straggler (rank_speeds.h: TreatAsCalm).
-    MarginalRun marginal;
-    // Monotonic time since which the group has been calm without a break (the pooled
-    // verdict; none while it is not).
-    std::optional<absl::Duration> calm_since;
+    RoundRun marginal;
+    // The rounds in a row with a calm pooled verdict: an uneven split goes back to even
+    // only after reshard_after of them (PlannerInput::calm_lasted).
+    RoundRun calm;
     // Monotonic time of the last pushed plan that moved units: a rank counts as chronic,
     // for planning, only after reshard_after of straggling since then too.
     std::optional<absl::Duration> moved_units_at;

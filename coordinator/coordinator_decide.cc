@@ -143,13 +143,14 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
                            " of ", absl::FormatDuration(options_.marginal_straggler_for),
                            " before balancing: all-local")
             : ""));
-    if (!pooled->calm) {
-      group.calm_since.reset();
-    } else if (!group.calm_since.has_value()) {
-      group.calm_since = now;
-    }
+    // Symmetric with resharding for a chronic straggler: a split changes only on a verdict
+    // that has held for reshard_after. Under a CPU quota a resharded rank with fewer units
+    // is throttled less and can look calm for seconds while still contended; going back on
+    // that would move units twice a cycle.
     const bool calm_lasted =
-        group.calm_since.has_value() && now - *group.calm_since >= options_.marginal_straggler_for;
+        ExtendRun(pooled->calm, now, kJudgementGapPeriods * policy.report_period, group.calm) >=
+            policy.reshard_after &&
+        pooled->calm;
     const std::vector<bool> chronic = JudgeChronic(group, *pooled, policy, now, lines);
     std::string link_line;
     const double bytes_per_second = LinkBytesPerSecond(group, &link_line);

@@ -48,8 +48,7 @@ ABSL_FLAG(double, dwell_hysteresis, 0.3,
           "Improvement a block's new plan needs during --plan_dwell, in [0, 1]");
 ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
-          "last before a calm group starts balancing (a larger one is balanced at once); and "
-          "how long a group must be calm before an uneven split goes back to even");
+          "last before a calm group starts balancing; a larger one is balanced at once");
 ABSL_FLAG(int32_t, max_message_bytes, 16 << 20, "Largest gRPC message accepted");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this server; with --tls_key, serves TLS");

@@ -47,7 +47,8 @@ struct JobPolicy {
   // A new plan replaces the current one only if it improves the objective by this fraction.
   double hysteresis = 0.05;
   // How long a straggler must persist before the planner reshards (a chronic straggler)
-  // rather than offloading or pruning step by step.
+  // rather than offloading or pruning step by step; and how long a group must then be
+  // calm before its uneven split goes back to even.
   absl::Duration reshard_after = absl::Seconds(60);
   // How often workers report timings.
   absl::Duration report_period = absl::Seconds(1);

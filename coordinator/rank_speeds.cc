@@ -54,13 +54,22 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
   return out;
 }
 
-bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
-                 MarginalRun& run) {
+absl::Duration ExtendRun(bool holds, absl::Duration now, absl::Duration max_gap, RoundRun& run) {
   if (run.since.has_value() && now - run.last_round > max_gap) run.since.reset();
   run.last_round = now;
-  if (group.calm) {
+  if (!holds) {
     run.since.reset();
+    return absl::ZeroDuration();
+  }
+  if (!run.since.has_value()) run.since = now;
+  return now - *run.since;
+}
+
+bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
+                 absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
+                 RoundRun& run) {
+  if (group.calm) {
+    ExtendRun(false, now, max_gap, run);  // a calm round ends a marginal run
     return true;
   }
   const double margin = 1 + kMarginalFactor * straggler_threshold;
@@ -68,12 +77,9 @@ bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool runn
   for (const PooledRank& r : group.ranks) {
     marginal = marginal && r.blocks_judged > 0 && r.slowdown <= margin && r.slowdown >= 1 / margin;
   }
-  if (!marginal || !running_all_local) {
-    run.since.reset();
-    return false;
-  }
-  if (!run.since.has_value()) run.since = now;
-  return now - *run.since < marginal_for;
+  const bool waits = marginal && running_all_local;
+  const absl::Duration lasted = ExtendRun(waits, now, max_gap, run);
+  return waits && lasted < marginal_for;
 }
 
 std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,

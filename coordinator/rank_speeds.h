@@ -69,12 +69,17 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
 // nothing gained. A real straggler is larger or lasts.
 inline constexpr double kMarginalFactor = 3;
 
-// A group's run of planning rounds in a row with a marginal straggler (the caller keeps
-// one per group, starting empty).
-struct MarginalRun {
+// A group's run of planning rounds in a row with some verdict (a marginal straggler;
+// calm), kept by the caller per group, starting empty.
+struct RoundRun {
   std::optional<absl::Duration> since;  // the run's first round; none: no run
   absl::Duration last_round = absl::ZeroDuration();
 };
+
+// Extends `run` by the round judged at monotonic time `now` when `holds`, else ends it; a
+// gap of more than `max_gap` since the last round judged ends it first (rounds not judged
+// are no evidence). Returns how long the run has lasted (zero when it does not hold).
+absl::Duration ExtendRun(bool holds, absl::Duration now, absl::Duration max_gap, RoundRun& run);
 
 // Whether the group is treated as calm in the round judged at monotonic time `now`. A
 // round without a marginal straggler ends the run, and so does a gap of more than
@@ -82,7 +87,7 @@ struct MarginalRun {
 // reported): rounds not judged are no evidence that the straggler lasted.
 bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
                  absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
-                 MarginalRun& run);
+                 RoundRun& run);
 
 // "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.00x, 1 1.98x straggling", for
 // explanations.

@@ -121,9 +121,9 @@ Solution AllLocal(const Problem& problem) {
 
 // The reshard candidate: the water-filled ownership and the mode's best plan on it, or
 // (`even_split`, for calm ranks) the even ownership run all-local, as calm ranks on an
-// even split run. Worth pricing only for persistent imbalance (a
-// chronic straggler, a cordon, or calm ranks on an uneven split): it pays one transfer
-// plus optimizer state. It is chosen only below `needed`, so the search proves no more
+// even split run. Worth pricing only for persistent imbalance (a chronic straggler, a
+// cordon, or ranks calm for a while on an uneven split): it pays one transfer plus
+// optimizer state. It is chosen only below `needed`, so the search proves no more
 // than whether a plan beats that (`cut_off`: none does, and the plan is the best seen,
 // not necessarily the best on that ownership).
 absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobPolicy& policy,
@@ -430,20 +430,23 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   // quota periods (docs/benchmarks.md) resharded during a 63 s contention and offloaded
   // back for the 210 steps after it, never all-local again. The even split is where a
   // calm group rests, and the estimates cannot tell calm ranks apart, so its reshard
-  // only has to be no worse than the best plan on the uneven split by that noise.
-  const bool uneven_calm = input.calm && input.calm_lasted && !any_cordoned && !even;
+  // only has to be no worse than the best plan on the uneven split by that noise. (Not
+  // the hysteresis: the dwell raises it to 0.3 right after a plan change, and that would
+  // make going back easier then, not harder.)
+  const bool uneven_calm = input.calm && input.calm_lasted && !any_cordoned &&
+                           !reshard_worth_pricing && !even;
   // A threshold t on speeds is t / (1 + t) on the objective, below 1 for any t.
-  const double noise =
-      std::max(policy.hysteresis, policy.straggler_threshold / (1 + policy.straggler_threshold));
+  const double noise = policy.straggler_threshold / (1 + policy.straggler_threshold);
 
   // Otherwise a reshard is chosen only when it beats the best plan on the current
   // ownership by the hysteresis and, unless a rank is cordoned, by as much as the
   // straggler threshold: estimates differ by that much in noise, and a split resharded on
   // noise moves units back and forth (measured: one to five units every 2 s dwell on a
   // shaped link, tests/integration/learned_link_test.sh).
+  bool best_evens_split = false;
   if (TransfersAllowed(mode) && (reshard_worth_pricing || uneven_calm)) {
     // A cordon is no estimate: draining it needs only the hysteresis.
-    const double margin = any_cordoned ? policy.hysteresis : noise;
+    const double margin = any_cordoned ? policy.hysteresis : std::max(policy.hysteresis, noise);
     const double needed =
         uneven_calm ? (1 + noise) * best.cost.objective : (1 - margin) * best.cost.objective;
     bool cut_off = false;
@@ -454,7 +457,7 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
       reshard.note =
           uneven_calm
               ? absl::StrCat("not chosen: must be below ", Num(needed), " (the best plan on ",
-                             "the uneven split plus ", Num(noise), ": estimate noise)")
+                             "the uneven split x ", Num(1 + noise), ": estimate noise)")
               : absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
                              ": the hysteresis or the straggler threshold)",
                              cut_off ? ", which no plan on it does (the best seen)" : "");
@@ -462,7 +465,7 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     d.candidates.push_back(reshard);
     if (wins) {
       best = std::move(reshard);
-      d.evens_split = uneven_calm;
+      best_evens_split = uneven_calm;
     }
   }
   d.recommended = best;
@@ -473,6 +476,7 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     Choose(d.candidates.front(), &d);
   } else {
     Choose(best, &d);
+    d.evens_split = best_evens_split;
     // Back to the even split needs no hysteresis against the plan in force either: that
     // plan only balances a split that no longer has a reason.
     if (current != nullptr && !d.evens_split) {

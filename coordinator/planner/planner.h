@@ -17,7 +17,9 @@
 // prices a reshard to the water-filled ownership, chosen when it beats the best plan on
 // the current ownership by the hysteresis and (no cordon) by the straggler threshold
 // t / (1 + t); and it keeps the current plan unless the new one is better by the policy's
-// hysteresis. A calm group (no straggler) runs all-local.
+// hysteresis. A calm group (no straggler) runs all-local; one calm for a while on an
+// uneven split (its straggler recovered) reshards back to the even split, chosen when no
+// worse than the best plan on the uneven split by t / (1 + t), hysteresis or not.
 // Every decision carries its explanation.
 //
 //   PlannerInput in;
@@ -71,9 +73,10 @@ struct PlannerInput {
   // however the per-block estimates differ, since differences below the straggler
   // threshold are noise to balancing. False: the estimates decide alone.
   bool calm = false;
-  // Calm for a while (the coordinator's marginal_straggler_for): only then does an uneven
-  // split of calm ranks go back to even by a reshard (BlockDecision::evens_split); before,
-  // it is balanced on the split it has.
+  // Calm for a while (the coordinator: for the policy's reshard_after, as long as a
+  // straggler must straggle to be resharded for): only then does an uneven split of calm
+  // ranks go back to even by a reshard (BlockDecision::evens_split); before, it is
+  // balanced on the split it has.
   bool calm_lasted = false;
 };
 
@@ -120,8 +123,9 @@ struct BlockDecision {
   // All-local because the group is calm (PlannerInput::calm, the ownership even, no
   // cordon).
   bool calm = false;
-  // A reshard back to the even split: the group is calm but its ownership is not even
-  // (a straggler it was resharded for has recovered).
+  // The plan is a reshard back to the even split: the group has been calm for a while but
+  // its ownership is not even (a straggler it was resharded for has recovered). Never
+  // set in modes off and observe, which push all-local.
   bool evens_split = false;
   CandidateKind chosen = CandidateKind::kAllLocal;
   // The best plan the mode's techniques allow (modes off and observe: what auto would do),

@@ -215,7 +215,12 @@ class Contention:
         self.cotenant_bin = os.path.join(cfg.build, "examples", "cotenant")
         if cfg.contention in ("auto", "quota") and cfg.stragglers:
             for s in cfg.stragglers:
-                q = CgroupQuota(f"ballast-{os.getpid()}-rank{s.rank}", cfg.quota_period_us)
+                # Below the kernel's least quota (1 ms) the slowdown would be less.
+                period = max(cfg.quota_period_us, math.ceil(CgroupQuota.MIN_QUOTA_US * s.slowdown))
+                if period != cfg.quota_period_us:
+                    log(cfg, f"rank {s.rank}: quota period {period} us, not {cfg.quota_period_us}: "
+                             f"a 1/{s.slowdown:g} share must be at least the kernel's 1 ms")
+                q = CgroupQuota(f"ballast-{os.getpid()}-rank{s.rank}", period)
                 if not q.available:
                     if cfg.contention == "quota":
                         raise LaunchError("--contention=quota: cgroup CPU controller not writable")
@@ -640,7 +645,8 @@ def main(argv=None):
     p.add_argument("--contention", choices=("auto", "quota", "cotenant"), default="auto")
     p.add_argument("--quota-period-us", type=int, default=JobConfig.quota_period_us,
                    help="the CPU quota's period (1000-1000000; shorter shows the slowdown in "
-                        "shorter compute, see JobConfig)")
+                        "shorter compute, see JobConfig; raised where 1/SLOWDOWN of it would "
+                        "be under the kernel's 1 ms least quota)")
     p.add_argument("--out", default="", help="keep per-rank metrics (JSONL) and logs here")
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--agent-metrics-port", type=int, default=0)
@@ -667,11 +673,6 @@ def main(argv=None):
             raise ValueError("--world and --steps must be >= 1")
         if not 1000 <= a.quota_period_us <= 1000000:  # the kernel's cfs_period_us range
             raise ValueError(f"--quota-period-us {a.quota_period_us} out of range [1000, 1000000]")
-        for s in stragglers:  # below the kernel's 1 ms quota the slowdown would be less
-            if a.quota_period_us / s.slowdown < CgroupQuota.MIN_QUOTA_US:
-                raise ValueError(f"--straggler {s.rank}:{s.slowdown:g} needs --quota-period-us >= "
-                                 f"{math.ceil(CgroupQuota.MIN_QUOTA_US * s.slowdown)} (1 ms of "
-                                 f"quota is the kernel's least)")
         netns = parse_netns(a.netns, a.world, a.trainer)
         if a.backend == "cuda" and a.trainer != "cpp":
             raise ValueError("--backend cuda needs --trainer cpp")

@@ -101,7 +101,7 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   const PooledGroup large = *PoolRankSpeeds({Block(1e-3, {1, 2})}, 0.10);
   const PooledGroup much_faster = *PoolRankSpeeds({Block(2e-3, {0.5, 1, 1})}, 0.10);
   const absl::Duration kGap = absl::Milliseconds(1500);
-  MarginalRun run;
+  RoundRun run;
   auto at = [](double seconds) { return absl::Seconds(seconds); };
   auto calm_at = [&](const PooledGroup& g, double seconds, bool all_local = true,
                      absl::Duration wait = absl::Seconds(3)) {

@@ -89,8 +89,8 @@ prom_has_data() {
 # periods: ~9 ms a step, 3 periods, on that faster machine.
 mkdir "$dir/tmp"  # the launcher's run directory, gone with $dir even if it is killed
 TMPDIR="$dir/tmp" "$PYTHON" "$src/examples/vit/launch.py" --build "$build" --world 2 --steps 100000 \
-  --batch 32 --straggler 1:3 --quota-period-us 3000 --mode auto --policy accuracy_weight_seconds=0.001 \
-  --policy report_period_ms=250 --metrics-port "$coord_metrics" \
+  --batch 32 --straggler 1:3 --quota-period-us 3000 --mode auto \
+  --policy accuracy_weight_seconds=0.001 --policy report_period_ms=250 --metrics-port "$coord_metrics" \
   --agent-metrics-port "$agent_metrics" --progress none --out "$dir" \
   -- --hidden=192 --heads=6 --layers=1 --mlp_unit_size=8 --eval_images=200 \
   >"$dir/launch.log" 2>&1 &
