@@ -13,9 +13,12 @@
 // repetition plans all 24 blocks from scratch (no current plan); the reported time per
 // block is the median over repetitions, and the slowest block's median is reported too.
 // Target: 50 us per block decision.
+// `planner_bench digest [COUNT]` prints decisions instead of times: diff its output across
+// two builds to show that a change to the planner's speed left its decisions alone.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <random>
 #include <string>
@@ -85,6 +88,72 @@ std::vector<Block> MakeBlocks(const std::string& name, BalanceMode mode, uint64_
   return blocks;
 }
 
+// `planner_bench digest COUNT`: one line per decision on COUNT random blocks (2-8 ranks,
+// uneven splits, cordons, chronic ranks, every mode, with and without a plan in force):
+// the chosen candidate, every candidate's objective to 17 digits and the plan pushed. Run
+// it on two builds and diff the output to show that a change to the planner's speed left
+// its decisions identical.
+int Digest(int count) {
+  std::mt19937_64 rng(2026);
+  std::uniform_real_distribution<double> unit(0, 1);
+  const BalanceMode modes[] = {BalanceMode::kAuto, BalanceMode::kMigrate, BalanceMode::kResize};
+  for (int i = 0; i < count; ++i) {
+    JobPolicy policy;
+    policy.mode = modes[i % 3];
+    PlannerInput in;
+    in.block = BlockId(i);
+    const int ranks = 2 + static_cast<int>(unit(rng) * 7);
+    const int per_rank = 4 + static_cast<int>(unit(rng) * 61);
+    const bool uneven = unit(rng) < 0.3;
+    for (int r = 0; r < ranks; ++r) {
+      PlannerRank rank;
+      rank.seconds_per_unit = 1e-3 * (1 + 9 * unit(rng));
+      rank.chronic = unit(rng) < 0.25;
+      rank.cordoned = unit(rng) < 0.05;
+      in.ranks.push_back(rank);
+    }
+    for (int u = 0; u < ranks * per_rank; ++u) {
+      const int owner = uneven ? static_cast<int>(unit(rng) * ranks) : u / per_rank;
+      in.owner_of_unit.push_back(RankId(owner));
+      ++in.ranks[owner].owned_units;
+    }
+    in.transfer_seconds_per_unit = 2e-3 * unit(rng);
+    policy.accuracy_weight_seconds = 3e-3 * unit(rng) * ranks * per_rank;
+    policy.max_pruned_fraction_rank = unit(rng);
+    policy.max_pruned_fraction_group = unit(rng);
+    absl::StatusOr<BlockDecision> first = PlanBlock(in, policy, nullptr);
+    // The same block a little later, its speeds moved, with the first plan in force.
+    PlannerInput later = in;
+    for (PlannerRank& rank : later.ranks) rank.seconds_per_unit *= 0.9 + 0.2 * unit(rng);
+    absl::StatusOr<BlockDecision> second;
+    if (first.ok()) second = PlanBlock(later, policy, &first->plan);
+    for (const absl::StatusOr<BlockDecision>* d : {&first, &second}) {
+      if (!d->ok()) {
+        std::printf("%d error %s\n", i, std::string(d->status().message()).c_str());
+        continue;
+      }
+      const BlockDecision& decision = **d;
+      std::printf("%d %s kept=%d calm=%d evens=%d obj=%.17g step=%.17g |", i,
+                  std::string(CandidateKindName(decision.chosen)).c_str(), decision.kept_current,
+                  decision.calm, decision.evens_split, decision.objective,
+                  decision.predicted_step_seconds);
+      for (const PlanCandidate& c : decision.candidates) {
+        std::printf(" %s:%d:%.17g", std::string(CandidateKindName(c.kind)).c_str(), c.feasible,
+                    c.cost.objective);
+      }
+      std::printf(" | z");
+      for (int32_t z : decision.plan.pruned_units) std::printf(" %d", z);
+      std::printf(" o");
+      for (const Offload& o : decision.plan.offloads)
+        std::printf(" %d>%d:%d", o.owner.value(), o.helper.value(), o.units);
+      std::printf(" m");
+      for (RankId owner : decision.plan.owner_of_unit) std::printf(" %d", owner.value());
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
 // `only`, `only_mode`: one case's name and one mode's (profiling), or empty for all.
 int Run(const std::string& only, const std::string& only_mode) {
   const char* names[] = {"straggler_2x", "straggler_2x_chronic", "two_stragglers", "random"};
@@ -148,6 +217,16 @@ int Run(const std::string& only, const std::string& only_mode) {
 }  // namespace ballast::coordinator
 
 // planner_bench [CASE [MODE]]: every case, or only CASE (in only MODE: auto, migrate, resize).
+// planner_bench digest COUNT: decisions to compare across builds (Digest).
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "digest") {
+    char* end = nullptr;
+    const long count = argc > 2 ? std::strtol(argv[2], &end, 10) : 3000;
+    if (argc > 3 || (argc > 2 && (*end != '\0' || count <= 0 || count > 1000000))) {
+      std::fprintf(stderr, "usage: planner_bench digest [COUNT], COUNT in 1..1000000\n");
+      return 2;
+    }
+    return ballast::coordinator::Digest(static_cast<int>(count));
+  }
   return ballast::coordinator::Run(argc > 1 ? argv[1] : "", argc > 2 ? argv[2] : "");
 }

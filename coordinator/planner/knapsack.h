@@ -4,11 +4,11 @@
 // at most one option.
 //
 // How it stays fast. The options' upper concave hulls, merged by slope, give a linear
-// relaxation (LP) bound for any suffix of the items. The LP's own solution rounded up to
-// whole options is usually already optimal (it costs ceil(LP)); otherwise a DP over
-// "coverage gained so far" expands only states whose cost plus the LP bound of the items
-// still to come fits under a limit, raising the limit from the LP bound until a solution
-// appears. Internal to the planner.
+// relaxation (LP) bound for any suffix of the items. The LP's own solution rounded to
+// whole options, one of two ways, is usually already optimal (it costs ceil(LP));
+// otherwise a DP over "coverage gained so far" expands only states whose cost plus the LP
+// bound of the items still to come fits under a limit, raising the limit from the LP
+// bound until a solution appears. Internal to the planner.
 #ifndef BALLAST_COORDINATOR_PLANNER_KNAPSACK_H_
 #define BALLAST_COORDINATOR_PLANNER_KNAPSACK_H_
 
@@ -47,6 +47,17 @@ class PruneKnapsack {
   // each item's chosen prunes to (*z)[item.rank] when z is non-null.
   int64_t Solve(int64_t target, int64_t budget, std::vector<int32_t>* z);
 
+  // How the solves so far ended (tests check that each way is exercised; the benchmark
+  // reads them): proved optimal by a rounding of the LP, by the DP, or refused because
+  // even the LP exceeds the budget.
+  struct Stats {
+    int64_t by_rounding = 0;  // RoundLp's solution cost ceil(LP)
+    int64_t by_repair = 0;    // RepairLp's did
+    int64_t by_dp = 0;
+    int64_t infeasible = 0;  // ceil(LP) over the budget, or no LP solution at all
+  };
+  const Stats& stats() const { return stats_; }
+
  private:
   struct Segment {
     double cost;
@@ -54,12 +65,20 @@ class PruneKnapsack {
     size_t item = 0;  // hull segments only: the index into items_ it belongs to
   };
 
+  // a is steeper than b (more gain per cost); exact, as costs and gains are integers.
+  static bool Steeper(const Segment& a, const Segment& b) {
+    return a.gain * b.cost > b.gain * a.cost;
+  }
+
+  double PrepareLp(int64_t target);
   int64_t RoundLp(int64_t target);
+  int64_t RepairLp(int64_t target);
   int64_t RunDp(int64_t target, int64_t upper, std::vector<int32_t>* z);
   double RestBound(size_t i, int64_t h) const;
   void FillDense(int64_t target);
   int64_t PrepareBounds(int64_t target);
 
+  Stats stats_;
   std::vector<Item> items_;  // the first num_items_ are in use
   size_t num_items_ = 0;
   // Scratch, reused across calls so that the search allocates almost nothing.
@@ -73,7 +92,9 @@ class PruneKnapsack {
   // The bounds: each item's hull, the merged suffix hulls as cumulative points
   // (suffix_points_[suffix_begin_[i] .. suffix_end_[i]) for items order_[i..]).
   std::vector<std::vector<Segment>> hulls_;
-  std::vector<Segment> segments_, merged_, suffix_points_;
+  // segments_: all items' hull segments, steepest first (the LP); merging_, merged_:
+  // PrepareBounds' running merge.
+  std::vector<Segment> segments_, merging_, merged_, suffix_points_;
   std::vector<size_t> suffix_begin_, suffix_end_;
   std::vector<double> dense_bound_;  // RestBound(i, h) at [i * dense_width_ + h], when small
   size_t dense_width_ = 0;

@@ -38,10 +38,14 @@ Solution SolveResize(const Problem& problem) {
     return s;
   }
   std::vector<double> load(problem.num_ranks, 0.0);
+  // No prune count gets the step below the load of a rank pruned to its budget.
+  double floor_load = 0;
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
-    load[r] = problem.cordoned[r]
-                  ? 0.0
-                  : Load(problem.seconds_per_unit[r], problem.tau, problem.owned[r], 0);
+    if (problem.cordoned[r]) continue;
+    const double c = problem.seconds_per_unit[r];
+    load[r] = Load(c, problem.tau, problem.owned[r], 0);
+    floor_load = std::max(
+        floor_load, Load(c, problem.tau, std::max(0, problem.owned[r] - problem.prune_cap[r]), 0));
   }
   std::vector<int32_t> z = s.z;
   double best = kInf;
@@ -59,8 +63,9 @@ Solution SolveResize(const Problem& problem) {
     if (problem.cordoned[top] || z[top] >= problem.prune_cap[top] ||
         pruned >= problem.group_prune_cap)
       break;
-    // The objective is at least lambda * pruned; once that alone loses, stop.
-    if (problem.lambda * static_cast<double>(pruned + 1) >= best) break;
+    // Any later objective is at least floor_load + lambda * (pruned + 1): once that
+    // loses, stop.
+    if (floor_load + problem.lambda * static_cast<double>(pruned + 1) >= best) break;
     ++z[top];
     ++pruned;
     load[top] = Load(problem.seconds_per_unit[top], problem.tau, problem.owned[top] - z[top], 0);
@@ -159,6 +164,8 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
     double objective;
     int source;  // 0 migrate, 1 resize, 2 searched
   } best{migrate.step, 0, migrate.objective, 0};
+  std::vector<int32_t> z;
+  std::vector<int64_t> v;
   if (resize.feasible && resize.objective < best.objective - kRelTol * best.objective) {
     best = {resize.step, resize_pruned, resize.objective, 1};
   }
@@ -210,8 +217,6 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
     const double lp_top = solver.LpPrunes(migrate.step);
     push(0.0, -1, migrate.step, 0, true, lp_top, LpLine{},
          LineLeftOf(solver, migrate.step, lp_top));
-    std::vector<int32_t> z;
-    std::vector<int64_t> v;
     while (!open.empty()) {
       const Node node = open.top();
       open.pop();
@@ -262,8 +267,8 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
 
   if (best.source == 0) return migrate;
   if (best.source == 1) return resize;
-  std::vector<int32_t> z;
-  std::vector<int64_t> v;
+  // The plan at best.t, as MinPrunes gives it there (the search saw it at a step time
+  // above, where an equal count may be spread differently).
   solver.MinPrunes(best.t, &z);
   solver.Balance(best.t, z, &v);
   return FromCoverage(problem, z, v);

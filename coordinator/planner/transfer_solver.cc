@@ -19,8 +19,13 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
     pieces_.push_back(
         {problem_.seconds_per_unit[r] / (problem_.seconds_per_unit[r] + problem_.tau), r, false});
   }
-  std::stable_sort(pieces_.begin(), pieces_.end(),
-                   [](const Piece& a, const Piece& b) { return a.slope > b.slope; });
+  // A stable insertion sort: two pieces a rank, and std::stable_sort would allocate.
+  for (size_t i = 1; i < pieces_.size(); ++i) {
+    const Piece piece = pieces_[i];
+    size_t j = i;
+    for (; j > 0 && pieces_[j - 1].slope < piece.slope; --j) pieces_[j] = pieces_[j - 1];
+    pieces_[j] = piece;
+  }
   lp_send_length_.assign(problem_.num_ranks, 0.0);
   lp_keep_length_.assign(problem_.num_ranks, 0.0);
   mandatory_.assign(problem_.num_ranks, 0);
@@ -46,9 +51,7 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
   }
   if (!(c > tau)) return -1;  // sending costs it more than computing
   const double need = (c * static_cast<double>(left) - t) / (c - tau);
-  int64_t y = need >= static_cast<double>(left)
-                  ? left
-                  : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(need)));
+  int64_t y = need >= static_cast<double>(left) ? left : std::max<int64_t>(1, CeilToInt(need));
   while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
   while (y < left && Load(c, tau, left - y, y) > t) ++y;
   if (Load(c, tau, left - y, y) > t) return -1;
@@ -217,7 +220,8 @@ double TransferSolver::LpPrunes(double t) {
 }
 
 double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
-  double floor_load = 0, top = 0, step = 0;
+  double floor_load = 0, step = 0;
+  breakpoints_.clear();
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
     const int64_t n = problem_.owned[r];
@@ -225,17 +229,31 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
                                           ? Load(c, tau, 0, n)
                                           : std::min(Load(c, tau, n, 0), Load(c, tau, 0, n)));
     if (problem_.cordoned[r]) continue;
-    top = std::max(top,
-                   Load(c, tau, problem_.num_units, problem_.num_units - n));  // it alone covers N
     step = std::max(step, c + tau);
+    // Where the rank's relaxed coverage (RealCoverage) changes slope or jumps.
+    if (c > tau) breakpoints_.push_back(Load(c, tau, 0, n));
+    breakpoints_.push_back(Load(c, tau, n, 0));
   }
-  double lo = 0, hi = top;
-  for (int i = 0; i < 60 && hi - lo > 1e-15 * hi; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (RealCoverage(mid) >= static_cast<double>(problem_.num_units) ? hi : lo) = mid;
+  if (breakpoints_.empty()) return Balance(0, std::vector<int32_t>(problem_.num_ranks, 0), v);
+  // The least t with RealCoverage(t) >= N, which is non-decreasing and linear between
+  // breakpoints: find the breakpoints around it, then solve the line.
+  std::sort(breakpoints_.begin(), breakpoints_.end());
+  const double units = static_cast<double>(problem_.num_units);
+  const size_t first_enough =
+      std::partition_point(breakpoints_.begin(), breakpoints_.end(),
+                           [&](double b) { return RealCoverage(b) < units; }) -
+      breakpoints_.begin();
+  const bool past_all = first_enough == breakpoints_.size();
+  double low = past_all ? breakpoints_.back() : breakpoints_[first_enough];
+  if (first_enough > 0) {
+    const double a = breakpoints_[first_enough - 1];
+    const double width = past_all ? a + step : low - a;
+    const double slope = (RealCoverage(a + 0.5 * width) - RealCoverage(a)) / (0.5 * width);
+    const double crossing = a + (units - RealCoverage(a)) / slope;
+    if (slope > 0) low = past_all ? crossing : std::min(low, crossing);
   }
   std::vector<int32_t> zero(problem_.num_ranks, 0);
-  double t = std::max(hi, floor_load) + step;
+  double t = std::max(low, floor_load) + step;
   while (true) {
     int64_t covered = 0;
     for (int32_t r = 0; r < problem_.num_ranks; ++r) covered += Coverage(r, t, 0);
@@ -294,7 +312,7 @@ void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int
       gain = Coverage(r, t, zz) - base;  // keeps everything from here on
     } else {
       q -= step;
-      int64_t y = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(q)), 1, left);
+      int64_t y = std::clamp<int64_t>(CeilToInt(q), 1, left);
       while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
       while (y < left && Load(c, tau, left - y, y) > t) ++y;
       gain = n - y - base;

@@ -79,6 +79,7 @@ class TransferSolver {
   std::vector<double> lp_send_length_, lp_keep_length_;
   std::vector<int32_t> mandatory_, sender_end_;
   std::vector<int64_t> base_coverage_;
+  std::vector<double> breakpoints_;  // MinStepWithoutPruning's
 };
 
 }  // namespace ballast::coordinator::planner_internal
