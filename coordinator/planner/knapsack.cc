@@ -343,9 +343,9 @@ double PruneKnapsack::PrepareLp(int64_t target) {
     for (; j > 0 && first_slope(order_[j - 1]) < slope; --j) order_[j] = order_[j - 1];
     order_[j] = item;
   }
-  // All segments by slope, merged from the last item backwards as PrepareBounds does (on
-  // ties the later item's first), so that RoundLp reads the same LP either way. Merges
-  // into reused buffers: a sort would allocate on every call.
+  // All segments by slope, each item's hull merged in from the last item backwards (on
+  // ties the later item's first; PrepareBounds reads the suffixes' LPs off this order).
+  // Merges into reused buffers: a sort would allocate on every call.
   segments_.clear();
   for (size_t i = k; i-- > 0;) {
     const std::vector<Segment>& hull = hulls_[order_[i]];
@@ -371,21 +371,19 @@ double PruneKnapsack::PrepareLp(int64_t target) {
 // the greedy finds none).
 int64_t PruneKnapsack::PrepareBounds(int64_t target) {
   const size_t k = num_items_;
-  // Suffixes from the last item backwards, merging each hull into the running
-  // slope-sorted list and appending its cumulative points to suffix_points_.
+  // Suffix i's LP fills the segments of items order_[i..] steepest first, in the order
+  // segments_ lists them (merging is stable, so the merge of a suffix is the subsequence
+  // of the merge of all): its cumulative points are those of that subsequence.
+  position_.resize(k);
+  for (size_t i = 0; i < k; ++i) position_[order_[i]] = i;
   suffix_points_.clear();
   suffix_begin_.assign(k + 1, 0);
   suffix_end_.assign(k + 1, 0);
-  merging_.clear();
   for (size_t i = k; i-- > 0;) {
-    const std::vector<Segment>& hull = hulls_[order_[i]];
-    merged_.clear();
-    std::merge(merging_.begin(), merging_.end(), hull.begin(), hull.end(),
-               std::back_inserter(merged_), Steeper);
-    std::swap(merging_, merged_);
     suffix_begin_[i] = suffix_points_.size();
     double cost = 0, gain = 0;
-    for (const Segment& seg : merging_) {
+    for (const Segment& seg : segments_) {
+      if (position_[seg.item] < i) continue;
       cost += seg.cost;
       gain += seg.gain;
       suffix_points_.push_back({cost, gain, 0});

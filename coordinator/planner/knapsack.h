@@ -92,9 +92,10 @@ class PruneKnapsack {
   // The bounds: each item's hull, the merged suffix hulls as cumulative points
   // (suffix_points_[suffix_begin_[i] .. suffix_end_[i]) for items order_[i..]).
   std::vector<std::vector<Segment>> hulls_;
-  // segments_: all items' hull segments, steepest first (the LP); merging_, merged_:
-  // PrepareBounds' running merge.
-  std::vector<Segment> segments_, merging_, merged_, suffix_points_;
+  // segments_: all items' hull segments, steepest first (the LP); merged_: PrepareLp's
+  // merge buffer.
+  std::vector<Segment> segments_, merged_, suffix_points_;
+  std::vector<size_t> position_;  // PrepareBounds': each item's index in order_
   std::vector<size_t> suffix_begin_, suffix_end_;
   std::vector<double> dense_bound_;  // RestBound(i, h) at [i * dense_width_ + h], when small
   size_t dense_width_ = 0;
