@@ -88,7 +88,7 @@ std::vector<Block> MakeBlocks(const std::string& name, BalanceMode mode, uint64_
   return blocks;
 }
 
-// `planner_bench digest COUNT`: one line per decision on COUNT random blocks (2-8 ranks,
+// `planner_bench digest [COUNT]`: one line per decision on COUNT random blocks (2-8 ranks,
 // uneven splits, cordons, chronic ranks, every mode, with and without a plan in force):
 // the chosen candidate, every candidate's objective to 17 digits and the plan pushed. Run
 // it on two builds and diff the output to show that a change to the planner's speed left
@@ -217,7 +217,7 @@ int Run(const std::string& only, const std::string& only_mode) {
 }  // namespace ballast::coordinator
 
 // planner_bench [CASE [MODE]]: every case, or only CASE (in only MODE: auto, migrate, resize).
-// planner_bench digest COUNT: decisions to compare across builds (Digest).
+// planner_bench digest [COUNT]: decisions to compare across builds (Digest).
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "digest") {
     char* end = nullptr;

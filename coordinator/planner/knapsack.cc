@@ -28,9 +28,11 @@ int64_t PruneKnapsack::Solve(int64_t target, int64_t budget, std::vector<int32_t
   const double root = PrepareLp(target);
   // Tight limits first: few states survive them, and the first limit that succeeds gives
   // the exact optimum, since no state on an optimal path is ever cut.
-  int64_t limit = std::isfinite(root)
-                      ? std::max<int64_t>(0, static_cast<int64_t>(std::ceil(root - 1e-7)))
-                      : kNoPlan;
+  if (!std::isfinite(root)) {  // even the LP cannot reach the target
+    ++stats_.infeasible;
+    return kNoPlan;
+  }
+  int64_t limit = std::max<int64_t>(0, static_cast<int64_t>(std::ceil(root - 1e-7)));
   if (limit > budget) {  // every solution costs at least the LP's bound
     ++stats_.infeasible;
     return kNoPlan;
@@ -132,7 +134,7 @@ int64_t PruneKnapsack::RepairLp(int64_t target) {
   return cost;
 }
 
-// A feasible solution read off the LP (after PrepareBounds): the LP fills the items'
+// A feasible solution read off the LP (after PrepareLp): the LP fills the items'
 // hull segments steepest first, so each item gets a prefix of its hull, ending at one of
 // its options, except the last segment, taken in part; take that one whole. Then, item
 // by item, drop to the cheapest option that still keeps the total gain >= target.

@@ -47,14 +47,14 @@ class PruneKnapsack {
   // each item's chosen prunes to (*z)[item.rank] when z is non-null.
   int64_t Solve(int64_t target, int64_t budget, std::vector<int32_t>* z);
 
-  // How the solves so far ended (tests check that each way is exercised; the benchmark
-  // reads them): proved optimal by a rounding of the LP, by the DP, or refused because
-  // even the LP exceeds the budget.
+  // How the solves so far ended (tests check that each way is exercised): proved optimal
+  // by a rounding of the LP, handed to the DP, or refused because even the LP exceeds the
+  // budget.
   struct Stats {
     int64_t by_rounding = 0;  // RoundLp's solution cost ceil(LP)
     int64_t by_repair = 0;    // RepairLp's did
-    int64_t by_dp = 0;
-    int64_t infeasible = 0;  // ceil(LP) over the budget, or no LP solution at all
+    int64_t by_dp = 0;        // solved by the DP, or found infeasible by it
+    int64_t infeasible = 0;   // ceil(LP) over the budget, or no LP solution at all
   };
   const Stats& stats() const { return stats_; }
 
@@ -100,9 +100,9 @@ class PruneKnapsack {
   std::vector<double> dense_bound_;  // RestBound(i, h) at [i * dense_width_ + h], when small
   size_t dense_width_ = 0;
   std::vector<size_t> order_;            // items by efficiency, most efficient first
-  std::vector<Option> hull_chain_;       // PrepareBounds' hull scratch
-  std::vector<int32_t> rounded_choice_;  // RoundLp's option per item (-1: none)
-  std::vector<int64_t> rounded_gain_;    // RoundLp's gain per item
+  std::vector<Option> hull_chain_;       // PrepareLp's hull scratch
+  std::vector<int32_t> rounded_choice_;  // RoundLp's or RepairLp's option per item (-1: none)
+  std::vector<int64_t> rounded_gain_;    // their gain per item from the LP
 };
 
 }  // namespace ballast::coordinator::planner_internal

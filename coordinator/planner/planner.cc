@@ -397,7 +397,9 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   }
   d.ideal_step_seconds = static_cast<double>(problem.num_units) / inverse_sum;
 
-  // Candidates on the current ownership: all-local, then the mode's techniques.
+  // Candidates on the current ownership: all-local, then the mode's techniques; then the
+  // reshard and the plan in force (at most 6).
+  d.candidates.reserve(6);
   d.candidates.push_back(
       MakeCandidate(CandidateKind::kAllLocal, input.block, problem, AllLocal(problem)));
   if (cordoned_owner) {

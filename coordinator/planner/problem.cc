@@ -10,6 +10,10 @@ Problem MakeProblem(const PlannerInput& input, const std::vector<int32_t>& owned
   Problem problem;
   problem.num_ranks = static_cast<int32_t>(input.ranks.size());
   problem.tau = input.transfer_seconds_per_unit;
+  problem.seconds_per_unit.reserve(problem.num_ranks);
+  problem.owned.reserve(problem.num_ranks);
+  problem.cordoned.reserve(problem.num_ranks);
+  problem.prune_cap.reserve(problem.num_ranks);
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
     problem.seconds_per_unit.push_back(input.ranks[r].seconds_per_unit);
     problem.owned.push_back(owned[r]);

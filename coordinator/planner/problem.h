@@ -69,8 +69,8 @@ void Price(const Problem& problem, Solution* solution);
 // ceil(x) as an integer, saturating outside int64's range (NaN: the minimum). Inline:
 // std::ceil is a library call on baseline x86-64, and the solver takes one per option.
 inline int64_t CeilToInt(double x) {
-  constexpr double kEdge = 9.2e18;  // just inside int64's range
-  if (!(x > -kEdge)) return std::numeric_limits<int64_t>::min();
+  constexpr double kEdge = 0x1p63;  // -kEdge is int64's minimum; kEdge is one past its maximum
+  if (!(x >= -kEdge)) return std::numeric_limits<int64_t>::min();
   if (!(x < kEdge)) return std::numeric_limits<int64_t>::max();
   const int64_t i = static_cast<int64_t>(x);  // towards zero
   return static_cast<double>(i) < x ? i + 1 : i;

@@ -268,8 +268,10 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
   if (best.source == 0) return migrate;
   if (best.source == 1) return resize;
   // The plan at best.t, as MinPrunes gives it there (the search saw it at a step time
-  // above, where an equal count may be spread differently).
-  solver.MinPrunes(best.t, &z);
+  // above, where an equal count may be spread differently). It reached best.t with
+  // best.k prunes, so MinPrunes finds a plan there; the check keeps a bug from reusing a
+  // stale z.
+  if (solver.MinPrunes(best.t, &z) == kNoPlan) return migrate;
   solver.Balance(best.t, z, &v);
   return FromCoverage(problem, z, v);
 }

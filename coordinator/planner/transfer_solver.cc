@@ -234,6 +234,8 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
     if (c > tau) breakpoints_.push_back(Load(c, tau, 0, n));
     breakpoints_.push_back(Load(c, tau, n, 0));
   }
+  // Every rank cordoned: ValidatePlannerInput refuses that (nobody could own the units),
+  // so this only keeps the function total.
   if (breakpoints_.empty()) return Balance(0, std::vector<int32_t>(problem_.num_ranks, 0), v);
   // The least t with RealCoverage(t) >= N, which is non-decreasing and linear between
   // breakpoints: find the breakpoints around it, then solve the line.
@@ -337,9 +339,8 @@ void TransferSolver::FillReceiverOptions(double t, int32_t start, int32_t end, i
   auto fits = [&](int64_t zz, int64_t x) { return Load(c, tau, n - zz + x, x) <= t; };
   for (int64_t g = 1; g <= target && x0 + g <= max_in; ++g) {
     const int64_t x = x0 + g;
-    const double estimate = std::ceil(static_cast<double>(n + x) - (t - tau * x) / c);
-    int64_t zz = std::clamp<int64_t>(static_cast<int64_t>(std::max(estimate, 0.0)), start + 1,
-                                     int64_t{end} + 1);
+    const int64_t estimate = CeilToInt(static_cast<double>(n + x) - (t - tau * x) / c);
+    int64_t zz = std::clamp<int64_t>(estimate, start + 1, int64_t{end} + 1);
     while (zz - 1 > start && fits(zz - 1, x)) --zz;
     while (zz <= end && !fits(zz, x)) ++zz;
     if (zz > end) break;
