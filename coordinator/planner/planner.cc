@@ -453,7 +453,8 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     const double needed =
         uneven_calm ? (1 + noise) * best.cost.objective : (1 - margin) * best.cost.objective;
     // No split beats every rank computing at its own speed with nothing transferred: with
-    // p units pruned the step is at least (N - p) / sum_r 1/c_r, so the objective is at
+    // p units pruned the step is at least (N - p) / H, H the sum of 1/c_r over the ranks
+    // not cordoned (inverse_sum), so the objective is at
     // least the smaller of that at p = 0 and at the group's prune budget. When even that
     // misses `needed`, the search on the water-filled split is skipped (on the random
     // planner benchmark, 40% of the reshards priced).

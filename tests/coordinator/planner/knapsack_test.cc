@@ -83,11 +83,13 @@ int64_t ReferenceDp(const Instance& in) {
   return least[in.target] <= in.budget ? least[in.target] : kNoPlan;
 }
 
-// Instances shaped like the solver's at the planner benchmark's size: up to 8 ranks, each
-// with up to 64 prunes whose gains follow floor(j * s + f) (a sender: s > 1), or a keep
-// stretch after it (gains at a slope below 1), and targets of a few hundred units.
-Instance SolverSizedInstance(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> num_items(2, 8), num_prunes(1, 64);
+// Instances at the planner benchmark's size: up to 8 ranks, each with up to 64 prunes whose
+// gains follow floor(j * s + f) (a sender: s >= 1), then a keep stretch (gains at a slope
+// below 1), and targets of a few hundred units. With `jumpy`, some ranks' gains grow by
+// irregular steps instead, far from their hull, which the LP's roundings cannot always
+// settle: the DP runs at this size too.
+Instance SolverSizedInstance(std::mt19937_64& rng, bool jumpy) {
+  std::uniform_int_distribution<int> num_items(2, 8), num_prunes(1, 64), jump(0, 9);
   std::uniform_real_distribution<double> slope(1.0, 4.0), keep(0.2, 0.95), unit(0, 1);
   Instance in;
   int64_t total_gain = 0;
@@ -96,11 +98,14 @@ Instance SolverSizedInstance(std::mt19937_64& rng) {
     const double s = slope(rng), f = unit(rng), k = keep(rng);
     const int32_t prunes = num_prunes(rng),
                   sending = std::uniform_int_distribution<int>(1, prunes)(rng);
-    int64_t last_gain = 0;
+    const bool irregular = jumpy && unit(rng) < 0.5;
+    int64_t last_gain = 0, walk = 0;
     for (int32_t j = 1; j <= prunes; ++j) {
-      const int64_t gain = j <= sending ? static_cast<int64_t>(j * s + f)
-                                        : static_cast<int64_t>(sending * s + f) +
-                                              static_cast<int64_t>((j - sending) * k);
+      walk += jump(rng) < 8 ? 1 : 12;  // mostly one a prune, now and then a leap
+      const int64_t gain = irregular      ? walk
+                           : j <= sending ? static_cast<int64_t>(j * s + f)
+                                          : static_cast<int64_t>(sending * s + f) +
+                                                static_cast<int64_t>((j - sending) * k);
       if (gain <= last_gain) continue;
       item.options.push_back({j, gain});
       last_gain = gain;
@@ -139,18 +144,22 @@ void ExpectSolved(const Instance& in, int64_t got, const std::vector<int32_t>& z
 TEST(PruneKnapsackTest, MatchesAPlainDpAtTheSolversSize) {
   std::mt19937_64 rng(20261126);
   PruneKnapsack knapsack;
-  for (int trial = 0; trial < 400; ++trial) {
-    const Instance in = SolverSizedInstance(rng);
+  constexpr int kTrials = 600;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const Instance in = SolverSizedInstance(rng, /*jumpy=*/trial % 2 == 1);
     knapsack.Clear();
     for (const PruneKnapsack::Item& item : in.items) knapsack.Add(item.rank).options = item.options;
     std::vector<int32_t> z(in.items.size(), 0);
     const int64_t got = knapsack.Solve(in.target, in.budget, &z);
     ExpectSolved(in, got, z, ReferenceDp(in), trial);
   }
-  // Both roundings prove optima here (the DP is not needed at all on these).
-  EXPECT_GT(knapsack.stats().by_rounding, 50);
-  EXPECT_GT(knapsack.stats().by_repair, 50);
-  EXPECT_GT(knapsack.stats().infeasible, 10);
+  // Every way a solve ends was taken at this size too.
+  const PruneKnapsack::Stats& stats = knapsack.stats();
+  EXPECT_GT(stats.by_rounding, 50);
+  EXPECT_GT(stats.by_repair, 50);
+  EXPECT_GT(stats.by_dp, 30);
+  EXPECT_GT(stats.infeasible, 10);
+  EXPECT_EQ(stats.by_rounding + stats.by_repair + stats.by_dp + stats.infeasible, kTrials);
 }
 
 TEST(PruneKnapsackTest, MatchesBruteForceAndItsPrunesAddUp) {
