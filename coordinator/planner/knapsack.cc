@@ -15,8 +15,8 @@ namespace ballast::coordinator::planner_internal {
 //
 // No integer solution costs less than the LP (PrepareLp), so one that costs ceil(LP) is
 // optimal. Two roundings of the LP's solution look for one (RoundLp, RepairLp): on the
-// planner benchmark's random case one of them finds it in every solve (about 70% the
-// first, the rest the second), and a budget below ceil(LP) settles the rest.
+// planner benchmark's random case one of them finds it in every solve that ceil(LP) does
+// not already put over the budget.
 //
 // Otherwise a DP over "coverage gained so far" (which can run to hundreds of units when
 // many ranks prune many units), pruned: a state is expanded only if its cost plus an LP
@@ -26,8 +26,6 @@ namespace ballast::coordinator::planner_internal {
 // the first limit that admits a solution yields the exact optimum.
 int64_t PruneKnapsack::Solve(int64_t target, int64_t budget, std::vector<int32_t>* z) {
   const double root = PrepareLp(target);
-  // Tight limits first: few states survive them, and the first limit that succeeds gives
-  // the exact optimum, since no state on an optimal path is ever cut.
   if (!std::isfinite(root)) {  // even the LP cannot reach the target
     ++stats_.infeasible;
     return kNoPlan;
@@ -56,6 +54,8 @@ int64_t PruneKnapsack::Solve(int64_t target, int64_t budget, std::vector<int32_t
   ++stats_.by_dp;
   const int64_t cap = std::min(budget, PrepareBounds(target));
   FillDense(target);
+  // Tight limits first: few states survive them, and the first limit that succeeds gives
+  // the exact optimum, since no state on an optimal path is ever cut.
   for (int64_t step = 1;; step *= 2) {
     if (limit >= cap) return RunDp(target, cap, z);
     const int64_t got = RunDp(target, limit, z);
