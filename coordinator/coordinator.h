@@ -29,6 +29,7 @@
 #include "ballast/v1/agent.pb.h"
 #include "common/clock.h"
 #include "coordinator/link_model.h"
+#include "coordinator/planner/group_planner.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/policy.h"
 #include "coordinator/policy_store.h"
@@ -188,7 +189,18 @@ class Coordinator {
     std::map<int32_t, BlockEntry> blocks;
     WorkloadPlan plan;  // in force (version 0: none pushed yet)
     std::map<int32_t, BlockDecision> decisions;  // last, per block
-    std::string explanation;
+    // Why the last decision came out as it did: lines the coordinator wrote (the speeds'
+    // verdict, chronic ranks, the link; `before`, then `after`: the step prediction),
+    // around what the planner decided, kept as its input and decision and rendered
+    // (ExplainGroup) only when someone asks. Most decisions are never read, and rendering
+    // every block's text took a tenth of the planner's time.
+    struct Reasons {
+      std::vector<std::string> before;
+      GroupPlannerInput planned;  // no blocks: the planner did not run
+      GroupDecision decision;
+      std::vector<std::string> after;
+    };
+    Reasons reasons;
     absl::Duration next_decision = absl::ZeroDuration();
     // Set when a new plan is pushed, until every attached rank reports a step under it.
     std::optional<absl::Time> plan_pushed_at;

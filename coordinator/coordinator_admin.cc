@@ -2,17 +2,18 @@
 // cordons, and the step prediction and link speed that status and explanations show.
 // Split from coordinator.cc (the agent side and the decision loop) so that each file
 // stays readable on its own.
-#include "coordinator/coordinator.h"
-
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "coordinator/coordinator.h"
 #include "coordinator/policy_proto.h"
 #include "proto/convert.h"
 #include "proto/validate.h"
@@ -246,7 +247,14 @@ absl::StatusOr<v1::Explanation> Coordinator::Explain(const std::string& job,
   out.set_plan_version(it->second.plan.version.value());
   out.set_plan_number(it->second.plan.number);
   *out.mutable_plan() = ToProto(it->second.plan);
-  out.set_text(it->second.explanation.empty() ? "no decision yet" : it->second.explanation);
+  const GroupEntry::Reasons& reasons = it->second.reasons;
+  std::vector<std::string> lines = reasons.before;
+  for (std::string& line : ExplainGroup(reasons.planned, reasons.decision)) {
+    lines.push_back(std::move(line));
+  }
+  lines.insert(lines.end(), reasons.after.begin(), reasons.after.end());
+  const std::string text = absl::StrJoin(lines, "\n");
+  out.set_text(text.empty() ? "no decision yet" : text);
   return out;
 }
 

@@ -97,8 +97,8 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   std::vector<std::string> lines;
   ++counters_.decisions;
   if (static_cast<int32_t>(group.ranks.size()) < group.size) {
-    group.explanation =
-        absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ", group.size, " registered");
+    group.reasons = {.before = {absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ",
+                                             group.size, " registered")}};
     return std::nullopt;
   }
   GroupPlannerInput planner_input;
@@ -111,14 +111,14 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
           speeds_->Speeds(group.job, GroupId(group.name), BlockId(block_id), policy);
       if (!s.ok() || static_cast<int32_t>(s->ranks.size()) < group.size) {
         lines.push_back(absl::StrCat("block ", block_id, ": not every rank has reported"));
-        group.explanation = absl::StrJoin(lines, "\n");
+        group.reasons = {.before = std::move(lines)};
         return std::nullopt;
       }
       for (const RankSpeed& rs : s->ranks) {
         if (!rs.has_estimate) {
           lines.push_back(absl::StrCat("block ", block_id, ": rank ", rs.rank.value(),
                                        " has no estimate yet"));
-          group.explanation = absl::StrJoin(lines, "\n");
+          group.reasons = {.before = std::move(lines)};
           return std::nullopt;
         }
       }
@@ -126,7 +126,7 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
     }
     absl::StatusOr<PooledGroup> pooled = PoolRankSpeeds(speeds, policy.straggler_threshold);
     if (!pooled.ok()) {  // the policy was validated when set: only a bug gets here
-      group.explanation = std::string(pooled.status().message());
+      group.reasons = {.before = {std::string(pooled.status().message())}};
       return std::nullopt;
     }
     const absl::Duration now = clock_->Monotonic();
@@ -195,20 +195,26 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   const DwellOptions dwell{.plan_dwell = options_.plan_dwell,
                            .dwell_hysteresis = options_.dwell_hysteresis};
   GroupDecision decision = DecideGroup(planner_input, policy, dwell);
-  for (std::string& line : decision.lines) lines.push_back(std::move(line));
-  for (auto& [block_id, block_decision] : decision.blocks) {
-    group.decisions[block_id] = std::move(block_decision);
+  for (const auto& [block_id, block_decision] : decision.blocks) {
+    group.decisions[block_id] = block_decision;
   }
+  std::vector<std::string> after;
   if (!group.decisions.empty()) {
     const StepPrediction p = PredictStep(group);
-    lines.push_back(absl::StrFormat(
+    after.push_back(absl::StrFormat(
         "step: %.4f s predicted = %.4f s of block compute + %.4f s of collectives (the "
         "smallest median over the ranks: their cost without waiting for a late peer)",
         p.blocks + p.collectives, p.blocks, p.collectives));
   }
-  group.explanation = absl::StrJoin(lines, "\n");
-  if (!decision.change.has_value()) return std::nullopt;
-  WorkloadPlan plan = *std::move(decision.change);
+  std::optional<WorkloadPlan> change = std::move(decision.change);
+  decision.change.reset();
+  planner_input.in_force = WorkloadPlan();  // ExplainGroup reads only the blocks
+  group.reasons = {.before = std::move(lines),
+                   .planned = std::move(planner_input),
+                   .decision = std::move(decision),
+                   .after = std::move(after)};
+  if (!change.has_value()) return std::nullopt;
+  WorkloadPlan plan = *std::move(change);
   // Above every version a worker runs, so the workers take it (they ignore older ones),
   // and numbered on from the plan they run, so a restart does not count from 1 again.
   plan.version = PlanVersion(std::max(NextVersion(group), workers_version + 1));
@@ -228,7 +234,7 @@ void Coordinator::DecideDueGroups() {
     const JobPolicy policy = PolicyFor(group.job);
     group.next_decision = now + policy.report_period;
     if (Paused(group.job)) {
-      group.explanation = "balancing paused: the plan in force stays";
+      group.reasons = {.before = {"balancing paused: the plan in force stays"}};
       continue;
     }
     const absl::Time began = absl::Now();

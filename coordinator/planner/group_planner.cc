@@ -1,7 +1,9 @@
 #include "coordinator/planner/group_planner.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -40,10 +42,11 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   if (policy.mode != BalanceMode::kOff && input.since_change.has_value() &&
       *input.since_change < dwell.plan_dwell && dwell.dwell_hysteresis > policy.hysteresis) {
     planning.hysteresis = dwell.dwell_hysteresis;
-    out.lines.push_back(absl::StrCat("plan changed ", absl::FormatDuration(*input.since_change),
+    out.notes.push_back(absl::StrCat("plan changed ", absl::FormatDuration(*input.since_change),
                                      " ago: hysteresis ", dwell.dwell_hysteresis, " until the ",
                                      absl::FormatDuration(dwell.plan_dwell), " dwell ends"));
   }
+  out.planned_with = planning;
   WorkloadPlan desired;
   desired.group = input.group;
   desired.imputation = policy.imputation;
@@ -60,10 +63,9 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
     current.owner_of_unit.clear();  // the input's ownership already has the move
     absl::StatusOr<BlockDecision> decision = PlanBlock(block.input, planning, &current);
     if (!decision.ok()) {
-      out.lines.push_back(absl::StrCat("block ", id, ": ", decision.status().message()));
+      out.failed[id] = std::string(decision.status().message());
       continue;
     }
-    out.lines.push_back(absl::StrCat("block ", id, ":\n", decision->explanation));
     BlockPlan bp = decision->plan;
     bp.block = block.input.block;
     if (!bp.owner_of_unit.empty() && bp.owner_of_unit != block.input.owner_of_unit) {
@@ -81,6 +83,22 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   }
   out.change = std::move(desired);
   return out;
+}
+
+std::vector<std::string> ExplainGroup(const GroupPlannerInput& input,
+                                      const GroupDecision& decision) {
+  std::vector<std::string> lines = decision.notes;
+  for (const GroupBlockInput& block : input.blocks) {
+    const int32_t id = block.input.block.value();
+    if (auto failed = decision.failed.find(id); failed != decision.failed.end()) {
+      lines.push_back(absl::StrCat("block ", id, ": ", failed->second));
+    } else if (auto planned = decision.blocks.find(id); planned != decision.blocks.end()) {
+      lines.push_back(
+          absl::StrCat("block ", id, ":\n",
+                       ExplainDecision(block.input, decision.planned_with, planned->second)));
+    }
+  }
+  return lines;
 }
 
 }  // namespace ballast::coordinator

@@ -11,7 +11,8 @@
 //   in.since_change = absl::Seconds(1);   // the dwell still holds
 //   in.blocks.push_back({.input = block_input});
 //   GroupDecision d = DecideGroup(in, policy, DwellOptions{});
-//   if (d.change.has_value()) Push(Number(*d.change));   // d.lines say why
+//   if (d.change.has_value()) Push(Number(*d.change));
+//   std::vector<std::string> why = ExplainGroup(in, d);  // when someone asks
 #ifndef BALLAST_COORDINATOR_PLANNER_GROUP_PLANNER_H_
 #define BALLAST_COORDINATOR_PLANNER_GROUP_PLANNER_H_
 
@@ -66,19 +67,30 @@ struct GroupPlannerInput {
 };
 
 struct GroupDecision {
-  // Per block planned (a block whose planning failed is missing; its line says why).
+  // Per block planned (a block whose planning failed is missing: see `failed`).
   std::map<int32_t, BlockDecision> blocks;
+  // Per block whose planning failed, why (the input was refused: a NaN speed, ...).
+  std::map<int32_t, std::string> failed;
+  // The policy the blocks were planned with: the job's, with the dwell's hysteresis
+  // while the dwell holds. What ExplainDecision needs to explain them.
+  JobPolicy planned_with;
   // The plan to push when it differs from the one in force: group, imputation, priority
   // and blocks set, version and number left to the caller. Never set in mode observe.
   std::optional<WorkloadPlan> change;
   // `change` moves units of some block to an ownership other than the one planned on.
   bool moves_units = false;
-  // Why, for `ballastctl explain`: the dwell, then each block's explanation.
-  std::vector<std::string> lines;
+  // Remarks on the whole group (the dwell), before the blocks' explanations.
+  std::vector<std::string> notes;
 };
 
 GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
                           const DwellOptions& dwell);
+
+// Why, for `ballastctl explain`: the notes, then each block's explanation or failure, in
+// the input's order. `input` must be the one `decision` was made from (its blocks; the
+// plan in force is not read). Rendered only when asked: most decisions are never read.
+std::vector<std::string> ExplainGroup(const GroupPlannerInput& input,
+                                      const GroupDecision& decision);
 
 }  // namespace ballast::coordinator
 

@@ -513,7 +513,6 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
       d.candidates.push_back(std::move(cur));
     }
   }
-  d.explanation = ExplainDecision(input, policy, d);
   return d;
 }
 

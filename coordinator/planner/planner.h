@@ -20,7 +20,9 @@
 // hysteresis. A calm group (no straggler) runs all-local; one calm for a while on an
 // uneven split (its straggler recovered) reshards back to the even split, chosen when no
 // worse than the best plan on the uneven split by t / (1 + t), hysteresis or not.
-// Every decision carries its explanation.
+// ExplainDecision says why, from the decision and the same input and policy: rendered
+// when someone asks (`ballastctl explain`), not with every decision, since most are never
+// read and the text cost a tenth of the planning.
 //
 //   PlannerInput in;
 //   in.block = BlockId(1);
@@ -31,7 +33,7 @@
 //               {.seconds_per_unit = 2e-3, .owned_units = 64, .chronic = true}};
 //   in.transfer_seconds_per_unit = 1e-4;
 //   BALLAST_ASSIGN_OR_RETURN(BlockDecision d, PlanBlock(in, policy, current_or_null));
-//   plan.blocks.push_back(d.plan);   // push; d.explanation says why
+//   plan.blocks.push_back(d.plan);   // push; ExplainDecision(in, policy, d) says why
 #ifndef BALLAST_COORDINATOR_PLANNER_PLANNER_H_
 #define BALLAST_COORDINATOR_PLANNER_PLANNER_H_
 
@@ -133,7 +135,6 @@ struct BlockDecision {
   PlanCandidate recommended;
   // Everything priced: all-local, then per mode resize / migrate / auto, reshard, current.
   std::vector<PlanCandidate> candidates;
-  std::string explanation;
 };
 
 // Decides one block. `current` is the plan in force for this block (nullptr: none, so no
@@ -160,6 +161,7 @@ int64_t PruneBudget(double fraction, int64_t units);
 absl::Status ValidatePlannerInput(const PlannerInput& input);
 
 // Inputs, candidates, the chosen plan and its predicted step time, as text for operators.
+// `input` and `policy` must be those PlanBlock decided `decision` with.
 std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
                             const BlockDecision& decision);
 

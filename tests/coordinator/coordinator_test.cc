@@ -279,7 +279,19 @@ TEST_F(CoordinatorTest, PausedJobsKeepTheirPlanAndObserveModePushesNothing) {
   EXPECT_TRUE(sink.plans().empty());
   absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
   ASSERT_TRUE(why.ok());
-  EXPECT_THAT(why->text(), ::testing::HasSubstr("block 0"));  // explained, not pushed
+  // Explained, not pushed; rendered when asked, in order: the speeds' verdict, the
+  // link, each block, the step.
+  const std::string& text = why->text();
+  const size_t pooled = text.find("pooled"), link = text.find("\nlink: "),
+               block = text.find("\nblock 0:\nblock 0 mode observe"), step = text.find("\nstep: ");
+  ASSERT_NE(pooled, std::string::npos) << text;
+  ASSERT_NE(link, std::string::npos) << text;
+  ASSERT_NE(block, std::string::npos) << text;
+  ASSERT_NE(step, std::string::npos) << text;
+  EXPECT_LT(pooled, link);
+  EXPECT_LT(link, block);
+  EXPECT_LT(block, step);
+  EXPECT_THAT(text, ::testing::HasSubstr("would push"));
 
   ASSERT_TRUE(coordinator_->SetPaused("", true).ok());
   policy.mode = BalanceMode::kAuto;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_join.h"
@@ -54,8 +55,14 @@ TEST(GroupPlannerTest, ADwellHoldsThePlanUnlessTheImprovementIsLarge) {
   in.since_change = absl::Seconds(1);
   GroupDecision held = DecideGroup(in, Migrate(), dwell);
   EXPECT_FALSE(held.change.has_value());
-  ASSERT_FALSE(held.lines.empty());
-  EXPECT_THAT(held.lines[0], HasSubstr("plan changed 1s ago: hysteresis 0.3 until the 2s dwell"));
+  ASSERT_FALSE(held.notes.empty());
+  EXPECT_THAT(held.notes[0], HasSubstr("plan changed 1s ago: hysteresis 0.3 until the 2s dwell"));
+  // Explained with the hysteresis it was planned with: the dwell's.
+  const std::vector<std::string> why = ExplainGroup(in, held);
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_EQ(why[0], held.notes[0]);
+  EXPECT_THAT(why[1], HasSubstr("block 0:\nblock 0 mode migrate"));
+  EXPECT_THAT(why[1], HasSubstr("hysteresis 0.3"));
   ASSERT_TRUE(held.blocks.contains(0));
   EXPECT_TRUE(held.blocks.at(0).kept_current);
 
@@ -126,11 +133,12 @@ TEST(GroupPlannerTest, AllLocalIsNotPushedWhenNothingWasPushedYet) {
 TEST(GroupPlannerTest, ModeObserveExplainsButNeverChanges) {
   JobPolicy observe = Migrate();
   observe.mode = BalanceMode::kObserve;
-  GroupDecision d = DecideGroup(OneBlock(TwoRanks(2, 0.01)), observe, DwellOptions{});
+  const GroupPlannerInput in = OneBlock(TwoRanks(2, 0.01));
+  GroupDecision d = DecideGroup(in, observe, DwellOptions{});
   EXPECT_FALSE(d.change.has_value());
   ASSERT_TRUE(d.blocks.contains(0));
   EXPECT_EQ(d.blocks.at(0).recommended.kind, CandidateKind::kAuto);
-  EXPECT_THAT(absl::StrJoin(d.lines, "\n"), HasSubstr("mode observe pushes all-local"));
+  EXPECT_THAT(absl::StrJoin(ExplainGroup(in, d), "\n"), HasSubstr("mode observe pushes all-local"));
 }
 
 // Rank 1 at 10 s/unit and chronic, tau 2: offloading y of its units costs rank 0
@@ -179,7 +187,7 @@ TEST(GroupPlannerTest, ModeOffPushesAllLocalWithoutRestatingAMove) {
   ASSERT_TRUE(d.change.has_value());
   EXPECT_TRUE(d.change->blocks.empty());
   EXPECT_FALSE(d.moves_units);
-  EXPECT_TRUE(d.lines.empty()) << "no dwell line in mode off";
+  EXPECT_TRUE(ExplainGroup(in, d).empty()) << "no dwell line in mode off, and no blocks";
 }
 
 TEST(GroupPlannerTest, ABlockThatCannotBePlannedIsLeftOutAndSaysWhy) {
@@ -191,7 +199,10 @@ TEST(GroupPlannerTest, ABlockThatCannotBePlannedIsLeftOutAndSaysWhy) {
   GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});
   EXPECT_FALSE(d.blocks.contains(0));
   EXPECT_TRUE(d.blocks.contains(1));
-  EXPECT_THAT(absl::StrJoin(d.lines, "\n"), HasSubstr("block 0: ranks[1].seconds_per_unit nan"));
+  const std::vector<std::string> why = ExplainGroup(in, d);
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_THAT(why[0], HasSubstr("block 0: ranks[1].seconds_per_unit nan"));
+  EXPECT_THAT(why[1], HasSubstr("block 1:\nblock 1 mode migrate"));
   ASSERT_TRUE(d.change.has_value());
   ASSERT_EQ(d.change->blocks.size(), 1u);
   EXPECT_EQ(d.change->blocks[0].block, BlockId(1));

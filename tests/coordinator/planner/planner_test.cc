@@ -29,6 +29,20 @@ using ::testing::Not;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// A decision with its explanation rendered, as `ballastctl explain` shows it.
+struct Explained : BlockDecision {
+  std::string explanation;
+};
+
+absl::StatusOr<Explained> PlanExplained(const PlannerInput& in, const JobPolicy& policy,
+                                        const BlockPlan* current) {
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, policy, current);
+  if (!d.ok()) return d.status();
+  Explained out{*std::move(d), ""};
+  out.explanation = ExplainDecision(in, policy, out);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------
 // Test inputs.
 
@@ -467,7 +481,7 @@ TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
       JobPolicy policy = k.policy;
       policy.mode = mode;
       const std::string what = Describe(k, mode);
-      absl::StatusOr<BlockDecision> d = PlanBlock(in, policy, nullptr);
+      absl::StatusOr<Explained> d = PlanExplained(in, policy, nullptr);
       ASSERT_TRUE(d.ok()) << d.status() << what;
       const Checked check = CheckPlan(in, policy, mode, d->plan);
       ASSERT_EQ(check.error, "") << what;
@@ -568,7 +582,7 @@ TEST(PlannerPropertyTest, LargeGroupsAreFeasibleAndDominate) {
     JobPolicy policy = k.policy;
     policy.mode = BalanceMode::kAuto;
     const std::string what = Describe(k, BalanceMode::kAuto);
-    absl::StatusOr<BlockDecision> d = PlanBlock(in, policy, nullptr);
+    absl::StatusOr<Explained> d = PlanExplained(in, policy, nullptr);
     ASSERT_TRUE(d.ok()) << d.status() << what;
     const Checked check = CheckPlan(in, policy, BalanceMode::kAuto, d->plan);
     ASSERT_EQ(check.error, "") << what;
@@ -641,7 +655,7 @@ TEST(PlannerHysteresisTest, RealSlowdownChangesThePlan) {
   absl::StatusOr<BlockDecision> first = PlanBlock(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(first.ok());
   k.c[3] *= 2;  // a second rank becomes 2x slower
-  absl::StatusOr<BlockDecision> second = PlanBlock(MakeInput(k), k.policy, &first->plan);
+  absl::StatusOr<Explained> second = PlanExplained(MakeInput(k), k.policy, &first->plan);
   ASSERT_TRUE(second.ok());
   EXPECT_FALSE(second->kept_current);
   EXPECT_FALSE(second->plan == first->plan);
@@ -663,7 +677,7 @@ TEST(PlannerHysteresisTest, KeepsAnEquallyGoodCurrentPlanAndDropsAnInfeasibleOne
   BlockPlan broken = first->plan;
   broken.pruned_units.assign(8, 0);
   broken.pruned_units[7] = 60;  // over the per-rank budget
-  absl::StatusOr<BlockDecision> fixed = PlanBlock(in, k.policy, &broken);
+  absl::StatusOr<Explained> fixed = PlanExplained(in, k.policy, &broken);
   ASSERT_TRUE(fixed.ok());
   EXPECT_FALSE(fixed->kept_current);
   EXPECT_THAT(fixed->explanation, HasSubstr("budget"));
@@ -675,7 +689,7 @@ TEST(PlannerHysteresisTest, KeepsAnEquallyGoodCurrentPlanAndDropsAnInfeasibleOne
 TEST(PlannerTest, ObserveExplainsButPushesAllLocal) {
   Case k = Straggler();
   k.policy.mode = BalanceMode::kObserve;
-  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->plan.offloads.empty());
   EXPECT_TRUE(d->plan.pruned_units.empty());
@@ -687,7 +701,7 @@ TEST(PlannerTest, ObserveExplainsButPushesAllLocal) {
 
 TEST(PlannerTest, StragglerOffloadsNearTheIdeal) {
   Case k = Straggler();
-  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->chosen, CandidateKind::kAuto);
   EXPECT_DOUBLE_EQ(d->all_local_step_seconds, 0.128);
@@ -702,7 +716,7 @@ TEST(PlannerTest, ResizePrunesTheStragglerWithinBudget) {
   Case k = Straggler();
   k.policy.mode = BalanceMode::kResize;
   k.policy.accuracy_weight_seconds = 0.1;  // a pruned unit costs 0.2 ms, computing it 2 ms
-  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   ASSERT_EQ(d->plan.pruned_units.size(), 8u);
   EXPECT_EQ(d->plan.pruned_units[7], 32);  // down to the fast ranks' 64 ms
@@ -717,7 +731,7 @@ TEST(PlannerTest, CordonedRankOffloadsEverythingOrReshards) {
   k.tau = 1e-3;
   k.policy.mode = BalanceMode::kMigrate;
   const PlannerInput in = MakeInput(k);
-  absl::StatusOr<BlockDecision> d = PlanBlock(in, k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(in, k.policy, nullptr);
   ASSERT_TRUE(d.ok()) << d.status();
   // Offloading costs rank 2 tau per unit each step; resharding does not.
   EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
@@ -739,7 +753,7 @@ TEST(PlannerTest, CordonedRankOffloadsEverythingOrReshards) {
   for (int c : counts) after.n.push_back(c);
   PlannerInput in2 = MakeInput(after);
   in2.owner_of_unit = d->plan.owner_of_unit;
-  absl::StatusOr<BlockDecision> d2 = PlanBlock(in2, k.policy, &d->plan);
+  absl::StatusOr<Explained> d2 = PlanExplained(in2, k.policy, &d->plan);
   ASSERT_TRUE(d2.ok()) << d2.status();
   EXPECT_TRUE(d2->plan.owner_of_unit.empty()) << d2->explanation;
   EXPECT_TRUE(d2->plan.offloads.empty()) << d2->explanation;
@@ -750,11 +764,11 @@ TEST(PlannerTest, ChronicStragglerReshardsOnlyWhenItPays) {
   k.chronic.assign(8, false);
   k.chronic[7] = true;
   k.tau = 1e-3;  // offloads are dear: moving units for good beats shipping them each step
-  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
   k.tau = 0;  // free offloads already balance it: a reshard cannot beat that by 5%
-  d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   EXPECT_NE(d->chosen, CandidateKind::kReshard) << d->explanation;
 }
@@ -784,7 +798,7 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
     k.policy.max_pruned_fraction_group = uniform(0.1, 1);
     const std::string what = Describe(k, BalanceMode::kAuto);
     const PlannerInput in = MakeInput(k);
-    absl::StatusOr<BlockDecision> d = PlanBlock(in, k.policy, nullptr);
+    absl::StatusOr<Explained> d = PlanExplained(in, k.policy, nullptr);
     ASSERT_TRUE(d.ok()) << d.status() << what;
     const PlanCandidate* reshard = nullptr;
     double best_here = kInf;
@@ -846,7 +860,7 @@ TEST(PlannerTest, AReshardBeatsTheThresholdUnlessACordonIsDrained) {
   k.policy.mode = BalanceMode::kMigrate;
   for (double threshold : {0.1, 1.0, 3.0}) {  // margins 0.09, 0.5, 0.75
     k.policy.straggler_threshold = threshold;
-    absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+    absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
     ASSERT_TRUE(d.ok()) << d.status();
     // All-local: 0.512 s; resharded, 0.072 s: better by 86%.
     EXPECT_EQ(d->chosen, CandidateKind::kReshard) << "threshold " << threshold << "\n"
@@ -856,7 +870,7 @@ TEST(PlannerTest, AReshardBeatsTheThresholdUnlessACordonIsDrained) {
   // noise for a straggler, not for a cordon.
   k.c[7] = 1.1e-3;
   k.policy.straggler_threshold = 0.1;
-  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->chosen, CandidateKind::kMigrate) << d->explanation;
   EXPECT_THAT(d->explanation, HasSubstr("the hysteresis or the straggler threshold"));
@@ -866,7 +880,7 @@ TEST(PlannerTest, AReshardBeatsTheThresholdUnlessACordonIsDrained) {
   k.cordoned.assign(8, false);
   k.cordoned[0] = true;
   k.c[7] = 1e-3;
-  d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
 }
@@ -888,17 +902,17 @@ TEST(PlannerTest, CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit) {
   k.tau = 1e-5;
   k.policy.straggler_threshold = 0.1;
   PlannerInput in = MakeInput(k);
-  absl::StatusOr<BlockDecision> offloading = PlanBlock(in, k.policy, nullptr);
+  absl::StatusOr<Explained> offloading = PlanExplained(in, k.policy, nullptr);
   ASSERT_TRUE(offloading.ok());
   ASSERT_FALSE(offloading->plan.offloads.empty()) << offloading->explanation;
   in.calm = true;
   // Calm only just now: the split may be right still, and its plan is kept.
-  absl::StatusOr<BlockDecision> fresh = PlanBlock(in, k.policy, &offloading->plan);
+  absl::StatusOr<Explained> fresh = PlanExplained(in, k.policy, &offloading->plan);
   ASSERT_TRUE(fresh.ok());
   EXPECT_FALSE(fresh->evens_split);
   EXPECT_NE(fresh->chosen, CandidateKind::kReshard) << fresh->explanation;
   in.calm_lasted = true;
-  absl::StatusOr<BlockDecision> home = PlanBlock(in, k.policy, &offloading->plan);
+  absl::StatusOr<Explained> home = PlanExplained(in, k.policy, &offloading->plan);
   ASSERT_TRUE(home.ok()) << home.status();
   EXPECT_EQ(home->chosen, CandidateKind::kReshard) << home->explanation;
   EXPECT_TRUE(home->evens_split);
@@ -912,14 +926,14 @@ TEST(PlannerTest, CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit) {
   PlannerInput rested = MakeInput(even);
   rested.calm = true;
   rested.calm_lasted = true;
-  absl::StatusOr<BlockDecision> after = PlanBlock(rested, even.policy, &home->plan);
+  absl::StatusOr<Explained> after = PlanExplained(rested, even.policy, &home->plan);
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after->calm) << after->explanation;
   EXPECT_EQ(after->chosen, CandidateKind::kAllLocal);
   // Not calm (a straggler, not chronic): no reshard, the estimates decide as before.
   in.calm = false;
   in.calm_lasted = false;
-  absl::StatusOr<BlockDecision> busy = PlanBlock(in, k.policy, &offloading->plan);
+  absl::StatusOr<Explained> busy = PlanExplained(in, k.policy, &offloading->plan);
   ASSERT_TRUE(busy.ok());
   EXPECT_NE(busy->chosen, CandidateKind::kReshard) << busy->explanation;
   EXPECT_FALSE(busy->evens_split);
@@ -933,7 +947,7 @@ TEST(PlannerTest, CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit) {
   in.transfer_seconds_per_unit = 0;
   JobPolicy dwelling = k.policy;
   dwelling.hysteresis = 0.3;
-  absl::StatusOr<BlockDecision> dwell = PlanBlock(in, dwelling, &offloading->plan);
+  absl::StatusOr<Explained> dwell = PlanExplained(in, dwelling, &offloading->plan);
   ASSERT_TRUE(dwell.ok());
   EXPECT_FALSE(dwell->evens_split) << dwell->explanation;
   EXPECT_NE(dwell->chosen, CandidateKind::kReshard);
@@ -947,7 +961,7 @@ TEST(PlannerTest, CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit) {
   EXPECT_FALSE(cordoned->evens_split);
   in.ranks[1].cordoned = false;
   in.ranks[0].chronic = true;
-  absl::StatusOr<BlockDecision> chronic = PlanBlock(in, k.policy, nullptr);
+  absl::StatusOr<Explained> chronic = PlanExplained(in, k.policy, nullptr);
   ASSERT_TRUE(chronic.ok());
   EXPECT_FALSE(chronic->evens_split) << chronic->explanation;
   in.ranks[0].chronic = false;
@@ -955,7 +969,7 @@ TEST(PlannerTest, CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit) {
   for (BalanceMode mode : {BalanceMode::kOff, BalanceMode::kObserve}) {
     JobPolicy watching = k.policy;
     watching.mode = mode;
-    absl::StatusOr<BlockDecision> watched = PlanBlock(in, watching, nullptr);
+    absl::StatusOr<Explained> watched = PlanExplained(in, watching, nullptr);
     ASSERT_TRUE(watched.ok());
     EXPECT_FALSE(watched->evens_split);
     EXPECT_EQ(watched->chosen, CandidateKind::kAllLocal);
@@ -972,12 +986,12 @@ TEST(PlannerTest, CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit) {
 TEST(PlannerTest, ACalmGroupRunsAllLocalButACordonStillCounts) {
   Case k = Straggler();  // rank 7 at 2x in this block's estimate, but the group is calm
   PlannerInput in = MakeInput(k);
-  absl::StatusOr<BlockDecision> busy = PlanBlock(in, k.policy, nullptr);
+  absl::StatusOr<Explained> busy = PlanExplained(in, k.policy, nullptr);
   ASSERT_TRUE(busy.ok());
   ASSERT_FALSE(busy->plan.offloads.empty());
   in.calm = true;
   // Leaving the plan in force needs no hysteresis: it was for a straggler that is gone.
-  absl::StatusOr<BlockDecision> calm = PlanBlock(in, k.policy, &busy->plan);
+  absl::StatusOr<Explained> calm = PlanExplained(in, k.policy, &busy->plan);
   ASSERT_TRUE(calm.ok());
   EXPECT_TRUE(calm->calm);
   EXPECT_EQ(calm->chosen, CandidateKind::kAllLocal);
@@ -994,7 +1008,7 @@ TEST(PlannerTest, ACalmGroupRunsAllLocalButACordonStillCounts) {
   uneven.tau = 1e-5;
   PlannerInput unbalanced = MakeInput(uneven);
   unbalanced.calm = true;
-  absl::StatusOr<BlockDecision> rebalanced = PlanBlock(unbalanced, uneven.policy, nullptr);
+  absl::StatusOr<Explained> rebalanced = PlanExplained(unbalanced, uneven.policy, nullptr);
   ASSERT_TRUE(rebalanced.ok());
   EXPECT_FALSE(rebalanced->calm);
   EXPECT_FALSE(rebalanced->plan.offloads.empty()) << rebalanced->explanation;
@@ -1006,7 +1020,7 @@ TEST(PlannerTest, ACalmGroupRunsAllLocalButACordonStillCounts) {
   seven.n = {2, 2, 2, 1};
   PlannerInput odd = MakeInput(seven);
   odd.calm = true;
-  absl::StatusOr<BlockDecision> kept = PlanBlock(odd, seven.policy, nullptr);
+  absl::StatusOr<Explained> kept = PlanExplained(odd, seven.policy, nullptr);
   ASSERT_TRUE(kept.ok());
   EXPECT_TRUE(kept->calm) << kept->explanation;
   // A cordoned rank must compute nothing, calm or not.
@@ -1050,7 +1064,7 @@ TEST(PlannerTest, ResizeCannotHonourAnOverBudgetCordon) {
   k.cordoned.assign(8, false);
   k.cordoned[1] = true;
   k.policy.mode = BalanceMode::kResize;
-  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(d.status().message()), HasSubstr("cordoned rank 1"));
 }
@@ -1059,7 +1073,7 @@ TEST(PlannerTest, EmptyBlockIsAllLocal) {
   Case k;
   k.c = {1e-3, 2e-3};
   k.n = {0, 0};
-  absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->predicted_step_seconds, 0);
   EXPECT_TRUE(d->plan.offloads.empty());
@@ -1069,7 +1083,7 @@ TEST(PlannerTest, EmptyBlockIsAllLocal) {
 // Bad input names the field.
 
 void ExpectInvalid(const PlannerInput& in, const JobPolicy& policy, const std::string& field) {
-  absl::StatusOr<BlockDecision> d = PlanBlock(in, policy, nullptr);
+  absl::StatusOr<Explained> d = PlanExplained(in, policy, nullptr);
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << d.status();
   EXPECT_THAT(std::string(d.status().message()), HasSubstr(field));
 }
