@@ -310,7 +310,7 @@ double PruneKnapsack::PrepareLp(int64_t target) {
   if (hulls_.size() < k) hulls_.resize(k);
   for (size_t i = 0; i < k; ++i) {
     const std::vector<Option>& options = items_[i].options;
-    hull_chain_.resize(options.size() + 1);
+    if (hull_chain_.size() <= options.size()) hull_chain_.resize(options.size() + 1);
     size_t top = 0;
     hull_chain_[top++] = {0, 0};
     for (const Option& o : options) {

@@ -26,8 +26,15 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
     for (; j > 0 && pieces_[j - 1].slope < piece.slope; --j) pieces_[j] = pieces_[j - 1];
     pieces_[j] = piece;
   }
-  lp_send_length_.assign(problem_.num_ranks, 0.0);
-  lp_keep_length_.assign(problem_.num_ranks, 0.0);
+  lp_.resize(problem_.num_ranks);
+  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+    const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+    const double low = problem_.cordoned[r] ? tau : std::min(c, tau);
+    lp_[r].inverse_low = low > 0 ? 1 / low : 0.0;
+    lp_[r].inverse_c = 1 / c;
+    lp_[r].inverse_send = c > tau ? 1 / (c - tau) : 0.0;
+    lp_[r].inverse_keep = 1 / (c + tau);
+  }
   mandatory_.assign(problem_.num_ranks, 0);
   sender_end_.assign(problem_.num_ranks, 0);
   base_coverage_.assign(problem_.num_ranks, 0);
@@ -41,7 +48,8 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
   // Receiving more than the others own never helps.
   const int64_t max_in = std::max<int64_t>(0, problem_.num_units - n);
   if (Load(c, tau, left, 0) <= t) {
-    const double room = (t - c * static_cast<double>(left)) / (c + tau);
+    // Estimates, made exact by the loops: a product with the inverse, not a division.
+    const double room = (t - c * static_cast<double>(left)) * lp_[r].inverse_keep;
     int64_t x = room >= static_cast<double>(max_in)
                     ? max_in
                     : std::max<int64_t>(0, static_cast<int64_t>(room));
@@ -50,7 +58,7 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
     return n + x;
   }
   if (!(c > tau)) return -1;  // sending costs it more than computing
-  const double need = (c * static_cast<double>(left) - t) / (c - tau);
+  const double need = (c * static_cast<double>(left) - t) * lp_[r].inverse_send;
   int64_t y = need >= static_cast<double>(left) ? left : std::max<int64_t>(1, CeilToInt(need));
   while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
   while (y < left && Load(c, tau, left - y, y) > t) ++y;
@@ -178,25 +186,25 @@ double TransferSolver::LpPrunes(double t) {
     const double n = problem_.owned[r], cap = problem_.prune_cap[r],
                  c = problem_.seconds_per_unit[r], tau = problem_.tau;
     const double low = problem_.cordoned[r] ? tau : std::min(c, tau);
-    double m = low > 0 ? std::max(0.0, n - t / low) : 0.0;
+    double m = low > 0 ? std::max(0.0, n - t * lp_[r].inverse_low) : 0.0;
     if (m > cap + 1e-9) return kInf;
     m = std::min(m, cap);
     sum_m += m;
     if (problem_.cordoned[r]) {
       covered += m;
-      lp_send_length_[r] = std::max(0.0, std::min(cap, n) - m);
-      lp_keep_length_[r] = 0;
+      lp_[r].send_length = std::max(0.0, std::min(cap, n) - m);
+      lp_[r].keep_length = 0;
       continue;
     }
-    const double keep_from = n - t / c;  // prunes from which it keeps all its units
+    const double keep_from = n - t * lp_[r].inverse_c;  // prunes from which it keeps all its units
     if (c > tau && m < keep_from) {
-      covered += m + (t - tau * (n - m)) / (c - tau);
-      lp_send_length_[r] = std::max(0.0, std::min(keep_from, cap) - m);
-      lp_keep_length_[r] = std::max(0.0, cap - std::max(keep_from, m));
+      covered += m + (t - tau * (n - m)) * lp_[r].inverse_send;
+      lp_[r].send_length = std::max(0.0, std::min(keep_from, cap) - m);
+      lp_[r].keep_length = std::max(0.0, cap - std::max(keep_from, m));
     } else {
-      covered += n + (t - c * (n - m)) / (c + tau);
-      lp_send_length_[r] = 0;
-      lp_keep_length_[r] = std::max(0.0, cap - m);
+      covered += n + (t - c * (n - m)) * lp_[r].inverse_keep;
+      lp_[r].send_length = 0;
+      lp_[r].keep_length = std::max(0.0, cap - m);
     }
   }
   const double group_cap = static_cast<double>(problem_.group_prune_cap);
@@ -205,7 +213,7 @@ double TransferSolver::LpPrunes(double t) {
   if (need <= 0) return sum_m;
   double used = 0;
   for (const Piece& piece : pieces_) {
-    const double len = piece.send ? lp_send_length_[piece.rank] : lp_keep_length_[piece.rank];
+    const double len = piece.send ? lp_[piece.rank].send_length : lp_[piece.rank].keep_length;
     if (len <= 0) continue;
     if (len * piece.slope >= need) {
       used += need / piece.slope;

@@ -73,10 +73,17 @@ class TransferSolver {
   const Problem& problem_;
   std::vector<Piece> pieces_;  // steepest first
   PruneKnapsack knapsack_;
+  // Per rank, for LpPrunes (and Coverage's estimates): its divisors inverted once (1 / min(c, tau),
+  // 1 / tau when cordoned; 1 / c; 1 / (c - tau) for a sender; 1 / (c + tau)) and, at the t in hand,
+  // the lengths of its two LP pieces.
+  struct RankLp {
+    double inverse_low = 0, inverse_c = 0, inverse_send = 0, inverse_keep = 0;
+    double send_length = 0, keep_length = 0;
+  };
+  std::vector<RankLp> lp_;
   // Scratch, reused across calls so that the search allocates almost nothing: per rank
-  // the lengths of its LP pieces at the t in hand, its mandatory prunes m_r, the prune
-  // count from which it no longer sends (capped by its budget) and its coverage at m_r.
-  std::vector<double> lp_send_length_, lp_keep_length_;
+  // its mandatory prunes m_r, the prune count from which it no longer sends (capped by its
+  // budget) and its coverage at m_r.
   std::vector<int32_t> mandatory_, sender_end_;
   std::vector<int64_t> base_coverage_;
   std::vector<double> breakpoints_;  // MinStepWithoutPruning's
