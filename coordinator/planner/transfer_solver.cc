@@ -324,27 +324,35 @@ void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int
   const double span = end - start;
   const double q_error = (std::abs(q) + step * span) * (span + 2) * 0x1p-50;
   const bool clear = (c - tau) * kClear > 1e-12 * magnitude && q_error < 1e-2 * kClear;
+  // From `keep` prunes on it computes all it owns (c (n - z) <= t: Load's test with
+  // nothing sent) and may take units; below, it sends.
+  const int32_t keep = SmallestPrune(c, static_cast<int32_t>(n), t);
+  // One allocation for the item's options (it is reused across solves), not a doubling
+  // series each time the solver is made.
+  item->options.reserve(static_cast<size_t>(std::min<int64_t>(end - start, target)));
   int64_t last = 0;
-  for (int32_t zz = start + 1; zz <= end; ++zz) {
+  for (int32_t zz = start + 1; zz <= std::min(end, keep - 1); ++zz) {
     const int64_t left = n - zz;
-    int64_t gain;
-    if (Load(c, tau, left, 0) <= t) {
-      gain = Coverage(r, t, zz) - base;  // keeps everything from here on
-    } else {
-      q -= step;
-      int64_t y = CeilToInt(q);
-      const double slack = static_cast<double>(y) - q;
-      if (!(clear && y > 1 && y < left && slack > kClear && slack < 1 - kClear)) {
-        y = std::clamp<int64_t>(y, 1, left);
-        while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
-        while (y < left && Load(c, tau, left - y, y) > t) ++y;
-      }
-      gain = n - y - base;
+    q -= step;
+    int64_t y = CeilToInt(q);
+    const double slack = static_cast<double>(y) - q;
+    if (!(clear && y > 1 && y < left && slack > kClear && slack < 1 - kClear)) {
+      y = std::clamp<int64_t>(y, 1, left);
+      while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
+      while (y < left && Load(c, tau, left - y, y) > t) ++y;
     }
+    const int64_t gain = n - y - base;
     if (gain <= last) continue;
     item->options.push_back({zz - start, gain});
     last = gain;
-    if (gain >= target) break;
+    if (gain >= target) return;
+  }
+  for (int32_t zz = std::max(start + 1, keep); zz <= end; ++zz) {
+    const int64_t gain = Coverage(r, t, zz) - base;
+    if (gain <= last) continue;
+    item->options.push_back({zz - start, gain});
+    last = gain;
+    if (gain >= target) return;
   }
 }
 
