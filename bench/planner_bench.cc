@@ -204,14 +204,16 @@ int Run(const std::string& only, const std::string& only_mode) {
       // The explanation is rendered apart, when someone asks (ballastctl explain): its
       // cost per block, reported beside the decision's rather than inside it.
       std::vector<BlockDecision> decisions;
-      for (const Block& block : blocks)
+      for (const Block& block : blocks) {
         decisions.push_back(*PlanBlock(block.input, block.policy, nullptr));
+      }
       std::vector<double> explain_per_rep;
       for (int rep = 0; rep < kReps / 4 + 5; ++rep) {
         const Clock::time_point start = Clock::now();
-        for (int b = 0; b < kBlocks; ++b)
+        for (int b = 0; b < kBlocks; ++b) {
           sink += static_cast<double>(
               ExplainDecision(blocks[b].input, blocks[b].policy, decisions[b]).size());
+        }
         const double took = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
         if (rep >= 5) explain_per_rep.push_back(took / kBlocks);
       }

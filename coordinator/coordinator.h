@@ -191,13 +191,14 @@ class Coordinator {
     std::map<int32_t, BlockDecision> decisions;  // last, per block
     // Why the last decision came out as it did: lines the coordinator wrote (the speeds'
     // verdict, chronic ranks, the link; `before`, then `after`: the step prediction),
-    // around what the planner decided, kept as its input and decision and rendered
-    // (ExplainGroup) only when someone asks. Most decisions are never read, and rendering
-    // every block's text took a tenth of the planner's time.
+    // around what the planner decided, kept as its input and decision (its blocks'
+    // decisions are those in `decisions`) and rendered (ExplainGroup) only when someone
+    // asks. Most decisions are never read, and rendering every block's text took from a
+    // tenth (the planner's stress case) to a third (a straggler) of the planner's time.
     struct Reasons {
       std::vector<std::string> before;
-      GroupPlannerInput planned;  // no blocks: the planner did not run
-      GroupDecision decision;
+      GroupPlannerInput planned;  // no blocks: nothing planned (mode off, or it stopped short)
+      GroupDecision decision;     // notes, failures, the policy; its blocks are moved out
       std::vector<std::string> after;
     };
     Reasons reasons;

@@ -2,6 +2,8 @@
 // cordons, and the step prediction and link speed that status and explanations show.
 // Split from coordinator.cc (the agent side and the decision loop) so that each file
 // stays readable on its own.
+#include "coordinator/coordinator.h"
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -13,7 +15,6 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "coordinator/coordinator.h"
 #include "coordinator/policy_proto.h"
 #include "proto/convert.h"
 #include "proto/validate.h"
@@ -249,7 +250,7 @@ absl::StatusOr<v1::Explanation> Coordinator::Explain(const std::string& job,
   *out.mutable_plan() = ToProto(it->second.plan);
   const GroupEntry::Reasons& reasons = it->second.reasons;
   std::vector<std::string> lines = reasons.before;
-  for (std::string& line : ExplainGroup(reasons.planned, reasons.decision)) {
+  for (std::string& line : ExplainGroup(reasons.planned, reasons.decision, it->second.decisions)) {
     lines.push_back(std::move(line));
   }
   lines.insert(lines.end(), reasons.after.begin(), reasons.after.end());

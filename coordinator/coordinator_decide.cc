@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "ballast/plan.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
@@ -195,9 +194,13 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   const DwellOptions dwell{.plan_dwell = options_.plan_dwell,
                            .dwell_hysteresis = options_.dwell_hysteresis};
   GroupDecision decision = DecideGroup(planner_input, policy, dwell);
-  for (const auto& [block_id, block_decision] : decision.blocks) {
-    group.decisions[block_id] = block_decision;
+  // Moved, not copied: Explain renders this round's blocks from group.decisions (a block
+  // whose planning failed keeps its last decision there, but its failure is shown).
+  for (auto& [block_id, block_decision] : decision.blocks) {
+    group.decisions[block_id] = std::move(block_decision);
   }
+  decision.blocks.clear();
+  const bool moves_units = decision.moves_units;
   std::vector<std::string> after;
   if (!group.decisions.empty()) {
     const StepPrediction p = PredictStep(group);
@@ -223,7 +226,7 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it
   // idles more and is throttled less, which made the split swing by a unit every ~13
   // s on the shaped link (7 moves in 300 steps with reshard_after 4 s).
-  if (decision.moves_units) group.moved_units_at = clock_->Monotonic();
+  if (moves_units) group.moved_units_at = clock_->Monotonic();
   return plan;
 }
 

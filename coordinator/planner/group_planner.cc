@@ -87,12 +87,17 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
 
 std::vector<std::string> ExplainGroup(const GroupPlannerInput& input,
                                       const GroupDecision& decision) {
+  return ExplainGroup(input, decision, decision.blocks);
+}
+
+std::vector<std::string> ExplainGroup(const GroupPlannerInput& input, const GroupDecision& decision,
+                                      const std::map<int32_t, BlockDecision>& blocks) {
   std::vector<std::string> lines = decision.notes;
   for (const GroupBlockInput& block : input.blocks) {
     const int32_t id = block.input.block.value();
     if (auto failed = decision.failed.find(id); failed != decision.failed.end()) {
       lines.push_back(absl::StrCat("block ", id, ": ", failed->second));
-    } else if (auto planned = decision.blocks.find(id); planned != decision.blocks.end()) {
+    } else if (auto planned = blocks.find(id); planned != blocks.end()) {
       lines.push_back(
           absl::StrCat("block ", id, ":\n",
                        ExplainDecision(block.input, decision.planned_with, planned->second)));

@@ -91,6 +91,11 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
 // plan in force is not read). Rendered only when asked: most decisions are never read.
 std::vector<std::string> ExplainGroup(const GroupPlannerInput& input,
                                       const GroupDecision& decision);
+// The same, with the blocks' decisions held elsewhere (the coordinator moves them out of
+// `decision` into its own map): `blocks` must hold, for every block of `input` that did
+// not fail, the decision made for it with `decision`.
+std::vector<std::string> ExplainGroup(const GroupPlannerInput& input, const GroupDecision& decision,
+                                      const std::map<int32_t, BlockDecision>& blocks);
 
 }  // namespace ballast::coordinator
 

@@ -22,7 +22,8 @@
 // worse than the best plan on the uneven split by t / (1 + t), hysteresis or not.
 // ExplainDecision says why, from the decision and the same input and policy: rendered
 // when someone asks (`ballastctl explain`), not with every decision, since most are never
-// read and the text cost a tenth of the planning.
+// read and the text cost from a tenth (the benchmark's stress case) to a third (one
+// straggler) of the planning.
 //
 //   PlannerInput in;
 //   in.block = BlockId(1);

@@ -299,7 +299,8 @@ double TransferSolver::RealCoverage(double t) const {
 // Options of a sender: every prune beyond `start` (up to `end`) raises its coverage, by
 // at least one unit; stop once the gain reaches `target`. While it still sends, its
 // least send count y(z) = ceil((c (n - z) - t) / (c - tau)) falls by c / (c - tau) per
-// prune, so it is tracked incrementally and only checked against the load formula.
+// prune, so it is tracked incrementally; its ceiling is checked against the load formula
+// only where rounding could make them disagree.
 void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int64_t target,
                                        Item* item) const {
   const int32_t r = item->rank;
@@ -316,9 +317,12 @@ void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int
   double q = (c * static_cast<double>(n - start) - t) / (c - tau);
   // The fix-ups below make y exact against the load formula, as Coverage does. They can
   // be skipped where q is at least kClear from an integer: then ceil(q) passes the load
-  // check and ceil(q) - 1 fails it, each by (c - tau) * kClear or more, which `clear`
-  // asks to dwarf the loads' rounding (a few ulps of `magnitude`) and q's, summed over
-  // its steps. On the planner benchmark that is nearly every option.
+  // check and ceil(q) - 1 fails it, each by (c - tau) * (kClear - q's error) or more.
+  // `clear` asks that margin to dwarf the loads' rounding (a few ulps of `magnitude`;
+  // 1e-12 of it is over 4,000 of them) and q's error: its first clause bounds the
+  // cancellation in q's start (magnitude / (c - tau) < 1e6, so under 1e-9), q_error the
+  // rounding summed over its steps (under a hundredth of kClear). On the planner
+  // benchmark that is nearly every option.
   constexpr double kClear = 1e-6;
   const double magnitude = (c + tau) * static_cast<double>(n) + t;
   const double span = end - start;

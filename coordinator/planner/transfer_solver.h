@@ -64,6 +64,13 @@ class TransferSolver {
     int32_t rank;
     bool send;  // the sender (or cordoned) stretch, else the keep-everything stretch
   };
+  // Per rank, for LpPrunes (and Coverage's estimates): its divisors inverted once
+  // (1 / min(c, tau), 1 / tau when cordoned; 1 / c; 1 / (c - tau) for a sender;
+  // 1 / (c + tau)) and, at the t in hand, the lengths of its two LP pieces.
+  struct RankLp {
+    double inverse_low = 0, inverse_c = 0, inverse_send = 0, inverse_keep = 0;
+    double send_length = 0, keep_length = 0;
+  };
 
   double LoadAt(int32_t r, int64_t v, int32_t z) const;
   double RealCoverage(double t) const;
@@ -73,14 +80,7 @@ class TransferSolver {
   const Problem& problem_;
   std::vector<Piece> pieces_;  // steepest first
   PruneKnapsack knapsack_;
-  // Per rank, for LpPrunes (and Coverage's estimates): its divisors inverted once (1 / min(c, tau),
-  // 1 / tau when cordoned; 1 / c; 1 / (c - tau) for a sender; 1 / (c + tau)) and, at the t in hand,
-  // the lengths of its two LP pieces.
-  struct RankLp {
-    double inverse_low = 0, inverse_c = 0, inverse_send = 0, inverse_keep = 0;
-    double send_length = 0, keep_length = 0;
-  };
-  std::vector<RankLp> lp_;
+  std::vector<RankLp> lp_;  // per rank
   // Scratch, reused across calls so that the search allocates almost nothing: per rank
   // its mandatory prunes m_r, the prune count from which it no longer sends (capped by its
   // budget) and its coverage at m_r.
