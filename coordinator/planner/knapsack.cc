@@ -67,35 +67,16 @@ int64_t PruneKnapsack::Solve(int64_t target, int64_t budget, std::vector<int32_t
 // Another rounding of the LP, for when RoundLp's costs more than ceil(LP): each item at
 // the hull vertex the LP fills it to, short of the partly taken segment, and the rest of
 // the target from the one item whose cheapest option covering it adds least (any of its
-// options, not only the hull's). Then, item by item, drop to the cheapest option that
-// keeps the total. Leaves its choice in rounded_choice_, as RoundLp does; returns the
-// cost (kNoPlan if no item can cover the rest).
+// options, not only the hull's). Then DropSurplus. Leaves its choice in rounded_choice_,
+// as RoundLp does; returns the cost (kNoPlan if no item can cover the rest).
 int64_t PruneKnapsack::RepairLp(int64_t target) {
-  const size_t k = num_items_;
-  rounded_gain_.assign(k, 0);
-  int64_t gained = 0;
-  for (const Segment& seg : segments_) {
-    const int64_t g = static_cast<int64_t>(seg.gain);
-    if (gained + g >= target) break;  // the segment the LP takes in part, or the last
-    rounded_gain_[seg.item] += g;
-    gained += g;
-  }
-  rounded_choice_.assign(k, -1);
-  int64_t cost = 0;
-  for (size_t i = 0; i < k; ++i) {
-    if (rounded_gain_[i] == 0) continue;
-    const std::vector<Option>& options = items_[i].options;
-    size_t j = 0;
-    while (j < options.size() && options[j].gain < rounded_gain_[i]) ++j;
-    if (j == options.size()) return kNoPlan;  // cannot happen: a hull vertex is an option
-    rounded_choice_[i] = static_cast<int32_t>(j);
-    cost += options[j].cost;
-  }
+  const int64_t gained = TakeLpPrefix(target, /*whole_last=*/false);
+  if (!ChooseVertices()) return kNoPlan;
   const int64_t deficit = target - gained;
   int64_t best_extra = kNoPlan;
   size_t best_item = 0;
   int32_t best_option = -1;
-  for (size_t i = 0; i < k; ++i) {
+  for (size_t i = 0; i < num_items_; ++i) {
     const std::vector<Option>& options = items_[i].options;
     const int32_t now = rounded_choice_[i];
     const int64_t has = now < 0 ? 0 : options[now].gain;
@@ -112,63 +93,72 @@ int64_t PruneKnapsack::RepairLp(int64_t target) {
   }
   if (best_option < 0) return kNoPlan;
   rounded_choice_[best_item] = best_option;
-  cost += best_extra;
-  gained = 0;
-  for (size_t i = 0; i < k; ++i)
-    if (rounded_choice_[i] >= 0) gained += items_[i].options[rounded_choice_[i]].gain;
-  for (size_t i = 0; i < k; ++i) {
-    if (rounded_choice_[i] < 0) continue;
-    const std::vector<Option>& options = items_[i].options;
-    const int64_t gives = options[rounded_choice_[i]].gain;
-    const int64_t want = gives - (gained - target);
-    int32_t pick = -1;
-    if (want > 0) {
-      pick = rounded_choice_[i];
-      while (pick > 0 && options[pick - 1].gain >= want) --pick;
-    }
-    const int64_t now_gives = pick < 0 ? 0 : options[pick].gain;
-    cost += (pick < 0 ? 0 : options[pick].cost) - options[rounded_choice_[i]].cost;
-    gained += now_gives - gives;
-    rounded_choice_[i] = pick;
-  }
-  return cost;
+  return DropSurplus(target);
 }
 
 // A feasible solution read off the LP (after PrepareLp): the LP fills the items'
 // hull segments steepest first, so each item gets a prefix of its hull, ending at one of
-// its options, except the last segment, taken in part; take that one whole. Then, item
-// by item, drop to the cheapest option that still keeps the total gain >= target.
-// Leaves the chosen option per item in rounded_choice_ (-1: none); returns the cost (kNoPlan if
-// even the whole LP falls short).
+// its options, except the last segment, taken in part; take that one whole. Then
+// DropSurplus. Leaves the chosen option per item in rounded_choice_ (-1: none); returns
+// the cost (kNoPlan if even the whole LP falls short).
 int64_t PruneKnapsack::RoundLp(int64_t target) {
-  const size_t k = num_items_;
-  rounded_choice_.assign(k, -1);
-  rounded_gain_.assign(k, 0);
+  if (TakeLpPrefix(target, /*whole_last=*/true) < target) return kNoPlan;
+  if (!ChooseVertices()) return kNoPlan;
+  return DropSurplus(target);
+}
+
+// Each item's gain in the LP's solution for `target` (after PrepareLp: segments_ holds all
+// items' hull segments, steepest first) into rounded_gain_: whole segments only, the one
+// the LP takes in part included when `whole_last`, else left out. Returns the total.
+int64_t PruneKnapsack::TakeLpPrefix(int64_t target, bool whole_last) {
+  rounded_gain_.assign(num_items_, 0);
   int64_t gained = 0;
-  for (const Segment& seg : segments_) {  // after PrepareLp: all items, steepest first
+  for (const Segment& seg : segments_) {
     if (gained >= target) break;
     const int64_t g = static_cast<int64_t>(seg.gain);  // a whole number, exactly
+    if (!whole_last && gained + g >= target) break;
     rounded_gain_[seg.item] += g;
     gained += g;
   }
-  if (gained < target) return kNoPlan;
-  int64_t cost = 0;
-  for (size_t i = 0; i < k; ++i) {
+  return gained;
+}
+
+// Each item at the option whose gain is its rounded_gain_ (a hull vertex, so an option;
+// -1 for none) into rounded_choice_. False if some item has no such option, which
+// cannot happen.
+bool PruneKnapsack::ChooseVertices() {
+  rounded_choice_.assign(num_items_, -1);
+  for (size_t i = 0; i < num_items_; ++i) {
     if (rounded_gain_[i] == 0) continue;
     const std::vector<Option>& options = items_[i].options;
-    const int64_t want = rounded_gain_[i] - (gained - target);  // what it must still give
+    const auto vertex =
+        std::partition_point(options.begin(), options.end(),
+                             [&](const Option& o) { return o.gain < rounded_gain_[i]; });
+    if (vertex == options.end()) return false;
+    rounded_choice_[i] = static_cast<int32_t>(vertex - options.begin());
+  }
+  return true;
+}
+
+// Item by item, each chosen option drops to the cheapest one that still keeps the total
+// gain >= target (none if the others suffice). Returns the cost of what remains chosen.
+int64_t PruneKnapsack::DropSurplus(int64_t target) {
+  int64_t gained = 0;
+  for (size_t i = 0; i < num_items_; ++i) {
+    if (rounded_choice_[i] >= 0) gained += items_[i].options[rounded_choice_[i]].gain;
+  }
+  int64_t cost = 0;
+  for (size_t i = 0; i < num_items_; ++i) {
+    if (rounded_choice_[i] < 0) continue;
+    const std::vector<Option>& options = items_[i].options;
+    const int64_t gives = options[rounded_choice_[i]].gain;
+    const int64_t want = gives - (gained - target);  // what it must still give
     int32_t pick = -1;
-    if (want > 0) {
-      for (size_t j = 0; j < options.size(); ++j) {
-        if (options[j].gain >= want) {
-          pick = static_cast<int32_t>(j);
-          break;
-        }
-      }
-      if (pick < 0) return kNoPlan;  // cannot happen: its hull vertex is an option
+    if (want > 0) {  // the first option that gives it: the one chosen or an earlier one
+      pick = rounded_choice_[i];
+      while (pick > 0 && options[pick - 1].gain >= want) --pick;
     }
-    const int64_t gives = pick < 0 ? 0 : options[pick].gain;
-    gained += gives - rounded_gain_[i];
+    gained += (pick < 0 ? 0 : options[pick].gain) - gives;
     rounded_choice_[i] = pick;
     if (pick >= 0) cost += options[pick].cost;
   }

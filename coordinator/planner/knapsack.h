@@ -73,6 +73,9 @@ class PruneKnapsack {
   double PrepareLp(int64_t target);
   int64_t RoundLp(int64_t target);
   int64_t RepairLp(int64_t target);
+  int64_t TakeLpPrefix(int64_t target, bool whole_last);
+  bool ChooseVertices();
+  int64_t DropSurplus(int64_t target);
   int64_t RunDp(int64_t target, int64_t upper, std::vector<int32_t>* z);
   double RestBound(size_t i, int64_t h) const;
   void FillDense(int64_t target);
