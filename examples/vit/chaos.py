@@ -4,8 +4,8 @@
 
 Training must not notice: every rank logs every step exactly once, all ranks run the same
 plan at every step, the job's policy survives every coordinator restart, and after each
-restart the new coordinator pushes a plan within 2 report periods of its agent session
-(when one is due: a straggler is active, or the workers run a plan it never made).
+restart the new coordinator pushes a plan within 2 report periods and a tick of its agent
+session (when one is due: a straggler is active, or the workers run a plan it never made).
 
   chaos.py --build build --steps 120 --interval 4-6 -- --hidden=24 ...   # the test
   chaos.py --build build-release --minutes 30 --interval 10-30            # the benchmark
@@ -26,6 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch  # noqa: E402  (examples/vit/launch.py)
 
 REPORT_PERIOD_S = 0.25  # what launch.py sets for the job
+# The coordinator's --tick (its default; launch.py leaves it): decisions run on ticks, so a
+# plan due 2 report periods after the session comes up to a tick later. CI measured 0.542 s
+# against a limit of 0.5 s with no tick in it: a decision one tick late under load.
+TICK_S = 0.05
 # A setting away from its default, so a policy lost to a restart shows.
 MARKER_POLICY = {"hysteresis": "0.07"}
 
@@ -106,7 +110,7 @@ def check(job, ranks, stragglers):
     events = log_events(os.path.join(job.out, "coordinator.log"))
     rank0 = ranks[0]["steps"]
     restarts = [k for k in job.kills if k["target"] == "coordinator"]
-    limit = 2 * REPORT_PERIOD_S
+    limit = 2 * REPORT_PERIOD_S + TICK_S
     trained_until = rank0[-1]["time"] if rank0 else 0
     resumes, unresumed, unmeasured = [], [], 0
     for i, kill in enumerate(restarts):
