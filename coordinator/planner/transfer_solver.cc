@@ -36,6 +36,7 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
     lp_[r].inverse_keep = 1 / (c + tau);
   }
   mandatory_.assign(problem_.num_ranks, 0);
+  keep_from_.assign(problem_.num_ranks, 0);
   sender_end_.assign(problem_.num_ranks, 0);
   base_coverage_.assign(problem_.num_ranks, 0);
 }
@@ -76,6 +77,7 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
       sender_end_[r] = std::min(cap, n);
     } else {
       const int32_t keep = SmallestPrune(problem_.seconds_per_unit[r], n, t);
+      keep_from_[r] = keep;
       mandatory_[r] = std::min(keep, SmallestPrune(problem_.tau, n, t));
       if (mandatory_[r] > cap) return kNoPlan;
       // Below `keep` prunes the rank must send: that is its sender stretch.
@@ -329,8 +331,8 @@ void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int
   const double q_error = (std::abs(q) + step * span) * (span + 2) * 0x1p-50;
   const bool clear = (c - tau) * kClear > 1e-12 * magnitude && q_error < 1e-2 * kClear;
   // From `keep` prunes on it computes all it owns (c (n - z) <= t: Load's test with
-  // nothing sent) and may take units; below, it sends.
-  const int32_t keep = SmallestPrune(c, static_cast<int32_t>(n), t);
+  // nothing sent) and may take units; below, it sends. MinPrunes found it at this t.
+  const int32_t keep = keep_from_[r];
   // One allocation for the item's options (it is reused across solves), not a doubling
   // series each time the solver is made.
   item->options.reserve(static_cast<size_t>(std::min<int64_t>(end - start, target)));

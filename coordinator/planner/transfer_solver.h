@@ -82,9 +82,10 @@ class TransferSolver {
   PruneKnapsack knapsack_;
   std::vector<RankLp> lp_;  // per rank
   // Scratch, reused across calls so that the search allocates almost nothing: per rank
-  // its mandatory prunes m_r, the prune count from which it no longer sends (capped by its
-  // budget) and its coverage at m_r.
-  std::vector<int32_t> mandatory_, sender_end_;
+  // its mandatory prunes m_r, the prune count from which it keeps all its units (not
+  // cordoned; FillSenderOptions reads it), that count capped by its budget (where it no
+  // longer sends) and its coverage at m_r.
+  std::vector<int32_t> mandatory_, keep_from_, sender_end_;
   std::vector<int64_t> base_coverage_;
   std::vector<double> breakpoints_;  // MinStepWithoutPruning's
 };
