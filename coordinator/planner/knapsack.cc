@@ -113,7 +113,7 @@ int64_t PruneKnapsack::RoundLp(int64_t target) {
 int64_t PruneKnapsack::TakeLpPrefix(int64_t target, bool whole_last) {
   rounded_gain_.assign(num_items_, 0);
   int64_t gained = 0;
-  for (const Segment& seg : segments_) {
+  for (const Segment& seg : LpSegments()) {
     if (gained >= target) break;
     const int64_t g = static_cast<int64_t>(seg.gain);  // a whole number, exactly
     if (!whole_last && gained + g >= target) break;
@@ -296,36 +296,65 @@ double PruneKnapsack::PrepareLp(int64_t target) {
   for (size_t i = 0; i < k; ++i) order_[i] = i;
   // Upper concave hull of each item's (cost, gain) points from the origin: few segments,
   // since the gains are floors of a line. A monotone chain over the integer points (the
-  // cross products are exact in int64), then cut into segments.
-  if (hulls_.size() < k) hulls_.resize(k);
+  // cross products are exact in int64), then cut into segments: item i's are
+  // hull_segments_[hull_begin_[i] .. hull_begin_[i + 1]). Buffers only grow, and are
+  // written by index: no allocation, no construction, once they are large enough.
+  size_t most = 0;  // an item has at most one segment per option
+  for (size_t i = 0; i < k; ++i) most += items_[i].options.size();
+  if (hull_segments_.size() < most) {
+    hull_segments_.resize(most);
+    segments_.resize(most);
+    merged_.resize(most);
+  }
+  hull_begin_.resize(k + 1);
+  size_t used = 0;
   for (size_t i = 0; i < k; ++i) {
-    const std::vector<Option>& options = items_[i].options;
-    if (hull_chain_.size() <= options.size()) hull_chain_.resize(options.size() + 1);
+    hull_begin_[i] = used;
+    const Option* options = items_[i].options.data();
+    const size_t m = items_[i].options.size();
+    if (hull_chain_.size() <= m) hull_chain_.resize(m + 1);
+    Option* chain = hull_chain_.data();
     size_t top = 0;
-    hull_chain_[top++] = {0, 0};
-    for (const Option& o : options) {
+    chain[top++] = {0, 0};
+    // The step from the option (or origin) before to the option in hand.
+    int64_t run_in = m == 0 ? 0 : options[0].cost;
+    int64_t rise_in = m == 0 ? 0 : options[0].gain;
+    for (size_t j = 0; j < m; ++j) {
+      const Option& o = options[j];
+      // An option on or below the chord of its two neighbours is no vertex, and the
+      // chain would drop it again: skip it at the price of one cross product. Floors of
+      // a line have at most half their points above both chords (where the gain's rise
+      // falls).
+      if (j + 1 < m) {
+        const int64_t run_out = options[j + 1].cost - o.cost;
+        const int64_t rise_out = options[j + 1].gain - o.gain;
+        const bool under = rise_in * run_out <= rise_out * run_in;
+        run_in = run_out;
+        rise_in = rise_out;
+        if (under) continue;
+      }
       // Drop the last vertex while o is at least as steep from the one before it.
       while (top >= 2) {
-        const Option& v0 = hull_chain_[top - 2];
-        const Option& v1 = hull_chain_[top - 1];
+        const Option& v0 = chain[top - 2];
+        const Option& v1 = chain[top - 1];
         if ((o.gain - v1.gain) * int64_t{v1.cost - v0.cost} <
             (v1.gain - v0.gain) * int64_t{o.cost - v1.cost}) {
           break;
         }
         --top;
       }
-      hull_chain_[top++] = o;
+      chain[top++] = o;
     }
-    std::vector<Segment>& hull = hulls_[i];
-    hull.resize(top - 1);
     for (size_t j = 1; j < top; ++j) {
-      hull[j - 1] = {static_cast<double>(hull_chain_[j].cost - hull_chain_[j - 1].cost),
-                     static_cast<double>(hull_chain_[j].gain - hull_chain_[j - 1].gain), i};
+      hull_segments_[used++] = {static_cast<double>(chain[j].cost - chain[j - 1].cost),
+                                static_cast<double>(chain[j].gain - chain[j - 1].gain), i};
     }
   }
+  hull_begin_[k] = used;
   // Most efficient item first, so that the bound bites early.
   auto first_slope = [&](size_t i) {
-    return hulls_[i].empty() ? 0.0 : hulls_[i][0].gain / hulls_[i][0].cost;
+    const Segment& first = hull_segments_[hull_begin_[i]];
+    return hull_begin_[i] == hull_begin_[i + 1] ? 0.0 : first.gain / first.cost;
   };
   // A stable insertion sort: a handful of items, and std::stable_sort would allocate.
   for (size_t i = 1; i < k; ++i) {
@@ -337,20 +366,20 @@ double PruneKnapsack::PrepareLp(int64_t target) {
   }
   // All segments by slope, each item's hull merged in from the last item backwards (on
   // ties the later item's first; PrepareBounds reads the suffixes' LPs off this order).
-  // Merges into reused buffers: a sort would allocate on every call.
-  segments_.clear();
+  num_segments_ = 0;
   for (size_t i = k; i-- > 0;) {
-    const std::vector<Segment>& hull = hulls_[order_[i]];
-    merged_.clear();
-    std::merge(segments_.begin(), segments_.end(), hull.begin(), hull.end(),
-               std::back_inserter(merged_), Steeper);
+    const Segment* hull = hull_segments_.data() + hull_begin_[order_[i]];
+    const size_t size = hull_begin_[order_[i] + 1] - hull_begin_[order_[i]];
+    std::merge(segments_.data(), segments_.data() + num_segments_, hull, hull + size,
+               merged_.data(), Steeper);
     std::swap(segments_, merged_);
+    num_segments_ += size;
   }
   dense_bound_.clear();  // FillDense builds it, once the DP is needed
   double cost = 0, gain = 0;
   const double want = static_cast<double>(target);
   if (target <= 0) return 0;
-  for (const Segment& seg : segments_) {
+  for (const Segment& seg : LpSegments()) {
     if (gain + seg.gain >= want) return cost + (want - gain) * seg.cost / seg.gain;
     cost += seg.cost;
     gain += seg.gain;
@@ -374,7 +403,7 @@ int64_t PruneKnapsack::PrepareBounds(int64_t target) {
   for (size_t i = k; i-- > 0;) {
     suffix_begin_[i] = suffix_points_.size();
     double cost = 0, gain = 0;
-    for (const Segment& seg : segments_) {
+    for (const Segment& seg : LpSegments()) {
       if (position_[seg.item] < i) continue;
       cost += seg.cost;
       gain += seg.gain;

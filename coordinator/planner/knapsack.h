@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace ballast::coordinator::planner_internal {
@@ -70,6 +71,7 @@ class PruneKnapsack {
     return a.gain * b.cost > b.gain * a.cost;
   }
 
+  std::span<const Segment> LpSegments() const { return {segments_.data(), num_segments_}; }
   double PrepareLp(int64_t target);
   int64_t RoundLp(int64_t target);
   int64_t RepairLp(int64_t target);
@@ -94,10 +96,12 @@ class PruneKnapsack {
   uint64_t epoch_ = 0;
   // The bounds: each item's hull, the merged suffix hulls as cumulative points
   // (suffix_points_[suffix_begin_[i] .. suffix_end_[i]) for items order_[i..]).
-  std::vector<std::vector<Segment>> hulls_;
-  // segments_: all items' hull segments, steepest first (the LP); merged_: PrepareLp's
-  // merge buffer.
-  std::vector<Segment> segments_, merged_, suffix_points_;
+  // hull_segments_: item i's hull at [hull_begin_[i], hull_begin_[i + 1]).
+  // segments_: all items' hull segments, steepest first (the LP; the first
+  // num_segments_); merged_: PrepareLp's merge buffer. These three only grow.
+  std::vector<Segment> hull_segments_, segments_, merged_, suffix_points_;
+  std::vector<size_t> hull_begin_;
+  size_t num_segments_ = 0;
   std::vector<size_t> position_;  // PrepareBounds': each item's index in order_
   std::vector<size_t> suffix_begin_, suffix_end_;
   std::vector<double> dense_bound_;  // RestBound(i, h) at [i * dense_width_ + h], when small

@@ -49,12 +49,17 @@ Solution SolveResize(const Problem& problem) {
   }
   std::vector<int32_t> z = s.z;
   double best = kInf;
+  const int32_t num_ranks = problem.num_ranks;
   while (true) {
     int32_t top = 0;
-    for (int32_t r = 1; r < problem.num_ranks; ++r) {
-      if (load[r] > load[top]) top = r;
+    double top_load = load[0];
+    for (int32_t r = 1; r < num_ranks; ++r) {
+      if (load[r] > top_load) {
+        top = r;
+        top_load = load[r];
+      }
     }
-    const double obj = load[top] + problem.lambda * static_cast<double>(pruned);
+    const double obj = top_load + problem.lambda * static_cast<double>(pruned);
     // Strictly better only: on ties keep the plan with fewer prunes (less accuracy risk).
     if (best == kInf || obj < best - kRelTol * best) {
       best = obj;
@@ -284,14 +289,11 @@ ModePlans SolveMode(const PlannerInput& input, const std::vector<int32_t>& owned
   const Problem problem = MakeProblem(input, owned, policy, mode);
   if (PrunesAllowed(mode)) out.resize = SolveResize(problem);
   if (TransfersAllowed(mode)) {
-    // Migrate-only must not prune: solve it on a copy with no prune budget.
-    Problem no_prune = problem;
-    no_prune.prune_cap.assign(problem.num_ranks, 0);
-    no_prune.group_prune_cap = 0;
-    TransferSolver migrate_solver(no_prune);
-    out.migrate = SolveMigrate(no_prune, migrate_solver);
+    // One solver for both: migrate-only prunes nothing whatever the budgets say
+    // (MinStepWithoutPruning reads none of them).
+    TransferSolver solver(problem);
+    out.migrate = SolveMigrate(problem, solver);
     if (mode == BalanceMode::kAuto) {
-      TransferSolver solver(problem);
       out.joint = SolveAuto(problem, solver, out.migrate, out.resize, cutoff);
       out.joint_cut_off = !(out.joint.objective < cutoff);
     }

@@ -8,6 +8,7 @@ namespace ballast::coordinator::planner_internal {
 TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
   // The LP's concave pieces, steepest first: a prune on a sender covers
   // c / (c - tau) units, on a cordoned rank 1, on any other rank c / (c + tau).
+  pieces_.reserve(2 * static_cast<size_t>(problem_.num_ranks));
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     if (problem_.cordoned[r]) {
       pieces_.push_back({1.0, r, true});
@@ -120,7 +121,7 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
     } else {
       for (size_t i = 0; i < knapsack_.size(); ++i) {
         Item& item = knapsack_.item(i);
-        FillSenderOptions(t, mandatory_[item.rank], sender_end_[item.rank], deficit, &item);
+        FillSenderOptions(t, deficit, &item);
       }
       extra = knapsack_.Solve(deficit, budget, z);
       if (extra == kNoPlan) return kNoPlan;
@@ -276,12 +277,6 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
   return Balance(t, zero, v);
 }
 
-// Rank r's load accounting for v units with z of its own pruned.
-double TransferSolver::LoadAt(int32_t r, int64_t v, int32_t z) const {
-  const int64_t n = problem_.owned[r];
-  return Load(problem_.seconds_per_unit[r], problem_.tau, v - z, v >= n ? v - n : n - v);
-}
-
 // Sum over ranks of the relaxed coverage at zero prunes (>= the integer coverage).
 double TransferSolver::RealCoverage(double t) const {
   double sum = 0;
@@ -298,15 +293,16 @@ double TransferSolver::RealCoverage(double t) const {
   return sum;
 }
 
-// Options of a sender: every prune beyond `start` (up to `end`) raises its coverage, by
-// at least one unit; stop once the gain reaches `target`. While it still sends, its
+// Options of a sender at MinPrunes' t: every prune beyond its mandatory ones (up to
+// sender_end_) raises its coverage, by at least one unit; stop once the gain reaches
+// `target`. While it still sends, its
 // least send count y(z) = ceil((c (n - z) - t) / (c - tau)) falls by c / (c - tau) per
 // prune, so it is tracked incrementally; its ceiling is checked against the load formula
 // only where rounding could make them disagree.
-void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int64_t target,
-                                       Item* item) const {
+void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) const {
   const int32_t r = item->rank;
-  const int64_t base = Coverage(r, t, start);
+  const int32_t start = mandatory_[r], end = sender_end_[r];
+  const int64_t base = base_coverage_[r];  // Coverage(r, t, start)
   if (problem_.cordoned[r]) {  // a pruned unit is one unit it need not send
     for (int32_t zz = start + 1; zz <= end && zz - start <= target; ++zz) {
       item->options.push_back({zz - start, zz - start});
@@ -337,13 +333,20 @@ void TransferSolver::FillSenderOptions(double t, int32_t start, int32_t end, int
   // series each time the solver is made.
   item->options.reserve(static_cast<size_t>(std::min<int64_t>(end - start, target)));
   int64_t last = 0;
-  for (int32_t zz = start + 1; zz <= std::min(end, keep - 1); ++zz) {
+  // ceil(q) falls by floor(step) or one more a prune: stepped, not recomputed. Where
+  // the step lands short of ceil(q), the slack test fails and ceil(q) is taken afresh.
+  const int64_t whole = static_cast<int64_t>(step);
+  int64_t y = CeilToInt(q);
+  const int32_t sends_until = std::min(end, keep - 1);
+  for (int32_t zz = start + 1; zz <= sends_until; ++zz) {
     const int64_t left = n - zz;
     q -= step;
-    int64_t y = CeilToInt(q);
+    y -= whole;
+    if (q <= static_cast<double>(y - 1)) --y;
+    // Fast when clear, 1 < y < left and kClear < slack < 1 - kClear (y - q, so y = ceil(q)).
     const double slack = static_cast<double>(y) - q;
-    if (!(clear && y > 1 && y < left && slack > kClear && slack < 1 - kClear)) {
-      y = std::clamp<int64_t>(y, 1, left);
+    if (!(clear && y > 1 && y < left && std::abs(slack - 0.5) < 0.5 - kClear)) {
+      y = std::clamp<int64_t>(CeilToInt(q), 1, left);
       while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
       while (y < left && Load(c, tau, left - y, y) > t) ++y;
     }

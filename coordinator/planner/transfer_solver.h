@@ -53,7 +53,8 @@ class TransferSolver {
 
   // The exact least max load with no pruning: the N-th cheapest coverage slot over all
   // ranks (and no less than what each rank must bear anyway). A fractional water level
-  // gets close first so that Balance only drops a handful of slots.
+  // gets close first so that Balance only drops a handful of slots. Reads no prune
+  // budget, so the auto solver answers it for migrate-only too.
   double MinStepWithoutPruning(std::vector<int64_t>* v);
 
  private:
@@ -72,9 +73,13 @@ class TransferSolver {
     double send_length = 0, keep_length = 0;
   };
 
-  double LoadAt(int32_t r, int64_t v, int32_t z) const;
+  // Rank r's load accounting for v units with z of its own pruned.
+  double LoadAt(int32_t r, int64_t v, int32_t z) const {
+    const int64_t n = problem_.owned[r];
+    return Load(problem_.seconds_per_unit[r], problem_.tau, v - z, v >= n ? v - n : n - v);
+  }
   double RealCoverage(double t) const;
-  void FillSenderOptions(double t, int32_t start, int32_t end, int64_t target, Item* item) const;
+  void FillSenderOptions(double t, int64_t target, Item* item) const;
   void FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target, Item* item) const;
 
   const Problem& problem_;
@@ -83,8 +88,8 @@ class TransferSolver {
   std::vector<RankLp> lp_;  // per rank
   // Scratch, reused across calls so that the search allocates almost nothing: per rank
   // its mandatory prunes m_r, the prune count from which it keeps all its units (not
-  // cordoned; FillSenderOptions reads it), that count capped by its budget (where it no
-  // longer sends) and its coverage at m_r.
+  // cordoned), that count capped by its budget (where it no longer sends) and its
+  // coverage at m_r. MinPrunes writes them at its t; FillSenderOptions reads them.
   std::vector<int32_t> mandatory_, keep_from_, sender_end_;
   std::vector<int64_t> base_coverage_;
   std::vector<double> breakpoints_;  // MinStepWithoutPruning's
