@@ -54,8 +54,13 @@ void Price(const Problem& problem, Solution* solution) {
 }
 
 int32_t SmallestPrune(double coef, int32_t n, double t) {
+  return SmallestPrune(coef, 1 / coef, n, t);
+}
+
+int32_t SmallestPrune(double coef, double inverse_coef, int32_t n, double t) {
   if (coef * static_cast<double>(n) <= t) return 0;
-  const double keep = std::floor(t / coef);
+  // An estimate (the loops below make it exact).
+  const double keep = std::floor(t * inverse_coef);
   int64_t z = keep >= n ? 0 : n - static_cast<int64_t>(keep);
   z = std::clamp<int64_t>(z, 0, n);
   while (z > 0 && coef * static_cast<double>(n - z + 1) <= t) --z;

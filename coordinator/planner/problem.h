@@ -78,6 +78,9 @@ inline int64_t CeilToInt(double x) {
 
 // Smallest z in [0, n] with coef * (n - z) <= t (t >= 0; z = n always qualifies).
 int32_t SmallestPrune(double coef, int32_t n, double t);
+// The same with 1 / coef at hand: its first estimate multiplies instead of dividing (the
+// search asks this for every rank at every step time it tries).
+int32_t SmallestPrune(double coef, double inverse_coef, int32_t n, double t);
 
 }  // namespace ballast::coordinator::planner_internal
 

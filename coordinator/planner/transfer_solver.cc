@@ -27,6 +27,8 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
     for (; j > 0 && pieces_[j - 1].slope < piece.slope; --j) pieces_[j] = pieces_[j - 1];
     pieces_[j] = piece;
   }
+  // Free transfers (tau 0): SmallestPrune(tau, ...) returns 0 before reading the inverse.
+  inverse_tau_ = problem_.tau > 0 ? 1 / problem_.tau : 0.0;
   lp_.resize(problem_.num_ranks);
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
@@ -72,14 +74,15 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
   int64_t sum_m = 0, covered = 0;
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const int32_t n = problem_.owned[r], cap = problem_.prune_cap[r];
+    const double tau = problem_.tau;
     if (problem_.cordoned[r]) {
-      mandatory_[r] = SmallestPrune(problem_.tau, n, t);
+      mandatory_[r] = SmallestPrune(tau, inverse_tau_, n, t);
       if (mandatory_[r] > cap) return kNoPlan;
       sender_end_[r] = std::min(cap, n);
     } else {
-      const int32_t keep = SmallestPrune(problem_.seconds_per_unit[r], n, t);
+      const int32_t keep = SmallestPrune(problem_.seconds_per_unit[r], lp_[r].inverse_c, n, t);
       keep_from_[r] = keep;
-      mandatory_[r] = std::min(keep, SmallestPrune(problem_.tau, n, t));
+      mandatory_[r] = std::min(keep, SmallestPrune(tau, inverse_tau_, n, t));
       if (mandatory_[r] > cap) return kNoPlan;
       // Below `keep` prunes the rank must send: that is its sender stretch.
       sender_end_[r] = std::min(cap, keep);

@@ -86,6 +86,7 @@ class TransferSolver {
   std::vector<Piece> pieces_;  // steepest first
   PruneKnapsack knapsack_;
   std::vector<RankLp> lp_;  // per rank
+  double inverse_tau_ = 0;  // 1 / tau, 0 when tau is 0
   // Scratch, reused across calls so that the search allocates almost nothing: per rank
   // its mandatory prunes m_r, the prune count from which it keeps all its units (not
   // cordoned), that count capped by its budget (where it no longer sends) and its
