@@ -316,23 +316,7 @@ double PruneKnapsack::PrepareLp(int64_t target) {
     Option* chain = hull_chain_.data();
     size_t top = 0;
     chain[top++] = {0, 0};
-    // The step from the option (or origin) before to the option in hand.
-    int64_t run_in = m == 0 ? 0 : options[0].cost;
-    int64_t rise_in = m == 0 ? 0 : options[0].gain;
-    for (size_t j = 0; j < m; ++j) {
-      const Option& o = options[j];
-      // An option on or below the chord of its two neighbours is no vertex, and the
-      // chain would drop it again: skip it at the price of one cross product. Floors of
-      // a line have at most half their points above both chords (where the gain's rise
-      // falls).
-      if (j + 1 < m) {
-        const int64_t run_out = options[j + 1].cost - o.cost;
-        const int64_t rise_out = options[j + 1].gain - o.gain;
-        const bool under = rise_in * run_out <= rise_out * run_in;
-        run_in = run_out;
-        rise_in = rise_out;
-        if (under) continue;
-      }
+    auto push = [&](const Option& o) {
       // Drop the last vertex while o is at least as steep from the one before it.
       while (top >= 2) {
         const Option& v0 = chain[top - 2];
@@ -344,7 +328,31 @@ double PruneKnapsack::PrepareLp(int64_t target) {
         --top;
       }
       chain[top++] = o;
+    };
+    // An option on or below the chord of its two neighbours is no vertex, and the chain
+    // would drop it again: skip it at the price of one cross product. Floors of a line
+    // have at most half their points above both chords (where the gain's rise falls).
+    if (m > 0 && options[0].cost == 1 && options[m - 1].cost == static_cast<int64_t>(m)) {
+      // Costs 1, 2, .., m (they rise): a sender's, one option per prune. The chord test
+      // compares rises alone.
+      int64_t rise_in = options[0].gain;
+      for (size_t j = 0; j + 1 < m; ++j) {
+        const int64_t rise_out = options[j + 1].gain - options[j].gain;
+        if (rise_in > rise_out) push(options[j]);
+        rise_in = rise_out;
+      }
+    } else if (m > 0) {
+      // The step from the option (or origin) before to the option in hand.
+      int64_t run_in = options[0].cost, rise_in = options[0].gain;
+      for (size_t j = 0; j + 1 < m; ++j) {
+        const int64_t run_out = options[j + 1].cost - options[j].cost;
+        const int64_t rise_out = options[j + 1].gain - options[j].gain;
+        if (rise_in * run_out > rise_out * run_in) push(options[j]);
+        run_in = run_out;
+        rise_in = rise_out;
+      }
     }
+    if (m > 0) push(options[m - 1]);
     for (size_t j = 1; j < top; ++j) {
       hull_segments_[used++] = {static_cast<double>(chain[j].cost - chain[j - 1].cost),
                                 static_cast<double>(chain[j].gain - chain[j - 1].gain), i};
