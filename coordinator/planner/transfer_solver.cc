@@ -33,6 +33,12 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
     const double low = problem_.cordoned[r] ? tau : std::min(c, tau);
+    lp_[r].n = problem_.owned[r];
+    lp_[r].cap = problem_.prune_cap[r];
+    lp_[r].c = c;
+    lp_[r].cordoned = problem_.cordoned[r] != 0;
+    lp_[r].sends_cheaper = c > tau;
+    lp_[r].low_positive = low > 0;
     lp_[r].inverse_low = low > 0 ? 1 / low : 0.0;
     lp_[r].inverse_c = 1 / c;
     lp_[r].inverse_send = c > tau ? 1 / (c - tau) : 0.0;
@@ -188,29 +194,28 @@ double TransferSolver::Balance(double t, const std::vector<int32_t>& z, std::vec
 
 double TransferSolver::LpPrunes(double t) {
   double sum_m = 0, covered = 0;
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    const double n = problem_.owned[r], cap = problem_.prune_cap[r],
-                 c = problem_.seconds_per_unit[r], tau = problem_.tau;
-    const double low = problem_.cordoned[r] ? tau : std::min(c, tau);
-    double m = low > 0 ? std::max(0.0, n - t * lp_[r].inverse_low) : 0.0;
+  const double tau = problem_.tau;
+  for (RankLp& lp : lp_) {
+    const double n = lp.n, cap = lp.cap, c = lp.c;
+    double m = lp.low_positive ? std::max(0.0, n - t * lp.inverse_low) : 0.0;
     if (m > cap + 1e-9) return kInf;
     m = std::min(m, cap);
     sum_m += m;
-    if (problem_.cordoned[r]) {
+    if (lp.cordoned) {
       covered += m;
-      lp_[r].send_length = std::max(0.0, std::min(cap, n) - m);
-      lp_[r].keep_length = 0;
+      lp.send_length = std::max(0.0, std::min(cap, n) - m);
+      lp.keep_length = 0;
       continue;
     }
-    const double keep_from = n - t * lp_[r].inverse_c;  // prunes from which it keeps all its units
-    if (c > tau && m < keep_from) {
-      covered += m + (t - tau * (n - m)) * lp_[r].inverse_send;
-      lp_[r].send_length = std::max(0.0, std::min(keep_from, cap) - m);
-      lp_[r].keep_length = std::max(0.0, cap - std::max(keep_from, m));
+    const double keep_from = n - t * lp.inverse_c;  // prunes from which it keeps all its units
+    if (lp.sends_cheaper && m < keep_from) {
+      covered += m + (t - tau * (n - m)) * lp.inverse_send;
+      lp.send_length = std::max(0.0, std::min(keep_from, cap) - m);
+      lp.keep_length = std::max(0.0, cap - std::max(keep_from, m));
     } else {
-      covered += n + (t - c * (n - m)) * lp_[r].inverse_keep;
-      lp_[r].send_length = 0;
-      lp_[r].keep_length = std::max(0.0, cap - m);
+      covered += n + (t - c * (n - m)) * lp.inverse_keep;
+      lp.send_length = 0;
+      lp.keep_length = std::max(0.0, cap - m);
     }
   }
   const double group_cap = static_cast<double>(problem_.group_prune_cap);

@@ -69,6 +69,11 @@ class TransferSolver {
   // (1 / min(c, tau), 1 / tau when cordoned; 1 / c; 1 / (c - tau) for a sender;
   // 1 / (c + tau)) and, at the t in hand, the lengths of its two LP pieces.
   struct RankLp {
+    // Copies read without conversions: its owned units, prune budget and seconds per
+    // unit; whether it is cordoned, whether sending costs it less than computing
+    // (c > tau), and whether its low divisor is positive.
+    double n = 0, cap = 0, c = 0;
+    bool cordoned = false, sends_cheaper = false, low_positive = false;
     double inverse_low = 0, inverse_c = 0, inverse_send = 0, inverse_keep = 0;
     double send_length = 0, keep_length = 0;
   };
