@@ -78,6 +78,7 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
 
 int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
   int64_t sum_m = 0, covered = 0;
+  base_coverage_at_ = kNoStep;  // until every rank's is in
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const int32_t n = problem_.owned[r], cap = problem_.prune_cap[r];
     const double tau = problem_.tau;
@@ -97,6 +98,7 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
     sum_m += mandatory_[r];
     covered += base_coverage_[r];
   }
+  base_coverage_at_ = t;
   if (sum_m > problem_.group_prune_cap) return kNoPlan;
   if (z != nullptr) z->assign(mandatory_.begin(), mandatory_.end());
   const int64_t deficit = problem_.num_units - covered;
@@ -165,8 +167,10 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
 double TransferSolver::Balance(double t, const std::vector<int32_t>& z, std::vector<int64_t>* v) {
   v->resize(problem_.num_ranks);
   int64_t sum = 0;
+  // After MinPrunes at this t, a rank left at its mandatory prunes has its coverage there.
+  const bool known = t == base_coverage_at_;
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    (*v)[r] = Coverage(r, t, z[r]);
+    (*v)[r] = known && z[r] == mandatory_[r] ? base_coverage_[r] : Coverage(r, t, z[r]);
     sum += (*v)[r];
   }
   for (int64_t excess = sum - problem_.num_units; excess > 0; --excess) {

@@ -98,6 +98,9 @@ class TransferSolver {
   // coverage at m_r. MinPrunes writes them at its t; FillSenderOptions reads them.
   std::vector<int32_t> mandatory_, keep_from_, sender_end_;
   std::vector<int64_t> base_coverage_;
+  // The t at which base_coverage_ holds for every rank (Balance reads it), or kNoStep.
+  static constexpr double kNoStep = -1;
+  double base_coverage_at_ = kNoStep;
   std::vector<double> breakpoints_;  // MinStepWithoutPruning's
 };
 
