@@ -41,6 +41,7 @@ class PruneKnapsack {
     return item;
   }
   void DropLast() { --num_items_; }
+  void Reserve(size_t items) { items_.reserve(items); }
   size_t size() const { return num_items_; }
   Item& item(size_t i) { return items_[i]; }
 

@@ -150,7 +150,7 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
     reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem,
                             AllLocal(moved_problem));
   } else {
-    const ModePlans moved = SolveMode(input, filled, policy, mode, needed);
+    const ModePlans moved = SolveMode(moved_problem, mode, needed);
     *cut_off = moved.joint_cut_off;
     reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem, moved.best(mode));
   }
@@ -363,8 +363,8 @@ absl::StatusOr<PlanCandidate> BestPlan(const PlannerInput& input, const JobPolic
   BALLAST_RETURN_IF_ERROR(ValidateInputs(input, policy));
   const BalanceMode mode = PlanningMode(policy.mode);
   const std::vector<int32_t> owned = OwnedCounts(input);
-  const ModePlans plans = SolveMode(input, owned, policy, mode);
   const Problem problem = MakeProblem(input, owned, policy, mode);
+  const ModePlans plans = SolveMode(problem, mode);
   const CandidateKind kind = mode == BalanceMode::kResize    ? CandidateKind::kResize
                              : mode == BalanceMode::kMigrate ? CandidateKind::kMigrate
                                                              : CandidateKind::kAuto;
@@ -407,7 +407,7 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     d.candidates.back().feasible = false;
     d.candidates.back().note = "a cordoned rank would compute its units";
   }
-  const ModePlans plans = SolveMode(input, owned, policy, mode);
+  const ModePlans plans = SolveMode(problem, mode);
   for (const Strategy& strategy : kStrategies) {
     if (!strategy.allowed(mode)) continue;
     d.candidates.push_back(

@@ -283,10 +283,8 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
 
 }  // namespace
 
-ModePlans SolveMode(const PlannerInput& input, const std::vector<int32_t>& owned,
-                    const JobPolicy& policy, BalanceMode mode, double cutoff) {
+ModePlans SolveMode(const Problem& problem, BalanceMode mode, double cutoff) {
   ModePlans out;
-  const Problem problem = MakeProblem(input, owned, policy, mode);
   if (PrunesAllowed(mode)) out.resize = SolveResize(problem);
   if (TransfersAllowed(mode)) {
     // One solver for both: migrate-only prunes nothing whatever the budgets say

@@ -40,11 +40,11 @@ struct ModePlans {
   }
 };
 
-// `mode` is a planning mode (resize, migrate or auto; see PlanningMode). Auto's search
-// proves optimality only below `cutoff`: a caller that would take the joint plan only if
-// it beats some objective passes that, and the search stops once nothing can.
-ModePlans SolveMode(const PlannerInput& input, const std::vector<int32_t>& owned,
-                    const JobPolicy& policy, BalanceMode mode, double cutoff = kInf);
+// `mode` is a planning mode (resize, migrate or auto; see PlanningMode), and `problem`
+// MakeProblem's for it. Auto's search proves optimality only below `cutoff`: a caller
+// that would take the joint plan only if it beats some objective passes that, and the
+// search stops once nothing can.
+ModePlans SolveMode(const Problem& problem, BalanceMode mode, double cutoff = kInf);
 
 }  // namespace ballast::coordinator::planner_internal
 

@@ -44,6 +44,10 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
     lp_[r].inverse_send = c > tau ? 1 / (c - tau) : 0.0;
     lp_[r].inverse_keep = 1 / (c + tau);
   }
+  // Room once: MinStepWithoutPruning lists up to two breakpoints a rank, and MinPrunes
+  // up to one knapsack item a rank.
+  breakpoints_.reserve(2 * static_cast<size_t>(problem_.num_ranks));
+  knapsack_.Reserve(static_cast<size_t>(problem_.num_ranks));
   mandatory_.assign(problem_.num_ranks, 0);
   keep_from_.assign(problem_.num_ranks, 0);
   sender_end_.assign(problem_.num_ranks, 0);
