@@ -349,20 +349,13 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
   // series each time the solver is made.
   item->options.reserve(static_cast<size_t>(std::min<int64_t>(end - start, target)));
   int64_t last = 0;
-  // ceil(q) falls by floor(step) or one more a prune: stepped, not recomputed. Where
-  // the step lands short of ceil(q), the slack test fails and ceil(q) is taken afresh.
-  const int64_t whole = static_cast<int64_t>(step);
-  int64_t y = CeilToInt(q);
-  const int32_t sends_until = std::min(end, keep - 1);
-  for (int32_t zz = start + 1; zz <= sends_until; ++zz) {
+  for (int32_t zz = start + 1; zz <= std::min(end, keep - 1); ++zz) {
     const int64_t left = n - zz;
     q -= step;
-    y -= whole;
-    if (q <= static_cast<double>(y - 1)) --y;
-    // Fast when clear, 1 < y < left and kClear < slack < 1 - kClear (y - q, so y = ceil(q)).
+    int64_t y = CeilToInt(q);
     const double slack = static_cast<double>(y) - q;
-    if (!(clear && y > 1 && y < left && std::abs(slack - 0.5) < 0.5 - kClear)) {
-      y = std::clamp<int64_t>(CeilToInt(q), 1, left);
+    if (!(clear && y > 1 && y < left && slack > kClear && slack < 1 - kClear)) {
+      y = std::clamp<int64_t>(y, 1, left);
       while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
       while (y < left && Load(c, tau, left - y, y) > t) ++y;
     }
