@@ -49,17 +49,12 @@ Solution SolveResize(const Problem& problem) {
   }
   std::vector<int32_t> z = s.z;
   double best = kInf;
-  const int32_t num_ranks = problem.num_ranks;
   while (true) {
     int32_t top = 0;
-    double top_load = load[0];
-    for (int32_t r = 1; r < num_ranks; ++r) {
-      if (load[r] > top_load) {
-        top = r;
-        top_load = load[r];
-      }
+    for (int32_t r = 1; r < problem.num_ranks; ++r) {
+      if (load[r] > load[top]) top = r;
     }
-    const double obj = top_load + problem.lambda * static_cast<double>(pruned);
+    const double obj = load[top] + problem.lambda * static_cast<double>(pruned);
     // Strictly better only: on ties keep the plan with fewer prunes (less accuracy risk).
     if (best == kInf || obj < best - kRelTol * best) {
       best = obj;
