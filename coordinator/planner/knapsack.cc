@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <iterator>
 #include <limits>
 
 #include "coordinator/planner/problem.h"
@@ -331,10 +330,10 @@ double PruneKnapsack::PrepareLp(int64_t target) {
     };
     // An option on or below the chord of its two neighbours is no vertex, and the chain
     // would drop it again: skip it at the price of one cross product. Floors of a line
-    // have at most half their points above both chords (where the gain's rise falls).
+    // have at most half their points above that chord (where the gain's rise falls).
     if (m > 0 && options[0].cost == 1 && options[m - 1].cost == static_cast<int64_t>(m)) {
-      // Costs 1, 2, .., m (they rise): a sender's, one option per prune. The chord test
-      // compares rises alone.
+      // Costs 1, 2, .., m (strictly rising integers from 1 to m): one option per prune,
+      // as a sender's are. The chord test compares rises alone.
       int64_t rise_in = options[0].gain;
       for (size_t j = 0; j + 1 < m; ++j) {
         const int64_t rise_out = options[j + 1].gain - options[j].gain;
@@ -361,8 +360,9 @@ double PruneKnapsack::PrepareLp(int64_t target) {
   hull_begin_[k] = used;
   // Most efficient item first, so that the bound bites early.
   auto first_slope = [&](size_t i) {
+    if (hull_begin_[i] == hull_begin_[i + 1]) return 0.0;  // no options, no hull
     const Segment& first = hull_segments_[hull_begin_[i]];
-    return hull_begin_[i] == hull_begin_[i + 1] ? 0.0 : first.gain / first.cost;
+    return first.gain / first.cost;
   };
   // A stable insertion sort: a handful of items, and std::stable_sort would allocate.
   for (size_t i = 1; i < k; ++i) {

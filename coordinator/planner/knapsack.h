@@ -27,7 +27,7 @@ class PruneKnapsack {
   };
   struct Item {
     int32_t rank;
-    std::vector<Option> options;  // cost and gain both increasing
+    std::vector<Option> options;  // costs >= 1; cost and gain both strictly increasing
   };
 
   // Items are reused across calls (the search calls this a lot): Clear keeps their
@@ -95,11 +95,11 @@ class PruneKnapsack {
   std::vector<char> listed_;
   std::vector<uint64_t> written_in_epoch_;
   uint64_t epoch_ = 0;
-  // The bounds: each item's hull, the merged suffix hulls as cumulative points
-  // (suffix_points_[suffix_begin_[i] .. suffix_end_[i]) for items order_[i..]).
-  // hull_segments_: item i's hull at [hull_begin_[i], hull_begin_[i + 1]).
+  // The bounds. hull_segments_: item i's hull at [hull_begin_[i], hull_begin_[i + 1]).
   // segments_: all items' hull segments, steepest first (the LP; the first
   // num_segments_); merged_: PrepareLp's merge buffer. These three only grow.
+  // suffix_points_: the merged suffix hulls as cumulative points
+  // (suffix_points_[suffix_begin_[i] .. suffix_end_[i]) for items order_[i..]).
   std::vector<Segment> hull_segments_, segments_, merged_, suffix_points_;
   std::vector<size_t> hull_begin_;
   size_t num_segments_ = 0;

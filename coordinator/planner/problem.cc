@@ -53,10 +53,6 @@ void Price(const Problem& problem, Solution* solution) {
   solution->objective = t + problem.lambda * static_cast<double>(pruned);
 }
 
-int32_t SmallestPrune(double coef, int32_t n, double t) {
-  return SmallestPrune(coef, 1 / coef, n, t);
-}
-
 int32_t SmallestPrune(double coef, double inverse_coef, int32_t n, double t) {
   if (coef * static_cast<double>(n) <= t) return 0;
   // An estimate (the loops below make it exact).

@@ -76,10 +76,9 @@ inline int64_t CeilToInt(double x) {
   return static_cast<double>(i) < x ? i + 1 : i;
 }
 
-// Smallest z in [0, n] with coef * (n - z) <= t (t >= 0; z = n always qualifies).
-int32_t SmallestPrune(double coef, int32_t n, double t);
-// The same with 1 / coef at hand: its first estimate multiplies instead of dividing (the
-// search asks this for every rank at every step time it tries).
+// Smallest z in [0, n] with coef * (n - z) <= t (t >= 0; z = n always qualifies), given
+// 1 / coef too: the first estimate multiplies instead of dividing (the search asks this
+// for every rank at every step time it tries). inverse_coef is not read when coef is 0.
 int32_t SmallestPrune(double coef, double inverse_coef, int32_t n, double t);
 
 }  // namespace ballast::coordinator::planner_internal

@@ -83,9 +83,9 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
 int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
   int64_t sum_m = 0, covered = 0;
   base_coverage_at_ = kNoStep;  // until every rank's is in
+  const double tau = problem_.tau;
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const int32_t n = problem_.owned[r], cap = problem_.prune_cap[r];
-    const double tau = problem_.tau;
     if (problem_.cordoned[r]) {
       mandatory_[r] = SmallestPrune(tau, inverse_tau_, n, t);
       if (mandatory_[r] > cap) return kNoPlan;
@@ -311,10 +311,10 @@ double TransferSolver::RealCoverage(double t) const {
 
 // Options of a sender at MinPrunes' t: every prune beyond its mandatory ones (up to
 // sender_end_) raises its coverage, by at least one unit; stop once the gain reaches
-// `target`. While it still sends, its
-// least send count y(z) = ceil((c (n - z) - t) / (c - tau)) falls by c / (c - tau) per
-// prune, so it is tracked incrementally; its ceiling is checked against the load formula
-// only where rounding could make them disagree.
+// `target`. While it still sends, its least send count
+// y(z) = ceil((c (n - z) - t) / (c - tau)) falls by c / (c - tau) per prune, so it is
+// tracked incrementally; its ceiling is checked against the load formula only where
+// rounding could make them disagree.
 void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) const {
   const int32_t r = item->rank;
   const int32_t start = mandatory_[r], end = sender_end_[r];

@@ -32,7 +32,8 @@ namespace ballast::coordinator::planner_internal {
 
 class TransferSolver {
  public:
-  // `problem` must outlive the solver.
+  // `problem` must outlive the solver and stay unchanged (the solver keeps copies of
+  // its per-rank numbers).
   explicit TransferSolver(const Problem& problem);
 
   // Largest coverage rank r can have with z of its own units pruned and load <= t, or -1
@@ -65,9 +66,9 @@ class TransferSolver {
     int32_t rank;
     bool send;  // the sender (or cordoned) stretch, else the keep-everything stretch
   };
-  // Per rank, for LpPrunes (and Coverage's estimates): its divisors inverted once
-  // (1 / min(c, tau), 1 / tau when cordoned; 1 / c; 1 / (c - tau) for a sender;
-  // 1 / (c + tau)) and, at the t in hand, the lengths of its two LP pieces.
+  // Per rank, for LpPrunes (and the estimates in Coverage and MinPrunes): its divisors
+  // inverted once (1 / min(c, tau), 1 / tau when cordoned; 1 / c; 1 / (c - tau) for a
+  // sender; 1 / (c + tau)) and, at the t in hand, the lengths of its two LP pieces.
   struct RankLp {
     // Copies read without conversions: its owned units, prune budget and seconds per
     // unit; whether it is cordoned, whether sending costs it less than computing
