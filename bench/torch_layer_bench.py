@@ -13,6 +13,11 @@ and reported as min / median / max. One JSON object per line on stdout.
 With ``--collectives torch`` (the default) both variants all-reduce on the process group
 itself, so the ratio is the layers' own overhead; with ``ballast`` the Ballast layers use
 Ballast's own mesh over the same ranks.
+
+A last line times gradient clipping's norm over ``--clip_layers`` small decoder layers
+(the GPT example's: hidden 128, 8 heads, SwiGLU 384; an attention and an MLP block
+each): one all-reduce for every block (``clip_grad_norm_``) against one per block (each
+block's own ``grad_squared_norm``, what clipping did before), interleaved the same way.
 """
 from __future__ import annotations
 
@@ -100,6 +105,49 @@ def timed(layer, x, dy, ballast: bool) -> float:
     return elapsed.item()
 
 
+def timed_call(call) -> float:
+    dist.barrier()
+    start = time.perf_counter()
+    call()
+    elapsed = torch.tensor([time.perf_counter() - start])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item()
+
+
+def clip_norms(args) -> dict:
+    """One collective for all blocks' norm vs one per block; both give the same norm."""
+    torch.manual_seed(1)
+    layers = []
+    for _ in range(args.clip_layers):
+        layers += [bt.ParallelSelfAttention(128, 8, num_query_groups=4, causal=True,
+                                            rotary=True),
+                   bt.ParallelMLP(128, 384, unit_size=32, activation="swiglu")]
+    x = torch.randn(128, 2, 128)
+    times = {"one": [], "per_block": []}
+    with bt.step():  # the norms read this step's gradients
+        for layer in layers:
+            out = layer(x)[0]
+            out.backward(torch.ones_like(out))
+        blocks = [layer._block for layer in layers]
+        variants = {"one": lambda: bt._C.group_grad_squared_norm(blocks),
+                    "per_block": lambda: sum(b.grad_squared_norm() for b in blocks)}
+        one, per_block = variants["one"](), variants["per_block"]()
+        assert math.isclose(one, per_block, rel_tol=1e-5), (one, per_block)
+        for r in range(args.warmup + args.repeats):
+            order = ["one", "per_block"] if r % 2 == 0 else ["per_block", "one"]
+            got = {name: timed_call(variants[name]) for name in order}
+            if r >= args.warmup:
+                for name, t in got.items():
+                    times[name].append(t)
+    ratios = sorted(a / b for a, b in zip(times["one"], times["per_block"]))
+    return {"bench": "torch_layer", "layer": "clip_norm", "collectives": args.collectives,
+            "ranks": args.ranks, "blocks": len(layers), "repeats": args.repeats,
+            "one_collective_median_s": round(statistics.median(times["one"]), 6),
+            "per_block_median_s": round(statistics.median(times["per_block"]), 6),
+            "ratio_min": round(ratios[0], 3), "ratio_median": round(statistics.median(ratios), 3),
+            "ratio_max": round(ratios[-1], 3)}
+
+
 def worker(rank: int, args, path: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
@@ -141,6 +189,10 @@ def worker(rank: int, args, path: str) -> None:
                 "overhead_max": round(ratios[-1] - 1, 4),
                 "agreement_s": round(bt.session().last_step_timings["agreement_seconds"], 6),
             }), flush=True)
+    if args.clip_layers > 0:
+        line = clip_norms(args)
+        if rank == 0:
+            print(json.dumps(line), flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -157,6 +209,8 @@ def main() -> None:
     p.add_argument("--collectives", choices=("torch", "ballast"), default="torch",
                    help="where the Ballast layers' collectives run (ballast.torch.init)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--clip_layers", type=int, default=4,
+                   help="decoder layers whose gradient norm is timed (0: none)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(args, os.path.join(tmp, "rendezvous")), nprocs=args.ranks)

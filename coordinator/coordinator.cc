@@ -296,8 +296,9 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
         // A worker reporting ownership has applied a reshard: later plans count units
         // against it (this is what a restarted coordinator relearns from).
         for (const v1::BlockTiming& b : report.step().blocks()) {
-          if (b.owner_of_unit_size() == 0) continue;
           BlockEntry& block = it->second.blocks[b.block()];
+          if (b.micro_batches() > 0) block.micro_batches = b.micro_batches();
+          if (b.owner_of_unit_size() == 0) continue;
           block.owner_of_unit.clear();
           for (int32_t owner : b.owner_of_unit()) block.owner_of_unit.push_back(RankId(owner));
         }

@@ -176,6 +176,9 @@ class Coordinator {
   struct BlockEntry {
     int32_t num_units = 0;
     int64_t unit_bytes = 0;
+    // Micro-batches a step, from the latest report that ran a Backward: an offloaded unit
+    // moves its bytes out once a step and back this many times (1 until a report says).
+    int32_t micro_batches = 1;
     // What the workers run: set by the first worker to register the block, then by the
     // reports that follow a reshard (their only writers). The ownership the group plans on
     // is PlannedOwnership: the plan in force's move, until a worker reports it.

@@ -161,8 +161,9 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
       in.input.block = BlockId(block_id);
       in.input.owner_of_unit = PlannedOwnership(group, block_id);
       in.move_unconfirmed = in.input.owner_of_unit != block.owner_of_unit;
+      // Weights out once a step, gradients back once per micro-batch.
       in.input.transfer_seconds_per_unit =
-          2.0 * static_cast<double>(block.unit_bytes) / bytes_per_second;
+          (1.0 + block.micro_batches) * static_cast<double>(block.unit_bytes) / bytes_per_second;
       in.input.calm = calm;
       in.input.calm_lasted = calm_lasted;
       std::vector<int32_t> owned(group.size, 0);

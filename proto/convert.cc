@@ -103,6 +103,7 @@ v1::StepReport ToProto(const StepTimings& timings) {
     pb->set_compute_seconds(b.compute_seconds);
     pb->set_comm_seconds(b.comm_seconds);
     pb->set_units_computed(b.units_computed);
+    pb->set_micro_batches(b.micro_batches);
     if (b.received_from >= 0) {
       v1::TransferSample* received = pb->mutable_received();
       received->set_from_rank(b.received_from);

@@ -110,6 +110,11 @@ absl::Status ValidateReport(const v1::StepReport& r) {
       return absl::InvalidArgumentError(
           absl::StrCat("report.blocks[", i, "].units_computed ", b.units_computed(), " < 0"));
     }
+    if (b.micro_batches() < 0 || b.micro_batches() > kMaxMicroBatches) {
+      return absl::InvalidArgumentError(absl::StrCat("report.blocks[", i, "].micro_batches ",
+                                                     b.micro_batches(), " not in [0, ",
+                                                     kMaxMicroBatches, "]"));
+    }
     if (b.has_received()) {
       // Whether from_rank is in the group and not the reporter: ValidateReportPeers.
       const v1::TransferSample& t = b.received();

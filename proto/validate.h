@@ -27,6 +27,9 @@ inline constexpr size_t kMaxReasonBytes = 1024;
 inline constexpr int64_t kMaxTransferSampleBytes = int64_t{1} << 40;
 inline constexpr double kMinTransferBytesPerSecond = 1e3;
 inline constexpr double kMaxTransferBytesPerSecond = 1e13;
+// Micro-batches in one step (BlockTiming.micro_batches): beyond any training loop, and
+// small enough that the offload price it multiplies stays finite.
+inline constexpr int32_t kMaxMicroBatches = 1 << 16;
 
 // INVALID_ARGUMENT naming `field`, the limit and an excerpt of the offending value.
 absl::Status ValidateName(absl::string_view field, absl::string_view name);

@@ -117,6 +117,9 @@ struct ParallelBlock::StepLayout {
   // Backwards accumulated into the gradients since the last AdamWStep (or discard); the
   // gradients await an AdamWStep while it is > 0.
   int32_t backwards = 0;
+  // Backwards run this step, whatever AdamWStep reset: each returned the offloaded units'
+  // gradients (BlockTiming::micro_batches).
+  int32_t step_backwards = 0;
   int64_t step = -1;
 };
 
@@ -385,6 +388,7 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   l.received_from = -1;
   l.received_bytes = 0;
   l.backwards = 0;
+  l.step_backwards = 0;
   l.step = step;
   return absl::OkStatus();
 }
@@ -397,6 +401,7 @@ absl::Status ParallelBlock::EndStep() {
   timing_.units_computed = layout_->forward_done ? units : 0;
   timing_.seconds_per_unit =
       timing_.units_computed > 0 ? timing_.compute_seconds / timing_.units_computed : 0.0;
+  timing_.micro_batches = layout_->step_backwards;
   timing_.received_from = -1;
   timing_.received_bytes = 0;
   timing_.received_seconds = 0;
@@ -717,6 +722,7 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   }
   l.forward_pending = false;
   ++l.backwards;
+  ++l.step_backwards;
   return absl::OkStatus();
 }
 
@@ -727,6 +733,33 @@ void ParallelBlock::DiscardGradients() {
 }
 
 absl::StatusOr<double> ParallelBlock::GradSquaredNorm() {
+  ParallelBlock* self = this;
+  return GroupGradSquaredNorm(absl::MakeConstSpan(&self, 1));
+}
+
+absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blocks) {
+  double local = 0;
+  for (ParallelBlock* block : blocks) {
+    if (block == nullptr) return absl::InvalidArgumentError("GroupGradSquaredNorm: a null block");
+    if (block->group_ != blocks.front()->group_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GroupGradSquaredNorm: block ", block->id_.value(), " is of another TP ",
+                       "group than block ", blocks.front()->id_.value()));
+    }
+    BALLAST_ASSIGN_OR_RETURN(const double share, block->LocalGradSquaredNorm());
+    local += share;
+  }
+  if (blocks.empty()) return 0.0;
+  ParallelBlock& first = *blocks.front();
+  float total = static_cast<float>(local);
+  first.comm_timer_->Start();
+  absl::Status status = first.group_->backend().comm().AllReduceSum(&total, 1);
+  first.comm_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
+  return static_cast<double>(total);
+}
+
+absl::StatusOr<double> ParallelBlock::LocalGradSquaredNorm() {
   if (!has_gradients()) {
     return absl::FailedPreconditionError(
         absl::StrCat("block ", id_.value(), ": GradSquaredNorm without a Backward in this step"));
@@ -745,12 +778,7 @@ absl::StatusOr<double> ParallelBlock::GradSquaredNorm() {
     add(st.slab(p * kFieldsPerParam + kGrad, 0), layout_->pruned_first * sharded_[p].unit_elems);
   }
   if (group_->rank().value() == 0) add(st.bias_grad.data(), hidden_);
-  float total = static_cast<float>(local);
-  comm_timer_->Start();
-  absl::Status status = group_->backend().comm().AllReduceSum(&total, 1);
-  comm_timer_->Stop();
-  BALLAST_RETURN_IF_ERROR(status);
-  return static_cast<double>(total);
+  return local;
 }
 
 absl::Status ParallelBlock::ScaleGradients(float alpha) {

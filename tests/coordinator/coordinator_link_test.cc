@@ -1,11 +1,12 @@
 // The coordinator learns link speeds from the offload transfers workers report
 // (link_model.h), prices offloads at them, and refuses samples that name no peer.
-#include <algorithm>
-#include <memory>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "proto/convert.h"
 #include "testing/fake_clock.h"
@@ -42,6 +43,7 @@ class CoordinatorLinkTest : public ::testing::Test {
     b->set_block(0);
     b->set_units_computed(4);
     b->set_compute_seconds(4 * seconds_per_unit);
+    b->set_micro_batches(micro_batches_);
     if (bytes > 0) {
       b->mutable_received()->set_from_rank(from);
       b->mutable_received()->set_bytes(bytes);
@@ -74,6 +76,8 @@ class CoordinatorLinkTest : public ::testing::Test {
     return policy;
   }
 
+  // What Report says of the step's micro-batches (0: nothing, as a forward-only step).
+  int micro_batches_ = 0;
   testing::FakeClock clock_;
   testing::InMemoryPolicyStore store_;
   std::unique_ptr<SpeedModel> speeds_;
@@ -173,6 +177,37 @@ TEST_F(CoordinatorLinkTest, StatusShowsThePooledVerdictAndAReshardRestartsOnlyTh
   ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
   for (int i = 0; i < 5; ++i) Round(step++, 1000, 1.0);
   EXPECT_NE(state_of(1), "normal");
+}
+
+// An offloaded unit's weights go out once a step and its gradients come back once per
+// micro-batch, so the planner prices (1 + micro-batches) x its 1,000 bytes at the link's
+// 1 GB/s prior. A report that names no micro-batches (a forward-only step) keeps the
+// count last heard; one out of range is refused by name.
+TEST_F(CoordinatorLinkTest, OffloadsArePricedWithAGradientReturnPerMicroBatch) {
+  auto transfer_line = [&] {
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    EXPECT_TRUE(why.ok()) << why.status();
+    return why.ok() ? why->text() : "";
+  };
+  int64_t step = 0;
+  Round(step++);
+  EXPECT_THAT(transfer_line(), ::testing::HasSubstr("transfer 2e-06 s/unit"));
+  micro_batches_ = 3;
+  Round(step++);
+  EXPECT_THAT(transfer_line(), ::testing::HasSubstr("transfer 4e-06 s/unit"));
+  micro_batches_ = 0;
+  Round(step++);
+  EXPECT_THAT(transfer_line(), ::testing::HasSubstr("transfer 4e-06 s/unit"));
+  micro_batches_ = 1;
+  Round(step++);
+  EXPECT_THAT(transfer_line(), ::testing::HasSubstr("transfer 2e-06 s/unit"));
+
+  for (int bad : {-1, (1 << 16) + 1}) {
+    micro_batches_ = bad;
+    const absl::Status s = coordinator_->Report("agent-1", Report(0, step, 1e-3));
+    EXPECT_EQ(s.message(),
+              absl::StrCat("report.blocks[0].micro_batches ", bad, " not in [0, 65536]"));
+  }
 }
 
 TEST_F(CoordinatorLinkTest, ASampleFromNoPeerIsRefusedByName) {

@@ -1,11 +1,13 @@
 // Plans across the wire (proto/convert.h): every field survives the round trip, and the
-// priority, which older coordinators never send, stays optional.
+// priority, which older coordinators never send, stays optional. Step reports carry every
+// timing the coordinator reads.
 #include "proto/convert.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "ballast/plan.h"
+#include "ballast/tp_group.h"
 
 namespace ballast {
 namespace {
@@ -59,6 +61,40 @@ TEST(ConvertTest, AnUnknownPriorityIsDroppedAnUnknownImputationRefused) {
   back = FromProto(wire);
   EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(back.status().message()), ::testing::HasSubstr("imputation 9 unknown"));
+}
+
+TEST(ConvertTest, AStepReportCarriesEveryTiming) {
+  StepTimings timings;
+  timings.step = 7;
+  timings.plan_version = PlanVersion(42);
+  timings.plan_number = 3;
+  timings.agreement_seconds = 0.5;
+  timings.blocks.push_back({.block = BlockId(1),
+                            .compute_seconds = 0.25,
+                            .comm_seconds = 0.125,
+                            .units_computed = 6,
+                            .micro_batches = 2,
+                            .received_from = 1,
+                            .received_bytes = 4096,
+                            .received_seconds = 0.01});
+  timings.blocks.push_back({.block = BlockId(2)});  // no link sample
+  const v1::StepReport wire = ToProto(timings);
+  EXPECT_EQ(wire.step(), 7);
+  EXPECT_EQ(wire.plan_version(), 42);
+  EXPECT_EQ(wire.plan_number(), 3);
+  EXPECT_EQ(wire.agreement_seconds(), 0.5);
+  ASSERT_EQ(wire.blocks_size(), 2);
+  const v1::BlockTiming& b = wire.blocks(0);
+  EXPECT_EQ(b.block(), 1);
+  EXPECT_EQ(b.compute_seconds(), 0.25);
+  EXPECT_EQ(b.comm_seconds(), 0.125);
+  EXPECT_EQ(b.units_computed(), 6);
+  EXPECT_EQ(b.micro_batches(), 2);
+  ASSERT_TRUE(b.has_received());
+  EXPECT_EQ(b.received().from_rank(), 1);
+  EXPECT_EQ(b.received().bytes(), 4096);
+  EXPECT_EQ(b.received().seconds(), 0.01);
+  EXPECT_FALSE(wire.blocks(1).has_received());
 }
 
 }  // namespace

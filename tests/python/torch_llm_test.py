@@ -136,7 +136,9 @@ def train_case(case: Case, plan: str, version: int, group, size: int) -> None:
             for key, g in layer._to_named(layer.dense("grad")):
                 close(g, getattr(dense, name).get_parameter(key).grad, f"{what} {name}.{key} grad")
         before = {key: v.clone() for key, v in dense.state_dict().items()}
-        opt.step()
+        opt.step()  # ends the step: its timings count the micro-batches (the offload price)
+        counted = [b["micro_batches"] for b in bt.session().last_step_timings["blocks"]]
+        assert counted == [k, k], f"{k} micro-batches reported as {counted}"
         opt.zero_grad()
         ref_opt.step()
         ref_opt.zero_grad()

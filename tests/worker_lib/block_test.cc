@@ -33,9 +33,9 @@ using ::testing::HasSubstr;
 constexpr int32_t kHidden = 8, kIntermediate = 48, kBatch = 2, kSeq = 3;
 constexpr size_t kN = kBatch * kSeq * kHidden;
 
-absl::StatusOr<std::unique_ptr<ParallelMlp>> MakeMlp(RankContext& ctx) {
+absl::StatusOr<std::unique_ptr<ParallelMlp>> MakeMlp(RankContext& ctx, int32_t id = 1) {
   MlpConfig config;
-  config.id = BlockId(1);
+  config.id = BlockId(id);
   config.hidden = kHidden;
   config.intermediate = kIntermediate;
   config.unit_size = 8;
@@ -134,6 +134,44 @@ TEST(BlockTest, GradientNormCoversEveryUnitOnceAndScalingScalesIt) {
         EXPECT_THAT(mlp->ScaleGradients(std::nanf("")).message(), HasSubstr("not finite"));
         BALLAST_RETURN_IF_ERROR(mlp->AdamWStep({}));
         EXPECT_FALSE(mlp->has_gradients());
+        return ctx.group->EndStep();
+      }).ok());
+}
+
+// Clipping over many blocks: one all-reduce gives the sum of what each block's own norm
+// gives. A block without gradients is named, on every rank, before any collective (no
+// rank is left waiting in it).
+TEST(BlockTest, OneCollectiveNormsSeveralBlocksAsEachAlone) {
+  ASSERT_TRUE(
+      RunRanks(3, [](RankContext& ctx) -> absl::Status {
+        Compute& c = ctx.backend->compute();
+        BALLAST_ASSIGN_OR_RETURN(auto offloading, MakeMlp(ctx, 1));  // the plan's block
+        BALLAST_ASSIGN_OR_RETURN(auto local, MakeMlp(ctx, 2));
+        BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(OffloadAndPrune()));
+        BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(c, kN));
+        BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+        std::vector<ParallelBlock*> blocks = {offloading.get(), local.get()};
+        BALLAST_RETURN_IF_ERROR(offloading->Forward(b.x.data(), kBatch, kSeq, b.y.data()));
+        BALLAST_RETURN_IF_ERROR(offloading->Backward(b.dy.data(), b.dx.data()));
+        absl::StatusOr<double> early = GroupGradSquaredNorm(blocks);
+        EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+        EXPECT_THAT(early.status().message(), HasSubstr("block 2: GradSquaredNorm without"));
+
+        BALLAST_RETURN_IF_ERROR(local->Forward(b.x.data(), kBatch, kSeq, b.y.data()));
+        BALLAST_RETURN_IF_ERROR(local->Backward(b.dy.data(), b.dx.data()));
+        BALLAST_ASSIGN_OR_RETURN(const double first, offloading->GradSquaredNorm());
+        BALLAST_ASSIGN_OR_RETURN(const double second, local->GradSquaredNorm());
+        BALLAST_ASSIGN_OR_RETURN(const double both, GroupGradSquaredNorm(blocks));
+        EXPECT_GT(first, 0);
+        EXPECT_GT(second, 0);
+        EXPECT_NEAR(both, first + second, 1e-5 * (first + second));
+        BALLAST_ASSIGN_OR_RETURN(const double none, GroupGradSquaredNorm({}));
+        EXPECT_EQ(none, 0);
+        blocks.push_back(nullptr);
+        EXPECT_THAT(GroupGradSquaredNorm(blocks).status().message(), HasSubstr("a null block"));
+
+        BALLAST_RETURN_IF_ERROR(offloading->AdamWStep({}));
+        BALLAST_RETURN_IF_ERROR(local->AdamWStep({}));
         return ctx.group->EndStep();
       }).ok());
 }

@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "ballast/parallel_mlp.h"
 #include "ballast/tp_group.h"
 #include "common/status_macros.h"
@@ -154,6 +155,39 @@ TEST(TimingTest, OffloadTransfersAreSampledOnTheBlocksTurn) {
     EXPECT_LE(helper.received_seconds, helper.comm_seconds);
   }
   EXPECT_GE(samples, 2) << "steps 16 and 32 run the plan and are block 0's turn";
+}
+
+// A step reports its Backward calls (BlockTiming::micro_batches: each returns the offloaded
+// units' gradients), also after the AdamWStep that consumes them, and a forward-only step
+// none.
+TEST(TimingTest, AStepCountsItsMicroBatches) {
+  const MlpConfig config = SmallMlp(8);
+  absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
+    BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
+    Compute& c = ctx.backend->compute();
+    const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
+    BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
+    c.Fill(x.data(), 0.1f, n);
+    for (int micro_batches : {3, 1, 0}) {
+      BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+      BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
+      for (int micro = 0; micro < micro_batches; ++micro) {
+        if (micro > 0) BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
+        BALLAST_RETURN_IF_ERROR(mlp->Backward(y.data(), dx.data()));
+      }
+      if (micro_batches > 0) BALLAST_RETURN_IF_ERROR(mlp->AdamWStep({}));
+      BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
+      const int32_t reported = ctx.group->last_step_timings().blocks.at(0).micro_batches;
+      if (reported != micro_batches) {
+        return absl::InternalError(absl::StrCat("rank ", ctx.rank, ": ", micro_batches,
+                                                " micro-batches reported as ", reported));
+      }
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
 }
 
 // An owner offloading to two helpers at once feeds both from one uplink: neither helper's

@@ -27,6 +27,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 
+from ballast.torch import _C
+
 
 def _layer_of(p: torch.Tensor):
     ref = getattr(p, "_ballast_layer", None)
@@ -115,7 +117,7 @@ def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max
     """``torch.nn.utils.clip_grad_norm_`` over torch parameters and Ballast layers.
 
     The norm is the dense model's: every Ballast unit counted once, wherever it is held
-    (one small all-reduce per Ballast layer, so every rank calls this). Only the 2-norm.
+    (one small all-reduce for all Ballast layers, so every rank calls this). Only the 2-norm.
     """
     if norm_type != 2.0:
         raise ValueError(f"norm_type {norm_type}: only the 2-norm is supported with Ballast")
@@ -125,7 +127,8 @@ def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max
     grads = [p.grad for p in plain if p.grad is not None]
     total_sq = sum((g.detach().double().pow(2).sum().item() for g in grads), 0.0)
     layers = [layer for layer in layers if layer._has_grads()]
-    total_sq += sum(layer._block.grad_squared_norm() for layer in layers)
+    if layers:
+        total_sq += _C.group_grad_squared_norm([layer._block for layer in layers])
     total = math.sqrt(total_sq)
     if error_if_nonfinite and not math.isfinite(total):
         raise RuntimeError(f"the total gradient norm is {total}; set "

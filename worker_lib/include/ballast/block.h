@@ -59,6 +59,9 @@ struct BlockTiming {
   int32_t units_computed = 0;
   // compute_seconds / units_computed; 0 when nothing was computed. The speed signal.
   double seconds_per_unit = 0;
+  // The step's Backward calls (its micro-batches): an offloaded unit's weight gradients
+  // return to its owner once per Backward, its weights go out once a step.
+  int32_t micro_batches = 0;
   // A link sample, once in 16 offloading steps (blocks take turns): the offloaded weights
   // this rank received as a helper, when they all came from one owner that sent to no one
   // else at the same time, their bytes and the seconds of the transfer (started together
@@ -158,7 +161,8 @@ class ParallelBlock {
   // its buffers are the group's shared ones).
   size_t activation_bytes() const;
   // Collective: the squared L2 norm of the whole block's gradients (every unit's, on
-  // whichever rank holds it, plus the replicated bias once), for gradient clipping.
+  // whichever rank holds it, plus the replicated bias once), for gradient clipping. For
+  // several blocks, GroupGradSquaredNorm pays one collective for all of them.
   absl::StatusOr<double> GradSquaredNorm();
   // Scales this rank's gradients (its units' and the bias's) by `alpha`; with
   // GradSquaredNorm, this is clip-by-global-norm.
@@ -244,6 +248,7 @@ class ParallelBlock {
 
  private:
   friend class TpGroup;
+  friend absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blocks);
   struct Storage;
   struct StepLayout;
   struct StepLayoutIn;
@@ -280,6 +285,9 @@ class ParallelBlock {
                            bool at_least = false);
   // The activation buffers of the local range or of helper range `index`.
   std::vector<Buffer>* RangeCache(int index);
+  // This rank's share of GradSquaredNorm (its units' gradients, and the bias on rank 0);
+  // FAILED_PRECONDITION without a Backward this step. No collective.
+  absl::StatusOr<double> LocalGradSquaredNorm();
 
  protected:
   TpGroup* group_;
@@ -302,6 +310,15 @@ class ParallelBlock {
   // Offload transfers that receive (a subset of comm_timer_'s time): BlockTiming::received.
   std::unique_ptr<IntervalTimer> receive_timer_;
 };
+
+// Collective: the squared L2 norm of several blocks' gradients, as GradSquaredNorm gives
+// for each, summed, with one all-reduce for all of them instead of one each (clipping a
+// 4-layer GPT's 8 blocks cost 8 collectives a step, each a wake-up of a throttled rank).
+// Every rank of the group passes the same blocks in the same order; the all-reduce's time
+// counts in the first block's collective seconds. Errors, the same on every rank, before
+// any collective: INVALID_ARGUMENT for a null block or blocks of different TP groups,
+// FAILED_PRECONDITION naming a block without gradients. No blocks: 0, no collective.
+absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blocks);
 
 }  // namespace ballast
 

@@ -159,6 +159,7 @@ py::dict TimingsToDict(const StepTimings& t) {
     bd["comm_seconds"] = b.comm_seconds;
     bd["units_computed"] = b.units_computed;
     bd["seconds_per_unit"] = b.seconds_per_unit;
+    bd["micro_batches"] = b.micro_batches;
     blocks.append(bd);
   }
   d["blocks"] = blocks;
@@ -380,4 +381,14 @@ PYBIND11_MODULE(_C, m) {
         for (UnitFate f : b.block().LocalFates()) fates.emplace_back(UnitFateName(f));
         return fates;
       });
+
+  // Clipping's norm over many layers: one collective for all of them.
+  m.def("group_grad_squared_norm", [](const std::vector<Block*>& blocks) {
+    std::vector<ParallelBlock*> parallel;
+    for (Block* b : blocks) {
+      if (b == nullptr) throw py::value_error("group_grad_squared_norm: a block is None");
+      parallel.push_back(&b->block());
+    }
+    return Value(Released([&] { return GroupGradSquaredNorm(parallel); }));
+  });
 }
