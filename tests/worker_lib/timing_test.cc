@@ -29,6 +29,20 @@ struct RankTotals {
   double seconds_per_unit = 0;
 };
 
+// A step's input (filled with 0.1), output and input gradient for an MLP of `config`.
+struct Activations {
+  Buffer x, y, dx;
+};
+absl::StatusOr<Activations> MakeActivations(Compute& c, const MlpConfig& config) {
+  const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
+  Activations a;
+  BALLAST_ASSIGN_OR_RETURN(a.x, c.Allocate(n));
+  BALLAST_ASSIGN_OR_RETURN(a.y, c.Allocate(n));
+  BALLAST_ASSIGN_OR_RETURN(a.dx, c.Allocate(n));
+  c.Fill(a.x.data(), 0.1f, n);
+  return a;
+}
+
 // Runs `ranks` ranks of one MLP block under `plan` (null: none) for `steps` steps of
 // `micro_batches` forward-backward pairs; returns each rank's timings of every step.
 absl::StatusOr<std::vector<std::vector<StepTimings>>> RunPlan(int ranks, const MlpConfig& config,
@@ -38,17 +52,12 @@ absl::StatusOr<std::vector<std::vector<StepTimings>>> RunPlan(int ranks, const M
   absl::Status status = RunRanks(ranks, [&](RankContext& ctx) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
     if (plan != nullptr) BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(*plan));
-    Compute& c = ctx.backend->compute();
-    const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
-    BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
-    c.Fill(x.data(), 0.1f, n);
+    BALLAST_ASSIGN_OR_RETURN(Activations a, MakeActivations(ctx.backend->compute(), config));
     for (int step = 0; step < steps; ++step) {
       BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
       for (int micro = 0; micro < micro_batches; ++micro) {
-        BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
-        BALLAST_RETURN_IF_ERROR(mlp->Backward(y.data(), dx.data()));
+        BALLAST_RETURN_IF_ERROR(mlp->Forward(a.x.data(), kBatch, kSeq, a.y.data()));
+        BALLAST_RETURN_IF_ERROR(mlp->Backward(a.y.data(), a.dx.data()));
       }
       BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
       const StepTimings& t = ctx.group->last_step_timings();
@@ -164,18 +173,15 @@ TEST(TimingTest, AStepCountsItsMicroBatches) {
   const MlpConfig config = SmallMlp(8);
   absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
-    Compute& c = ctx.backend->compute();
-    const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
-    BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
-    BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
-    c.Fill(x.data(), 0.1f, n);
+    BALLAST_ASSIGN_OR_RETURN(Activations a, MakeActivations(ctx.backend->compute(), config));
     for (int micro_batches : {3, 1, 0}) {
       BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
-      BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
+      BALLAST_RETURN_IF_ERROR(mlp->Forward(a.x.data(), kBatch, kSeq, a.y.data()));
       for (int micro = 0; micro < micro_batches; ++micro) {
-        if (micro > 0) BALLAST_RETURN_IF_ERROR(mlp->Forward(x.data(), kBatch, kSeq, y.data()));
-        BALLAST_RETURN_IF_ERROR(mlp->Backward(y.data(), dx.data()));
+        if (micro > 0) {
+          BALLAST_RETURN_IF_ERROR(mlp->Forward(a.x.data(), kBatch, kSeq, a.y.data()));
+        }
+        BALLAST_RETURN_IF_ERROR(mlp->Backward(a.y.data(), a.dx.data()));
       }
       if (micro_batches > 0) BALLAST_RETURN_IF_ERROR(mlp->AdamWStep({}));
       BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
