@@ -296,9 +296,8 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
         // A worker reporting ownership has applied a reshard: later plans count units
         // against it (this is what a restarted coordinator relearns from).
         for (const v1::BlockTiming& b : report.step().blocks()) {
-          BlockEntry& block = it->second.blocks[b.block()];
-          if (b.micro_batches() > 0) block.micro_batches = b.micro_batches();
           if (b.owner_of_unit_size() == 0) continue;
+          BlockEntry& block = it->second.blocks[b.block()];
           block.owner_of_unit.clear();
           for (int32_t owner : b.owner_of_unit()) block.owner_of_unit.push_back(RankId(owner));
         }
@@ -344,7 +343,16 @@ absl::Status Coordinator::Report(const std::string& agent_id, const v1::WorkerRe
     }
   }
   absl::MutexLock lock(&mu_);
-  if (status.ok()) AddLinkSamples(report);
+  if (status.ok()) {
+    AddLinkSamples(report);
+    // Accepted whole (the speed model too): the blocks' micro-batches price their offloads.
+    auto group = groups_.find({report.job(), report.group()});
+    for (const v1::BlockTiming& b : report.step().blocks()) {
+      if (group == groups_.end() || b.micro_batches() <= 0) continue;
+      auto block = group->second.blocks.find(b.block());
+      if (block != group->second.blocks.end()) block->second.micro_batches = b.micro_batches();
+    }
+  }
   if (status.ok()) {
     ++counters_.reports_accepted;
   } else {

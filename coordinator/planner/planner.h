@@ -4,8 +4,9 @@
 //
 // The model (design brief §2 and §5). Rank r owns n_r of the block's N units and computes
 // one in c_r seconds. An offloaded unit costs each of its two ranks tau seconds a step
-// (weights out, weight gradients back). A plan prunes z_r of r's units, offloads y_r of them
-// and has r compute x_r units of others, so r computes u_r = n_r - z_r - y_r + x_r units and
+// (weights out once, weight gradients back once per micro-batch). A plan prunes z_r of r's
+// units, offloads y_r of them and has r compute x_r units of others, so r computes
+// u_r = n_r - z_r - y_r + x_r units and
 //
 //   load_r = c_r * u_r + tau * (y_r + x_r),   T = max_r load_r,
 //   objective = T + accuracy_weight_seconds * (sum_r z_r) / N.

@@ -128,7 +128,8 @@ class ParallelBlock {
   int32_t num_units() const { return num_units_; }
   int32_t hidden() const { return hidden_; }
   const std::vector<RankId>& owner_of_unit() const { return owner_of_unit_; }
-  // Bytes of one unit's parameters: what offloading it moves each way, per step.
+  // Bytes of one unit's parameters: what offloading it moves to the helper once a step
+  // (again after an AdamWStep within the step), and back once per Backward.
   size_t unit_bytes() const;
   // Floats of the dense layout that GatherDense returns and checkpoints hold.
   size_t dense_size() const { return DenseSize(); }
@@ -314,10 +315,11 @@ class ParallelBlock {
 // Collective: the squared L2 norm of several blocks' gradients, as GradSquaredNorm gives
 // for each, summed, with one all-reduce for all of them instead of one each (clipping a
 // 4-layer GPT's 8 blocks cost 8 collectives a step, each a wake-up of a throttled rank).
-// Every rank of the group passes the same blocks in the same order; the all-reduce's time
-// counts in the first block's collective seconds. Errors, the same on every rank, before
-// any collective: INVALID_ARGUMENT for a null block or blocks of different TP groups,
-// FAILED_PRECONDITION naming a block without gradients. No blocks: 0, no collective.
+// Every rank of the group passes the same blocks in the same order (a block listed twice
+// counts twice); the all-reduce's time counts in the first block's collective seconds.
+// Errors, the same on every rank, before any collective: INVALID_ARGUMENT for a null block
+// or blocks of different TP groups, FAILED_PRECONDITION naming a block without gradients.
+// No blocks: 0, no collective.
 absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blocks);
 
 }  // namespace ballast
