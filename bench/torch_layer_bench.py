@@ -93,25 +93,20 @@ class PlainAttention(nn.Module):
         return _ReduceForward.apply(self.proj(ctx)) + self.bias
 
 
-def timed(layer, x, dy, ballast: bool) -> float:
-    dist.barrier()
-    start = time.perf_counter()
-    xi = x.detach().requires_grad_()
-    out = layer(xi)
-    y = out[0] if ballast else out
-    y.backward(dy)
-    elapsed = torch.tensor([time.perf_counter() - start])
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the group runs at its slowest rank
-    return elapsed.item()
-
-
 def timed_call(call) -> float:
     dist.barrier()
     start = time.perf_counter()
     call()
     elapsed = torch.tensor([time.perf_counter() - start])
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the group runs at its slowest rank
     return elapsed.item()
+
+
+def timed(layer, x, dy, ballast: bool) -> float:
+    def forward_backward() -> None:
+        out = layer(x.detach().requires_grad_())
+        (out[0] if ballast else out).backward(dy)
+    return timed_call(forward_backward)
 
 
 def clip_norms(args) -> dict:
