@@ -6,6 +6,8 @@
   (c) resize    rank 1 slowed 2x, ZERO-resizing only
   (d) migrate   rank 1 slowed 2x, migration/resharding only (exact)
   (e) auto      rank 1 slowed 2x, the planner chooses
+  (e') auto_fixed  auto with the coordinator's --fixed_costs: each rank's collective
+                time beyond the least balanced with its units (coordinator/fixed_costs.h)
   (f) midrun    auto, rank 1 slowed 2x from 30% to 65% of the steps only (a shorter run:
                 half the steps; it measures reaction, not accuracy)
   (g) calm      auto, no straggler: how often calm ranks change the plan (issue 14: at
@@ -39,17 +41,18 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
 import launch  # noqa: E402
 
-# (name, policy mode, stragglers, extra policy settings). Resize-only prices pruning at
-# 0.05 s per unit fraction of the group: at the default 1.0 s, no pruning ever pays at
-# these step times and resize mode would do nothing.
+# (name, policy mode, stragglers, extra policy settings, extra coordinator flags).
+# Resize-only prices pruning at 0.05 s per unit fraction of the group: at the default
+# 1.0 s, no pruning ever pays at these step times and resize mode would do nothing.
 CONFIGS = [
-    ("none", "off", [], {}),
-    ("plain", "off", ["1:2"], {}),
-    ("resize", "resize", ["1:2"], {"accuracy_weight_seconds": "0.05"}),
-    ("migrate", "migrate", ["1:2"], {}),
-    ("auto", "auto", ["1:2"], {}),
-    ("midrun", "auto", ["1:2@{on}-{off}"], {}),
-    ("calm", "auto", [], {}),
+    ("none", "off", [], {}, []),
+    ("plain", "off", ["1:2"], {}, []),
+    ("resize", "resize", ["1:2"], {"accuracy_weight_seconds": "0.05"}, []),
+    ("migrate", "migrate", ["1:2"], {}, []),
+    ("auto", "auto", ["1:2"], {}, []),
+    ("auto_fixed", "auto", ["1:2"], {}, ["--fixed_costs"]),
+    ("midrun", "auto", ["1:2@{on}-{off}"], {}, []),
+    ("calm", "auto", [], {}, []),
 ]
 WARMUP_STEPS = 10  # first steps pay allocation and cache warm-up
 # Plans are counted from here: the speed model has filled its windows (16 samples) and the
@@ -248,10 +251,10 @@ def main():
     previous = {}
     if a.reuse and os.path.exists(os.path.join(out_dir, "e2e.json")):
         previous = {r["config"]: r for r in json.load(open(os.path.join(out_dir, "e2e.json")))}
-    if (any(name in only and stragglers for name, _, stragglers, _ in CONFIGS) and
+    if (any(name in only and stragglers for name, _, stragglers, _, _ in CONFIGS) and
             "plain" not in previous):
         only.add("plain")  # the contended configurations' ideal comes from it
-    for name, mode, stragglers, policy in CONFIGS:
+    for name, mode, stragglers, policy, coordinator_flags in CONFIGS:
         if only and name not in only and not (a.reuse and name in previous) and name != "none":
             continue
         steps = a.steps // 2 if name == "midrun" else a.steps
@@ -260,7 +263,8 @@ def main():
         cfg = launch.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
                                out=os.path.join(out_dir, name), verbose=False, progress="none",
                                trainer_args=a.trainer_args, policy=policy, trainer=a.trainer,
-                               quota_period_us=a.quota_period_us)
+                               quota_period_us=a.quota_period_us,
+                               coordinator_flags=coordinator_flags)
         sampler = None
         reused = a.reuse and name in previous and name not in only
         if reused:

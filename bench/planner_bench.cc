@@ -5,6 +5,8 @@
 // per offloaded unit. Cases:
 //   straggler_2x          one rank 2x slower
 //   straggler_2x_chronic  the same, marked chronic, so a reshard is priced as well
+//   straggler_2x_fixed    the chronic straggler with slower collectives too: a fixed cost
+//                         of 16 of its units beyond the others' (coordinator/fixed_costs.h)
 //   two_stragglers        two ranks 1.5x and 2x slower, both chronic
 //   random                every rank 1x-10x, each block its own speeds, transfer cost
 //                         (0 to 2 ms), accuracy weight (pruning from free to dear) and
@@ -66,9 +68,10 @@ std::vector<Block> MakeBlocks(const std::string& name, BalanceMode mode, uint64_
       in.ranks.push_back(rank);
       for (int u = 0; u < kUnitsPerRank; ++u) in.owner_of_unit.push_back(RankId(r));
     }
-    if (name == "straggler_2x" || name == "straggler_2x_chronic") {
+    if (name == "straggler_2x" || name == "straggler_2x_chronic" || name == "straggler_2x_fixed") {
       in.ranks[5].seconds_per_unit *= 2;
-      in.ranks[5].chronic = name == "straggler_2x_chronic";
+      in.ranks[5].chronic = name != "straggler_2x";
+      if (name == "straggler_2x_fixed") in.ranks[5].fixed_seconds = 16 * 2e-3;
     } else if (name == "two_stragglers") {
       in.ranks[2].seconds_per_unit *= 1.5;
       in.ranks[6].seconds_per_unit *= 2;
@@ -157,12 +160,13 @@ int Digest(int count) {
 
 // `only`, `only_mode`: one case's name and one mode's (profiling), or empty for all.
 int Run(const std::string& only, const std::string& only_mode) {
-  const char* names[] = {"straggler_2x", "straggler_2x_chronic", "two_stragglers", "random"};
+  const char* names[] = {"straggler_2x", "straggler_2x_chronic", "straggler_2x_fixed",
+                         "two_stragglers", "random"};
   const BalanceMode modes[] = {BalanceMode::kAuto, BalanceMode::kMigrate, BalanceMode::kResize};
   if (!only.empty() && std::find(std::begin(names), std::end(names), only) == std::end(names)) {
     std::fprintf(stderr,
-                 "unknown case '%s': straggler_2x, straggler_2x_chronic, two_stragglers or "
-                 "random\n",
+                 "unknown case '%s': straggler_2x, straggler_2x_chronic, straggler_2x_fixed, "
+                 "two_stragglers or random\n",
                  only.c_str());
     return 2;
   }

@@ -59,6 +59,12 @@ struct CoordinatorOptions {
   // How long a marginal straggler (within 1.3x at the default straggler threshold) must
   // last before a calm group that runs all-local starts balancing (rank_speeds.h).
   absl::Duration marginal_straggler_for = absl::Seconds(3);
+  // Balance each rank's collective time beyond the least with its units, as a fixed cost
+  // (fixed_costs.h). Off (the default): the planner balances block compute alone. Off by
+  // default because the estimate assumes a straggler's collectives slow with its compute,
+  // and on the e2e benchmark, where they do, it measured no gain beyond the noise
+  // (docs/benchmarks.md, 2026-11-26).
+  bool fixed_costs = false;
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
   // series). An agent disconnected this long is forgotten too. Policies, pauses and
@@ -220,6 +226,10 @@ class Coordinator {
     std::optional<absl::Duration> moved_units_at;
     // Link speeds learned from the ranks' offload transfers.
     LinkModel links;
+    // The collectives' own cost a step that the last decision left out of the planner's
+    // fixed costs (FixedCosts::common; written only by Decide), for the step prediction;
+    // unset when it gave none (mode off, --fixed_costs=false, nothing measured).
+    std::optional<double> common_fixed_seconds;
     // Monotonic time of the last registration, report or detach (forget_after runs
     // from it once no rank is attached).
     absl::Duration last_activity = absl::ZeroDuration();
@@ -254,13 +264,23 @@ class Coordinator {
   std::optional<WorkloadPlan> Decide(GroupEntry& group, const JobPolicy& policy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Push(const GroupEntry& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The step the plan in force should take, as compute (the planner's per-block
-  // predictions, summed) and collectives (what they cost once nobody waits for a peer).
+  // The step the plan in force should take, as blocks (the planner's per-block
+  // predictions, summed: compute, and each rank's fixed cost beyond the least) and
+  // collectives (what they cost once nobody waits for a peer: the least fixed cost the
+  // last decision estimated, else the smallest median collective time over the ranks).
   struct StepPrediction {
     double blocks = 0;
     double collectives = 0;
   };
   static StepPrediction PredictStep(const GroupEntry& group);
+  // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
+  // collective times and pooled slowdown, indexed by rank; sets `common` to the least and
+  // says what it found in `lines`. Zeros (and `common` untouched) when
+  // options_.fixed_costs is off or nothing was measured.
+  std::vector<double> FixedSecondsPerStep(const GroupEntry& group, const PooledGroup& pooled,
+                                          std::vector<std::string>& lines,
+                                          std::optional<double>& common) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bytes per second an offload is priced at: the group's slowest learned link, else
   // options_.link_bytes_per_second. `explanation` (when not null) says which.
   double LinkBytesPerSecond(const GroupEntry& group, std::string* explanation) const;

@@ -59,6 +59,11 @@ Coordinator::StepPrediction Coordinator::PredictStep(const GroupEntry& group) {
   StepPrediction p;
   if (group.decisions.empty()) return p;  // nothing planned yet: no prediction
   for (const auto& [b, d] : group.decisions) p.blocks += d.predicted_step_seconds;
+  if (group.common_fixed_seconds.has_value()) {
+    // The rest of every rank's collectives is in the blocks' predictions already.
+    p.collectives = *group.common_fixed_seconds;
+    return p;
+  }
   // The collectives' own cost, without the waiting for a late peer that a plan removes:
   // the rank that arrives last waits least, so the smallest median over the ranks.
   bool any = false;

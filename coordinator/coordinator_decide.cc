@@ -14,6 +14,7 @@
 #include "ballast/plan.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/fixed_costs.h"
 #include "coordinator/planner/group_planner.h"
 #include "coordinator/rank_speeds.h"
 
@@ -102,6 +103,8 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   }
   GroupPlannerInput planner_input;
   planner_input.group = GroupId(group.name);
+  // Written to the group with the decisions it goes with (their blocks hold the excess).
+  std::optional<double> common_fixed;
   if (policy.mode != BalanceMode::kOff) {
     // Every block's speeds first: a rank's verdict is pooled over all of them.
     std::vector<PoolBlock> speeds;
@@ -154,8 +157,19 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
     std::string link_line;
     const double bytes_per_second = LinkBytesPerSecond(group, &link_line);
     lines.push_back(std::move(link_line));
+    const std::vector<double> fixed_per_step =
+        FixedSecondsPerStep(group, *pooled, lines, common_fixed);
+    // A rank's fixed seconds go to the blocks by their share of the group's reference
+    // compute, so that every block sees the same ratios between ranks.
+    double reference_total = 0;
+    for (const PoolBlock& pb : speeds) {
+      reference_total += pb.speeds.reference_seconds_per_unit * pb.num_units;
+    }
     size_t b = 0;
     for (const auto& [block_id, block] : group.blocks) {
+      const double share = reference_total > 0 ? speeds[b].speeds.reference_seconds_per_unit *
+                                                     block.num_units / reference_total
+                                               : 0;
       const GroupSpeeds& block_speeds = speeds[b++].speeds;
       GroupBlockInput& in = planner_input.blocks.emplace_back();
       in.input.block = BlockId(block_id);
@@ -172,6 +186,8 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
         PlannerRank pr;
         pr.seconds_per_unit = PooledSecondsPerUnit(rs, block_speeds, *pooled);
         pr.owned_units = owned[rs.rank.value()];
+        const size_t r = static_cast<size_t>(rs.rank.value());
+        pr.fixed_seconds = r < fixed_per_step.size() ? fixed_per_step[r] * share : 0;
         pr.chronic = rs.rank.value() < group.size && chronic[rs.rank.value()];
         const RankEntry& entry = group.ranks.at(rs.rank.value());
         pr.cordoned = cordons_.contains(entry.identity.device());
@@ -200,14 +216,20 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   for (auto& [block_id, block_decision] : decision.blocks) {
     group.decisions[block_id] = std::move(block_decision);
   }
+  // Only with blocks planned: mode off plans none and leaves the earlier decisions, which
+  // hold the excess over the common part they were planned with.
+  if (!planner_input.blocks.empty()) group.common_fixed_seconds = common_fixed;
   decision.blocks.clear();
   const bool moves_units = decision.moves_units;
   std::vector<std::string> after;
   if (!group.decisions.empty()) {
     const StepPrediction p = PredictStep(group);
     after.push_back(absl::StrFormat(
-        "step: %.4f s predicted = %.4f s of block compute + %.4f s of collectives (the "
-        "smallest median over the ranks: their cost without waiting for a late peer)",
+        group.common_fixed_seconds.has_value()
+            ? "step: %.4f s predicted = %.4f s of blocks (compute, and each rank's fixed "
+              "seconds beyond the least) + %.4f s of collectives (the least fixed seconds)"
+            : "step: %.4f s predicted = %.4f s of block compute + %.4f s of collectives (the "
+              "smallest median over the ranks: their cost without waiting for a late peer)",
         p.blocks + p.collectives, p.blocks, p.collectives));
   }
   std::optional<WorkloadPlan> change = std::move(decision.change);
@@ -229,6 +251,32 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   // s on the shaped link (7 moves in 300 steps with reshard_after 4 s).
   if (moves_units) group.moved_units_at = clock_->Monotonic();
   return plan;
+}
+
+std::vector<double> Coordinator::FixedSecondsPerStep(const GroupEntry& group,
+                                                     const PooledGroup& pooled,
+                                                     std::vector<std::string>& lines,
+                                                     std::optional<double>& common) const {
+  std::vector<double> none(group.size, 0.0);
+  if (!options_.fixed_costs) {
+    lines.push_back(
+        "fixed costs: off (coordinator flag --fixed_costs): block compute balanced alone");
+    return none;
+  }
+  std::vector<double> collective(group.size, 0.0), slowdown(group.size, 0.0);
+  for (const auto& [r, rank] : group.ranks) {
+    if (r < 0 || r >= group.size || !rank.attached) continue;
+    collective[r] = rank.collective_seconds.Median();
+    if (static_cast<size_t>(r) < pooled.ranks.size()) slowdown[r] = pooled.ranks[r].slowdown;
+  }
+  absl::StatusOr<FixedCosts> costs = EstimateFixedCosts(collective, slowdown);
+  if (!costs.ok()) {  // reports are validated: only a bug gets here
+    lines.push_back(absl::StrCat("fixed costs: ", costs.status().message()));
+    return none;
+  }
+  lines.push_back(DescribeFixedCosts(*costs));
+  if (costs->measured) common = costs->common;
+  return costs->excess;
 }
 
 void Coordinator::DecideDueGroups() {

@@ -49,6 +49,10 @@ ABSL_FLAG(double, dwell_hysteresis, 0.3,
 ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
           "last before a calm group starts balancing; a larger one is balanced at once");
+ABSL_FLAG(bool, fixed_costs, false,
+          "Balance each rank's collective time beyond the least together with its units, "
+          "scaled by its compute slowdown (coordinator/fixed_costs.h); for stragglers whose "
+          "collectives slow with them (co-tenants, CPU quotas). False: compute alone");
 ABSL_FLAG(int32_t, max_message_bytes, 16 << 20, "Largest gRPC message accepted");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this server; with --tls_key, serves TLS");
@@ -114,6 +118,7 @@ int main(int argc, char** argv) {
   options.plan_dwell = absl::GetFlag(FLAGS_plan_dwell);
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
+  options.fixed_costs = absl::GetFlag(FLAGS_fixed_costs);
   options.forget_after = absl::GetFlag(FLAGS_forget_after);
   options.max_workers_per_agent = absl::GetFlag(FLAGS_max_workers_per_agent);
   options.max_groups_per_agent = absl::GetFlag(FLAGS_max_groups_per_agent);

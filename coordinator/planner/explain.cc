@@ -57,10 +57,12 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
       Num(input.transfer_seconds_per_unit), " s/unit, accuracy weight ",
       Num(policy.accuracy_weight_seconds), " s, prune budget ",
       Num(policy.max_pruned_fraction_rank), "/rank ", Num(policy.max_pruned_fraction_group),
-      "/group, hysteresis ", Num(policy.hysteresis), "\n  s/unit x units:");
+      "/group, hysteresis ", Num(policy.hysteresis), "\n  [fixed s +] s/unit x units:");
   for (size_t r = 0; r < input.ranks.size(); ++r) {
     const PlannerRank& rank = input.ranks[r];
-    absl::StrAppend(&out, " ", r, ":", Num(rank.seconds_per_unit), "x", rank.owned_units,
+    absl::StrAppend(&out, " ", r, ":",
+                    rank.fixed_seconds > 0 ? absl::StrCat(Num(rank.fixed_seconds), "+") : "",
+                    Num(rank.seconds_per_unit), "x", rank.owned_units,
                     rank.cordoned ? "(cordoned)" : "", rank.chronic ? "(chronic)" : "");
   }
   absl::StrAppend(&out, "\n  all-local ", Num(d.all_local_step_seconds), " s, ideal ",

@@ -14,29 +14,56 @@ absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRa
   if (num_units < 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_units ", num_units, " must be >= 0"));
   }
-  double inverse_sum = 0;
+  bool any_active = false;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    const double c = ranks[r].seconds_per_unit;
+    const double c = ranks[r].seconds_per_unit, f = ranks[r].fixed_seconds;
     if (!std::isfinite(c) || c <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("ranks[", r, "].seconds_per_unit ", c, " must be finite and > 0"));
     }
-    if (!ranks[r].cordoned) inverse_sum += 1 / c;
+    if (!std::isfinite(f) || f < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks[", r, "].fixed_seconds ", f, " must be finite and >= 0"));
+    }
+    any_active = any_active || !ranks[r].cordoned;
   }
-  if (inverse_sum == 0) {
+  if (!any_active) {
     return absl::InvalidArgumentError("ranks: all ranks are cordoned; nobody can own units");
   }
-  // The greedy hands out the N cheapest "levels" c_r * j (j-th unit of rank r), ties to
-  // the lower rank. Every level strictly below the fractional water level is among them,
-  // so take those at once and hand out the few remaining units one by one.
-  const double level = static_cast<double>(num_units) / inverse_sum * (1 - 1e-9);
+  // The greedy hands out the N cheapest "levels" f_r + c_r * j (j-th unit of rank r), ties
+  // to the lower rank. Every level strictly below the fractional water level is among
+  // them, so take those at once and hand out the few remaining units one by one. The
+  // level L solves sum over the ranks below it of (L - f_r) / c_r = N; a rank whose fixed
+  // cost is at or above the level of the others gets no unit below it, so it is left out
+  // and the level solved again (it only falls).
+  std::vector<char> below(ranks.size(), 0);
+  for (size_t r = 0; r < ranks.size(); ++r) below[r] = ranks[r].cordoned ? 0 : 1;
+  double level = 0;
+  for (bool changed = true; changed;) {
+    double inverse_sum = 0, fixed_units = 0;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (!below[r]) continue;
+      inverse_sum += 1 / ranks[r].seconds_per_unit;
+      fixed_units += ranks[r].fixed_seconds / ranks[r].seconds_per_unit;
+    }
+    level = inverse_sum > 0
+                ? (static_cast<double>(num_units) + fixed_units) / inverse_sum * (1 - 1e-9)
+                : 0;
+    changed = false;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (below[r] && ranks[r].fixed_seconds >= level) {
+        below[r] = 0;
+        changed = true;
+      }
+    }
+  }
   std::vector<int32_t> counts(ranks.size(), 0);
   int64_t assigned = 0;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    if (ranks[r].cordoned) continue;
-    const double c = ranks[r].seconds_per_unit;
-    int64_t j = static_cast<int64_t>(std::min(level / c, static_cast<double>(num_units)));
-    while (j > 0 && !(c * static_cast<double>(j) < level)) --j;
+    if (!below[r]) continue;
+    const double c = ranks[r].seconds_per_unit, f = ranks[r].fixed_seconds;
+    int64_t j = static_cast<int64_t>(std::min((level - f) / c, static_cast<double>(num_units)));
+    while (j > 0 && !(f + c * static_cast<double>(j) < level)) --j;
     counts[r] = static_cast<int32_t>(j);
     assigned += j;
   }
@@ -49,7 +76,8 @@ absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRa
     double pick_level = std::numeric_limits<double>::infinity();
     for (size_t r = 0; r < ranks.size(); ++r) {
       if (ranks[r].cordoned) continue;
-      const double next = ranks[r].seconds_per_unit * static_cast<double>(counts[r] + 1);
+      const double next =
+          ranks[r].fixed_seconds + ranks[r].seconds_per_unit * static_cast<double>(counts[r] + 1);
       if (next < pick_level) {
         pick_level = next;
         pick = r;

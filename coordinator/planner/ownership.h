@@ -12,9 +12,11 @@
 
 namespace ballast::coordinator {
 
-// Unit counts minimising max_r c_r * n'_r with sum n' = num_units and n' = 0 on cordoned
-// ranks: units go one at a time to the rank with the least c_r * (n'_r + 1), ties to the
-// lower rank, which is exactly optimal for this min-max.
+// Unit counts minimising max_r f_r + c_r * n'_r over the ranks given units, with
+// sum n' = num_units and n' = 0 on cordoned ranks: units go one at a time to the rank with
+// the least f_r + c_r * (n'_r + 1), ties to the lower rank, which is exactly optimal for
+// this min-max. INVALID_ARGUMENT for a c_r not finite and > 0, an f_r not finite and >= 0,
+// or every rank cordoned.
 absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRank>& ranks,
                                                      int32_t num_units);
 

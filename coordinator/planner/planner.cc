@@ -81,7 +81,7 @@ PlanCandidate MakeCandidate(CandidateKind kind, BlockId block, const Problem& pr
     cand.cost.pruned_units += s.z[r];
     cand.cost.offloaded_units += s.y[r];
     cand.cost.rank_seconds[r] =
-        Load(problem.seconds_per_unit[r], problem.tau,
+        Load(problem.fixed_seconds[r], problem.seconds_per_unit[r], problem.tau,
              int64_t{problem.owned[r]} - s.z[r] - s.y[r] + s.x[r], int64_t{s.y[r]} + s.x[r]);
   }
   return cand;
@@ -133,7 +133,10 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
   *cut_off = false;
   std::vector<PlannerRank> ranks = input.ranks;
   if (even_split) {
-    for (PlannerRank& rank : ranks) rank.seconds_per_unit = 1;
+    for (PlannerRank& rank : ranks) {
+      rank.seconds_per_unit = 1;
+      rank.fixed_seconds = 0;
+    }
   }
   BALLAST_ASSIGN_OR_RETURN(
       std::vector<int32_t> filled,
@@ -221,6 +224,10 @@ absl::Status ValidatePlannerInput(const PlannerInput& input) {
     if (!std::isfinite(rank.seconds_per_unit) || rank.seconds_per_unit <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ranks[", r, "].seconds_per_unit ", rank.seconds_per_unit, " must be finite and > 0"));
+    }
+    if (!std::isfinite(rank.fixed_seconds) || rank.fixed_seconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranks[", r, "].fixed_seconds ", rank.fixed_seconds, " must be finite and >= 0"));
     }
     if (rank.owned_units < 0) {
       return absl::InvalidArgumentError(
@@ -348,7 +355,8 @@ absl::StatusOr<PlanCost> EvaluatePlan(const PlannerInput& input, const JobPolicy
       return absl::FailedPreconditionError(
           absl::StrCat("rank ", r, " is cordoned but the plan has it compute ", u, " units"));
     }
-    cost.rank_seconds[r] = Load(input.ranks[r].seconds_per_unit, tau, u, y[r] + x[r]);
+    cost.rank_seconds[r] =
+        Load(input.ranks[r].fixed_seconds, input.ranks[r].seconds_per_unit, tau, u, y[r] + x[r]);
     cost.step_seconds = std::max(cost.step_seconds, cost.rank_seconds[r]);
     cost.offloaded_units += static_cast<int32_t>(y[r]);
   }
@@ -384,19 +392,33 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   const Problem problem = MakeProblem(input, owned, policy, mode);
 
   BlockDecision d;
-  double inverse_sum = 0;
+  // H = sum of 1 / c_r and F = sum of f_r / c_r over the ranks not cordoned, and the
+  // largest fixed cost: no plan's step is below it, whatever it moves.
+  double inverse_sum = 0, fixed_units = 0, most_fixed = 0;
   bool cordoned_owner = false, reshard_worth_pricing = false, any_cordoned = false;
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
     const PlannerRank& rank = input.ranks[r];
-    if (!rank.cordoned) inverse_sum += 1 / rank.seconds_per_unit;
+    if (!rank.cordoned) {
+      inverse_sum += 1 / rank.seconds_per_unit;
+      fixed_units += rank.fixed_seconds / rank.seconds_per_unit;
+    }
+    most_fixed = std::max(most_fixed, rank.fixed_seconds);
     any_cordoned = any_cordoned || rank.cordoned;
     cordoned_owner = cordoned_owner || (rank.cordoned && rank.owned_units > 0);
     reshard_worth_pricing = reshard_worth_pricing || rank.cordoned || rank.chronic;
-    d.all_local_step_seconds =
-        std::max(d.all_local_step_seconds,
-                 Load(problem.seconds_per_unit[r], problem.tau, rank.owned_units, 0));
+    d.all_local_step_seconds = std::max(d.all_local_step_seconds,
+                                        Load(problem.fixed_seconds[r], problem.seconds_per_unit[r],
+                                             problem.tau, rank.owned_units, 0));
   }
-  d.ideal_step_seconds = static_cast<double>(problem.num_units) / inverse_sum;
+  // The water level with p units pruned: every rank computing at its own speed, nothing
+  // transferred, all finishing together, (N - p + F) / H; or, when that is below some
+  // rank's fixed cost, that cost (then the level is wrong, but the step cannot be lower).
+  // With no fixed costs, N / H exactly.
+  auto water_level = [&](double pruned) {
+    return std::max(most_fixed,
+                    (static_cast<double>(problem.num_units) - pruned + fixed_units) / inverse_sum);
+  };
+  d.ideal_step_seconds = water_level(0);
 
   // Candidates on the current ownership: all-local, then the mode's techniques; then the
   // reshard and the plan in force (at most 6).
@@ -453,15 +475,19 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     const double needed =
         uneven_calm ? (1 + noise) * best.cost.objective : (1 - margin) * best.cost.objective;
     // No split beats every rank computing at its own speed with nothing transferred: with
-    // p units pruned the step is at least (N - p) / H, H the sum of 1/c_r over the ranks
-    // not cordoned (inverse_sum), so the objective is at
-    // least the smaller of that at p = 0 and at the group's prune budget. When even that
-    // misses `needed`, the search on the water-filled split is skipped (on the random
-    // planner benchmark, 40% of the reshards priced).
-    const double units = static_cast<double>(problem.num_units);
+    // p units pruned the step is at least the water level (water_level above), so the
+    // objective is at least the least of water_level(p) + lambda p over p in [0, budget]:
+    // a convex function, linear but for where the level meets the largest fixed cost, so
+    // the least is at an end or there. When even that misses `needed`, the search on the
+    // water-filled split is skipped (on the random planner benchmark, 40% of the reshards
+    // priced).
     const double prune_cap = static_cast<double>(problem.group_prune_cap);
-    const double perfect = std::min(d.ideal_step_seconds,
-                                    (units - prune_cap) / inverse_sum + problem.lambda * prune_cap);
+    const double kink =
+        std::clamp(static_cast<double>(problem.num_units) + fixed_units - most_fixed * inverse_sum,
+                   0.0, prune_cap);
+    const double perfect =
+        std::min({d.ideal_step_seconds, water_level(prune_cap) + problem.lambda * prune_cap,
+                  water_level(kink) + problem.lambda * kink});
     bool cut_off = false;
     PlanCandidate reshard;
     if (!uneven_calm && perfect >= needed * (1 + kRelTol)) {

@@ -3,12 +3,13 @@
 // seconds per unit and the job's policy. A pure library: no I/O, no threads, no clock.
 //
 // The model (design brief §2 and §5). Rank r owns n_r of the block's N units and computes
-// one in c_r seconds. An offloaded unit costs each of its two ranks tau seconds a step
-// (weights out once, weight gradients back once per micro-batch). A plan prunes z_r of r's
-// units, offloads y_r of them and has r compute x_r units of others, so r computes
-// u_r = n_r - z_r - y_r + x_r units and
+// one in c_r seconds, after f_r seconds of its share of the block that no plan moves (its
+// collectives' own cost: an affine cost per rank, f_r + c_r per unit). An offloaded unit
+// costs each of its two ranks tau seconds a step (weights out once, weight gradients back
+// once per micro-batch). A plan prunes z_r of r's units, offloads y_r of them and has r
+// compute x_r units of others, so r computes u_r = n_r - z_r - y_r + x_r units and
 //
-//   load_r = c_r * u_r + tau * (y_r + x_r),   T = max_r load_r,
+//   load_r = f_r + c_r * u_r + tau * (y_r + x_r),   T = max_r load_r,
 //   objective = T + accuracy_weight_seconds * (sum_r z_r) / N.
 //
 // The planner minimises the objective exactly, at unit granularity, subject to the policy's
@@ -55,6 +56,12 @@ namespace ballast::coordinator {
 struct PlannerRank {
   // Measured compute seconds per unit of this block (the speed model's smoothed value).
   double seconds_per_unit = 0;
+  // Seconds of the block's step on this rank that no plan moves, whatever it computes:
+  // the coordinator's estimate of the rank's collectives without waits (fixed_costs.h;
+  // given only with its --fixed_costs).
+  // A rank slower here than its peers is balanced by giving it fewer units. 0: none
+  // known, the model of compute alone.
+  double fixed_seconds = 0;
   // Units the rank owns now; must match owner_of_unit.
   int32_t owned_units = 0;
   // Must compute nothing (an operator cordoned its device).
@@ -118,9 +125,10 @@ struct BlockDecision {
   BlockPlan plan;
   double predicted_step_seconds = 0;  // of `plan`
   double objective = 0;               // of `plan`
-  // N / sum over non-cordoned ranks of 1 / c_r: perfect balance, no transfer cost.
+  // Perfect balance, no transfer cost: the T with sum over non-cordoned ranks of
+  // (T - f_r) / c_r = N (N / sum 1 / c_r with no fixed costs), and at least max_r f_r.
   double ideal_step_seconds = 0;
-  // max_r c_r * n_r: everyone computes what it owns.
+  // max_r f_r + c_r * n_r: everyone computes what it owns.
   double all_local_step_seconds = 0;
   // The current plan was kept: the best new plan did not beat it by the hysteresis.
   bool kept_current = false;

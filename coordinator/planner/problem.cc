@@ -10,11 +10,13 @@ Problem MakeProblem(const PlannerInput& input, const std::vector<int32_t>& owned
   Problem problem;
   problem.num_ranks = static_cast<int32_t>(input.ranks.size());
   problem.tau = input.transfer_seconds_per_unit;
+  problem.fixed_seconds.reserve(problem.num_ranks);
   problem.seconds_per_unit.reserve(problem.num_ranks);
   problem.owned.reserve(problem.num_ranks);
   problem.cordoned.reserve(problem.num_ranks);
   problem.prune_cap.reserve(problem.num_ranks);
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
+    problem.fixed_seconds.push_back(input.ranks[r].fixed_seconds);
     problem.seconds_per_unit.push_back(input.ranks[r].seconds_per_unit);
     problem.owned.push_back(owned[r]);
     problem.cordoned.push_back(input.ranks[r].cordoned ? 1 : 0);
@@ -45,22 +47,22 @@ void Price(const Problem& problem, Solution* solution) {
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
     const int64_t computed =
         int64_t{problem.owned[r]} - solution->z[r] - solution->y[r] + solution->x[r];
-    t = std::max(t, Load(problem.seconds_per_unit[r], problem.tau, computed,
-                         int64_t{solution->y[r]} + solution->x[r]));
+    t = std::max(t, Load(problem.fixed_seconds[r], problem.seconds_per_unit[r], problem.tau,
+                         computed, int64_t{solution->y[r]} + solution->x[r]));
     pruned += solution->z[r];
   }
   solution->step = t;
   solution->objective = t + problem.lambda * static_cast<double>(pruned);
 }
 
-int32_t SmallestPrune(double coef, double inverse_coef, int32_t n, double t) {
-  if (coef * static_cast<double>(n) <= t) return 0;
+int32_t SmallestPrune(double fixed, double coef, double inverse_coef, int32_t n, double t) {
+  if (fixed + coef * static_cast<double>(n) <= t) return 0;
   // An estimate (the loops below make it exact).
-  const double keep = std::floor(t * inverse_coef);
+  const double keep = std::floor((t - fixed) * inverse_coef);
   int64_t z = keep >= n ? 0 : n - static_cast<int64_t>(keep);
   z = std::clamp<int64_t>(z, 0, n);
-  while (z > 0 && coef * static_cast<double>(n - z + 1) <= t) --z;
-  while (z < n && coef * static_cast<double>(n - z) > t) ++z;
+  while (z > 0 && fixed + coef * static_cast<double>(n - z + 1) <= t) --z;
+  while (z < n && fixed + coef * static_cast<double>(n - z) > t) ++z;
   return static_cast<int32_t>(z);
 }
 

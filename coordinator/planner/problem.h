@@ -1,8 +1,8 @@
 // The planner's internal model of one block under one ownership and policy: the load
 // formula every layer prices with, the problem in the solver's terms and a plan in counts.
 // Internal to the planner (planner.h is the interface); the symbols follow the model in
-// planner.h: c_r seconds per unit, n_r units owned, tau per transferred unit, and a plan's
-// z_r pruned, y_r offloaded and x_r computed for others.
+// planner.h: f_r fixed seconds, c_r seconds per unit, n_r units owned, tau per transferred
+// unit, and a plan's z_r pruned, y_r offloaded and x_r computed for others.
 #ifndef BALLAST_COORDINATOR_PLANNER_PROBLEM_H_
 #define BALLAST_COORDINATOR_PLANNER_PROBLEM_H_
 
@@ -23,8 +23,10 @@ inline constexpr double kRelTol = 1e-12;
 
 // The one load formula. Every threshold the solver compares against and every reported
 // step time comes from it, so a predicted T is the same double the plan recomputes to.
-inline double Load(double c, double tau, int64_t computed, int64_t transferred) {
-  return c * static_cast<double>(computed) + tau * static_cast<double>(transferred);
+// Summed left to right, so that with no fixed cost (f = 0, the exact 0 + x = x) every load
+// is the same double it was before the fixed term existed.
+inline double Load(double fixed, double c, double tau, int64_t computed, int64_t transferred) {
+  return fixed + c * static_cast<double>(computed) + tau * static_cast<double>(transferred);
 }
 
 inline bool PrunesAllowed(BalanceMode mode) { return mode != BalanceMode::kMigrate; }
@@ -38,6 +40,7 @@ inline BalanceMode PlanningMode(BalanceMode mode) {
 struct Problem {
   int32_t num_ranks = 0;
   int64_t num_units = 0;                 // N
+  std::vector<double> fixed_seconds;     // f_r
   std::vector<double> seconds_per_unit;  // c_r
   std::vector<int32_t> owned;            // n_r
   std::vector<char> cordoned;
@@ -76,10 +79,11 @@ inline int64_t CeilToInt(double x) {
   return static_cast<double>(i) < x ? i + 1 : i;
 }
 
-// Smallest z in [0, n] with coef * (n - z) <= t (t >= 0; z = n always qualifies), given
-// 1 / coef too: the first estimate multiplies instead of dividing (the search asks this
-// for every rank at every step time it tries). inverse_coef is not read when coef is 0.
-int32_t SmallestPrune(double coef, double inverse_coef, int32_t n, double t);
+// Smallest z in [0, n] with fixed + coef * (n - z) <= t (fixed <= t; z = n always
+// qualifies), given 1 / coef too: the first estimate multiplies instead of dividing (the
+// search asks this for every rank at every step time it tries). inverse_coef is not read
+// when coef is 0.
+int32_t SmallestPrune(double fixed, double coef, double inverse_coef, int32_t n, double t);
 
 }  // namespace ballast::coordinator::planner_internal
 

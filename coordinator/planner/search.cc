@@ -11,7 +11,7 @@ namespace ballast::coordinator::planner_internal {
 namespace {
 
 // ---------------------------------------------------------------------------------------
-// Resize only: no transfers, so rank r needs z_r = ceil(n_r - T / c_r) prunes for a step
+// Resize only: no transfers, so rank r needs z_r = ceil(n_r - (T - f_r) / c_r) prunes for a step
 // time T. Lowering T one step at a time (prune the most loaded rank) visits every T at
 // which the prune count changes, with the fewest prunes for it.
 Solution SolveResize(const Problem& problem) {
@@ -41,11 +41,16 @@ Solution SolveResize(const Problem& problem) {
   // No prune count gets the step below the load of a rank pruned to its budget.
   double floor_load = 0;
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
-    if (problem.cordoned[r]) continue;
-    const double c = problem.seconds_per_unit[r];
-    load[r] = Load(c, problem.tau, problem.owned[r], 0);
-    floor_load = std::max(
-        floor_load, Load(c, problem.tau, std::max(0, problem.owned[r] - problem.prune_cap[r]), 0));
+    const double f = problem.fixed_seconds[r], c = problem.seconds_per_unit[r];
+    if (problem.cordoned[r]) {  // pruned whole above: it bears its fixed cost alone
+      load[r] = Load(f, c, problem.tau, 0, 0);
+      floor_load = std::max(floor_load, load[r]);
+      continue;
+    }
+    load[r] = Load(f, c, problem.tau, problem.owned[r], 0);
+    floor_load =
+        std::max(floor_load,
+                 Load(f, c, problem.tau, std::max(0, problem.owned[r] - problem.prune_cap[r]), 0));
   }
   std::vector<int32_t> z = s.z;
   double best = kInf;
@@ -68,7 +73,8 @@ Solution SolveResize(const Problem& problem) {
     if (floor_load + problem.lambda * static_cast<double>(pruned + 1) >= best) break;
     ++z[top];
     ++pruned;
-    load[top] = Load(problem.seconds_per_unit[top], problem.tau, problem.owned[top] - z[top], 0);
+    load[top] = Load(problem.fixed_seconds[top], problem.seconds_per_unit[top], problem.tau,
+                     problem.owned[top] - z[top], 0);
   }
   s.feasible = true;
   Price(problem, &s);

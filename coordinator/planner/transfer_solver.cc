@@ -33,6 +33,7 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
     const double low = problem_.cordoned[r] ? tau : std::min(c, tau);
+    lp_[r].fixed = problem_.fixed_seconds[r];
     lp_[r].n = problem_.owned[r];
     lp_[r].cap = problem_.prune_cap[r];
     lp_[r].c = c;
@@ -55,28 +56,30 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
 }
 
 int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
+  const double f = problem_.fixed_seconds[r];
   if (problem_.cordoned[r])
-    return Load(problem_.seconds_per_unit[r], problem_.tau, 0, problem_.owned[r] - z) <= t ? z : -1;
+    return Load(f, problem_.seconds_per_unit[r], problem_.tau, 0, problem_.owned[r] - z) <= t ? z
+                                                                                              : -1;
   const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
   const int64_t n = problem_.owned[r], left = n - z;
   // Receiving more than the others own never helps.
   const int64_t max_in = std::max<int64_t>(0, problem_.num_units - n);
-  if (Load(c, tau, left, 0) <= t) {
+  if (Load(f, c, tau, left, 0) <= t) {
     // Estimates, made exact by the loops: a product with the inverse, not a division.
-    const double room = (t - c * static_cast<double>(left)) * lp_[r].inverse_keep;
+    const double room = (t - f - c * static_cast<double>(left)) * lp_[r].inverse_keep;
     int64_t x = room >= static_cast<double>(max_in)
                     ? max_in
                     : std::max<int64_t>(0, static_cast<int64_t>(room));
-    while (x < max_in && Load(c, tau, left + x + 1, x + 1) <= t) ++x;
-    while (x > 0 && Load(c, tau, left + x, x) > t) --x;
+    while (x < max_in && Load(f, c, tau, left + x + 1, x + 1) <= t) ++x;
+    while (x > 0 && Load(f, c, tau, left + x, x) > t) --x;
     return n + x;
   }
   if (!(c > tau)) return -1;  // sending costs it more than computing
-  const double need = (c * static_cast<double>(left) - t) * lp_[r].inverse_send;
+  const double need = (c * static_cast<double>(left) - (t - f)) * lp_[r].inverse_send;
   int64_t y = need >= static_cast<double>(left) ? left : std::max<int64_t>(1, CeilToInt(need));
-  while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
-  while (y < left && Load(c, tau, left - y, y) > t) ++y;
-  if (Load(c, tau, left - y, y) > t) return -1;
+  while (y > 1 && Load(f, c, tau, left - (y - 1), y - 1) <= t) --y;
+  while (y < left && Load(f, c, tau, left - y, y) > t) ++y;
+  if (Load(f, c, tau, left - y, y) > t) return -1;
   return n - y;
 }
 
@@ -86,14 +89,17 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
   const double tau = problem_.tau;
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     const int32_t n = problem_.owned[r], cap = problem_.prune_cap[r];
+    const double f = problem_.fixed_seconds[r];
+    // Nothing gets a rank under its own fixed cost.
+    if (f > t) return kNoPlan;
     if (problem_.cordoned[r]) {
-      mandatory_[r] = SmallestPrune(tau, inverse_tau_, n, t);
+      mandatory_[r] = SmallestPrune(f, tau, inverse_tau_, n, t);
       if (mandatory_[r] > cap) return kNoPlan;
       sender_end_[r] = std::min(cap, n);
     } else {
-      const int32_t keep = SmallestPrune(problem_.seconds_per_unit[r], lp_[r].inverse_c, n, t);
+      const int32_t keep = SmallestPrune(f, problem_.seconds_per_unit[r], lp_[r].inverse_c, n, t);
       keep_from_[r] = keep;
-      mandatory_[r] = std::min(keep, SmallestPrune(tau, inverse_tau_, n, t));
+      mandatory_[r] = std::min(keep, SmallestPrune(f, tau, inverse_tau_, n, t));
       if (mandatory_[r] > cap) return kNoPlan;
       // Below `keep` prunes the rank must send: that is its sender stretch.
       sender_end_[r] = std::min(cap, keep);
@@ -205,7 +211,10 @@ double TransferSolver::LpPrunes(double t) {
   const double tau = problem_.tau;
   for (RankLp& lp : lp_) {
     const double n = lp.n, cap = lp.cap, c = lp.c;
-    double m = lp.low_positive ? std::max(0.0, n - t * lp.inverse_low) : 0.0;
+    // The rank's room under t after its fixed cost: the LP of a fixed-free rank at t - f.
+    const double room = t - lp.fixed;
+    if (room < 0) return kInf;
+    double m = lp.low_positive ? std::max(0.0, n - room * lp.inverse_low) : 0.0;
     if (m > cap + 1e-9) return kInf;
     m = std::min(m, cap);
     sum_m += m;
@@ -215,13 +224,13 @@ double TransferSolver::LpPrunes(double t) {
       lp.keep_length = 0;
       continue;
     }
-    const double keep_from = n - t * lp.inverse_c;  // prunes from which it keeps all its units
+    const double keep_from = n - room * lp.inverse_c;  // prunes from which it keeps all its units
     if (lp.sends_cheaper && m < keep_from) {
-      covered += m + (t - tau * (n - m)) * lp.inverse_send;
+      covered += m + (room - tau * (n - m)) * lp.inverse_send;
       lp.send_length = std::max(0.0, std::min(keep_from, cap) - m);
       lp.keep_length = std::max(0.0, cap - std::max(keep_from, m));
     } else {
-      covered += n + (t - c * (n - m)) * lp.inverse_keep;
+      covered += n + (room - c * (n - m)) * lp.inverse_keep;
       lp.send_length = 0;
       lp.keep_length = std::max(0.0, cap - m);
     }
@@ -250,16 +259,17 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
   double floor_load = 0, step = 0;
   breakpoints_.clear();
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+    const double f = problem_.fixed_seconds[r], c = problem_.seconds_per_unit[r],
+                 tau = problem_.tau;
     const int64_t n = problem_.owned[r];
     floor_load = std::max(floor_load, problem_.cordoned[r]
-                                          ? Load(c, tau, 0, n)
-                                          : std::min(Load(c, tau, n, 0), Load(c, tau, 0, n)));
+                                          ? Load(f, c, tau, 0, n)
+                                          : std::min(Load(f, c, tau, n, 0), Load(f, c, tau, 0, n)));
     if (problem_.cordoned[r]) continue;
     step = std::max(step, c + tau);
     // Where the rank's relaxed coverage (RealCoverage) changes slope or jumps.
-    if (c > tau) breakpoints_.push_back(Load(c, tau, 0, n));
-    breakpoints_.push_back(Load(c, tau, n, 0));
+    if (c > tau) breakpoints_.push_back(Load(f, c, tau, 0, n));
+    breakpoints_.push_back(Load(f, c, tau, n, 0));
   }
   // Every rank cordoned: ValidatePlannerInput refuses that (nobody could own the units),
   // so this only keeps the function total.
@@ -294,11 +304,12 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
 }
 
 // Sum over ranks of the relaxed coverage at zero prunes (>= the integer coverage).
-double TransferSolver::RealCoverage(double t) const {
+double TransferSolver::RealCoverage(double at) const {
   double sum = 0;
   for (int32_t r = 0; r < problem_.num_ranks; ++r) {
     if (problem_.cordoned[r]) continue;
     const double c = problem_.seconds_per_unit[r], tau = problem_.tau, n = problem_.owned[r];
+    const double t = at - problem_.fixed_seconds[r];  // its room after its fixed cost
     if (c > tau) {
       if (t < tau * n) continue;
       sum += t <= c * n ? (t - tau * n) / (c - tau) : n + (t - c * n) / (c + tau);
@@ -325,10 +336,10 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
     }
     return;
   }
-  const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+  const double f = problem_.fixed_seconds[r], c = problem_.seconds_per_unit[r], tau = problem_.tau;
   const int64_t n = problem_.owned[r];
   const double step = c / (c - tau);
-  double q = (c * static_cast<double>(n - start) - t) / (c - tau);
+  double q = (c * static_cast<double>(n - start) - (t - f)) / (c - tau);
   // The fix-ups below make y exact against the load formula, as Coverage does. They can
   // be skipped where q is at least kClear from an integer: then ceil(q) passes the load
   // check and ceil(q) - 1 fails it, each by (c - tau) * (kClear - q's error) or more.
@@ -338,7 +349,7 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
   // rounding summed over its steps (under a hundredth of kClear). On the planner
   // benchmark that is nearly every option.
   constexpr double kClear = 1e-6;
-  const double magnitude = (c + tau) * static_cast<double>(n) + t;
+  const double magnitude = (c + tau) * static_cast<double>(n) + t + f;
   const double span = end - start;
   const double q_error = (std::abs(q) + step * span) * (span + 2) * 0x1p-50;
   const bool clear = (c - tau) * kClear > 1e-12 * magnitude && q_error < 1e-2 * kClear;
@@ -356,8 +367,8 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
     const double slack = static_cast<double>(y) - q;
     if (!(clear && y > 1 && y < left && slack > kClear && slack < 1 - kClear)) {
       y = std::clamp<int64_t>(y, 1, left);
-      while (y > 1 && Load(c, tau, left - (y - 1), y - 1) <= t) --y;
-      while (y < left && Load(c, tau, left - y, y) > t) ++y;
+      while (y > 1 && Load(f, c, tau, left - (y - 1), y - 1) <= t) --y;
+      while (y < left && Load(f, c, tau, left - y, y) > t) ++y;
     }
     const int64_t gain = n - y - base;
     if (gain <= last) continue;
@@ -380,14 +391,14 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
 void TransferSolver::FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target,
                                          Item* item) const {
   const int32_t r = item->rank;
-  const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
+  const double f = problem_.fixed_seconds[r], c = problem_.seconds_per_unit[r], tau = problem_.tau;
   const int64_t n = problem_.owned[r];
   const int64_t max_in = std::max<int64_t>(0, problem_.num_units - n);
   const int64_t x0 = Coverage(r, t, start) - n;
-  auto fits = [&](int64_t zz, int64_t x) { return Load(c, tau, n - zz + x, x) <= t; };
+  auto fits = [&](int64_t zz, int64_t x) { return Load(f, c, tau, n - zz + x, x) <= t; };
   for (int64_t g = 1; g <= target && x0 + g <= max_in; ++g) {
     const int64_t x = x0 + g;
-    const int64_t estimate = CeilToInt(static_cast<double>(n + x) - (t - tau * x) / c);
+    const int64_t estimate = CeilToInt(static_cast<double>(n + x) - (t - f - tau * x) / c);
     int64_t zz = std::clamp<int64_t>(estimate, start + 1, int64_t{end} + 1);
     while (zz - 1 > start && fits(zz - 1, x)) --zz;
     while (zz <= end && !fits(zz, x)) ++zz;

@@ -6,8 +6,9 @@
 // Coverage. Call v_r = u_r + z_r the units rank r accounts for. In an optimum no rank both
 // sends and receives (dropping one of each saves 2 tau and changes nothing else), so r
 // transfers |n_r - v_r| units and
-//   load_r = c_r * (v_r - z_r) + tau * |n_r - v_r|,
-// and a plan is feasible iff sum_r v_r = N. For a step time t and prunes z_r, the v_r with
+//   load_r = f_r + c_r * (v_r - z_r) + tau * |n_r - v_r|,
+// and a plan is feasible iff sum_r v_r = N (f_r, the rank's fixed seconds, only narrows its
+// room under t to t - f_r). For a step time t and prunes z_r, the v_r with
 // load_r <= t form an interval whose top Vmax_r(t, z_r) has a closed form (Coverage); t is
 // reachable with prunes z iff every rank can get under t and sum_r Vmax_r(t, z_r) >= N.
 //
@@ -70,10 +71,10 @@ class TransferSolver {
   // inverted once (1 / min(c, tau), 1 / tau when cordoned; 1 / c; 1 / (c - tau) for a
   // sender; 1 / (c + tau)) and, at the t in hand, the lengths of its two LP pieces.
   struct RankLp {
-    // Copies read without conversions: its owned units, prune budget and seconds per
-    // unit; whether it is cordoned, whether sending costs it less than computing
+    // Copies read without conversions: its fixed seconds, owned units, prune budget and
+    // seconds per unit; whether it is cordoned, whether sending costs it less than computing
     // (c > tau), and whether its low divisor is positive.
-    double n = 0, cap = 0, c = 0;
+    double fixed = 0, n = 0, cap = 0, c = 0;
     bool cordoned = false, sends_cheaper = false, low_positive = false;
     double inverse_low = 0, inverse_c = 0, inverse_send = 0, inverse_keep = 0;
     double send_length = 0, keep_length = 0;
@@ -82,7 +83,8 @@ class TransferSolver {
   // Rank r's load accounting for v units with z of its own pruned.
   double LoadAt(int32_t r, int64_t v, int32_t z) const {
     const int64_t n = problem_.owned[r];
-    return Load(problem_.seconds_per_unit[r], problem_.tau, v - z, v >= n ? v - n : n - v);
+    return Load(problem_.fixed_seconds[r], problem_.seconds_per_unit[r], problem_.tau, v - z,
+                v >= n ? v - n : n - v);
   }
   double RealCoverage(double t) const;
   void FillSenderOptions(double t, int64_t target, Item* item) const;

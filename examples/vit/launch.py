@@ -101,6 +101,7 @@ class JobConfig:
     agent_metrics_port: int = 0
     trainer_args: list = field(default_factory=list)
     policy: dict = field(default_factory=dict)  # extra policy KEY=VALUE
+    coordinator_flags: list = field(default_factory=list)  # extra ballast-coordinator flags
     verbose: bool = True
     progress: str = "auto"
     trainer: str = "cpp"
@@ -414,7 +415,8 @@ class Job:
         trainer, trainer_env = self.trainer()
         self.start("coordinator", [coordinator, f"--listen={self.coordinator_addr}",
                                    f"--metrics=127.0.0.1:{self.metrics_port}",
-                                   f"--store={os.path.join(self.run_dir, 'coordinator.db')}"])
+                                   f"--store={os.path.join(self.run_dir, 'coordinator.db')}",
+                                   *cfg.coordinator_flags])
         wait_until(lambda: self.ctl("status").returncode == 0, 20, "the coordinator",
                    self.procs, self.stopping)
         # Steps here take ~0.2 s: with the default one decision per second a new straggler
@@ -652,6 +654,8 @@ def main(argv=None):
     p.add_argument("--agent-metrics-port", type=int, default=0)
     p.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
                    help="extra policy settings (see ballastctl policy set)")
+    p.add_argument("--coordinator-flag", action="append", default=[], metavar="--FLAG=VALUE",
+                   help="extra ballast-coordinator flag, e.g. --coordinator-flag=--fixed_costs=false")
     p.add_argument("--progress", default="auto", choices=("auto", "bar", "lines", "none"))
     p.add_argument("--netns", action="append", default=[], metavar="RANK:NAMESPACE:ADDRESS",
                    help="run RANK in an existing network namespace, its Gloo transport on "
@@ -669,6 +673,9 @@ def main(argv=None):
         policy = dict(kv.split("=", 1) for kv in a.policy if "=" in kv)
         if len(policy) != len(a.policy):
             raise ValueError("--policy takes KEY=VALUE")
+        for flag in a.coordinator_flag:
+            if not flag.startswith("--"):
+                raise ValueError(f"--coordinator-flag {flag!r} must start with --")
         if a.world < 1 or a.steps < 1:
             raise ValueError("--world and --steps must be >= 1")
         if not 1000 <= a.quota_period_us <= 1000000:  # the kernel's cfs_period_us range
@@ -684,7 +691,8 @@ def main(argv=None):
                     quota_period_us=a.quota_period_us, out=a.out,
                     metrics_port=a.metrics_port, agent_metrics_port=a.agent_metrics_port,
                     trainer_args=a.trainer_args, policy=policy, progress=a.progress,
-                    trainer=a.trainer, netns=netns, backend=a.backend)
+                    trainer=a.trainer, netns=netns, backend=a.backend,
+                    coordinator_flags=a.coordinator_flag)
     try:
         ranks = run_job(cfg)
     except LaunchError as e:

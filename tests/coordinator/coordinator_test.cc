@@ -487,67 +487,118 @@ TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced
   EXPECT_EQ(sink.plans().size(), before + 1) << "a calm group's plan changed";
 }
 
-// Status predicts the whole step: the planner's block compute plus the collectives' own
-// cost, the smallest median over the ranks (the last rank to arrive waits least). The
-// measured step is the slowest rank's median, so one stalled report moves neither.
-TEST_F(CoordinatorTest, StatusPredictsTheWholeStepFromMedians) {
-  RecordingSink sink;
-  ASSERT_NO_FATAL_FAILURE(StartMigrateJob({}, &sink));
-  JobPolicy policy = *coordinator_->GetPolicy("vit");
-  policy.mode = BalanceMode::kObserve;  // explain, push nothing: all-local stays
-  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-  int64_t step = 0;
-  // units[r] computed at c[r] s/unit; collectives cost 2 ms plus the wait for the later rank.
-  auto run = [&](int steps, const std::vector<int>& units, const std::vector<double>& c,
-                 int64_t version, double stall = 0) {
-    for (int i = 0; i < steps; ++i, ++step) {
+// Two ranks of one block in lockstep for `steps` steps, planned every 100 ms: rank r
+// computes units[r] units at c[r] s/unit and spends own[r] seconds in collectives of its
+// own, then waits for the later rank (the step is the slowest compute + own collectives).
+// `stall` is added to the first step's collective time on both ranks.
+class TwoRankLockstep {
+ public:
+  TwoRankLockstep(Coordinator* coordinator, testing::FakeClock* clock)
+      : coordinator_(coordinator), clock_(clock) {}
+  void Run(int steps, const std::vector<int>& units, const std::vector<double>& c,
+           const std::vector<double>& own, int64_t version, double stall = 0) {
+    for (int i = 0; i < steps; ++i, ++step_) {
       const double compute[2] = {units[0] * c[0], units[1] * c[1]};
+      const double step_seconds = std::max(compute[0] + own[0], compute[1] + own[1]);
       for (int rank : {0, 1}) {
-        v1::WorkerReport r = StepReport(rank, step, version);
+        v1::WorkerReport r = StepReport(rank, step_, version);
         v1::BlockTiming* b = r.mutable_step()->add_blocks();
         b->set_block(0);
         b->set_units_computed(units[rank]);
         b->set_compute_seconds(compute[rank]);
-        b->set_comm_seconds(2e-3 + std::max(compute[0], compute[1]) - compute[rank] +
-                            (i == 0 ? stall : 0));
+        b->set_comm_seconds(step_seconds - compute[rank] + (i == 0 ? stall : 0));
         ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
       }
-      clock_.Advance(absl::Milliseconds(100));
+      clock_->Advance(absl::Milliseconds(100));
       coordinator_->Tick();
     }
-  };
-  auto status = [&]() {
+  }
+  v1::GroupStatus Status() {
     absl::StatusOr<v1::ClusterStatus> s = coordinator_->Status("vit");
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? s->jobs(0).groups(0) : v1::GroupStatus();
-  };
+  }
+
+ private:
+  Coordinator* coordinator_;
+  testing::FakeClock* clock_;
+  int64_t step_ = 0;
+};
+
+// Status predicts the whole step: the planner's block compute plus the collectives' own
+// cost, the smallest median over the ranks (the last rank to arrive waits least). The
+// measured step is the slowest rank's median, so one stalled report moves neither. Here
+// the ranks' collectives cost them alike (2 ms), and fixed costs are off: compute alone
+// is balanced, as a cluster whose slow ranks are slow only in compute wants.
+TEST_F(CoordinatorTest, StatusPredictsTheWholeStepFromMedians) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.fixed_costs = false}, &sink));
+  JobPolicy policy = *coordinator_->GetPolicy("vit");
+  policy.mode = BalanceMode::kObserve;  // explain, push nothing: all-local stays
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  const std::vector<double> c = {1e-3, 3e-3}, own = {2e-3, 2e-3};
 
   // All-local with rank 1 at 3x: 12 ms of compute on rank 1, 2 ms of collectives.
-  run(20, {4, 4}, {1e-3, 3e-3}, 0);
-  v1::GroupStatus g = status();
+  ranks.Run(20, {4, 4}, c, own, 0);
+  v1::GroupStatus g = ranks.Status();
   EXPECT_NEAR(g.predicted_collective_seconds(), 2e-3, 1e-9);
   EXPECT_NEAR(g.predicted_step_seconds(), 14e-3, 1e-9);
   EXPECT_NEAR(g.measured_step_seconds(), 14e-3, 1e-9);
-  run(1, {4, 4}, {1e-3, 3e-3}, 0, /*stall=*/1.0);  // one report stalled a second
-  g = status();
+  ranks.Run(1, {4, 4}, c, own, 0, /*stall=*/1.0);  // one report stalled a second
+  g = ranks.Status();
   EXPECT_NEAR(g.predicted_step_seconds(), 14e-3, 1e-9);
   EXPECT_NEAR(g.measured_step_seconds(), 14e-3, 1e-9);
   absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(why->text(), ::testing::HasSubstr("step: 0.0140 s predicted = 0.0120 s of block "
                                                 "compute + 0.0020 s of collectives"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("fixed costs: off"));
 
   // Balanced (migrate): 2 of rank 1's units on rank 0, 6 ms each, nobody waits.
   policy.mode = BalanceMode::kMigrate;
   ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-  run(1, {4, 4}, {1e-3, 3e-3}, 0);
+  ranks.Run(1, {4, 4}, c, own, 0);
   ASSERT_EQ(sink.plans().size(), 1u);
   ASSERT_EQ(OffloadedUnits(sink.plans()[0]), 2);
-  run(20, {6, 2}, {1e-3, 3e-3}, sink.plans()[0].version());
-  g = status();
+  ranks.Run(20, {6, 2}, c, own, sink.plans()[0].version());
+  g = ranks.Status();
   EXPECT_NEAR(g.measured_step_seconds(), 8e-3, 1e-9);
   // The planner adds the transfer of 2 units on a 1 GB/s link (2 x 2 us a unit).
   EXPECT_NEAR(g.predicted_step_seconds(), 8e-3, 1e-5);
+}
+
+// A straggler's collectives slow with it (a CPU quota: every wake-up waits for its share):
+// rank 1 at 3x spends 6 ms of its own in collectives, rank 0 2 ms. Compute alone balanced
+// (2 units offloaded) leaves rank 1 at 6 + 6 = 12 ms a step and rank 0 waiting. With its
+// 4 ms of excess as a fixed cost the planner offloads 3 units: 7 + 2 = 3 + 6 = 9 ms. The
+// estimate holds once rank 0 no longer waits, and the prediction stays the measured step.
+TEST_F(CoordinatorTest, AStragglersSlowerCollectivesAreBalancedAsAFixedCost) {
+  const std::vector<double> c = {1e-3, 3e-3}, own = {2e-3, 6e-3};
+  for (bool fixed_costs : {true, false}) {
+    SCOPED_TRACE(fixed_costs ? "fixed costs on" : "fixed costs off");
+    RecordingSink sink;
+    ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.fixed_costs = fixed_costs}, &sink));
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    ranks.Run(1, {4, 4}, c, own, 0);
+    ASSERT_EQ(sink.plans().size(), 1u);
+    const int offloaded = OffloadedUnits(sink.plans()[0]);
+    EXPECT_EQ(offloaded, fixed_costs ? 3 : 2);
+    ranks.Run(20, {4 + offloaded, 4 - offloaded}, c, own, sink.plans()[0].version());
+    EXPECT_EQ(sink.plans().size(), 1u) << "the plan moved on its own outcome";
+    const v1::GroupStatus g = ranks.Status();
+    EXPECT_NEAR(g.measured_step_seconds(), fixed_costs ? 9e-3 : 12e-3, 1e-9);
+    // Within the transfers' few microseconds.
+    EXPECT_NEAR(g.predicted_step_seconds(), fixed_costs ? 9e-3 : 12e-3, 1e-5);
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    if (fixed_costs) {
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("fixed seconds a step beyond 0.002 s of "
+                                                    "collectives (balanced with the units): "
+                                                    "0 +0 1 +0.004"));
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("1:0.004+0.003x"));
+    }
+  }
 }
 
 TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {

@@ -48,6 +48,7 @@ absl::StatusOr<Explained> PlanExplained(const PlannerInput& in, const JobPolicy&
 
 struct Case {
   std::vector<double> c;
+  std::vector<double> f;  // fixed seconds per rank; empty: none
   std::vector<int32_t> n;
   std::vector<bool> cordoned;
   std::vector<bool> chronic;
@@ -62,6 +63,7 @@ PlannerInput MakeInput(const Case& k) {
   for (size_t r = 0; r < k.c.size(); ++r) {
     PlannerRank rank;
     rank.seconds_per_unit = k.c[r];
+    rank.fixed_seconds = k.f.empty() ? 0 : k.f[r];
     rank.owned_units = k.n[r];
     rank.cordoned = !k.cordoned.empty() && k.cordoned[r];
     rank.chronic = !k.chronic.empty() && k.chronic[r];
@@ -110,7 +112,8 @@ double Oracle(const Case& k, BalanceMode mode, bool allow_send_and_receive = tru
           if (!allow_send_and_receive && y > 0 && x > 0) continue;
           const int64_t u = n - z - y + x;
           if (cordoned && (u != 0 || x != 0)) continue;
-          const double load = k.c[r] * static_cast<double>(u) + k.tau * static_cast<double>(y + x);
+          const double load = (k.f.empty() ? 0 : k.f[r]) + k.c[r] * static_cast<double>(u) +
+                              k.tau * static_cast<double>(y + x);
           options.push_back({z, {x - y, load}});
         }
       }
@@ -167,7 +170,8 @@ double Enumerate(const Case& k, BalanceMode mode) {
       zsum += z;
       ysum += y;
       xsum += x;
-      t = std::max(t, k.c[r] * static_cast<double>(u) + k.tau * static_cast<double>(y + x));
+      t = std::max(t, (k.f.empty() ? 0 : k.f[r]) + k.c[r] * static_cast<double>(u) +
+                          k.tau * static_cast<double>(y + x));
     }
     if (ok && zsum <= group_cap && ysum == xsum) {
       best = std::min(best, t + lambda * static_cast<double>(zsum));
@@ -234,7 +238,8 @@ Checked CheckPlan(const PlannerInput& in, const JobPolicy& policy, BalanceMode m
     const int64_t u = owned[r] - z[r] - y[r] + x[r];
     if (in.ranks[r].cordoned && (u != 0 || x[r] != 0)) return {"cordon broken"};
     out.step =
-        std::max(out.step, in.ranks[r].seconds_per_unit * static_cast<double>(u) +
+        std::max(out.step, in.ranks[r].fixed_seconds +
+                               in.ranks[r].seconds_per_unit * static_cast<double>(u) +
                                in.transfer_seconds_per_unit * static_cast<double>(y[r] + x[r]));
     out.pruned += z[r];
   }
@@ -297,8 +302,8 @@ std::string Describe(const Case& k, BalanceMode mode) {
                    k.policy.accuracy_weight_seconds, " f_rank ", k.policy.max_pruned_fraction_rank,
                    " f_group ", k.policy.max_pruned_fraction_group, " ranks:");
   for (size_t r = 0; r < k.c.size(); ++r) {
-    absl::StrAppend(&s, " ", k.c[r], "x", k.n[r],
-                    !k.cordoned.empty() && k.cordoned[r] ? "(cordoned)" : "");
+    absl::StrAppend(&s, " ", k.f.empty() || k.f[r] == 0 ? "" : absl::StrCat(k.f[r], "+"), k.c[r],
+                    "x", k.n[r], !k.cordoned.empty() && k.cordoned[r] ? "(cordoned)" : "");
   }
   return s;
 }
@@ -335,6 +340,17 @@ Case RandomCase(std::mt19937_64& rng, int max_ranks, int max_units, double cordo
   k.cordoned.assign(p, false);
   k.chronic.assign(p, false);
   if (p > 1 && uniform(0, 1) < cordon_chance) k.cordoned[pick(0, p - 1)] = true;
+  // A third of the groups with fixed costs per rank: none to the time of a few units, or
+  // up to a whole all-local step on one rank (which then bounds every plan). (The draws
+  // change the cases after the first; that decisions without fixed costs are unchanged
+  // is `planner_bench digest`'s to show.)
+  const int fixed_kind = pick(0, 5);
+  if (fixed_kind <= 1) {
+    for (int r = 0; r < p; ++r) {
+      k.f.push_back(fixed_kind == 0 ? uniform(0, 4) * base
+                                    : (r == p - 1 ? uniform(0, 1) * k.c[r] * k.n[r] : 0.0));
+    }
+  }
   return k;
 }
 
@@ -518,12 +534,17 @@ TEST(PlannerWaterFillTest, MatchesBruteForce) {
                                       ? 1e-3 * std::uniform_int_distribution<int>(1, 3)(rng)
                                       : std::uniform_real_distribution<double>(1e-3, 1e-2)(rng);
       ranks[r].cordoned = p > 1 && r == 0 && i % 5 == 0;
+      // A third with fixed costs, up to 6 units of the slowest speed: some ranks then get
+      // no unit at all.
+      if (i % 3 == 1) ranks[r].fixed_seconds = std::uniform_real_distribution<double>(0, 6e-2)(rng);
     }
     absl::StatusOr<std::vector<int32_t>> counts = WaterFillCounts(ranks, total);
     ASSERT_TRUE(counts.ok()) << counts.status();
     auto worst = [&](const std::vector<int32_t>& n) {
       double t = 0;
-      for (int r = 0; r < p; ++r) t = std::max(t, ranks[r].seconds_per_unit * n[r]);
+      for (int r = 0; r < p; ++r) {
+        t = std::max(t, ranks[r].fixed_seconds + ranks[r].seconds_per_unit * n[r]);
+      }
       return t;
     };
     int sum = 0;
@@ -712,6 +733,49 @@ TEST(PlannerTest, StragglerOffloadsNearTheIdeal) {
   EXPECT_THAT(d->explanation, HasSubstr("migrate"));
 }
 
+// A straggler whose share of the block's collectives is also slower (a fixed cost, beyond
+// its peers', of 16 of its units) is given fewer units than its compute speed alone says:
+// everyone finishes the block together, fixed cost included. The ideal and the reshard's
+// water-fill count the fixed cost too, and the explanation shows it.
+TEST(PlannerTest, AFixedCostIsBalancedWithTheUnits) {
+  Case k = Straggler();
+  k.tau = 0;  // free transfers: the plan is the water level
+  k.policy.mode = BalanceMode::kMigrate;
+  const double offloaded_without = [&] {
+    absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+    EXPECT_TRUE(d.ok());
+    return d.ok() ? d->recommended.cost.offloaded_units : -1;
+  }();
+  k.f.assign(8, 0);
+  k.f[7] = 16 * 2e-3;
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // Water level L with 7 (L - 0) / 1e-3 + (L - 0.032) / 2e-3 = 512: L = 0.0704; rank 7
+  // computes 19.2 units there, against 34.1 without the fixed cost.
+  EXPECT_NEAR(d->ideal_step_seconds, (512 + 16) / 7.5 * 1e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(d->all_local_step_seconds, 0.032 + 0.128);
+  EXPECT_EQ(offloaded_without, 64 - 34);
+  EXPECT_EQ(d->recommended.cost.offloaded_units, 64 - 19);
+  EXPECT_NEAR(d->predicted_step_seconds, 0.0704, 1.1e-3);
+  EXPECT_DOUBLE_EQ(d->recommended.cost.rank_seconds[7], 0.032 + 19 * 2e-3);
+  EXPECT_THAT(d->explanation, HasSubstr("7:0.032+0.002x64"));
+  // The reshard's water-fill: rank 7 keeps 19 units (0.032 + 19 x 2 ms = 0.070 s).
+  PlannerInput in = MakeInput(k);
+  absl::StatusOr<std::vector<int32_t>> filled = WaterFillCounts(in.ranks, 512);
+  ASSERT_TRUE(filled.ok());
+  EXPECT_EQ((*filled)[7], 19);
+  // A fixed cost above every other rank's whole load: it gets no unit, and no plan's step
+  // is below its fixed cost.
+  in.ranks[7].fixed_seconds = 1.0;
+  filled = WaterFillCounts(in.ranks, 512);
+  ASSERT_TRUE(filled.ok());
+  EXPECT_EQ((*filled)[7], 0);
+  absl::StatusOr<BlockDecision> all_away = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(all_away.ok());
+  EXPECT_DOUBLE_EQ(all_away->ideal_step_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(all_away->recommended.cost.step_seconds, 1.0);
+}
+
 TEST(PlannerTest, ResizePrunesTheStragglerWithinBudget) {
   Case k = Straggler();
   k.policy.mode = BalanceMode::kResize;
@@ -782,7 +846,7 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
   auto uniform = [&](double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(rng);
   };
-  int cut_off = 0, exact = 0, not_priced = 0;
+  int cut_off = 0, exact = 0, not_priced = 0, not_priced_with_fixed = 0;
   for (int i = 0; i < 300; ++i) {
     Case k;
     const int p = 2 + i % 7;
@@ -796,6 +860,11 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
     k.policy.accuracy_weight_seconds = 1e-3 * uniform(0, 3) * Total(k);
     k.policy.max_pruned_fraction_rank = uniform(0.2, 1);
     k.policy.max_pruned_fraction_group = uniform(0.1, 1);
+    // Half with fixed costs (up to 8 ms, a few units' worth): the skip's bound then has a
+    // kink where the water level meets the largest fixed cost.
+    if (i % 2 == 1) {
+      for (int r = 0; r < p; ++r) k.f.push_back(1e-3 * uniform(0, 8));
+    }
     const std::string what = Describe(k, BalanceMode::kAuto);
     const PlannerInput in = MakeInput(k);
     absl::StatusOr<Explained> d = PlanExplained(in, k.policy, nullptr);
@@ -831,6 +900,7 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
     const double needed = (1 - margin) * best_here;
     if (skipped) {
       ++not_priced;
+      not_priced_with_fixed += !k.f.empty();
       EXPECT_GE(optimum->cost.objective, needed * (1 - 1e-12)) << what;
     } else if (absl::StrContains(reshard->note, "which no plan on it does")) {
       ++cut_off;
@@ -846,6 +916,7 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
   EXPECT_GT(cut_off, 20);
   EXPECT_GT(exact, 20);
   EXPECT_GT(not_priced, 20);
+  EXPECT_GT(not_priced_with_fixed, 10);
 }
 
 // A reshard must beat the best plan by the straggler threshold too (t / (1 + t) of the
@@ -1101,6 +1172,13 @@ TEST(PlannerInputTest, BadInputsNameTheField) {
     PlannerInput in = good;
     in.ranks[2].seconds_per_unit = std::nan("");
     ExpectInvalid(in, k.policy, "ranks[2].seconds_per_unit nan");
+  }
+  for (double bad : {std::nan(""), kInf, -1e-3}) {
+    PlannerInput in = good;
+    in.ranks[3].fixed_seconds = bad;
+    ExpectInvalid(in, k.policy, "ranks[3].fixed_seconds");
+    EXPECT_THAT(WaterFillCounts(in.ranks, 8).status().message(),
+                HasSubstr("ranks[3].fixed_seconds"));
   }
   {
     PlannerInput in = good;

@@ -1,6 +1,7 @@
 // The transfer solver's LP (TransferSolver::LpPrunes): the search's interval bounds draw
 // secant lines under it (search.cc), which is valid only because it is convex in the step
-// time. Checked here on bench-sized random blocks, where the oracle tests cannot reach.
+// time. Checked here on bench-sized random blocks, where the oracle tests cannot reach,
+// with and without fixed costs per rank.
 #include "coordinator/planner/transfer_solver.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,8 @@ TEST(TransferSolverTest, LpPrunesIsConvexAndFallsWithTheStepTime) {
     problem.num_ranks = 2 + trial % 7;
     const int32_t n = 8 + trial % 57;
     for (int r = 0; r < problem.num_ranks; ++r) {
+      // Half the trials with fixed costs: up to 30 units' worth of the fastest speed.
+      problem.fixed_seconds.push_back(trial % 2 == 0 ? 0.0 : 3e-2 * unit(rng));
       problem.seconds_per_unit.push_back(1e-3 * (1 + 9 * unit(rng)));
       problem.owned.push_back(n);
       problem.cordoned.push_back(r == 0 && trial % 5 == 0 ? 1 : 0);
@@ -35,7 +38,7 @@ TEST(TransferSolverTest, LpPrunesIsConvexAndFallsWithTheStepTime) {
     // Step times from well below to well above the all-local step.
     double top = 0;
     for (int r = 0; r < problem.num_ranks; ++r) {
-      top = std::max(top, problem.seconds_per_unit[r] * n);
+      top = std::max(top, problem.fixed_seconds[r] + problem.seconds_per_unit[r] * n);
     }
     std::vector<double> t, lp;
     for (int i = 1; i <= 60; ++i) {

@@ -1,0 +1,62 @@
+#include "coordinator/fixed_costs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ballast::coordinator {
+
+absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
+                                              const std::vector<double>& slowdowns) {
+  if (collective_seconds.size() != slowdowns.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("collective_seconds has ",
+                                                   collective_seconds.size(),
+                                                   " ranks but slowdowns has ", slowdowns.size()));
+  }
+  const size_t p = collective_seconds.size();
+  for (size_t r = 0; r < p; ++r) {
+    if (!std::isfinite(collective_seconds[r]) || !std::isfinite(slowdowns[r])) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", r, ": collective seconds ",
+                                                     collective_seconds[r], ", slowdown ",
+                                                     slowdowns[r], " must be finite"));
+    }
+  }
+  auto measured = [&](size_t r) { return collective_seconds[r] > 0 && slowdowns[r] > 0; };
+  // The collective seconds per unit of slowdown of the rank that waits least.
+  double base = std::numeric_limits<double>::infinity();
+  for (size_t r = 0; r < p; ++r) {
+    if (measured(r)) base = std::min(base, collective_seconds[r] / slowdowns[r]);
+  }
+  FixedCosts out;
+  out.excess.assign(p, 0);
+  if (!std::isfinite(base)) return out;
+  out.measured = true;
+  std::vector<double> fixed(p, 0);
+  double least = std::numeric_limits<double>::infinity();
+  for (size_t r = 0; r < p; ++r) {
+    if (!measured(r)) continue;
+    fixed[r] = std::min(collective_seconds[r], slowdowns[r] * base);
+    least = std::min(least, fixed[r]);
+  }
+  out.common = least;
+  for (size_t r = 0; r < p; ++r) {
+    if (measured(r)) out.excess[r] = std::max(0.0, fixed[r] - least);
+  }
+  return out;
+}
+
+std::string DescribeFixedCosts(const FixedCosts& costs) {
+  if (!costs.measured) return "fixed costs: no collective time measured yet";
+  std::string out = absl::StrFormat(
+      "fixed seconds a step beyond %.4g s of collectives (balanced with the units):", costs.common);
+  for (size_t r = 0; r < costs.excess.size(); ++r) {
+    absl::StrAppend(&out, absl::StrFormat(" %d +%.4g", r, costs.excess[r]));
+  }
+  return out;
+}
+
+}  // namespace ballast::coordinator

@@ -1,0 +1,70 @@
+// The fixed part of each rank's affine step cost (fixed + per unit): the seconds of a step
+// that a rank spends whatever it computes, which the planner balances together with the
+// units (PlannerRank::fixed_seconds).
+//
+// Why. The planner balanced block compute only. Under contention the slow rank's
+// collectives run slower too (a rank under a CPU quota waits for its share at every
+// wake-up): in the e2e benchmark a 2x straggler spent 97 ms a step in collectives against
+// its peer's 43 ms calm, though it arrived last at every all-reduce. Balancing compute left
+// the fast rank waiting that difference at every all-reduce; balancing compute plus the
+// unmovable part gives the straggler fewer units.
+//
+// What is measured. Each rank reports its collective seconds (waits included) and the
+// pooled slowdown of its compute (rank_speeds.h). A rank's collective time is its own
+// cost plus its wait for the last peer; the rank that arrives last waits for nobody. So
+// the rank with the least collective time per unit of slowdown is taken as the one
+// measured without waits, and every other rank's own cost as that rank's scaled by the
+// ratio of their slowdowns, never more than the rank's own measurement:
+//
+//   base = min_q W_q / s_q,   fixed_r = min(W_r, s_r * base)
+//
+// The assumption is that what slows a rank's compute slows its share of the collectives
+// alike, as a CPU co-tenant, a CPU quota or a GPU co-tenant's kernels do. A rank that is
+// slower only in its compute (an older GPU on the same links) would be given a fixed cost
+// it does not have, at most its own measured collective time, and once it then arrives
+// first its own waits confirm the estimate. So the term is off unless an operator turns it
+// on (`ballast-coordinator --fixed_costs`): on the e2e benchmark's CPU-quota straggler,
+// where the assumption holds, it offloaded 2-5 points more of the units but the step moved
+// within the noise (docs/benchmarks.md, 2026-11-26). Measuring each rank's waits in its
+// collectives would drop the assumption (docs/architecture.md, "Not done yet").
+//
+// The planner is given each rank's excess over the least (`FixedCosts::excess`): only
+// differences move units, and the common part stays in the step prediction as the
+// collectives' own cost. Per block, a rank's excess is split by the block's share of the
+// group's reference compute time, so every block sees the same ratios between ranks, as
+// the pooled speeds do.
+#ifndef BALLAST_COORDINATOR_FIXED_COSTS_H_
+#define BALLAST_COORDINATOR_FIXED_COSTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ballast::coordinator {
+
+struct FixedCosts {
+  // Per rank (indexed as the inputs): fixed seconds a step beyond the least, >= 0; 0 for a
+  // rank without a measurement.
+  std::vector<double> excess;
+  // The least fixed seconds a step over the ranks measured: what every rank spends in
+  // collectives at least (0 when none was measured).
+  double common = 0;
+  // Whether any rank was measured (a collective time and a slowdown, both > 0).
+  bool measured = false;
+};
+
+// `collective_seconds[r]`: rank r's median collective seconds a step, waits included (0 or
+// less: not measured); `slowdowns[r]`: its pooled compute slowdown (0: not judged). Both
+// vectors of one size. INVALID_ARGUMENT for sizes that differ or a value that is not
+// finite (the coordinator validates every report, so only a bug gets there).
+absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
+                                              const std::vector<double>& slowdowns);
+
+// "fixed seconds a step beyond 0.0431 s of collectives (balanced with the units): 0 +0
+// 1 +0.0512", for explanations.
+std::string DescribeFixedCosts(const FixedCosts& costs);
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_FIXED_COSTS_H_

@@ -1,0 +1,75 @@
+#include "coordinator/fixed_costs.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The e2e benchmark's shape: rank 1 at 2x, arriving last at every all-reduce, so its 0.097 s
+// of collectives are its own cost; rank 0 spends 0.097 s too, but 0.054 s of it waiting.
+TEST(FixedCostsTest, AStragglersSlowerCollectivesAreItsExcessAndTheWaitIsNot) {
+  absl::StatusOr<FixedCosts> f = EstimateFixedCosts({0.097, 0.097}, {1.0, 2.0});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->measured);
+  // base = min(0.097 / 1, 0.097 / 2) = 0.0485: rank 0's own cost is 0.0485, not 0.097.
+  EXPECT_DOUBLE_EQ(f->common, 0.0485);
+  EXPECT_DOUBLE_EQ(f->excess[0], 0);
+  EXPECT_DOUBLE_EQ(f->excess[1], 0.097 - 0.0485);
+}
+
+// Never more than a rank measured: a fast rank that arrives last (the straggler was given
+// too few units) has its own cost measured, and the straggler's scaled estimate is capped
+// by its own collective time.
+TEST(FixedCostsTest, NoRankIsGivenMoreThanItsOwnCollectiveTime) {
+  absl::StatusOr<FixedCosts> f = EstimateFixedCosts({0.040, 0.060}, {1.0, 2.0});
+  ASSERT_TRUE(f.ok()) << f.status();
+  // base = min(0.040, 0.030) = 0.030; rank 0: min(0.040, 0.030) = 0.030; rank 1: min(0.060,
+  // 0.060) = 0.060.
+  EXPECT_DOUBLE_EQ(f->common, 0.030);
+  EXPECT_DOUBLE_EQ(f->excess[0], 0);
+  EXPECT_DOUBLE_EQ(f->excess[1], 0.030);
+  absl::StatusOr<FixedCosts> g = EstimateFixedCosts({0.040, 0.050}, {1.0, 2.0});
+  ASSERT_TRUE(g.ok());
+  // base 0.025: rank 1 min(0.050, 0.050), rank 0 min(0.040, 0.025).
+  EXPECT_DOUBLE_EQ(g->excess[1], 0.025);
+}
+
+// Calm ranks with equal collective times have no excess: the planner sees compute alone.
+TEST(FixedCostsTest, CalmRanksHaveNoExcess) {
+  absl::StatusOr<FixedCosts> f = EstimateFixedCosts({0.043, 0.043, 0.043, 0.043}, {1, 1, 1, 1});
+  ASSERT_TRUE(f.ok());
+  EXPECT_DOUBLE_EQ(f->common, 0.043);
+  for (double e : f->excess) EXPECT_EQ(e, 0);
+}
+
+TEST(FixedCostsTest, RanksNotMeasuredGetNothingAndNoneMeasuredIsSaid) {
+  absl::StatusOr<FixedCosts> f = EstimateFixedCosts({0.05, 0, 0.08}, {1.0, 1.5, 0});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->measured);
+  EXPECT_DOUBLE_EQ(f->common, 0.05);
+  EXPECT_EQ(f->excess[1], 0);  // no collective time
+  EXPECT_EQ(f->excess[2], 0);  // no slowdown
+  absl::StatusOr<FixedCosts> none = EstimateFixedCosts({0, 0}, {1, 2});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->measured);
+  EXPECT_EQ(none->common, 0);
+  EXPECT_THAT(DescribeFixedCosts(*none), HasSubstr("no collective time measured"));
+  EXPECT_THAT(DescribeFixedCosts(*f), HasSubstr("beyond 0.05 s of collectives"));
+  EXPECT_THAT(DescribeFixedCosts(*f), HasSubstr(" 2 +0"));
+}
+
+TEST(FixedCostsTest, BadInputIsNamed) {
+  EXPECT_THAT(EstimateFixedCosts({0.1}, {1, 2}).status().message(),
+              HasSubstr("collective_seconds has 1 ranks but slowdowns has 2"));
+  EXPECT_THAT(EstimateFixedCosts({0.1, std::nan("")}, {1, 2}).status().message(),
+              HasSubstr("rank 1: collective seconds nan"));
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
