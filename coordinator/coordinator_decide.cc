@@ -224,13 +224,17 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   std::vector<std::string> after;
   if (!group.decisions.empty()) {
     const StepPrediction p = PredictStep(group);
-    after.push_back(absl::StrFormat(
+    // Two calls: absl's format strings must be constants (clang checks it).
+    after.push_back(
         group.common_fixed_seconds.has_value()
-            ? "step: %.4f s predicted = %.4f s of blocks (compute, and each rank's fixed "
-              "seconds beyond the least) + %.4f s of collectives (the least fixed seconds)"
-            : "step: %.4f s predicted = %.4f s of block compute + %.4f s of collectives (the "
-              "smallest median over the ranks: their cost without waiting for a late peer)",
-        p.blocks + p.collectives, p.blocks, p.collectives));
+            ? absl::StrFormat("step: %.4f s predicted = %.4f s of blocks (compute, and each "
+                              "rank's fixed seconds beyond the least) + %.4f s of collectives "
+                              "(the least fixed seconds)",
+                              p.blocks + p.collectives, p.blocks, p.collectives)
+            : absl::StrFormat("step: %.4f s predicted = %.4f s of block compute + %.4f s of "
+                              "collectives (the smallest median over the ranks: their cost "
+                              "without waiting for a late peer)",
+                              p.blocks + p.collectives, p.blocks, p.collectives));
   }
   std::optional<WorkloadPlan> change = std::move(decision.change);
   decision.change.reset();
