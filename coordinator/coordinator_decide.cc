@@ -216,9 +216,15 @@ std::optional<WorkloadPlan> Coordinator::Decide(GroupEntry& group, const JobPoli
   for (auto& [block_id, block_decision] : decision.blocks) {
     group.decisions[block_id] = std::move(block_decision);
   }
-  // Only with blocks planned: mode off plans none and leaves the earlier decisions, which
-  // hold the excess over the common part they were planned with.
-  if (!planner_input.blocks.empty()) group.common_fixed_seconds = common_fixed;
+  if (policy.mode == BalanceMode::kOff) {
+    // Off plans nothing, so it predicts nothing: an earlier mode's decisions would have
+    // status and /metrics predict a plan no longer in force (the interleaved benchmark
+    // measured mode off's prediction 27% off its step: the last auto plan's).
+    group.decisions.clear();
+    group.common_fixed_seconds.reset();
+  } else {
+    group.common_fixed_seconds = common_fixed;
+  }
   decision.blocks.clear();
   const bool moves_units = decision.moves_units;
   std::vector<std::string> after;

@@ -566,6 +566,25 @@ TEST_F(CoordinatorTest, StatusPredictsTheWholeStepFromMedians) {
   EXPECT_NEAR(g.measured_step_seconds(), 8e-3, 1e-9);
   // The planner adds the transfer of 2 units on a 1 GB/s link (2 x 2 us a unit).
   EXPECT_NEAR(g.predicted_step_seconds(), 8e-3, 1e-5);
+
+  // Mode off: all-local again, and no prediction (it plans nothing), not the migrate
+  // plan's 8 ms against a measured 14 ms.
+  policy.mode = BalanceMode::kOff;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  ranks.Run(1, {6, 2}, c, own, sink.plans()[0].version());
+  ASSERT_EQ(sink.plans().size(), 2u);
+  ASSERT_EQ(OffloadedUnits(sink.plans()[1]), 0);
+  ranks.Run(20, {4, 4}, c, own, sink.plans()[1].version());
+  g = ranks.Status();
+  EXPECT_NEAR(g.measured_step_seconds(), 14e-3, 1e-9);
+  EXPECT_EQ(g.predicted_step_seconds(), 0);
+  EXPECT_EQ(g.predicted_collective_seconds(), 0);
+  // Observe plans again, and predicts the all-local step it leaves in force.
+  policy.mode = BalanceMode::kObserve;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  ranks.Run(1, {4, 4}, c, own, sink.plans()[1].version());
+  EXPECT_EQ(sink.plans().size(), 2u);
+  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 14e-3, 1e-9);
 }
 
 // A straggler's collectives slow with it (a CPU quota: every wake-up waits for its share):

@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""The interleaved benchmark's schedule and arithmetic (bench/e2e_interleaved.py), on
+made-up step records: which steps each segment keeps, the ideal and ratios of a cycle,
+and the verdicts. The job itself is a benchmark (scripts/bench interleaved), not a test."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import e2e_interleaved as il  # noqa: E402
+import launch  # noqa: E402  (on the path through e2e)
+
+
+def record(step, wall, spu, offloaded=0.0):
+    return {"step": step, "wall_s": wall, "seconds_per_unit": spu, "units_computed": 45,
+            "offloaded_fraction": offloaded, "pruned_fraction": 0.0}
+
+
+class ScheduleTest(unittest.TestCase):
+    def test_segments_cycle_through_none_plain_and_the_modes_mirrored(self):
+        segments = il.schedule(2, 10, ["auto", "migrate"])
+        self.assertEqual([s["name"] for s in segments],
+                         ["none", "plain", "auto", "migrate", "migrate", "auto", "plain", "none"])
+        self.assertEqual([s["cycle"] for s in segments], [0] * 4 + [1] * 4)
+        self.assertEqual([s["start"] for s in segments], list(range(0, 80, 10)))
+        self.assertEqual([s["mode"] for s in segments[:4]], ["off", "off", "auto", "migrate"])
+        self.assertEqual([s["straggler"] for s in segments[:4]], [False, True, True, True])
+
+    def test_straggler_windows_merge_adjacent_segments_and_parse(self):
+        # none plain auto | auto plain none | none plain auto
+        text = il.straggler_windows(il.schedule(3, 20, ["auto"]))
+        self.assertEqual(text, "1:2@20-100,140-180")
+        straggler = launch.Straggler.parse(text)
+        self.assertEqual([s for s in range(180) if straggler.active(s)],
+                         [*range(20, 100), *range(140, 180)])
+
+    def test_the_switcher_sets_a_mode_only_where_it_changes(self):
+        class FakeJob:
+            def __init__(self):
+                self.calls = []
+
+            def ctl(self, *args):
+                self.calls.append(args)
+                return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+        # none plain auto | auto plain none | none
+        segments = il.schedule(3, 10, ["auto"])[:7]
+        sampled = []
+        switcher = il.ModeSwitcher(segments, "vit", lambda job, step: sampled.append(step))
+        job = FakeJob()
+        for step in (0, 5, 11, 19, 24, 31, 45, 52, 61):
+            switcher(job, step)
+        # none -> plain keeps mode off; plain -> auto switches; auto -> auto (step 30) and
+        # plain -> none (50) need nothing; auto -> plain (40) switches, and the next cycle's
+        # none (60) is reached at step 61.
+        self.assertEqual([c[-1] for c in job.calls], ["mode=auto", "mode=off"])
+        self.assertEqual(switcher.switched_at, {10: 11, 20: 24, 30: 31, 40: 45, 50: 52, 60: 61})
+        self.assertEqual(sampled, [0, 5, 11, 19, 24, 31, 45, 52, 61])
+
+
+class ArithmeticTest(unittest.TestCase):
+    def ranks(self):
+        # Segments of 10 steps: none (0-9), plain (10-19), auto (20-29). Rank 1 is 2x
+        # slower per unit under contention; steps 10 and 20 (the settle) are outliers.
+        r0, r1 = [], []
+        for s in range(30):
+            if s < 10:
+                r0.append(record(s, 0.10, 1e-3))
+                r1.append(record(s, 0.10, 1e-3))
+            elif s < 20:
+                wall = 9.0 if s == 10 else 0.20
+                r0.append(record(s, wall, 1e-3))
+                r1.append(record(s, wall, 2e-3))
+            else:
+                wall = 9.0 if s == 20 else 0.14
+                r0.append(record(s, wall, 1e-3, offloaded=0.2))
+                r1.append(record(s, wall, 2e-3, offloaded=0.2))
+        return [{"steps": r0}, {"steps": r1}]
+
+    def test_a_cycle_holds_the_mode_to_its_own_ideal(self):
+        ranks = self.ranks()
+        segments = il.schedule(1, 10, ["auto"])
+        figures = {s["name"]: il.segment_figures(ranks, s, 1, s["start"]) for s in segments}
+        self.assertEqual(figures["plain"]["steps"], 9)  # step 10 left out
+        self.assertAlmostEqual(figures["plain"]["step_seconds"], 0.20)
+        self.assertAlmostEqual(figures["auto"]["offloaded_fraction"], 0.2)
+        ratios = il.cycle_ratios(figures, ["auto"])
+        # Speeds 1 and 0.5: ideal = 0.10 x 2 / 1.5.
+        self.assertAlmostEqual(ratios["ideal_seconds"], 0.2 / 1.5)
+        self.assertAlmostEqual(ratios["auto_vs_ideal"], 0.14 / (0.2 / 1.5))
+        self.assertAlmostEqual(ratios["plain_over_auto"], 0.20 / 0.14)
+        self.assertAlmostEqual(ratios["plain_vs_ideal"], 1.5)
+
+    def test_a_late_switch_moves_the_settled_window(self):
+        ranks = self.ranks()
+        auto = il.schedule(1, 10, ["auto"])[2]
+        self.assertEqual(il.segment_figures(ranks, auto, 2, 25)["steps"], 3)  # 27, 28, 29
+        self.assertIsNone(il.segment_figures(ranks, auto, 10, 20))
+
+    def test_a_cycle_without_its_reference_has_no_ratios(self):
+        self.assertIsNone(il.cycle_ratios({"plain": {}}, ["auto"]))
+
+    def test_verdicts_need_every_cycle_or_none(self):
+        meets = lambda v: v <= 1.05
+        self.assertEqual(il.verdict([1.01, 1.04], meets), "met")
+        self.assertEqual(il.verdict([1.06, 1.2], meets), "missed")
+        self.assertEqual(il.verdict([1.01, 1.2], meets), "not resolved")
+        cycles = [{"plain_vs_ideal": 1.3, "auto_vs_ideal": 1.02, "plain_over_auto": 1.27},
+                  {"plain_vs_ideal": 1.5, "auto_vs_ideal": 1.04, "plain_over_auto": 1.44}]
+        summary = il.summarize(cycles, ["auto"])
+        self.assertEqual(summary["auto_vs_ideal"]["verdict"], "met")
+        self.assertEqual(summary["plain_over_auto"]["verdict"], "not resolved")
+        self.assertEqual(summary["plain_over_auto"]["min"], 1.27)
+        self.assertEqual(summary["plain_vs_ideal"]["median"], 1.4)
+
+
+if __name__ == "__main__":
+    unittest.main()
