@@ -91,6 +91,13 @@ class ArithmeticTest(unittest.TestCase):
         self.assertAlmostEqual(ratios["auto_vs_ideal"], 0.14 / (0.2 / 1.5))
         self.assertAlmostEqual(ratios["plain_over_auto"], 0.20 / 0.14)
         self.assertAlmostEqual(ratios["plain_vs_ideal"], 1.5)
+        # The auto segment's own speeds are plain's here: the same ideal.
+        self.assertAlmostEqual(ratios["auto_vs_own_speeds_ideal"], ratios["auto_vs_ideal"])
+        figures["auto"]["seconds_per_unit"] = [0.8e-3, 2e-3]  # rank 0 looks faster
+        stricter = il.cycle_ratios(figures, ["auto"])
+        self.assertAlmostEqual(stricter["auto_vs_own_speeds_ideal"],
+                               0.14 / (0.2 / (1.25 + 0.5)))
+        self.assertAlmostEqual(stricter["auto_vs_ideal"], ratios["auto_vs_ideal"])
 
     def test_a_late_switch_moves_the_settled_window(self):
         ranks = self.ranks()
