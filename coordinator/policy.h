@@ -19,9 +19,11 @@
 
 namespace ballast::coordinator {
 
+// Off and observe both leave a group all-local: a plan a balancing mode left in force is
+// ended once (pushed all-local), and nothing else is pushed.
 enum class BalanceMode {
-  kOff,      // no measurement-driven plans; groups run all-local
-  kObserve,  // measure and explain, but push no plans
+  kOff,      // no measurement-driven plans, no prediction
+  kObserve,  // measure, explain and predict what the others would do
   kResize,   // ZERO-resizing only (pruning)
   kMigrate,  // migration (offload) and resharding only: exact
   kAuto,     // the planner weighs pruning, offloading and resharding

@@ -77,7 +77,10 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
     if (!Trivial(bp)) desired.blocks.push_back(std::move(bp));
     out.blocks[id] = *std::move(decision);
   }
-  if (policy.mode == BalanceMode::kObserve || !IsChange(input, desired)) {
+  // Observe pushes no balancing plan, so what it wants is all-local; it pushes that only
+  // to end a plan a balancing mode left in force, which would otherwise run on unattended
+  // (and unlike what observe predicts). Off does the same without planning.
+  if (!IsChange(input, desired)) {
     out.moves_units = false;
     return out;
   }

@@ -585,6 +585,24 @@ TEST_F(CoordinatorTest, StatusPredictsTheWholeStepFromMedians) {
   ranks.Run(1, {4, 4}, c, own, sink.plans()[1].version());
   EXPECT_EQ(sink.plans().size(), 2u);
   EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 14e-3, 1e-9);
+
+  // Observe straight after a balancing mode ends its plan too (all-local, once), so the
+  // step it predicts is the one in force, not the old plan left running unattended.
+  policy.mode = BalanceMode::kMigrate;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  ranks.Run(1, {4, 4}, c, own, sink.plans()[1].version());
+  ASSERT_EQ(sink.plans().size(), 3u);
+  ASSERT_EQ(OffloadedUnits(sink.plans()[2]), 2);
+  policy.mode = BalanceMode::kObserve;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  ranks.Run(1, {6, 2}, c, own, sink.plans()[2].version());
+  ASSERT_EQ(sink.plans().size(), 4u);
+  EXPECT_EQ(OffloadedUnits(sink.plans()[3]), 0);
+  ranks.Run(20, {4, 4}, c, own, sink.plans()[3].version());
+  EXPECT_EQ(sink.plans().size(), 4u) << "observe pushed a second plan";
+  g = ranks.Status();
+  EXPECT_NEAR(g.predicted_step_seconds(), 14e-3, 1e-9);
+  EXPECT_NEAR(g.measured_step_seconds(), 14e-3, 1e-9);
 }
 
 // A straggler's collectives slow with it (a CPU quota: every wake-up waits for its share):

@@ -130,15 +130,21 @@ TEST(GroupPlannerTest, AllLocalIsNotPushedWhenNothingWasPushedYet) {
   EXPECT_TRUE(d.change->blocks.empty());
 }
 
-TEST(GroupPlannerTest, ModeObserveExplainsButNeverChanges) {
+TEST(GroupPlannerTest, ModeObserveExplainsAndOnlyEndsAPlanInForce) {
   JobPolicy observe = Migrate();
   observe.mode = BalanceMode::kObserve;
-  const GroupPlannerInput in = OneBlock(TwoRanks(2, 0.01));
+  GroupPlannerInput in = OneBlock(TwoRanks(2, 0.01));
   GroupDecision d = DecideGroup(in, observe, DwellOptions{});
   EXPECT_FALSE(d.change.has_value());
   ASSERT_TRUE(d.blocks.contains(0));
   EXPECT_EQ(d.blocks.at(0).recommended.kind, CandidateKind::kAuto);
   EXPECT_THAT(absl::StrJoin(ExplainGroup(in, d), "\n"), HasSubstr("mode observe pushes all-local"));
+  // A plan a balancing mode left in force is ended (all-local), not left running.
+  in.in_force.version = PlanVersion(3);
+  in.in_force.blocks.push_back({.block = BlockId(0), .offloads = {{RankId(1), RankId(0), 1}}});
+  d = DecideGroup(in, observe, DwellOptions{});
+  ASSERT_TRUE(d.change.has_value());
+  EXPECT_TRUE(d.change->blocks.empty());
 }
 
 // Rank 1 at 10 s/unit and chronic, tau 2: offloading y of its units costs rank 0
