@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "testing/timeouts.h"
 
 namespace ballast::testing {
 namespace {
@@ -30,7 +31,7 @@ absl::StatusOr<RankContext> StartRank(int rank, int size, const RendezvousStore&
     backend_options.size = size;
     backend_options.store = store;
     backend_options.prefix = prefix;
-    backend_options.timeout = options.timeout;
+    backend_options.timeout = ScaledTimeout(options.timeout);
     return backend_options;
   };
   if (options.backend == "cuda") {

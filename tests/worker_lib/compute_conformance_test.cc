@@ -20,6 +20,7 @@
 #include "ballast/backend.h"
 #include "gtest/gtest.h"
 #include "testing/backend_checks.h"
+#include "testing/timeouts.h"
 
 namespace ballast {
 namespace {
@@ -48,12 +49,12 @@ class ComputeConformanceTest : public ::testing::TestWithParam<std::string> {
       }
       CudaBackendOptions options;
       options.prefix = UniquePrefix();
-      options.timeout = absl::Seconds(30);
+      options.timeout = testing::ScaledTimeout(absl::Seconds(30));
       backend = CreateCudaBackend(options);
     } else {
       CpuBackendOptions options;
       options.prefix = UniquePrefix();
-      options.timeout = absl::Seconds(30);
+      options.timeout = testing::ScaledTimeout(absl::Seconds(30));
       backend = CreateCpuBackend(options);
     }
     ASSERT_TRUE(backend.ok()) << backend.status();
@@ -573,6 +574,19 @@ TEST_P(ComputeConformanceTest, OneRankCollectivesAreIdentity) {
   std::vector<float> host_copy = host;
   BALLAST_TEST_EXPECT_OK(comm().AllReduceSum(host_copy.data(), n));
   EXPECT_EQ(host_copy, host);
+  BALLAST_TEST_EXPECT_OK(comm().Broadcast(host_copy.data(), n, 0));
+  BALLAST_TEST_EXPECT_OK(comm().Reduce(host_copy.data(), n, 0));
+  EXPECT_EQ(host_copy, host);
+  std::vector<float> host_gathered(n, 7.0f);
+  BALLAST_TEST_EXPECT_OK(comm().AllGather(host_copy.data(), n, host_gathered.data()));
+  EXPECT_EQ(host_gathered, host);
+  // A host input gathered into device memory, and back.
+  Buffer mixed = Allocate(n);
+  BALLAST_TEST_EXPECT_OK(comm().AllGather(host_copy.data(), n, mixed.data()));
+  EXPECT_EQ(Download(mixed), host);
+  std::fill(host_gathered.begin(), host_gathered.end(), 7.0f);
+  BALLAST_TEST_EXPECT_OK(comm().AllGather(mixed.data(), n, host_gathered.data()));
+  EXPECT_EQ(host_gathered, host);
 
   BALLAST_TEST_EXPECT_OK(comm().Exchange({}, {}));
   ExpectSynchronized();
