@@ -112,6 +112,9 @@ def main(argv=None):
         # How often the split changed: once is the reshard; more is resharding again.
         "ownership_changes": sum(ranks[0][s]["owned_units"] != ranks[0][t]["owned_units"]
                                  for s, t in zip(steps, steps[1:])),
+        # Each split in force, from the step it came (what a failed check needs to be read).
+        "splits": [[t, ranks[0][t]["owned_units"]] for s, t in zip([None, *steps], steps)
+                   if s is None or ranks[0][s]["owned_units"] != ranks[0][t]["owned_units"]],
         "offloading_steps_before_reshard": len(offload_steps),
         "offloading_steps_after_reshard": sum(offloading(s) for s in after),
         "step_seconds_offloading_median": statistics.median(

@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-MODES = ("auto", "resize", "migrate", "off")
+MODES = ("auto", "resize", "migrate", "observe", "off")
 # The trainers, with the same flags and per-step records: the ViT in C++ on worker_lib's
 # API and in PyTorch on ballast.torch (examples/torch/vit_train.py), and a character-level
 # GPT in PyTorch (examples/torch/gpt_train.py). Each trainer's job name, for its policy.

@@ -24,7 +24,7 @@ class ScheduleTest(unittest.TestCase):
                          ["none", "plain", "auto", "migrate", "migrate", "auto", "plain", "none"])
         self.assertEqual([s["cycle"] for s in segments], [0] * 4 + [1] * 4)
         self.assertEqual([s["start"] for s in segments], list(range(0, 80, 10)))
-        self.assertEqual([s["mode"] for s in segments[:4]], ["off", "off", "auto", "migrate"])
+        self.assertEqual([s["mode"] for s in segments[:4]], ["observe", "observe", "auto", "migrate"])
         self.assertEqual([s["straggler"] for s in segments[:4]], [False, True, True, True])
 
     def test_straggler_windows_merge_adjacent_segments_and_parse(self):
@@ -54,7 +54,7 @@ class ScheduleTest(unittest.TestCase):
         # none -> plain keeps mode off; plain -> auto switches; auto -> auto (step 30) and
         # plain -> none (50) need nothing; auto -> plain (40) switches, and the next cycle's
         # none (60) is reached at step 61.
-        self.assertEqual([c[-1] for c in job.calls], ["mode=auto", "mode=off"])
+        self.assertEqual([c[-1] for c in job.calls], ["mode=auto", "mode=observe"])
         self.assertEqual(switcher.switched_at, {10: 11, 20: 24, 30: 31, 40: 45, 50: 52, 60: 61})
         self.assertEqual(sampled, [0, 5, 11, 19, 24, 31, 45, 52, 61])
 
