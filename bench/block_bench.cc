@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, shape, "vit",
           "vit: the flags above, a ViT block (GELU, bidirectional MHA); llama: a decoder "
           "block (hidden 1024, 16 heads in 4 KV groups, causal, RoPE, SwiGLU 2816, 4 x 256 "
           "tokens), overriding them");
+ABSL_FLAG(int, mean_interval, 0,
+          "Steps between samples of the running means (0: the block's default); the "
+          "overhead bench's knob for the share of the means in the plan machinery");
 
 namespace ballast {
 namespace {
@@ -82,11 +85,15 @@ struct Shape {
             .rotary = llm};
   }
   MlpConfig Mlp(BlockId id) const {
-    return {.id = id,
-            .activation = llm ? MlpActivation::kSwiGlu : MlpActivation::kGelu,
-            .hidden = hidden,
-            .intermediate = intermediate,
-            .unit_size = unit_size};
+    MlpConfig config{.id = id,
+                     .activation = llm ? MlpActivation::kSwiGlu : MlpActivation::kGelu,
+                     .hidden = hidden,
+                     .intermediate = intermediate,
+                     .unit_size = unit_size};
+    if (const int interval = absl::GetFlag(FLAGS_mean_interval); interval > 0) {
+      config.units.mean_interval = interval;
+    }
+    return config;
   }
 };
 
@@ -191,7 +198,8 @@ absl::StatusOr<MlpOnGroup> MakeMlp(Backend& backend, const Shape& s) {
 // so they add to the step one for one).
 absl::StatusOr<double> TimedStep(TpGroup& group, const std::vector<ParallelBlock*>& blocks,
                                  Activations& a, const Shape& s,
-                                 double* begin_seconds = nullptr) {
+                                 double* begin_seconds = nullptr,
+                                 double* end_seconds = nullptr) {
   const auto start = Clock::now();
   BALLAST_RETURN_IF_ERROR(group.BeginStep());
   if (begin_seconds != nullptr) *begin_seconds = Seconds(start);
@@ -201,7 +209,9 @@ absl::StatusOr<double> TimedStep(TpGroup& group, const std::vector<ParallelBlock
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     BALLAST_RETURN_IF_ERROR((*it)->Backward(a.dy.data(), a.dx.data()));
   }
+  const auto end = Clock::now();
   BALLAST_RETURN_IF_ERROR(group.EndStep());
+  if (end_seconds != nullptr) *end_seconds = Seconds(end);
   return Seconds(start);
 }
 
@@ -356,7 +366,7 @@ class PlainTpMlp {
 absl::Status BenchOverhead(const Shape& s, int reps) {
   for (int p : {1, 2}) {
     if (!Runnable("overhead", p)) continue;
-    std::vector<double> plain, planned, agreement, begin;
+    std::vector<double> plain, planned, agreement, begin, plain_sync, end;
     std::mutex mu;
     BALLAST_RETURN_IF_ERROR(RunRanks(
         p, absl::StrFormat("bench-overhead-%d", p), [&](int r, Backend& backend) -> absl::Status {
@@ -369,17 +379,21 @@ absl::Status BenchOverhead(const Shape& s, int reps) {
             BALLAST_RETURN_IF_ERROR(base.Forward(a.x.data(), a.y.data()));
             BALLAST_RETURN_IF_ERROR(base.Backward(a.x.data(), a.dy.data(), a.dx.data()));
             // The planned step ends synchronized (EndStep); so must the plain one on CUDA.
+            const auto sync = Clock::now();
             BALLAST_RETURN_IF_ERROR(backend.compute().Synchronize());
+            const double t_sync = Seconds(sync);
             const double t_plain = Seconds(start);
-            double t_begin = 0;
+            double t_begin = 0, t_end = 0;
             BALLAST_ASSIGN_OR_RETURN(double t_planned,
-                                     TimedStep(*group, {mlp.get()}, a, s, &t_begin));
+                                     TimedStep(*group, {mlp.get()}, a, s, &t_begin, &t_end));
             if (i == 0 || r != 0) continue;
             std::lock_guard<std::mutex> lock(mu);
             plain.push_back(t_plain);
             planned.push_back(t_planned);
             agreement.push_back(group->last_step_timings().agreement_seconds);
             begin.push_back(t_begin);
+            plain_sync.push_back(t_sync);
+            end.push_back(t_end);
           }
           return absl::OkStatus();
         }));
@@ -397,10 +411,13 @@ absl::Status BenchOverhead(const Shape& s, int reps) {
         "\"plain_step_seconds\":%.6f,\"planned_step_seconds\":%.6f,\"overhead\":%.4f,"
         "\"pair_overhead_min\":%.4f,\"pair_overhead_q1\":%.4f,\"pair_overhead_median\":%.4f,"
         "\"pair_overhead_q3\":%.4f,\"pair_overhead_max\":%.4f,\"plan_agreement_seconds\":%.6f,"
-        "\"begin_step_host_seconds\":%.6f,\"target\":%.2f,\"verdict\":\"%s\"}\n",
+        "\"begin_step_host_seconds\":%.6f,\"end_step_host_seconds\":%.6f,"
+        "\"plain_sync_host_seconds\":%.6f,\"mean_interval\":%d,\"target\":%.2f,"
+        "\"verdict\":\"%s\"}\n",
         BackendName().c_str(), p, pairs.size(), Median(plain), Median(planned), overhead,
         Quantile(pairs, 0), q1, Median(pairs), q3, Quantile(pairs, 1), Median(agreement),
-        Median(begin), kTarget, verdict);
+        Median(begin), Median(end), Median(plain_sync), s.Mlp(BlockId(1)).units.mean_interval,
+        kTarget, verdict);
     std::fflush(stdout);
   }
   return absl::OkStatus();

@@ -120,6 +120,21 @@ def segment_figures(ranks, segment, settle, switched_at):
     }
 
 
+def sample_truth(ranks, step):
+    """What the ranks logged over the REPORTS_IN_MEASURED_STEP steps before a status
+    sample, to tell where a prediction that is off goes wrong: each rank's median wall,
+    compute and collective seconds, and the step the prediction's own formula gives from
+    them (the slowest rank's compute + the least collective time)."""
+    first = step - REPORTS_IN_MEASURED_STEP
+    medians = {}
+    for name in ("wall_s", "compute_s", "comm_s"):
+        medians[name] = [round(launch.median([r[name] for r in rank["steps"]
+                                              if first <= r["step"] < step] or [0]), 5)
+                         for rank in ranks]
+    formula = max(medians["compute_s"]) + min(medians["comm_s"])
+    return {"rank_" + k: v for k, v in medians.items()} | {"formula_s": round(formula, 5)}
+
+
 def cycle_ratios(figures, modes):
     """One cycle's ideal and ratios from its segments' figures (None: a segment is missing)."""
     none, plain = figures.get("none"), figures.get("plain")
@@ -217,7 +232,7 @@ def main():
     print(f"[interleaved] {a.cycles} cycles of none, plain, {', '.join(modes)}; {a.segment} "
           f"steps a segment ({cfg.steps} steps)", file=sys.stderr, flush=True)
     sampler = e2e.StatusSampler()
-    sampler.SAMPLE_EVERY = 10
+    sampler.SAMPLE_EVERY = 5
     switcher = ModeSwitcher(segments, launch.JOB_OF_TRAINER["cpp"], sampler)
     began = time.monotonic()
     ranks = launch.run_job(cfg, on_step=switcher)
@@ -259,8 +274,10 @@ def main():
                 "max": round(errors[-1], 4),
                 "within_10pct": round(sum(e <= 0.10 for e in errors) / len(errors), 3)}
     print(json.dumps(summary), flush=True)
+    samples = [{**x, "segment": kind_of.get(x["step"]), **sample_truth(ranks, x["step"])}
+               for x in sampler.samples]
     with open(os.path.join(out_dir, "e2e_interleaved.json"), "w") as f:
-        json.dump({"cycles": results, "summary": summary}, f, indent=1)
+        json.dump({"cycles": results, "summary": summary, "samples": samples}, f, indent=1)
     print(f"[interleaved] wrote {out_dir}/e2e_interleaved.json", file=sys.stderr)
 
 

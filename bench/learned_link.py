@@ -14,7 +14,8 @@ units were resharded at, offloading after it, and median step times while offloa
 once resharded. --check turns the functional points into an exit status (the ctest test
 tests/integration/learned_link_test.sh): a learned link within 20% of the rate, a reshard,
 no offload in the last --quiet_steps steps, and a split that stays (at most two
-refinements after the reshard). Step times are reported, not checked.
+refinements after the reshard, or more that each move fewer units than the last). Step
+times are reported, not checked.
 
   tests/integration/learned_link_test.sh           # makes the link, runs this with --check
   scripts/bench link                               # the same, longer, JSON on stdout
@@ -140,11 +141,17 @@ def main(argv=None):
     quiet = steps[-a.quiet_steps:]
     if any(offloading(s) for s in quiet):
         problems.append(f"still offloading in the last {a.quiet_steps} steps")
-    # The reshard, then at most two refinements as the estimates settle (a split resharded
-    # on per-block noise changed 9-11 times in 120 steps).
-    if result["ownership_changes"] > 3:
-        problems.append(f"the split changed {result['ownership_changes']} times: more than a "
-                        f"reshard and two refinements")
+    # The reshard, then refinements as the estimates settle: at most two, or more only
+    # while each moves fewer units than the one before (a split settling, not flapping; a
+    # split resharded on per-block noise changed 9-11 times in 120 steps, by 1-5 units
+    # back and forth). Refinements are paced by reshard_after in seconds, so a slower run
+    # of the same 80 steps has room for more (one under ASan made 4 changes, to 111/69).
+    moves = [abs(b[1][0] - a[1][0]) for a, b in zip(result["splits"], result["splits"][1:])]
+    settling = all(b < a for a, b in zip(moves, moves[1:]))
+    if result["ownership_changes"] > 3 and not settling:
+        problems.append(f"the split changed {result['ownership_changes']} times, moving "
+                        f"{moves} units: more than a reshard and two refinements, and not "
+                        f"settling (each move smaller than the last)")
     for problem in problems:
         print(f"learned_link.py: FAIL: {problem}", file=sys.stderr)
     if problems and last_explain:

@@ -960,11 +960,8 @@ class NcclCommunicator : public Communicator {
       status = BALLAST_CUDA_STATUS(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     }
     if (status.ok()) status = BALLAST_CUDA_STATUS(cudaEventRecord(ready_, stream()));
-    if (status.ok() && size_ == 1) {
-      absl::StatusOr<bool> host = AllOnHost(buffers);
-      if (!host.ok()) return Abort(host.status());
-      if (*host) return OneRankOnHost(what, buffers);
-    }
+    if (status.ok()) status = Classify(buffers);
+    if (status.ok() && size_ == 1 && AllStaged(buffers)) return OneRankOnHost(what, buffers);
     if (status.ok()) status = StageIn(buffers);
     if (status.ok()) status = enqueue();
     if (!status.ok()) return Abort(std::move(status));
@@ -974,12 +971,20 @@ class NcclCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<bool> AllOnHost(absl::Span<const StagedBuffer> buffers) const {
-    for (const StagedBuffer& b : buffers) {
+  // Sets where each buffer lives, asking CUDA once per buffer: device memory is handed to
+  // NCCL as is (`device`), host memory goes through the staging scratch (`staged`).
+  absl::Status Classify(absl::Span<StagedBuffer> buffers) const {
+    for (StagedBuffer& b : buffers) {
       BALLAST_ASSIGN_OR_RETURN(const bool on_device, IsDeviceMemory(b.caller));
-      if (on_device) return false;
+      b.staged = !on_device;
+      b.device = on_device ? b.caller : nullptr;
     }
-    return true;
+    return absl::OkStatus();
+  }
+
+  static bool AllStaged(absl::Span<const StagedBuffer> buffers) {
+    return std::all_of(buffers.begin(), buffers.end(),
+                       [](const StagedBuffer& b) { return b.staged; });
   }
 
   // One rank over host memory: every collective is the identity (AllGather's one slot a
@@ -1012,19 +1017,14 @@ class NcclCommunicator : public Communicator {
     return true;
   }
 
-  // Host buffers go through the staging scratch: copied in (if needed) before the
-  // operation, out after it.
+  // Host buffers (classified `staged`) go through the staging scratch: copied in (if
+  // needed) before the operation, out after it.
   absl::Status StageIn(absl::Span<StagedBuffer> buffers) {
     // 256-byte slots, the alignment cudaMalloc gives and NCCL's kernels like.
     constexpr size_t kAlign = 256;
     size_t total = 0;
     for (StagedBuffer& b : buffers) {
-      BALLAST_ASSIGN_OR_RETURN(const bool on_device, IsDeviceMemory(b.caller));
-      if (on_device) {
-        b.device = b.caller;
-        continue;
-      }
-      b.staged = true;
+      if (!b.staged) continue;
       b.offset = total;
       total += (b.bytes + kAlign - 1) / kAlign * kAlign;
     }
