@@ -19,9 +19,16 @@ if ! shaped_link_up "$prefix" 200 2>"$dir/link.err"; then
   echo "SKIP: cannot make the emulated nodes: $(cat "$dir/link.err")"
   exit 77
 fi
+# Under ASan/UBSan (CI's second run of the suite) the ranks run 2-3x slower and a
+# transfer's timing is off by more: a receiver leaving the sample's barrier late made a
+# 25 MB/s link read 31.5 MB/s once. The 20% accuracy is the plain build's to check; the
+# sanitized run still checks that the link is learned, and everything else.
+tolerance=0.20
+if grep -q '^BALLAST_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then tolerance=0.50; fi
 # The launcher stops every rank before it returns, so the namespaces are empty by the
 # time the trap removes them.
 /usr/bin/python3 "$here/../../bench/learned_link.py" --build "$build" --check \
+  --link_tolerance "$tolerance" \
   --netns "${prefix}a" "${prefix}b" --addresses "$SHAPED_LINK_ADDR_A" "$SHAPED_LINK_ADDR_B" \
   --rate_mbit 200 --out "$dir/run" || {
   status=$?
