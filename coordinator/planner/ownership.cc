@@ -90,23 +90,31 @@ absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRa
 
 std::vector<RankId> MoveUnits(const std::vector<RankId>& owner_of_unit,
                               const std::vector<int32_t>& new_counts) {
-  const size_t p = new_counts.size();
-  std::vector<RankId> out = owner_of_unit;
-  std::vector<int32_t> kept(p, 0), old_counts(p, 0);
-  for (RankId r : owner_of_unit) ++old_counts[r.value()];
-  std::vector<size_t> freed;
-  for (size_t u = 0; u < owner_of_unit.size(); ++u) {
-    const int32_t r = owner_of_unit[u].value();
-    if (kept[r] < std::min(old_counts[r], new_counts[r])) {
-      ++kept[r];
-    } else {
-      freed.push_back(u);
-    }
+  // One pass over the units after counting them (the planner prices a reshard on every
+  // round of a chronic straggler's group, and a block has hundreds of units): a unit past
+  // its owner's min(old, new) goes at once to the lowest rank still short, which is where
+  // the freed list, filled in unit order and handed out in rank order, would send it.
+  const int32_t p = static_cast<int32_t>(new_counts.size());
+  std::vector<int32_t> keep(p, 0);
+  for (RankId r : owner_of_unit) ++keep[r.value()];
+  std::vector<int32_t> short_by(p, 0);
+  for (int32_t r = 0; r < p; ++r) {
+    keep[r] = std::min(keep[r], new_counts[r]);
+    short_by[r] = new_counts[r] - keep[r];
   }
-  size_t next = 0;
-  for (size_t r = 0; r < p; ++r) {
-    for (int32_t i = kept[r]; i < new_counts[r] && next < freed.size(); ++i) {
-      out[freed[next++]] = RankId(static_cast<int32_t>(r));
+  std::vector<RankId> out = owner_of_unit;
+  int32_t to = 0;  // the lowest rank still short
+  while (to < p && short_by[to] == 0) ++to;
+  for (RankId& owner : out) {
+    int32_t& kept = keep[owner.value()];
+    if (kept > 0) {
+      --kept;
+      continue;
+    }
+    if (to == p) continue;  // counts that do not add up: the rest stay (as before)
+    owner = RankId(to);
+    if (--short_by[to] == 0) {
+      while (to < p && short_by[to] == 0) ++to;
     }
   }
   return out;

@@ -185,12 +185,11 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
     }
   };
 
-  bool can_prune = problem.group_prune_cap > 0;
-  if (can_prune) {
-    can_prune = false;
-    for (int32_t cap : problem.prune_cap) can_prune = can_prune || cap > 0;
-  }
-  if (can_prune) {
+  // No plan prunes more than this (MinPrunes finds none that needs more).
+  int64_t most_prunes = 0;
+  for (int32_t cap : problem.prune_cap) most_prunes += cap;
+  most_prunes = std::min(most_prunes, problem.group_prune_cap);
+  if (most_prunes > 0) {
     // (a, b): step-time interval; ka = prunes needed at a (-1: not evaluated); kb at b;
     // exact: b is the left end of its step (fewer than kb prunes cannot reach below b).
     // lp_b: LpPrunes(b) or a smaller lower bound on prunes below b. left, right: lines
@@ -210,6 +209,7 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
       if (!std::isfinite(lp_b)) return kInf;
       const double lp_k = std::ceil(lp_b * (1 - 1e-12) - 1e-9);
       const double k = std::max(static_cast<double>(kb) + (exact ? 1.0 : 0.0), lp_k);
+      if (k > static_cast<double>(most_prunes)) return kInf;  // nothing in (a, b) is feasible
       return LowestObjective(a, b, problem.lambda, k, left, right);
     };
     auto cmp = [](const Node& x, const Node& y) { return x.bound > y.bound; };
@@ -230,7 +230,11 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
       // Steps starting inside (a, b) need fewer prunes than at a: none if ka is too small.
       if (node.ka >= 0 && node.ka <= node.kb + (node.exact ? 1 : 0)) continue;
       if (node.b - node.a <= kRelTol * node.b) continue;
-      if ((node.ka >= 0 && node.ka <= node.kb + 2) || node.b - node.a <= 1e-6 * node.b) {
+      // At the most prunes allowed, nothing left of b needs fewer or can take more: it
+      // is either b's step or infeasible, and the double below b tells which (halving
+      // would look for where feasibility ends, one evaluation a halving).
+      if ((node.ka >= 0 && node.ka <= node.kb + 2) || node.kb >= most_prunes ||
+          node.b - node.a <= 1e-6 * node.b) {
         // At most a step or two can start in (a, b), or it is tiny: rather than halving down
         // to rounding, look just below b. Every load value is a double, so MinPrunes at the
         // double below b is its value on the whole step left of b: either b is where its

@@ -485,6 +485,42 @@ TEST(PlannerOracleTest, MatchesOracleWhenManyPruneLevelsTie) {
   EXPECT_GT(pruned_plans, 200);  // the regime really is one where pruning competes
 }
 
+// Pruning so cheap that the optimum prunes all the budget allows: the search then meets
+// intervals whose right end already prunes the most any plan may, where it probes the
+// step just below instead of halving towards where plans stop being feasible (or, when
+// that end starts its step, drops the interval). Half the cases bind the group budget,
+// half the ranks' own.
+TEST(PlannerOracleTest, MatchesOracleWhenThePruneBudgetBinds) {
+  std::mt19937_64 rng(77);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int at_budget = 0;
+  for (int i = 0; i < 300; ++i) {
+    Case k;
+    const int p = pick(2, 6);
+    const int most = pick(4, 12);
+    for (int r = 0; r < p; ++r) {
+      k.c.push_back(1e-3 * uniform(1, 10));
+      k.n.push_back(pick(most / 2, most));
+    }
+    k.tau = 1e-3 * uniform(0, 2);
+    const bool group_binds = i % 2 == 0;
+    k.policy.max_pruned_fraction_rank = group_binds ? 1.0 : uniform(0.1, 0.4);
+    k.policy.max_pruned_fraction_group = group_binds ? uniform(0.05, 0.3) : 1.0;
+    k.policy.accuracy_weight_seconds = 1e-6 * uniform(0, 1) * static_cast<double>(Total(k));
+    k.cordoned.assign(p, false);
+    const std::optional<CheckedPlan> got = ExpectAutoMatchesOracle(k);
+    ASSERT_TRUE(got.has_value());
+    int64_t budget = 0;
+    for (int32_t n : k.n) budget += Floor(k.policy.max_pruned_fraction_rank, n);
+    budget = std::min(budget, Floor(k.policy.max_pruned_fraction_group, Total(k)));
+    at_budget += got->plan.cost.pruned_units == budget && budget > 0;
+  }
+  EXPECT_GT(at_budget, 100);  // the regime really is one where the budget binds
+}
+
 // PlanBlock's decision (with resharding and hysteresis in play) is feasible and never worse
 // than the optimum on the current ownership; without chronic ranks or cordons it is it.
 TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
@@ -590,6 +626,40 @@ TEST(PlannerWaterFillTest, MoveUnitsMovesTheFewest) {
   EXPECT_EQ(moved[9], RankId(0));
   EXPECT_EQ(moved[10], RankId(0));
   EXPECT_EQ(moved[11], RankId(1));
+}
+
+// Against the rule written out literally: each rank keeps min(old, new) of its units,
+// lowest ids first; the freed units, lowest id first, go to the ranks that need more, in
+// rank order.
+TEST(PlannerWaterFillTest, MoveUnitsFollowsTheRuleOnRandomSplits) {
+  std::mt19937_64 rng(5);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int i = 0; i < 500; ++i) {
+    const int p = pick(1, 8), units = pick(0, 40);
+    std::vector<RankId> owners;
+    std::vector<int32_t> counts(p, 0);
+    for (int u = 0; u < units; ++u) {
+      owners.push_back(RankId(pick(0, p - 1)));
+      ++counts[pick(0, p - 1)];
+    }
+    std::vector<int32_t> kept(p, 0), old_counts(p, 0);
+    for (RankId r : owners) ++old_counts[r.value()];
+    std::vector<size_t> freed;
+    std::vector<RankId> want = owners;
+    for (size_t u = 0; u < owners.size(); ++u) {
+      const int32_t r = owners[u].value();
+      if (kept[r] < std::min(old_counts[r], counts[r])) {
+        ++kept[r];
+      } else {
+        freed.push_back(u);
+      }
+    }
+    size_t next = 0;
+    for (int r = 0; r < p; ++r) {
+      for (int32_t j = kept[r]; j < counts[r]; ++j) want[freed[next++]] = RankId(r);
+    }
+    ASSERT_EQ(MoveUnits(owners, counts), want) << "case " << i;
+  }
 }
 
 // Groups of realistic size: the decision is feasible, inside the budgets, and never worse
