@@ -309,6 +309,15 @@ std::vector<PlanCase> ExactPlanCases() {
        .plans = {{0, Offloads({Off(0, 1, 2), Off(0, 2, 2), Off(0, 3, 3), Off(3, 1, 1)})},
                  {1, Offloads({Off(0, 1, 8)})},
                  {2, AllLocal()}}},
+      // Steps with no offload skip the exchanges on every rank (no plan, then all-local):
+      // the offloads after them still pair up (Gloo's exchange tags stay in step).
+      {.name = "OffloadAfterStepsThatMoveNothing",
+       .ranks = 3,
+       .owner = Contiguous({6, 5, 5}),
+       .steps = 5,
+       .plans = {{1, Offloads({Off(0, 1, 2)})},
+                 {2, AllLocal()},
+                 {4, Offloads({Off(2, 0, 3), Off(1, 2, 1)})}}},
       // Three ranks compute nothing of their own; rank 0 computes everything.
       {.name = "OffloadAllToOneRank",
        .ranks = 4,
