@@ -193,7 +193,8 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
     // (a, b): step-time interval; ka = prunes needed at a (-1: not evaluated); kb at b;
     // exact: b is the left end of its step (fewer than kb prunes cannot reach below b).
     // lp_b: LpPrunes(b) or a smaller lower bound on prunes below b. left, right: lines
-    // under LpPrunes on the whole interval (LpLine).
+    // under LpPrunes on the whole interval (LpLine). probed: b came from a look just below
+    // the parent's b.
     struct Node {
       double a;
       int64_t ka;
@@ -203,6 +204,7 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
       double lp_b;
       LpLine left, right;
       double bound;
+      bool probed = false;
     };
     auto bound_of = [&](double a, double b, int64_t kb, bool exact, double lp_b, const LpLine& left,
                         const LpLine& right) {
@@ -215,10 +217,10 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
     auto cmp = [](const Node& x, const Node& y) { return x.bound > y.bound; };
     std::priority_queue<Node, std::vector<Node>, decltype(cmp)> open(cmp);
     auto push = [&](double a, int64_t ka, double b, int64_t kb, bool exact, double lp_b,
-                    const LpLine& left, const LpLine& right) {
+                    const LpLine& left, const LpLine& right, bool probed = false) {
       const double bound = bound_of(a, b, kb, exact, lp_b, left, right);
       if (bound >= limit()) return;
-      open.push({a, ka, b, kb, exact, lp_b, left, right, bound});
+      open.push({a, ka, b, kb, exact, lp_b, left, right, bound, probed});
     };
     const double lp_top = solver.LpPrunes(migrate.step);
     push(0.0, -1, migrate.step, 0, true, lp_top, LpLine{},
@@ -231,9 +233,12 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
       if (node.ka >= 0 && node.ka <= node.kb + (node.exact ? 1 : 0)) continue;
       if (node.b - node.a <= kRelTol * node.b) continue;
       // At the most prunes allowed, nothing left of b needs fewer or can take more: it
-      // is either b's step or infeasible, and the double below b tells which (halving
-      // would look for where feasibility ends, one evaluation a halving).
-      if ((node.ka >= 0 && node.ka <= node.kb + 2) || node.kb >= most_prunes ||
+      // is either b's step or infeasible, and the double below b tells which, where
+      // halving would look for where feasibility ends, one evaluation a halving. Usually b
+      // is that end; when it is not, halving takes over for a split (looks below b alone
+      // would walk down the steps one at a time) and the two alternate.
+      const bool at_most = node.kb >= most_prunes && !node.probed;
+      if ((node.ka >= 0 && node.ka <= node.kb + 2) || at_most ||
           node.b - node.a <= 1e-6 * node.b) {
         // At most a step or two can start in (a, b), or it is tiny: rather than halving down
         // to rounding, look just below b. Every load value is a double, so MinPrunes at the
@@ -245,7 +250,8 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
         if (kp == kNoPlan) continue;  // nor anything below it
         const double reached = solver.Balance(below, z, &v);
         consider(reached, kp);
-        push(node.a, node.ka, reached, kp, false, node.lp_b, node.left, node.right);
+        push(node.a, node.ka, reached, kp, false, node.lp_b, node.left, node.right,
+             /*probed=*/true);
         continue;
       }
       const double mid = 0.5 * (node.a + node.b);

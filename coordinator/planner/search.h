@@ -13,11 +13,12 @@
 // pieces). An interval is split at its midpoint, whose min-prune plan is re-balanced to
 // its true max load (snapping the split to where that plan's step region begins). When an
 // interval can hold only a step or two, or b already prunes the most the budgets allow
-// (then everything left of b is b's step or infeasible), the search instead looks at the
-// double just below b: MinPrunes is constant between consecutive load values, so that
-// settles whether b starts its step; an interval that would need more prunes than the
-// budgets allow is dropped. Every plan seen is a candidate and an interval is dropped only when its
-// bound cannot beat the best, so the result is the optimum (to 1e-12 relative).
+// (then everything left of b is b's step or infeasible; there looks and halvings
+// alternate), the search instead looks at the double just below b: MinPrunes is constant
+// between consecutive load values, so that settles whether b starts its step. An interval
+// that would need more prunes than the budgets allow is dropped. Every plan seen is a
+// candidate and an interval is dropped only when its bound cannot beat the best, so the
+// result is the optimum (to 1e-12 relative).
 #ifndef BALLAST_COORDINATOR_PLANNER_SEARCH_H_
 #define BALLAST_COORDINATOR_PLANNER_SEARCH_H_
 
