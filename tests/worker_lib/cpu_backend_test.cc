@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -510,6 +511,39 @@ TEST(CpuBackendTest, AFailedComputeCallFailsThePeersCollectiveAtOnce) {
   EXPECT_FALSE(got[1].ok());
   EXPECT_NE(got[1].code(), absl::StatusCode::kDeadlineExceeded) << got[1];
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// A peer that closed its sockets makes Gloo's writes fail (EPIPE) where SIGPIPE's default
+// action would kill the whole process (CI once lost the test above that way: rank 1 wrote
+// to rank 0's closed socket). Connecting turns that default into "ignore".
+TEST(CpuBackendTest, AWriteToAClosedPeerFailsInsteadOfKillingTheProcess) {
+  ASSERT_NE(signal(SIGPIPE, SIG_DFL), SIG_ERR);
+  { std::unique_ptr<Backend> backend = SingleRank(); }
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  close(fds[1]);
+  const char byte = 1;
+  EXPECT_EQ(write(fds[0], &byte, 1), -1);  // with SIGPIPE's default the process ends here
+  EXPECT_EQ(errno, EPIPE);
+  close(fds[0]);
+}
+
+void OwnSigpipeHandler(int) {}
+
+// A handler the program installed is its own business: the backend leaves it.
+TEST(CpuBackendTest, AProgramsOwnSigpipeHandlerIsLeftAlone) {
+  struct sigaction mine {};
+  mine.sa_handler = OwnSigpipeHandler;
+  sigemptyset(&mine.sa_mask);
+  ASSERT_EQ(sigaction(SIGPIPE, &mine, nullptr), 0);
+  { std::unique_ptr<Backend> backend = SingleRank(); }
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, &OwnSigpipeHandler);
+  ASSERT_NE(signal(SIGPIPE, SIG_DFL), SIG_ERR);
 }
 
 TEST(RendezvousStoreTest, FileSystemStoreCreatesDirectory) {

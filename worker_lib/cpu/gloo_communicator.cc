@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <exception>
@@ -60,6 +61,22 @@ absl::Status Guard(const char* op, Fn&& fn) {
   }
 }
 
+// Gloo's TCP pairs write with writev, which raises SIGPIPE once the peer has closed its
+// socket (a rank that failed or died), and SIGPIPE's default action kills the process:
+// a dead peer must fail the call with a Status instead (seen in CI: a rank thread wrote
+// to its failed peer's closed socket and the test process died). So connecting turns
+// that default into "ignore", as Python and gRPC do; a handler the program installed is
+// left alone.
+void IgnoreSigpipeIfDefault() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, nullptr);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
@@ -69,6 +86,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " out of range [0, ", size, ")"));
   }
+  IgnoreSigpipeIfDefault();
   const auto timeout_ms = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
   std::shared_ptr<gloo::rendezvous::Context> context;
   absl::Status status = Guard("connect", [&] {
