@@ -111,7 +111,7 @@ std::vector<RankId> MoveUnits(const std::vector<RankId>& owner_of_unit,
       --kept;
       continue;
     }
-    if (to == p) continue;  // counts that do not add up: the rest stay (as before)
+    if (to == p) continue;  // counts that do not add up: the rest stay with their owner
     owner = RankId(to);
     if (--short_by[to] == 0) {
       while (to < p && short_by[to] == 0) ++to;

@@ -486,10 +486,9 @@ TEST(PlannerOracleTest, MatchesOracleWhenManyPruneLevelsTie) {
 }
 
 // Pruning so cheap that the optimum prunes all the budget allows: the search then meets
-// intervals whose right end already prunes the most any plan may, where it probes the
-// step just below instead of halving towards where plans stop being feasible (or, when
-// that end starts its step, drops the interval). Half the cases bind the group budget,
-// half the ranks' own.
+// intervals whose right end already prunes the most any plan may, where looks at the step
+// just below alternate with halvings, and intervals that would need more, which it drops.
+// Half the cases bind the group budget, half the ranks' own.
 TEST(PlannerOracleTest, MatchesOracleWhenThePruneBudgetBinds) {
   std::mt19937_64 rng(77);
   auto uniform = [&](double lo, double hi) {
