@@ -88,6 +88,25 @@ absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRa
   return counts;
 }
 
+std::vector<int32_t> HalfwayCounts(const std::vector<int32_t>& from,
+                                   const std::vector<int32_t>& to) {
+  std::vector<int32_t> out(from.size());
+  // With sum(to) == sum(from), sum(out) - sum(from) = -(sum of the odd remainders) / 2.
+  int32_t odd_sum = 0;
+  for (size_t r = 0; r < from.size(); ++r) {
+    const int32_t move = to[r] - from[r];
+    out[r] = from[r] + move / 2;  // towards from: C++ division truncates towards zero
+    odd_sum += move % 2;          // -1, 0 or 1
+  }
+  const int32_t sign = odd_sum > 0 ? 1 : -1;
+  for (size_t r = 0; r < from.size() && odd_sum != 0; ++r) {
+    if ((to[r] - from[r]) % 2 != sign) continue;
+    out[r] += sign;
+    odd_sum -= 2 * sign;
+  }
+  return out;
+}
+
 std::vector<RankId> MoveUnits(const std::vector<RankId>& owner_of_unit,
                               const std::vector<int32_t>& new_counts) {
   // One pass over the units after counting them (the planner prices a reshard on every

@@ -1,5 +1,6 @@
-// Ownership of a block's units: the water-filled counts a reshard aims at, and the unit
-// moves that reach them. Part of the planner library; pure functions.
+// Ownership of a block's units: the water-filled counts a reshard aims at (halfway, for a
+// refinement of a split already uneven), and the unit moves that reach them. Part of the
+// planner library; pure functions.
 #ifndef BALLAST_COORDINATOR_PLANNER_OWNERSHIP_H_
 #define BALLAST_COORDINATOR_PLANNER_OWNERSHIP_H_
 
@@ -19,6 +20,14 @@ namespace ballast::coordinator {
 // or every rank cordoned.
 absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRank>& ranks,
                                                      int32_t num_units);
+
+// Counts halfway from `from` to `to` (same ranks, same total): each rank moves half its
+// way, rounded towards `from`; the units that leaves over (half the odd moves' remainders)
+// go to the ranks with an odd move in their direction, lowest rank first. A move of one
+// unit each way is no move. A reshard refining a split already uneven goes only this far
+// (PlanBlock): its target was estimated under the load the last move set.
+std::vector<int32_t> HalfwayCounts(const std::vector<int32_t>& from,
+                                   const std::vector<int32_t>& to);
 
 // The owner of every unit after moving as few units as possible to reach `new_counts`:
 // each rank keeps min(old, new) of its units, lowest unit ids first; freed units, lowest

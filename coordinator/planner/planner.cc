@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/explain.h"
 #include "coordinator/planner/ownership.h"
@@ -126,10 +127,12 @@ Solution AllLocal(const Problem& problem) {
 // cordon, or ranks calm for a while on an uneven split): it pays one transfer plus
 // optimizer state. It is chosen only below `needed`, so the search proves no more
 // than whether a plan beats that (`cut_off`: none does, and the plan is the best seen,
-// not necessarily the best on that ownership).
+// not necessarily the best on that ownership). `halfway`: a refinement of a split
+// already uneven goes only halfway to the water-filled counts (HalfwayCounts).
 absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobPolicy& policy,
                                            BalanceMode mode, const std::vector<int32_t>& owned,
-                                           bool even_split, double needed, bool* cut_off) {
+                                           bool even_split, bool halfway, double needed,
+                                           bool* cut_off) {
   *cut_off = false;
   std::vector<PlannerRank> ranks = input.ranks;
   if (even_split) {
@@ -141,11 +144,18 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
   BALLAST_ASSIGN_OR_RETURN(
       std::vector<int32_t> filled,
       WaterFillCounts(ranks, static_cast<int32_t>(input.owner_of_unit.size())));
+  std::string aim;
+  if (halfway && !even_split) {
+    aim = absl::StrCat("halfway to the water-filled ", absl::StrJoin(filled, "/"),
+                       " (refining an uneven split)");
+    filled = HalfwayCounts(owned, filled);
+  }
   PlanCandidate reshard;
   reshard.kind = CandidateKind::kReshard;
   reshard.plan.block = input.block;
   if (filled == owned) {
-    reshard.note = "the water-filled ownership is the current one";
+    reshard.note = aim.empty() ? "the water-filled ownership is the current one"
+                               : absl::StrCat(aim, " is the current one");
     return reshard;
   }
   const Problem moved_problem = MakeProblem(input, filled, policy, mode);
@@ -161,6 +171,8 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
   for (size_t u = 0; u < input.owner_of_unit.size(); ++u) {
     reshard.cost.moved_units += reshard.plan.owner_of_unit[u] != input.owner_of_unit[u];
   }
+  if (!aim.empty())
+    reshard.note = reshard.note.empty() ? aim : absl::StrCat(aim, "; ", reshard.note);
   return reshard;
 }
 
@@ -499,18 +511,28 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
           "gives ",
           Num(perfect));
     } else {
-      BALLAST_ASSIGN_OR_RETURN(
-          reshard, PriceReshard(input, policy, mode, owned, uneven_calm, needed, &cut_off));
+      // A split already uneven was resharded for this straggler (or set so by an
+      // operator): its estimates were measured under the load that move set, and under a
+      // CPU quota or a co-tenant a rank's speed moves with its load (fewer units, more
+      // idle time, less throttled), so the water-filled counts overshoot. Going halfway
+      // settles where going all the way swung: 111/69 -> 123/57 -> 111/69 on the shaped
+      // link (tests/integration/learned_link_test.sh). A cordon is drained at once.
+      const bool halfway = !even && !any_cordoned;
+      BALLAST_ASSIGN_OR_RETURN(reshard, PriceReshard(input, policy, mode, owned, uneven_calm,
+                                                     halfway, needed, &cut_off));
     }
     const bool wins = reshard.feasible && reshard.cost.objective < needed;
     if (reshard.feasible && !wins) {
+      // What it aimed at (a refinement's halfway counts) stays in front.
+      const std::string aim = reshard.note.empty() ? "" : absl::StrCat(reshard.note, "; ");
       reshard.note =
-          uneven_calm
-              ? absl::StrCat("not chosen: must be below ", Num(needed), " (the best plan on ",
-                             "the uneven split x ", Num(1 + noise), ": estimate noise)")
-              : absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
-                             ": the hysteresis or the straggler threshold)",
-                             cut_off ? ", which no plan on it does (the best seen)" : "");
+          aim +
+          (uneven_calm
+               ? absl::StrCat("not chosen: must be below ", Num(needed), " (the best plan on ",
+                              "the uneven split x ", Num(1 + noise), ": estimate noise)")
+               : absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
+                              ": the hysteresis or the straggler threshold)",
+                              cut_off ? ", which no plan on it does (the best seen)" : ""));
     }
     d.candidates.push_back(reshard);
     if (wins) {

@@ -524,6 +524,7 @@ TEST(PlannerOracleTest, MatchesOracleWhenThePruneBudgetBinds) {
 // than the optimum on the current ownership; without chronic ranks or cordons it is it.
 TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
   std::mt19937_64 rng(5);
+  int halfway = 0;  // reshards that refined an uneven split
   for (int i = 0; i < 600; ++i) {
     Case k = RandomCase(rng, 4, 5, 0.3);
     if (i % 3 == 0) k.chronic[0] = true;
@@ -544,18 +545,28 @@ TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
       if (d->chosen == CandidateKind::kReshard) {
         ASSERT_TRUE(trigger) << what;
         EXPECT_LT(d->objective, (1 - policy.hysteresis) * want * (1 + 1e-9)) << what;
-        // The reshard's own plan is the optimum on the water-filled ownership.
+        // The reshard's own plan is the optimum on the water-filled ownership, or on the
+        // counts halfway to it when the split was already uneven (more than the
+        // straggler threshold above an even share) and nothing is cordoned.
         Case moved = k;
         absl::StatusOr<std::vector<int32_t>> filled =
             WaterFillCounts(in.ranks, static_cast<int32_t>(Total(k)));
         ASSERT_TRUE(filled.ok());
-        moved.n = *filled;
+        const double share = static_cast<double>(Total(k)) / static_cast<double>(k.n.size());
+        const int32_t most = *std::max_element(k.n.begin(), k.n.end());
+        const bool uneven =
+            most > std::max(std::ceil(share), (1 + policy.straggler_threshold) * share);
+        const bool cordon = std::find(k.cordoned.begin(), k.cordoned.end(), true) !=
+                            k.cordoned.end();
+        moved.n = uneven && !cordon ? HalfwayCounts(k.n, *filled) : *filled;
+        halfway += uneven && !cordon;
         ExpectNear(d->objective, Oracle(moved, mode), what);
       } else {
         ExpectNear(d->objective, want, what);
       }
     }
   }
+  EXPECT_GT(halfway, 10);  // refinements really are among the reshards checked
 }
 
 TEST(PlannerWaterFillTest, MatchesBruteForce) {
@@ -658,6 +669,43 @@ TEST(PlannerWaterFillTest, MoveUnitsFollowsTheRuleOnRandomSplits) {
       for (int32_t j = kept[r]; j < counts[r]; ++j) want[freed[next++]] = RankId(r);
     }
     ASSERT_EQ(MoveUnits(owners, counts), want) << "case " << i;
+  }
+}
+
+TEST(PlannerWaterFillTest, HalfwayCountsMoveHalfTheWay) {
+  EXPECT_EQ(HalfwayCounts({111, 69}, {123, 57}), (std::vector<int32_t>{117, 63}));
+  EXPECT_EQ(HalfwayCounts({90, 90}, {111, 69}), (std::vector<int32_t>{100, 80}));
+  EXPECT_EQ(HalfwayCounts({90, 90}, {91, 89}), (std::vector<int32_t>{90, 90}));  // no move
+  // Two odd moves up, one even move down: one of the two goes up by its rounded-up half.
+  EXPECT_EQ(HalfwayCounts({3, 3, 3}, {4, 4, 1}), (std::vector<int32_t>{4, 3, 2}));
+  std::mt19937_64 rng(8);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int i = 0; i < 500; ++i) {
+    const int p = pick(1, 8), units = pick(0, 60);
+    std::vector<int32_t> from(p, 0), to(p, 0);
+    for (int u = 0; u < units; ++u) {
+      ++from[pick(0, p - 1)];
+      ++to[pick(0, p - 1)];
+    }
+    // The rule written out: half of each move, rounded towards `from`; the total made
+    // up by ranks whose odd moves point the way it is short, lowest rank first.
+    std::vector<int32_t> want(p);
+    int32_t short_by = 0;
+    for (int r = 0; r < p; ++r) {
+      const int32_t move = to[r] - from[r];
+      want[r] = from[r] + (move >= 0 ? move / 2 : -((-move) / 2));
+      short_by += from[r] - want[r];
+    }
+    for (int r = 0; r < p && short_by != 0; ++r) {
+      const int32_t move = to[r] - from[r];
+      const int32_t way = short_by > 0 ? 1 : -1;
+      if (std::abs(move) % 2 == 1 && (move > 0) == (way > 0)) {
+        want[r] += way;
+        short_by -= way;
+      }
+    }
+    ASSERT_EQ(short_by, 0) << "case " << i;
+    ASSERT_EQ(HalfwayCounts(from, to), want) << "case " << i;
   }
 }
 
