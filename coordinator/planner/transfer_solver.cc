@@ -5,20 +5,24 @@
 
 namespace ballast::coordinator::planner_internal {
 
-TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
+void TransferSolver::Reset(const Problem& problem) {
+  problem_ = &problem;
   // The LP's concave pieces, steepest first: a prune on a sender covers
   // c / (c - tau) units, on a cordoned rank 1, on any other rank c / (c + tau).
-  pieces_.reserve(2 * static_cast<size_t>(problem_.num_ranks));
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    if (problem_.cordoned[r]) {
+  pieces_.clear();
+  pieces_.reserve(2 * static_cast<size_t>(problem_->num_ranks));
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
+    if (problem_->cordoned[r]) {
       pieces_.push_back({1.0, r, true});
       continue;
     }
-    if (problem_.seconds_per_unit[r] > problem_.tau)
+    if (problem_->seconds_per_unit[r] > problem_->tau)
       pieces_.push_back(
-          {problem_.seconds_per_unit[r] / (problem_.seconds_per_unit[r] - problem_.tau), r, true});
+          {problem_->seconds_per_unit[r] / (problem_->seconds_per_unit[r] - problem_->tau), r,
+           true});
     pieces_.push_back(
-        {problem_.seconds_per_unit[r] / (problem_.seconds_per_unit[r] + problem_.tau), r, false});
+        {problem_->seconds_per_unit[r] / (problem_->seconds_per_unit[r] + problem_->tau), r,
+         false});
   }
   // A stable insertion sort: two pieces a rank, and std::stable_sort would allocate.
   for (size_t i = 1; i < pieces_.size(); ++i) {
@@ -28,16 +32,16 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
     pieces_[j] = piece;
   }
   // Free transfers (tau 0): SmallestPrune(tau, ...) returns 0 before reading the inverse.
-  inverse_tau_ = problem_.tau > 0 ? 1 / problem_.tau : 0.0;
-  lp_.resize(problem_.num_ranks);
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
-    const double low = problem_.cordoned[r] ? tau : std::min(c, tau);
-    lp_[r].fixed = problem_.fixed_seconds[r];
-    lp_[r].n = problem_.owned[r];
-    lp_[r].cap = problem_.prune_cap[r];
+  inverse_tau_ = problem_->tau > 0 ? 1 / problem_->tau : 0.0;
+  lp_.assign(problem_->num_ranks, RankLp{});
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
+    const double c = problem_->seconds_per_unit[r], tau = problem_->tau;
+    const double low = problem_->cordoned[r] ? tau : std::min(c, tau);
+    lp_[r].fixed = problem_->fixed_seconds[r];
+    lp_[r].n = problem_->owned[r];
+    lp_[r].cap = problem_->prune_cap[r];
     lp_[r].c = c;
-    lp_[r].cordoned = problem_.cordoned[r] != 0;
+    lp_[r].cordoned = problem_->cordoned[r] != 0;
     lp_[r].sends_cheaper = c > tau;
     lp_[r].low_positive = low > 0;
     lp_[r].inverse_low = low > 0 ? 1 / low : 0.0;
@@ -47,23 +51,26 @@ TransferSolver::TransferSolver(const Problem& problem) : problem_(problem) {
   }
   // Room once: MinStepWithoutPruning lists up to two breakpoints a rank, and MinPrunes
   // up to one knapsack item a rank.
-  breakpoints_.reserve(2 * static_cast<size_t>(problem_.num_ranks));
-  knapsack_.Reserve(static_cast<size_t>(problem_.num_ranks));
-  mandatory_.assign(problem_.num_ranks, 0);
-  keep_from_.assign(problem_.num_ranks, 0);
-  sender_end_.assign(problem_.num_ranks, 0);
-  base_coverage_.assign(problem_.num_ranks, 0);
+  breakpoints_.reserve(2 * static_cast<size_t>(problem_->num_ranks));
+  knapsack_.Clear();
+  knapsack_.Reserve(static_cast<size_t>(problem_->num_ranks));
+  mandatory_.assign(problem_->num_ranks, 0);
+  keep_from_.assign(problem_->num_ranks, 0);
+  sender_end_.assign(problem_->num_ranks, 0);
+  base_coverage_.assign(problem_->num_ranks, 0);
+  base_coverage_at_ = kNoStep;
 }
 
 int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
-  const double f = problem_.fixed_seconds[r];
-  if (problem_.cordoned[r])
-    return Load(f, problem_.seconds_per_unit[r], problem_.tau, 0, problem_.owned[r] - z) <= t ? z
-                                                                                              : -1;
-  const double c = problem_.seconds_per_unit[r], tau = problem_.tau;
-  const int64_t n = problem_.owned[r], left = n - z;
+  const double f = problem_->fixed_seconds[r];
+  if (problem_->cordoned[r])
+    return Load(f, problem_->seconds_per_unit[r], problem_->tau, 0, problem_->owned[r] - z) <= t
+               ? z
+               : -1;
+  const double c = problem_->seconds_per_unit[r], tau = problem_->tau;
+  const int64_t n = problem_->owned[r], left = n - z;
   // Receiving more than the others own never helps.
-  const int64_t max_in = std::max<int64_t>(0, problem_.num_units - n);
+  const int64_t max_in = std::max<int64_t>(0, problem_->num_units - n);
   if (Load(f, c, tau, left, 0) <= t) {
     // Estimates, made exact by the loops: a product with the inverse, not a division.
     const double room = (t - f - c * static_cast<double>(left)) * lp_[r].inverse_keep;
@@ -86,18 +93,18 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
 int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
   int64_t sum_m = 0, covered = 0;
   base_coverage_at_ = kNoStep;  // until every rank's is in
-  const double tau = problem_.tau;
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    const int32_t n = problem_.owned[r], cap = problem_.prune_cap[r];
-    const double f = problem_.fixed_seconds[r];
+  const double tau = problem_->tau;
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
+    const int32_t n = problem_->owned[r], cap = problem_->prune_cap[r];
+    const double f = problem_->fixed_seconds[r];
     // Nothing gets a rank under its own fixed cost.
     if (f > t) return kNoPlan;
-    if (problem_.cordoned[r]) {
+    if (problem_->cordoned[r]) {
       mandatory_[r] = SmallestPrune(f, tau, inverse_tau_, n, t);
       if (mandatory_[r] > cap) return kNoPlan;
       sender_end_[r] = std::min(cap, n);
     } else {
-      const int32_t keep = SmallestPrune(f, problem_.seconds_per_unit[r], lp_[r].inverse_c, n, t);
+      const int32_t keep = SmallestPrune(f, problem_->seconds_per_unit[r], lp_[r].inverse_c, n, t);
       keep_from_[r] = keep;
       mandatory_[r] = std::min(keep, SmallestPrune(f, tau, inverse_tau_, n, t));
       if (mandatory_[r] > cap) return kNoPlan;
@@ -109,17 +116,17 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
     covered += base_coverage_[r];
   }
   base_coverage_at_ = t;
-  if (sum_m > problem_.group_prune_cap) return kNoPlan;
+  if (sum_m > problem_->group_prune_cap) return kNoPlan;
   if (z != nullptr) z->assign(mandatory_.begin(), mandatory_.end());
-  const int64_t deficit = problem_.num_units - covered;
+  const int64_t deficit = problem_->num_units - covered;
   if (deficit <= 0) return sum_m;
-  const int64_t budget = problem_.group_prune_cap - sum_m;
+  const int64_t budget = problem_->group_prune_cap - sum_m;
   if (budget <= 0) return kNoPlan;
 
   // Phase A: senders only.
   knapsack_.Clear();
   int64_t sender_gain = 0, sender_prunes = 0;
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
     if (sender_end_[r] <= mandatory_[r]) continue;
     sender_gain += Coverage(r, t, sender_end_[r]) - base_coverage_[r];
     sender_prunes += sender_end_[r] - mandatory_[r];
@@ -155,15 +162,15 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
   const int64_t deficit_b = deficit - sender_gain;
   const int64_t budget_b = budget - sender_prunes;
   if (z != nullptr) {
-    for (int32_t r = 0; r < problem_.num_ranks; ++r)
+    for (int32_t r = 0; r < problem_->num_ranks; ++r)
       (*z)[r] = std::max(mandatory_[r], sender_end_[r]);
   }
   knapsack_.Clear();
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    if (problem_.cordoned[r]) continue;
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
+    if (problem_->cordoned[r]) continue;
     const int32_t start = std::max(mandatory_[r], sender_end_[r]);
     const int32_t end =
-        static_cast<int32_t>(std::min<int64_t>(problem_.prune_cap[r], start + budget_b));
+        static_cast<int32_t>(std::min<int64_t>(problem_->prune_cap[r], start + budget_b));
     if (end <= start) continue;
     Item& item = knapsack_.Add(r);
     FillReceiverOptions(t, start, end, deficit_b, &item);
@@ -175,19 +182,19 @@ int64_t TransferSolver::MinPrunes(double t, std::vector<int32_t>* z) {
 }
 
 double TransferSolver::Balance(double t, const std::vector<int32_t>& z, std::vector<int64_t>* v) {
-  v->resize(problem_.num_ranks);
+  v->resize(problem_->num_ranks);
   int64_t sum = 0;
   // After MinPrunes at this t, a rank left at its mandatory prunes has its coverage there.
   const bool known = t == base_coverage_at_;
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
     (*v)[r] = known && z[r] == mandatory_[r] ? base_coverage_[r] : Coverage(r, t, z[r]);
     sum += (*v)[r];
   }
-  for (int64_t excess = sum - problem_.num_units; excess > 0; --excess) {
+  for (int64_t excess = sum - problem_->num_units; excess > 0; --excess) {
     int32_t pick = -1;
     double pick_load = -1;
-    for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-      if (problem_.cordoned[r] || (*v)[r] <= z[r]) continue;
+    for (int32_t r = 0; r < problem_->num_ranks; ++r) {
+      if (problem_->cordoned[r] || (*v)[r] <= z[r]) continue;
       const double now = LoadAt(r, (*v)[r], z[r]);
       // Only drop where it lowers the load: a rank with c <= tau gains nothing by
       // sending. Since sum v > N = sum n, some rank receives, and receivers qualify.
@@ -201,14 +208,14 @@ double TransferSolver::Balance(double t, const std::vector<int32_t>& z, std::vec
     --(*v)[pick];
   }
   double max_load = 0;
-  for (int32_t r = 0; r < problem_.num_ranks; ++r)
+  for (int32_t r = 0; r < problem_->num_ranks; ++r)
     max_load = std::max(max_load, LoadAt(r, (*v)[r], z[r]));
   return max_load;
 }
 
 double TransferSolver::LpPrunes(double t) {
   double sum_m = 0, covered = 0;
-  const double tau = problem_.tau;
+  const double tau = problem_->tau;
   for (RankLp& lp : lp_) {
     const double n = lp.n, cap = lp.cap, c = lp.c;
     // The rank's room under t after its fixed cost: the LP of a fixed-free rank at t - f.
@@ -235,9 +242,9 @@ double TransferSolver::LpPrunes(double t) {
       lp.keep_length = std::max(0.0, cap - m);
     }
   }
-  const double group_cap = static_cast<double>(problem_.group_prune_cap);
+  const double group_cap = static_cast<double>(problem_->group_prune_cap);
   if (sum_m > group_cap + 1e-9) return kInf;
-  double need = static_cast<double>(problem_.num_units) - covered;
+  double need = static_cast<double>(problem_->num_units) - covered;
   if (need <= 0) return sum_m;
   double used = 0;
   for (const Piece& piece : pieces_) {
@@ -251,21 +258,21 @@ double TransferSolver::LpPrunes(double t) {
     used += len;
     need -= len * piece.slope;
   }
-  if (need > 1e-9 * (1.0 + static_cast<double>(problem_.num_units))) return kInf;
+  if (need > 1e-9 * (1.0 + static_cast<double>(problem_->num_units))) return kInf;
   return sum_m + used > group_cap + 1e-9 ? kInf : sum_m + used;
 }
 
 double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
   double floor_load = 0, step = 0;
   breakpoints_.clear();
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    const double f = problem_.fixed_seconds[r], c = problem_.seconds_per_unit[r],
-                 tau = problem_.tau;
-    const int64_t n = problem_.owned[r];
-    floor_load = std::max(floor_load, problem_.cordoned[r]
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
+    const double f = problem_->fixed_seconds[r], c = problem_->seconds_per_unit[r],
+                 tau = problem_->tau;
+    const int64_t n = problem_->owned[r];
+    floor_load = std::max(floor_load, problem_->cordoned[r]
                                           ? Load(f, c, tau, 0, n)
                                           : std::min(Load(f, c, tau, n, 0), Load(f, c, tau, 0, n)));
-    if (problem_.cordoned[r]) continue;
+    if (problem_->cordoned[r]) continue;
     step = std::max(step, c + tau);
     // Where the rank's relaxed coverage (RealCoverage) changes slope or jumps.
     if (c > tau) breakpoints_.push_back(Load(f, c, tau, 0, n));
@@ -273,11 +280,11 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
   }
   // Every rank cordoned: ValidatePlannerInput refuses that (nobody could own the units),
   // so this only keeps the function total.
-  if (breakpoints_.empty()) return Balance(0, std::vector<int32_t>(problem_.num_ranks, 0), v);
+  if (breakpoints_.empty()) return Balance(0, std::vector<int32_t>(problem_->num_ranks, 0), v);
   // The least t with RealCoverage(t) >= N, which is non-decreasing and linear between
   // breakpoints: find the breakpoints around it, then solve the line.
   std::sort(breakpoints_.begin(), breakpoints_.end());
-  const double units = static_cast<double>(problem_.num_units);
+  const double units = static_cast<double>(problem_->num_units);
   const size_t first_enough =
       std::partition_point(breakpoints_.begin(), breakpoints_.end(),
                            [&](double b) { return RealCoverage(b) < units; }) -
@@ -291,12 +298,12 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
     const double crossing = a + (units - RealCoverage(a)) / slope;
     if (slope > 0) low = past_all ? crossing : std::min(low, crossing);
   }
-  std::vector<int32_t> zero(problem_.num_ranks, 0);
+  std::vector<int32_t> zero(problem_->num_ranks, 0);
   double t = std::max(low, floor_load) + step;
   while (true) {
     int64_t covered = 0;
-    for (int32_t r = 0; r < problem_.num_ranks; ++r) covered += Coverage(r, t, 0);
-    if (covered >= problem_.num_units) break;
+    for (int32_t r = 0; r < problem_->num_ranks; ++r) covered += Coverage(r, t, 0);
+    if (covered >= problem_->num_units) break;
     step *= 2;
     t += step;
   }
@@ -306,10 +313,10 @@ double TransferSolver::MinStepWithoutPruning(std::vector<int64_t>* v) {
 // Sum over ranks of the relaxed coverage at zero prunes (>= the integer coverage).
 double TransferSolver::RealCoverage(double at) const {
   double sum = 0;
-  for (int32_t r = 0; r < problem_.num_ranks; ++r) {
-    if (problem_.cordoned[r]) continue;
-    const double c = problem_.seconds_per_unit[r], tau = problem_.tau, n = problem_.owned[r];
-    const double t = at - problem_.fixed_seconds[r];  // its room after its fixed cost
+  for (int32_t r = 0; r < problem_->num_ranks; ++r) {
+    if (problem_->cordoned[r]) continue;
+    const double c = problem_->seconds_per_unit[r], tau = problem_->tau, n = problem_->owned[r];
+    const double t = at - problem_->fixed_seconds[r];  // its room after its fixed cost
     if (c > tau) {
       if (t < tau * n) continue;
       sum += t <= c * n ? (t - tau * n) / (c - tau) : n + (t - c * n) / (c + tau);
@@ -330,14 +337,15 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
   const int32_t r = item->rank;
   const int32_t start = mandatory_[r], end = sender_end_[r];
   const int64_t base = base_coverage_[r];  // Coverage(r, t, start)
-  if (problem_.cordoned[r]) {  // a pruned unit is one unit it need not send
+  if (problem_->cordoned[r]) {             // a pruned unit is one unit it need not send
     for (int32_t zz = start + 1; zz <= end && zz - start <= target; ++zz) {
       item->options.push_back({zz - start, zz - start});
     }
     return;
   }
-  const double f = problem_.fixed_seconds[r], c = problem_.seconds_per_unit[r], tau = problem_.tau;
-  const int64_t n = problem_.owned[r];
+  const double f = problem_->fixed_seconds[r], c = problem_->seconds_per_unit[r],
+               tau = problem_->tau;
+  const int64_t n = problem_->owned[r];
   const double step = c / (c - tau);
   double q = (c * static_cast<double>(n - start) - (t - f)) / (c - tau);
   // The fix-ups below make y exact against the load formula, as Coverage does. They can
@@ -391,9 +399,10 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
 void TransferSolver::FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target,
                                          Item* item) const {
   const int32_t r = item->rank;
-  const double f = problem_.fixed_seconds[r], c = problem_.seconds_per_unit[r], tau = problem_.tau;
-  const int64_t n = problem_.owned[r];
-  const int64_t max_in = std::max<int64_t>(0, problem_.num_units - n);
+  const double f = problem_->fixed_seconds[r], c = problem_->seconds_per_unit[r],
+               tau = problem_->tau;
+  const int64_t n = problem_->owned[r];
+  const int64_t max_in = std::max<int64_t>(0, problem_->num_units - n);
   const int64_t x0 = Coverage(r, t, start) - n;
   auto fits = [&](int64_t zz, int64_t x) { return Load(f, c, tau, n - zz + x, x) <= t; };
   for (int64_t g = 1; g <= target && x0 + g <= max_in; ++g) {

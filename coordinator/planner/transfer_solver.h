@@ -33,9 +33,15 @@ namespace ballast::coordinator::planner_internal {
 
 class TransferSolver {
  public:
-  // `problem` must outlive the solver and stay unchanged (the solver keeps copies of
-  // its per-rank numbers).
-  explicit TransferSolver(const Problem& problem);
+  // `problem` must outlive the solver (or the next Reset) and stay unchanged: the solver
+  // keeps copies of its per-rank numbers.
+  explicit TransferSolver(const Problem& problem) { Reset(problem); }
+  // No problem yet: Reset before any other call.
+  TransferSolver() = default;
+
+  // Starts over on `problem`, keeping every buffer's capacity: a solver reused from one
+  // decision to the next allocates almost nothing (SolveMode keeps one per thread).
+  void Reset(const Problem& problem);
 
   // Largest coverage rank r can have with z of its own units pruned and load <= t, or -1
   // when it cannot get under t at all. Cordoned ranks cover exactly their prunes.
@@ -82,15 +88,15 @@ class TransferSolver {
 
   // Rank r's load accounting for v units with z of its own pruned.
   double LoadAt(int32_t r, int64_t v, int32_t z) const {
-    const int64_t n = problem_.owned[r];
-    return Load(problem_.fixed_seconds[r], problem_.seconds_per_unit[r], problem_.tau, v - z,
+    const int64_t n = problem_->owned[r];
+    return Load(problem_->fixed_seconds[r], problem_->seconds_per_unit[r], problem_->tau, v - z,
                 v >= n ? v - n : n - v);
   }
   double RealCoverage(double t) const;
   void FillSenderOptions(double t, int64_t target, Item* item) const;
   void FillReceiverOptions(double t, int32_t start, int32_t end, int64_t target, Item* item) const;
 
-  const Problem& problem_;
+  const Problem* problem_ = nullptr;
   std::vector<Piece> pieces_;  // steepest first
   PruneKnapsack knapsack_;
   std::vector<RankLp> lp_;  // per rank

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -57,6 +58,55 @@ TEST(TransferSolverTest, LpPrunesIsConvexAndFallsWithTheStepTime) {
     }
   }
   EXPECT_GT(checked, 5000);
+}
+
+// SolveMode keeps one solver per thread and resets it for each problem: a reset solver
+// must answer exactly as a new one, whatever it solved before (a bigger group, other
+// speeds, cordons). One solver goes through all the trials; a fresh one checks each.
+TEST(TransferSolverTest, AResetSolverAnswersAsANewOne) {
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<double> unit(0, 1);
+  TransferSolver reused;
+  int compared = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    Problem problem;
+    problem.num_ranks = 2 + (trial * 5) % 7;  // sizes go up and down between trials
+    const int32_t n = 4 + (trial * 13) % 40;
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      problem.fixed_seconds.push_back(trial % 3 == 0 ? 1e-2 * unit(rng) : 0.0);
+      problem.seconds_per_unit.push_back(1e-3 * (1 + 9 * unit(rng)));
+      problem.owned.push_back(n);
+      problem.cordoned.push_back(r == 1 && trial % 4 == 0 ? 1 : 0);
+      problem.prune_cap.push_back(static_cast<int32_t>(n * unit(rng)));
+      problem.num_units += n;
+    }
+    problem.group_prune_cap = static_cast<int64_t>(problem.num_units * unit(rng));
+    problem.tau = 2e-3 * unit(rng);
+    reused.Reset(problem);
+    TransferSolver fresh(problem);
+    std::vector<int64_t> v_reused, v_fresh;
+    ASSERT_EQ(reused.MinStepWithoutPruning(&v_reused), fresh.MinStepWithoutPruning(&v_fresh))
+        << "trial " << trial;
+    ASSERT_EQ(v_reused, v_fresh) << "trial " << trial;
+    double top = 0;
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      top = std::max(top, problem.fixed_seconds[r] + problem.seconds_per_unit[r] * n);
+    }
+    for (int i = 1; i <= 12; ++i) {
+      const double t = top * 1.2 * i / 12;
+      ASSERT_EQ(reused.LpPrunes(t), fresh.LpPrunes(t)) << "trial " << trial << " t " << t;
+      std::vector<int32_t> z_reused, z_fresh;
+      const int64_t prunes = fresh.MinPrunes(t, &z_fresh);
+      ASSERT_EQ(reused.MinPrunes(t, &z_reused), prunes) << "trial " << trial << " t " << t;
+      if (prunes == kNoPlan) continue;
+      ASSERT_EQ(z_reused, z_fresh) << "trial " << trial << " t " << t;
+      ASSERT_EQ(reused.Balance(t, z_reused, &v_reused), fresh.Balance(t, z_fresh, &v_fresh))
+          << "trial " << trial << " t " << t;
+      ASSERT_EQ(v_reused, v_fresh) << "trial " << trial << " t " << t;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 300);
 }
 
 }  // namespace
