@@ -940,6 +940,52 @@ TEST(PlannerTest, CordonedRankOffloadsEverythingOrReshards) {
   EXPECT_TRUE(d2->plan.offloads.empty()) << d2->explanation;
 }
 
+// A chronic straggler's first reshard, from an even split, goes all the way to the
+// water-filled counts; one that refines a split already uneven goes halfway (its speeds
+// were measured under the load the last move set); a cordon is drained all the way.
+TEST(PlannerTest, ARefiningReshardGoesHalfway) {
+  Case k;
+  k.c = {1e-3, 2.16e-3};  // water-filled: 123 / 57 of 180 units
+  k.chronic = {false, true};
+  k.tau = 1;  // offloads priced out: the choice is all-local or a reshard
+  k.policy.mode = BalanceMode::kMigrate;
+  auto counts = [](const BlockPlan& plan) {
+    std::vector<int32_t> out(2, 0);
+    for (RankId r : plan.owner_of_unit) ++out[r.value()];
+    return out;
+  };
+  k.n = {90, 90};
+  const PlannerInput even = MakeInput(k);
+  absl::StatusOr<std::vector<int32_t>> filled =
+      WaterFillCounts(even.ranks, static_cast<int32_t>(Total(k)));
+  ASSERT_TRUE(filled.ok());
+  ASSERT_EQ(*filled, (std::vector<int32_t>{123, 57}));
+  absl::StatusOr<Explained> d = PlanExplained(even, k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  EXPECT_EQ(counts(d->plan), (std::vector<int32_t>{123, 57})) << d->explanation;
+
+  k.n = {100, 80};  // resharded before, on other estimates
+  d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  EXPECT_EQ(counts(d->plan), (std::vector<int32_t>{111, 69})) << d->explanation;
+  EXPECT_THAT(d->explanation, HasSubstr("halfway to the water-filled 123/57")) << d->explanation;
+  // From there, half of the rest (to 117 / 63) gains 8.7%, under the 9.1% margin: the
+  // split stays.
+  k.n = {111, 69};
+  d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_NE(d->chosen, CandidateKind::kReshard) << d->explanation;
+  EXPECT_THAT(d->explanation, HasSubstr("reshard to 117,63")) << d->explanation;
+
+  k.cordoned = {false, true};
+  d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  EXPECT_EQ(counts(d->plan), (std::vector<int32_t>{180, 0})) << d->explanation;
+}
+
 TEST(PlannerTest, ChronicStragglerReshardsOnlyWhenItPays) {
   Case k = Straggler();
   k.chronic.assign(8, false);
