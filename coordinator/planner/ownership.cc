@@ -90,6 +90,10 @@ absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRa
 
 std::vector<int32_t> HalfwayCounts(const std::vector<int32_t>& from,
                                    const std::vector<int32_t>& to) {
+  int64_t from_total = 0, to_total = 0;
+  for (int32_t c : from) from_total += c;
+  for (int32_t c : to) to_total += c;
+  if (from.size() != to.size() || from_total != to_total) return from;
   std::vector<int32_t> out(from.size());
   // With sum(to) == sum(from), sum(out) - sum(from) = -(sum of the odd remainders) / 2.
   int32_t odd_sum = 0;

@@ -22,10 +22,11 @@ absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRa
                                                      int32_t num_units);
 
 // Counts halfway from `from` to `to` (same ranks, same total): each rank moves half its
-// way, rounded towards `from`; the units that leaves over (half the odd moves' remainders)
+// way, rounded towards `from`; the units this leaves over (half the odd moves' remainders)
 // go to the ranks with an odd move in their direction, lowest rank first. A move of one
 // unit each way is no move. A reshard refining a split already uneven goes only this far
-// (PlanBlock): its target was estimated under the load the last move set.
+// (PlanBlock): its target was estimated under the load the last move set. Counts of
+// different sizes or totals are a caller's bug: `from` comes back unchanged.
 std::vector<int32_t> HalfwayCounts(const std::vector<int32_t>& from,
                                    const std::vector<int32_t>& to);
 

@@ -4,7 +4,7 @@
 //   search.h           the exact optimum per mode on one ownership (a walk over step times);
 //   transfer_solver.h  at one step time: coverage, the fewest prunes, the least max load;
 //   knapsack.h         the exact knapsack for those prunes, with its LP bounds;
-//   ownership.h        water-filled counts and unit moves for a reshard;
+//   ownership.h        water-filled and halfway counts, unit moves for a reshard;
 //   explain.cc         the text operators read.
 #include "coordinator/planner/planner.h"
 
@@ -127,8 +127,9 @@ Solution AllLocal(const Problem& problem) {
 // cordon, or ranks calm for a while on an uneven split): it pays one transfer plus
 // optimizer state. It is chosen only below `needed`, so the search proves no more
 // than whether a plan beats that (`cut_off`: none does, and the plan is the best seen,
-// not necessarily the best on that ownership). `halfway`: a refinement of a split
-// already uneven goes only halfway to the water-filled counts (HalfwayCounts).
+// not necessarily the best on that ownership). `halfway` (never with `even_split`): a
+// refinement of a split already uneven goes only halfway to the water-filled counts
+// (HalfwayCounts).
 absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobPolicy& policy,
                                            BalanceMode mode, const std::vector<int32_t>& owned,
                                            bool even_split, bool halfway, double needed,
@@ -145,8 +146,8 @@ absl::StatusOr<PlanCandidate> PriceReshard(const PlannerInput& input, const JobP
       std::vector<int32_t> filled,
       WaterFillCounts(ranks, static_cast<int32_t>(input.owner_of_unit.size())));
   std::string aim;
-  if (halfway && !even_split) {
-    aim = absl::StrCat("halfway to the water-filled ", absl::StrJoin(filled, "/"),
+  if (halfway) {
+    aim = absl::StrCat("halfway to the water-filled ", absl::StrJoin(filled, ","),
                        " (refining an uneven split)");
     filled = HalfwayCounts(owned, filled);
   }
@@ -511,13 +512,18 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
           "gives ",
           Num(perfect));
     } else {
-      // A split already uneven was resharded for this straggler (or set so by an
-      // operator): its estimates were measured under the load that move set, and under a
-      // CPU quota or a co-tenant a rank's speed moves with its load (fewer units, more
-      // idle time, less throttled), so the water-filled counts overshoot. Going halfway
-      // settles where going all the way swung: 111/69 -> 123/57 -> 111/69 on the shaped
-      // link (tests/integration/learned_link_test.sh). A cordon is drained at once.
-      const bool halfway = !even && !any_cordoned;
+      // A split already uneven (some rank more than the threshold above or below an even
+      // share) comes from a past reshard: the estimates now were measured under the load
+      // that move set, and under a CPU quota or a co-tenant a rank's speed moves with its
+      // load (fewer units, more idle time, less throttled), so the water-filled counts
+      // overshoot. Going halfway settles where going all the way swung: 111/69 -> 123/57
+      // -> 111/69 on the shaped link (tests/integration/learned_link_test.sh). The half
+      // move must beat the margin itself, so a refinement needs about twice the gap a
+      // first reshard does. Not for a cordon's drain, nor for the way back to even.
+      const int32_t least_owned = *std::min_element(problem.owned.begin(), problem.owned.end());
+      const bool uneven = !even || least_owned < std::min(std::floor(share),
+                                                           share / (1 + policy.straggler_threshold));
+      const bool halfway = uneven && !any_cordoned && !uneven_calm;
       BALLAST_ASSIGN_OR_RETURN(reshard, PriceReshard(input, policy, mode, owned, uneven_calm,
                                                      halfway, needed, &cut_off));
     }

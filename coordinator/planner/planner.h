@@ -16,7 +16,8 @@
 // prune budgets (z_r <= floor(f_rank * n_r), sum z <= floor(f_group * N)), the mode's
 // techniques (resize: prune only; migrate: offload and reshard only; auto: all) and the
 // cordons (a cordoned rank computes nothing). When a rank is chronic or cordoned it also
-// prices a reshard to the water-filled ownership, chosen when it beats the best plan on
+// prices a reshard to the water-filled ownership (halfway there from a split already
+// uneven, no cordon: ownership.h's HalfwayCounts), chosen when it beats the best plan on
 // the current ownership by the hysteresis and (no cordon) by the straggler threshold
 // t / (1 + t); and it keeps the current plan unless the new one is better by the policy's
 // hysteresis. A calm group (no straggler) runs all-local; one calm for a while on an
@@ -106,7 +107,7 @@ enum class CandidateKind {
   kResize,    // best plan that only prunes
   kMigrate,   // best plan that only offloads
   kAuto,      // best plan that prunes and offloads
-  kReshard,   // the water-filled ownership plus its best plan (mode's techniques)
+  kReshard,   // the water-filled ownership (or halfway) plus its best plan
   kCurrent,   // the plan in force, priced under the new inputs
 };
 absl::string_view CandidateKindName(CandidateKind kind);

@@ -546,16 +546,18 @@ TEST(PlannerOracleTest, PlanBlockMatchesOracle) {
         ASSERT_TRUE(trigger) << what;
         EXPECT_LT(d->objective, (1 - policy.hysteresis) * want * (1 + 1e-9)) << what;
         // The reshard's own plan is the optimum on the water-filled ownership, or on the
-        // counts halfway to it when the split was already uneven (more than the
-        // straggler threshold above an even share) and nothing is cordoned.
+        // counts halfway to it when the split was already uneven (some rank more than
+        // the straggler threshold above or below an even share) and nothing is cordoned.
         Case moved = k;
         absl::StatusOr<std::vector<int32_t>> filled =
             WaterFillCounts(in.ranks, static_cast<int32_t>(Total(k)));
         ASSERT_TRUE(filled.ok());
         const double share = static_cast<double>(Total(k)) / static_cast<double>(k.n.size());
+        const double t = policy.straggler_threshold;
         const int32_t most = *std::max_element(k.n.begin(), k.n.end());
-        const bool uneven =
-            most > std::max(std::ceil(share), (1 + policy.straggler_threshold) * share);
+        const int32_t least = *std::min_element(k.n.begin(), k.n.end());
+        const bool uneven = most > std::max(std::ceil(share), (1 + t) * share) ||
+                            least < std::min(std::floor(share), share / (1 + t));
         const bool cordon = std::find(k.cordoned.begin(), k.cordoned.end(), true) !=
                             k.cordoned.end();
         moved.n = uneven && !cordon ? HalfwayCounts(k.n, *filled) : *filled;
@@ -678,6 +680,12 @@ TEST(PlannerWaterFillTest, HalfwayCountsMoveHalfTheWay) {
   EXPECT_EQ(HalfwayCounts({90, 90}, {91, 89}), (std::vector<int32_t>{90, 90}));  // no move
   // Two odd moves up, one even move down: one of the two goes up by its rounded-up half.
   EXPECT_EQ(HalfwayCounts({3, 3, 3}, {4, 4, 1}), (std::vector<int32_t>{4, 3, 2}));
+  // Counts that do not pair up are left alone.
+  EXPECT_EQ(HalfwayCounts({3, 3}, {6}), (std::vector<int32_t>{3, 3}));
+  EXPECT_EQ(HalfwayCounts({3, 3}, {6, 1}), (std::vector<int32_t>{3, 3}));
+  // On random splits: the total kept, every rank within half a unit of halfway and
+  // between where it is and where it aims, and a rank past the truncated half only
+  // where the lowest ranks with such a move have all gone past it too.
   std::mt19937_64 rng(8);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int i = 0; i < 500; ++i) {
@@ -687,25 +695,23 @@ TEST(PlannerWaterFillTest, HalfwayCountsMoveHalfTheWay) {
       ++from[pick(0, p - 1)];
       ++to[pick(0, p - 1)];
     }
-    // The rule written out: half of each move, rounded towards `from`; the total made
-    // up by ranks whose odd moves point the way it is short, lowest rank first.
-    std::vector<int32_t> want(p);
-    int32_t short_by = 0;
+    const std::vector<int32_t> got = HalfwayCounts(from, to);
+    ASSERT_EQ(got.size(), from.size());
+    int32_t total = 0;
+    bool skipped_up = false, skipped_down = false;
     for (int r = 0; r < p; ++r) {
-      const int32_t move = to[r] - from[r];
-      want[r] = from[r] + (move >= 0 ? move / 2 : -((-move) / 2));
-      short_by += from[r] - want[r];
+      total += got[r];
+      const int32_t move = to[r] - from[r], made = got[r] - from[r];
+      ASSERT_LE(std::abs(2 * made - move), 1) << "case " << i << " rank " << r;
+      ASSERT_LE(std::min(from[r], to[r]), got[r]) << "case " << i << " rank " << r;
+      ASSERT_LE(got[r], std::max(from[r], to[r])) << "case " << i << " rank " << r;
+      if (move % 2 == 0) continue;
+      const bool past = 2 * std::abs(made) > std::abs(move);  // rounded away from `from`
+      bool& skipped = move > 0 ? skipped_up : skipped_down;
+      ASSERT_FALSE(past && skipped) << "case " << i << ": rank " << r << " before a lower one";
+      skipped = skipped || !past;
     }
-    for (int r = 0; r < p && short_by != 0; ++r) {
-      const int32_t move = to[r] - from[r];
-      const int32_t way = short_by > 0 ? 1 : -1;
-      if (std::abs(move) % 2 == 1 && (move > 0) == (way > 0)) {
-        want[r] += way;
-        short_by -= way;
-      }
-    }
-    ASSERT_EQ(short_by, 0) << "case " << i;
-    ASSERT_EQ(HalfwayCounts(from, to), want) << "case " << i;
+    ASSERT_EQ(total, units) << "case " << i;
   }
 }
 
@@ -970,7 +976,7 @@ TEST(PlannerTest, ARefiningReshardGoesHalfway) {
   ASSERT_TRUE(d.ok()) << d.status();
   ASSERT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
   EXPECT_EQ(counts(d->plan), (std::vector<int32_t>{111, 69})) << d->explanation;
-  EXPECT_THAT(d->explanation, HasSubstr("halfway to the water-filled 123/57")) << d->explanation;
+  EXPECT_THAT(d->explanation, HasSubstr("halfway to the water-filled 123,57")) << d->explanation;
   // From there, half of the rest (to 117 / 63) gains 8.7%, under the 9.1% margin: the
   // split stays.
   k.n = {111, 69};
@@ -984,6 +990,33 @@ TEST(PlannerTest, ARefiningReshardGoesHalfway) {
   ASSERT_TRUE(d.ok()) << d.status();
   ASSERT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
   EXPECT_EQ(counts(d->plan), (std::vector<int32_t>{180, 0})) << d->explanation;
+}
+
+// In a wider group a reshard leaves the others within the threshold of their share and
+// the straggler far below it (98 x 7 and 34 of 720: share 90): that split is uneven too,
+// and its refinement goes halfway.
+TEST(PlannerTest, ARefiningReshardGoesHalfwayInAWideGroup) {
+  Case k;
+  k.c.assign(8, 1e-3);
+  k.c[7] = 6e-3;
+  k.n.assign(8, 98);
+  k.n[7] = 34;
+  k.chronic.assign(8, false);
+  k.chronic[7] = true;
+  k.tau = 1;
+  k.policy.mode = BalanceMode::kMigrate;
+  const PlannerInput in = MakeInput(k);
+  absl::StatusOr<std::vector<int32_t>> filled =
+      WaterFillCounts(in.ranks, static_cast<int32_t>(Total(k)));
+  ASSERT_TRUE(filled.ok());
+  const std::vector<int32_t> halfway = HalfwayCounts(k.n, *filled);
+  ASSERT_NE(halfway, *filled);  // else this would not tell the two apart
+  absl::StatusOr<Explained> d = PlanExplained(in, k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  std::vector<int32_t> got(8, 0);
+  for (RankId r : d->plan.owner_of_unit) ++got[r.value()];
+  EXPECT_EQ(got, halfway) << d->explanation;
 }
 
 TEST(PlannerTest, ChronicStragglerReshardsOnlyWhenItPays) {
