@@ -521,8 +521,9 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
       // move must beat the margin itself, so a refinement needs about twice the gap a
       // first reshard does. Not for a cordon's drain, nor for the way back to even.
       const int32_t least_owned = *std::min_element(problem.owned.begin(), problem.owned.end());
-      const bool uneven = !even || least_owned < std::min(std::floor(share),
-                                                           share / (1 + policy.straggler_threshold));
+      const bool uneven =
+          !even ||
+          least_owned < std::min(std::floor(share), share / (1 + policy.straggler_threshold));
       const bool halfway = uneven && !any_cordoned && !uneven_calm;
       BALLAST_ASSIGN_OR_RETURN(reshard, PriceReshard(input, policy, mode, owned, uneven_calm,
                                                      halfway, needed, &cut_off));
