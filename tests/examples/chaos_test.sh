@@ -18,7 +18,13 @@ rc=0
 /usr/bin/python3 "$src/examples/vit/chaos.py" --build "$build" --steps 150 --batch 32 \
   --interval 3-4 --contention 40-40 --out "$work/out" >"$work/chaos.out" 2>&1 || rc=$?
 cat "$work/chaos.out"
-[ $rc -eq 0 ] || fail "chaos.py exited with $rc"
+if [ $rc -ne 0 ]; then
+  # Every coordinator's sessions and plans, across the restarts (about 70 lines): what a
+  # failed resume check needs to be read, and gone with $work at exit.
+  echo "== coordinator.log"
+  cat "$work/out/coordinator.log" 2>/dev/null || true
+  fail "chaos.py exited with $rc"
+fi
 result=$(grep '^{"bench": "chaos"' "$work/chaos.out") || fail "no result line"
 /usr/bin/python3 - "$result" <<'PY' || fail "the run did not exercise what it checks"
 import json, sys
