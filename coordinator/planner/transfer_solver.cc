@@ -48,6 +48,11 @@ void TransferSolver::Reset(const Problem& problem) {
     lp_[r].inverse_c = 1 / c;
     lp_[r].inverse_send = c > tau ? 1 / (c - tau) : 0.0;
     lp_[r].inverse_keep = 1 / (c + tau);
+    const int64_t max_in = std::max<int64_t>(0, problem_->num_units - problem_->owned[r]);
+    lp_[r].magnitude =
+        (c + tau) * static_cast<double>(problem_->owned[r] + max_in) + problem_->fixed_seconds[r];
+    lp_[r].margin_keep = (c + tau) * kCoverageClear;
+    lp_[r].margin_send = (c - tau) * kCoverageClear;
   }
   // Room once: MinStepWithoutPruning lists up to two breakpoints a rank, and MinPrunes
   // up to one knapsack item a rank.
@@ -71,9 +76,20 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
   const int64_t n = problem_->owned[r], left = n - z;
   // Receiving more than the others own never helps.
   const int64_t max_in = std::max<int64_t>(0, problem_->num_units - n);
+  const RankLp& lp = lp_[r];
+  // Whether an estimate kCoverageClear from an integer is exact (see RankLp::margin_keep).
+  auto exact = [&](double margin) { return margin > 1e-12 * (t + lp.magnitude); };
   if (Load(f, c, tau, left, 0) <= t) {
     // Estimates, made exact by the loops: a product with the inverse, not a division.
-    const double room = (t - f - c * static_cast<double>(left)) * lp_[r].inverse_keep;
+    const double room = (t - f - c * static_cast<double>(left)) * lp.inverse_keep;
+    if (room > 0 && room < static_cast<double>(max_in)) {
+      // Clear of an integer, floor(room) passes the load test and one more unit fails it:
+      // the loops below would end where they start.
+      const int64_t x = static_cast<int64_t>(room);
+      const double above = room - static_cast<double>(x);
+      if (above > kCoverageClear && above < 1 - kCoverageClear && exact(lp.margin_keep))
+        return n + x;
+    }
     int64_t x = room >= static_cast<double>(max_in)
                     ? max_in
                     : std::max<int64_t>(0, static_cast<int64_t>(room));
@@ -82,11 +98,18 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
     return n + x;
   }
   if (!(c > tau)) return -1;  // sending costs it more than computing
-  const double need = (c * static_cast<double>(left) - (t - f)) * lp_[r].inverse_send;
+  const double need = (c * static_cast<double>(left) - (t - f)) * lp.inverse_send;
   int64_t y = need >= static_cast<double>(left) ? left : std::max<int64_t>(1, CeilToInt(need));
+  if (y > 1 && y < left) {
+    // As above: ceil(need) passes the load test and one send fewer fails it.
+    const double below = static_cast<double>(y) - need;
+    if (below > kCoverageClear && below < 1 - kCoverageClear && exact(lp.margin_send)) return n - y;
+  }
   while (y > 1 && Load(f, c, tau, left - (y - 1), y - 1) <= t) --y;
   while (y < left && Load(f, c, tau, left - y, y) > t) ++y;
-  if (Load(f, c, tau, left - y, y) > t) return -1;
+  // Below `left` the loops have just seen y pass the load test; only sending everything
+  // may still miss t.
+  if (y >= left && Load(f, c, tau, left - y, y) > t) return -1;
   return n - y;
 }
 

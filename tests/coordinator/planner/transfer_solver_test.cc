@@ -109,5 +109,67 @@ TEST(TransferSolverTest, AResetSolverAnswersAsANewOne) {
   EXPECT_GT(compared, 300);
 }
 
+// Coverage answers without its exactness loops when its estimate is clear of an integer.
+// Whichever way it answers, the coverage must pass the load formula and one unit more must
+// fail it: checked at step times on, next to and just around load values (where the
+// estimates are nearest an integer and the shortcut must stand aside) and at random ones
+// (where it answers), without and with fixed costs.
+TEST(TransferSolverTest, CoverageIsTheLargestThatFits) {
+  std::mt19937_64 rng(13);
+  std::uniform_real_distribution<double> unit(0, 1);
+  int checked = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    Problem problem;
+    problem.num_ranks = 2 + trial % 7;
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      const int32_t n = 1 + static_cast<int32_t>(64 * unit(rng));
+      problem.fixed_seconds.push_back(trial % 2 == 0 ? 0.0 : 3e-2 * unit(rng));
+      problem.seconds_per_unit.push_back(1e-3 * (1 + 9 * unit(rng)));
+      problem.owned.push_back(n);
+      problem.cordoned.push_back(0);
+      problem.prune_cap.push_back(n);
+      problem.num_units += n;
+    }
+    problem.group_prune_cap = problem.num_units;
+    problem.tau = 2e-3 * unit(rng);
+    TransferSolver solver(problem);
+    for (int32_t r = 0; r < problem.num_ranks; ++r) {
+      const double f = problem.fixed_seconds[r], c = problem.seconds_per_unit[r];
+      const int64_t n = problem.owned[r], most = problem.num_units;
+      // Rank r's load covering v units with z pruned, as the solver's one formula has it.
+      auto load = [&](int64_t v, int32_t z) {
+        return Load(f, c, problem.tau, v - z, v >= n ? v - n : n - v);
+      };
+      for (int i = 0; i < 40; ++i) {
+        const int32_t z = static_cast<int32_t>(unit(rng) * static_cast<double>(n + 1));
+        const int64_t v_at = z + static_cast<int64_t>(unit(rng) * static_cast<double>(most - z));
+        const double on = load(v_at, z);
+        const double random_t = (f + c * static_cast<double>(n) * 1.5) * unit(rng);
+        for (const double t :
+             {on, std::nextafter(on, 0.0), std::nextafter(on, 1.0), on * (1 - 1e-13),
+              on * (1 + 1e-13), on * (1 - 1e-9), on * (1 + 1e-9), random_t}) {
+          const int64_t v = solver.Coverage(r, t, z);
+          if (v < 0) {
+            // Not even sending all it keeps, nor computing it, gets it under t.
+            EXPECT_GT(load(z, z), t) << "trial " << trial << " rank " << r << " z " << z;
+            EXPECT_GT(load(n, z), t) << "trial " << trial << " rank " << r << " z " << z;
+            continue;
+          }
+          ASSERT_GE(v, z) << "trial " << trial << " rank " << r;
+          ASSERT_LE(v, most) << "trial " << trial << " rank " << r;
+          EXPECT_LE(load(v, z), t)
+              << "trial " << trial << " rank " << r << " z " << z << " t " << t;
+          if (v < most) {
+            EXPECT_GT(load(v + 1, z), t)
+                << "trial " << trial << " rank " << r << " z " << z << " t " << t;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100000);
+}
+
 }  // namespace
 }  // namespace ballast::coordinator::planner_internal
