@@ -126,8 +126,11 @@ constexpr double kLineSlack = 1e-5;
 // of t for direction +1 and right of t for -1.
 LpLine Secant(TransferSolver& solver, double t, double lp_t, double direction) {
   const double h = direction * kSecantWidth * t;
+  // No line through an infeasible point: answered before the LpPrunes call it would waste
+  // (a tenth of the midpoints on the random stress case have LP(mid) infinite).
+  if (!std::isfinite(lp_t) || !(direction * h > 0)) return LpLine{};
   const double lp_there = solver.LpPrunes(t + h);
-  if (!std::isfinite(lp_t) || !std::isfinite(lp_there) || !(direction * h > 0)) return LpLine{};
+  if (!std::isfinite(lp_there)) return LpLine{};
   return LpLine{t, lp_t - kLineSlack, (lp_there - lp_t) / h};
 }
 LpLine LineLeftOf(TransferSolver& solver, double t, double lp_t) {
