@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <queue>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/transfer_solver.h"
@@ -103,19 +104,6 @@ Solution SolveMigrate(const Problem& problem, TransferSolver& solver) {
   return FromCoverage(problem, std::vector<int32_t>(problem.num_ranks, 0), v);
 }
 
-// A line under LpPrunes(t), valid on one side of the point it was drawn at. LpPrunes is
-// convex in t (the least fractional prunes of a linear program whose constraints move
-// linearly with t), so a secant drawn outwards from a point p is a lower bound on the
-// side away from it: the slope over [p, p + h] is at least every subgradient at p, so
-// LP(s) >= LP(p) + slope * (s - p) for s <= p; the slope over [p - h, p] bounds s >= p.
-// The B&B's intervals only shrink, so a line valid on a node stays valid on its children.
-struct LpLine {
-  double at = 0;
-  double value = -kInf;  // -kInf: no line
-  double slope = 0;
-  double operator()(double t) const { return value + slope * (t - at); }
-};
-
 // Rounding in LpPrunes (about 1e-12 of a few hundred prunes) over a secant of width h is
 // an error in the slope of about 1e-9 / h; with h a thousandth of t the lines move by at
 // most 1e-6 prunes across an interval, so they are lowered by ten times that.
@@ -210,11 +198,15 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
       double bound;
       bool probed = false;
     };
+    // The fewest prunes anything left of b needs.
+    auto prunes_below = [&](int64_t kb, bool exact, double lp_b) {
+      const double lp_k = std::ceil(lp_b * (1 - 1e-12) - 1e-9);
+      return std::max(static_cast<double>(kb) + (exact ? 1.0 : 0.0), lp_k);
+    };
     auto bound_of = [&](double a, double b, int64_t kb, bool exact, double lp_b, const LpLine& left,
                         const LpLine& right) {
       if (!std::isfinite(lp_b)) return kInf;
-      const double lp_k = std::ceil(lp_b * (1 - 1e-12) - 1e-9);
-      const double k = std::max(static_cast<double>(kb) + (exact ? 1.0 : 0.0), lp_k);
+      const double k = prunes_below(kb, exact, lp_b);
       if (k > static_cast<double>(most_prunes)) return kInf;  // nothing in (a, b) is feasible
       return LowestObjective(a, b, problem.lambda, k, left, right);
     };
@@ -258,7 +250,22 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
              /*probed=*/true);
         continue;
       }
-      const double mid = 0.5 * (node.a + node.b);
+      // The split: the midpoint, clamped into the part where the bound is below the limit
+      // (RangeBelow). Right of it a MinPrunes call would bound the counts to its left
+      // less well (they are non-increasing in t) and the part right of the split needs no
+      // look; left of it the LP alone rules out the left part (the branch below), with no
+      // MinPrunes call. On the random stress case that is 12% fewer MinPrunes calls.
+      // Only once a plan beats the cutoff: until then the search may yet end cut off, with
+      // the best plan it happened to see, which looks at other points would change (the
+      // planner_bench digest prints a cut-off reshard's objective).
+      double mid = 0.5 * (node.a + node.b);
+      if (limit() < cutoff) {
+        const auto [lo, hi] =
+            RangeBelow(node.a, node.b, problem.lambda, prunes_below(node.kb, node.exact, node.lp_b),
+                       node.left, node.right, limit());
+        const double inside = std::clamp(mid, lo, hi);
+        if (lo < hi && inside > node.a && inside < node.b) mid = inside;
+      }
       if (!(mid > node.a && mid < node.b)) continue;
       const double lp_mid = solver.LpPrunes(mid);
       const LpLine left_of_mid = LineLeftOf(solver, mid, lp_mid);
@@ -334,6 +341,28 @@ class SolverLease {
 };
 
 }  // namespace
+
+// Each of the three is affine in t, so each keeps t on one side of where it meets the
+// limit.
+std::pair<double, double> RangeBelow(double a, double b, double lambda, double k,
+                                     const LpLine& left, const LpLine& right, double limit) {
+  double lo = a, hi = b;
+  auto keep_below = [&](double at_zero, double slope) {  // at_zero + slope * t < limit
+    if (slope > 0) {
+      hi = std::min(hi, (limit - at_zero) / slope);
+    } else if (slope < 0) {
+      lo = std::max(lo, (limit - at_zero) / slope);
+    } else if (!(at_zero < limit)) {
+      hi = lo;
+    }
+  };
+  keep_below(lambda * k, 1);
+  for (const LpLine* line : {&left, &right}) {
+    if (!std::isfinite(line->value)) continue;
+    keep_below(lambda * (line->value - line->slope * line->at), 1 + lambda * line->slope);
+  }
+  return {lo, hi};
+}
 
 ModePlans SolveMode(const Problem& problem, BalanceMode mode, double cutoff) {
   ModePlans out;

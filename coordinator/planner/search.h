@@ -10,7 +10,8 @@
 // intervals (a, b) of t: one whose right end needs k_b prunes can hold nothing better than
 // a + lambda * max(k_b [+1 if b is known to start its step], ceil(LP(b))), where LP is the
 // linear relaxation of MinPrunes (fractional prunes and coverage, a greedy over concave
-// pieces). An interval is split at its midpoint, whose min-prune plan is re-balanced to
+// pieces). An interval is split at its midpoint (clamped into where that bound is below the
+// best plan's objective), whose min-prune plan is re-balanced to
 // its true max load (snapping the split to where that plan's step region begins). When an
 // interval can hold only a step or two, or b already prunes the most the budgets allow
 // (then everything left of b is b's step or infeasible; there looks and halvings
@@ -23,6 +24,7 @@
 #define BALLAST_COORDINATOR_PLANNER_SEARCH_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "coordinator/planner/planner.h"
@@ -42,6 +44,25 @@ struct ModePlans {
     return mode == BalanceMode::kResize ? resize : mode == BalanceMode::kMigrate ? migrate : joint;
   }
 };
+
+// A line under LpPrunes(t), valid on one side of the point it was drawn at. LpPrunes is
+// convex in t (the least fractional prunes of a linear program whose constraints move
+// linearly with t), so a secant drawn outwards from a point p is a lower bound on the
+// side away from it: the slope over [p, p + h] is at least every subgradient at p, so
+// LP(s) >= LP(p) + slope * (s - p) for s <= p; the slope over [p - h, p] bounds s >= p.
+// The B&B's intervals only shrink, so a line valid on a node stays valid on its children.
+struct LpLine {
+  double at = 0;
+  double value = -kInf;  // -kInf: no line
+  double slope = 0;
+  double operator()(double t) const { return value + slope * (t - at); }
+};
+
+// The part of (a, b) where t + lambda * max(k, left(t), right(t)), the B&B's lower bound
+// on the objective at t, is below `limit`, as {lo, hi} (none when lo >= hi). Auto's search
+// splits an interval at its midpoint clamped into this part.
+std::pair<double, double> RangeBelow(double a, double b, double lambda, double k,
+                                     const LpLine& left, const LpLine& right, double limit);
 
 // `mode` is a planning mode (resize, migrate or auto; see PlanningMode), and `problem`
 // MakeProblem's for it. Auto's search proves optimality only below `cutoff`: a caller
