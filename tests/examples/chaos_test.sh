@@ -4,6 +4,11 @@
 # per-step logs (no step lost or repeated, one plan on all ranks at every step), the policy
 # after every restart and how fast plans resume; here we also insist that the kills and
 # plans it checked really happened. The 30-minute run is `scripts/bench chaos`.
+# Rank 1 is slowed by a co-tenant alone (no CPU quota): this test is about restarts, and
+# it needs the straggler seen within its 3-4 s kill intervals. A 2x quota straggler's
+# throttling falls mostly outside its short block compute (docs/architecture.md, "Not done
+# yet"), and in 1 of 12 runs here it made a single plan in 150 steps (0 of 8 co-tenant
+# runs made fewer than 4).
 #   chaos_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -16,7 +21,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 rc=0
 /usr/bin/python3 "$src/examples/vit/chaos.py" --build "$build" --steps 150 --batch 32 \
-  --interval 3-4 --contention 40-40 --out "$work/out" >"$work/chaos.out" 2>&1 || rc=$?
+  --interval 3-4 --contention 40-40 --mechanism cotenant --out "$work/out" >"$work/chaos.out" 2>&1 || rc=$?
 cat "$work/chaos.out"
 if [ $rc -ne 0 ]; then
   # Every coordinator's sessions and plans, across the restarts (about 70 lines): what a
