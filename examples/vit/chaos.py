@@ -216,7 +216,8 @@ def main(argv=None):
     steps = a.steps if a.steps > 0 else 10**7
     stragglers = [alternating(1, 2.0, on, off, min(steps, 10**6))]
     cfg = launch.JobConfig(build=a.build, steps=steps, batch=a.batch, mode="auto",
-                           stragglers=stragglers, contention=a.mechanism, out=a.out, trainer_args=a.trainer_args,
+                           stragglers=stragglers, contention=a.mechanism, out=a.out,
+                           trainer_args=a.trainer_args,
                            policy=dict(MARKER_POLICY), progress="none")
     job = ChaosJob(cfg, interval, a.minutes, a.seed, targets)
     began = time.time()

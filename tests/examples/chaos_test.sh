@@ -21,7 +21,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 rc=0
 /usr/bin/python3 "$src/examples/vit/chaos.py" --build "$build" --steps 150 --batch 32 \
-  --interval 3-4 --contention 40-40 --mechanism cotenant --out "$work/out" >"$work/chaos.out" 2>&1 || rc=$?
+  --interval 3-4 --contention 40-40 --mechanism cotenant --out "$work/out" \
+  >"$work/chaos.out" 2>&1 || rc=$?
 cat "$work/chaos.out"
 if [ $rc -ne 0 ]; then
   # Every coordinator's sessions and plans, across the restarts (about 70 lines): what a
