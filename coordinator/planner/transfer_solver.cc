@@ -51,8 +51,8 @@ void TransferSolver::Reset(const Problem& problem) {
     const int64_t max_in = std::max<int64_t>(0, problem_->num_units - problem_->owned[r]);
     lp_[r].magnitude =
         (c + tau) * static_cast<double>(problem_->owned[r] + max_in) + problem_->fixed_seconds[r];
-    lp_[r].margin_keep = (c + tau) * kCoverageClear;
-    lp_[r].margin_send = (c - tau) * kCoverageClear;
+    lp_[r].margin_keep = (c + tau) * kClear;
+    lp_[r].margin_send = (c - tau) * kClear;
   }
   // Room once: MinStepWithoutPruning lists up to two breakpoints a rank, and MinPrunes
   // up to one knapsack item a rank.
@@ -77,7 +77,7 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
   // Receiving more than the others own never helps.
   const int64_t max_in = std::max<int64_t>(0, problem_->num_units - n);
   const RankLp& lp = lp_[r];
-  // Whether an estimate kCoverageClear from an integer is exact (see RankLp::margin_keep).
+  // Whether an estimate kClear from an integer is exact (see RankLp::margin_keep).
   auto exact = [&](double margin) { return margin > 1e-12 * (t + lp.magnitude); };
   if (Load(f, c, tau, left, 0) <= t) {
     // Estimates, made exact by the loops: a product with the inverse, not a division.
@@ -87,8 +87,7 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
       // the loops below would end where they start.
       const int64_t x = static_cast<int64_t>(room);
       const double above = room - static_cast<double>(x);
-      if (above > kCoverageClear && above < 1 - kCoverageClear && exact(lp.margin_keep))
-        return n + x;
+      if (ClearOfAnInteger(above) && exact(lp.margin_keep)) return n + x;
     }
     int64_t x = room >= static_cast<double>(max_in)
                     ? max_in
@@ -103,7 +102,7 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
   if (y > 1 && y < left) {
     // As above: ceil(need) passes the load test and one send fewer fails it.
     const double below = static_cast<double>(y) - need;
-    if (below > kCoverageClear && below < 1 - kCoverageClear && exact(lp.margin_send)) return n - y;
+    if (ClearOfAnInteger(below) && exact(lp.margin_send)) return n - y;
   }
   while (y > 1 && Load(f, c, tau, left - (y - 1), y - 1) <= t) --y;
   while (y < left && Load(f, c, tau, left - y, y) > t) ++y;
@@ -379,7 +378,6 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
   // cancellation in q's start (magnitude / (c - tau) < 1e6, so under 1e-9), q_error the
   // rounding summed over its steps (under a hundredth of kClear). On the planner
   // benchmark that is nearly every option.
-  constexpr double kClear = 1e-6;
   const double magnitude = (c + tau) * static_cast<double>(n) + t + f;
   const double span = end - start;
   const double q_error = (std::abs(q) + step * span) * (span + 2) * 0x1p-50;
@@ -396,7 +394,7 @@ void TransferSolver::FillSenderOptions(double t, int64_t target, Item* item) con
     q -= step;
     int64_t y = CeilToInt(q);
     const double slack = static_cast<double>(y) - q;
-    if (!(clear && y > 1 && y < left && slack > kClear && slack < 1 - kClear)) {
+    if (!(clear && y > 1 && y < left && ClearOfAnInteger(slack))) {
       y = std::clamp<int64_t>(y, 1, left);
       while (y > 1 && Load(f, c, tau, left - (y - 1), y - 1) <= t) --y;
       while (y < left && Load(f, c, tau, left - y, y) > t) ++y;

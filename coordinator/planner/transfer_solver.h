@@ -84,7 +84,7 @@ class TransferSolver {
     bool cordoned = false, sends_cheaper = false, low_positive = false;
     double inverse_low = 0, inverse_c = 0, inverse_send = 0, inverse_keep = 0;
     double send_length = 0, keep_length = 0;
-    // For Coverage's shortcut: an estimate at least kCoverageClear from an integer is
+    // For Coverage's shortcut: an estimate at least kClear from an integer is
     // exact when its divisor times that (margin_keep for c + tau, margin_send for
     // c - tau) exceeds 1e-12 of the loads' magnitude (t plus this one: its fixed seconds
     // and (c + tau) times all the units it could hold). The loads and the estimate are
@@ -92,7 +92,12 @@ class TransferSolver {
     // the margin, so the load tests the loops would make cannot come out otherwise.
     double magnitude = 0, margin_keep = 0, margin_send = 0;
   };
-  static constexpr double kCoverageClear = 1e-6;
+  // How far from an integer an estimate must be for Coverage and the sender options to
+  // skip the loops that make it exact (each states why that is safe).
+  static constexpr double kClear = 1e-6;
+  // Whether an estimate whose distance to the integer on one side is `gap` (in [0, 1))
+  // lies at least kClear from both integers around it.
+  static bool ClearOfAnInteger(double gap) { return gap > kClear && gap < 1 - kClear; }
 
   // Rank r's load accounting for v units with z of its own pruned.
   double LoadAt(int32_t r, int64_t v, int32_t z) const {
