@@ -212,22 +212,32 @@ double TransferSolver::Balance(double t, const std::vector<int32_t>& z, std::vec
     (*v)[r] = known && z[r] == mandatory_[r] ? base_coverage_[r] : Coverage(r, t, z[r]);
     sum += (*v)[r];
   }
-  for (int64_t excess = sum - problem_->num_units; excess > 0; --excess) {
+  // Each rank's load if one of its units can be dropped, else -kInf: only the picked
+  // rank's changes from one drop to the next.
+  auto drop_load = [&](int32_t r) {
+    if (problem_->cordoned[r] || (*v)[r] <= z[r]) return -kInf;
+    const double now = LoadAt(r, (*v)[r], z[r]);
+    // Only drop where it lowers the load: a rank with c <= tau gains nothing by
+    // sending. Since sum v > N = sum n, some rank receives, and receivers qualify.
+    return LoadAt(r, (*v)[r] - 1, z[r]) < now ? now : -kInf;
+  };
+  int64_t excess = sum - problem_->num_units;
+  if (excess > 0) {
+    drop_load_.resize(problem_->num_ranks);
+    for (int32_t r = 0; r < problem_->num_ranks; ++r) drop_load_[r] = drop_load(r);
+  }
+  for (; excess > 0; --excess) {
     int32_t pick = -1;
     double pick_load = -1;
     for (int32_t r = 0; r < problem_->num_ranks; ++r) {
-      if (problem_->cordoned[r] || (*v)[r] <= z[r]) continue;
-      const double now = LoadAt(r, (*v)[r], z[r]);
-      // Only drop where it lowers the load: a rank with c <= tau gains nothing by
-      // sending. Since sum v > N = sum n, some rank receives, and receivers qualify.
-      if (!(LoadAt(r, (*v)[r] - 1, z[r]) < now)) continue;
-      if (now > pick_load) {
-        pick_load = now;
+      if (drop_load_[r] > pick_load) {
+        pick_load = drop_load_[r];
         pick = r;
       }
     }
     if (pick < 0) break;
     --(*v)[pick];
+    drop_load_[pick] = drop_load(pick);
   }
   double max_load = 0;
   for (int32_t r = 0; r < problem_->num_ranks; ++r)

@@ -124,6 +124,7 @@ class TransferSolver {
   static constexpr double kNoStep = -1;
   double base_coverage_at_ = kNoStep;
   std::vector<double> breakpoints_;  // MinStepWithoutPruning's
+  std::vector<double> drop_load_;    // Balance's, per rank
 };
 
 }  // namespace ballast::coordinator::planner_internal
