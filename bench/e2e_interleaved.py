@@ -24,14 +24,19 @@ few steps late. Each cycle is its own experiment, with its own ideal computed as
 bench/e2e.py does (none's median step x world / the sum of the ranks' speeds, a rank's
 speed being its seconds per unit in none over those in plain), so the ratios of a cycle
 are measured a minute apart at most. Prints one JSON object per cycle, then one with
-each ratio's min, median and max over the cycles and its verdict against the target:
-met when every cycle meets it, missed when none does, else not resolved.
+each ratio's min, median and max over the cycles and two verdicts against the target.
+`verdict` is about single cycles: met when every cycle meets it, missed when none does,
+else not resolved. `median_verdict` is about the typical cycle: the median's 95%
+confidence interval (distribution-free, from the order statistics) met when it lies
+wholly on the target's good side, missed when wholly on the other, else not resolved;
+more cycles narrow it.
 
   scripts/bench interleaved [--cycles 8] [--segment 60] [--modes auto,migrate]
 """
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -175,6 +180,43 @@ def verdict(values, meets):
     return "met" if hits == len(values) else "missed" if hits == 0 else "not resolved"
 
 
+def median_interval(values, confidence=0.95):
+    """A confidence interval for the median of the distribution the values were drawn
+    from, with no assumption on its shape: [x_(k), x_(n+1-k)] of the sorted values holds
+    the median unless at least n+1-k values fall on one side of it, each with chance 1/2,
+    so it covers with probability 1 - 2 P(Binomial(n, 1/2) <= k - 1); the largest k whose
+    coverage is at least `confidence`. Returns (low, high, coverage); with 5 values or
+    fewer even [min, max] covers less than 95%, and that is what it returns."""
+    values = sorted(values)
+    n = len(values)
+    k, coverage = 1, 1 - 2 * 0.5 ** n
+    tail = 0.5 ** n  # P(B <= k - 1) for the next k
+    for j in range(1, n // 2 + 1):
+        tail += math.comb(n, j) * 0.5 ** n
+        if 1 - 2 * tail < confidence:
+            break
+        k, coverage = j + 1, 1 - 2 * tail
+    return values[k - 1], values[n - k], coverage
+
+
+def median_verdict(low, high, target, at_most):
+    """met: the median's interval lies wholly on the target's good side (<= target when
+    at_most, else >=); missed: wholly on the other; else not resolved."""
+    good = (lambda v: v <= target) if at_most else (lambda v: v >= target)
+    return "met" if good(low) and good(high) else (
+        "missed" if not good(low) and not good(high) else "not resolved")
+
+
+def judged(values, target, at_most):
+    """spread() with the target and both verdicts."""
+    low, high, coverage = median_interval(values)
+    meets = (lambda v: v <= target) if at_most else (lambda v: v >= target)
+    return {**spread(values), "target": target, "verdict": verdict(values, meets),
+            "median_interval": [round(low, 4), round(high, 4)],
+            "median_interval_coverage": round(coverage, 3),
+            "median_verdict": median_verdict(low, high, target, at_most)}
+
+
 def summarize(cycles, modes):
     out = {"cycles": len(cycles), "plain_vs_ideal": spread([c["plain_vs_ideal"] for c in cycles])}
     for mode in modes:
@@ -182,17 +224,12 @@ def summarize(cycles, modes):
         over = [c[f"plain_over_{mode}"] for c in cycles if f"plain_over_{mode}" in c]
         if not vs_ideal:
             continue
-        out[f"{mode}_vs_ideal"] = {**spread(vs_ideal), "target": TARGET_VS_IDEAL,
-                                   "verdict": verdict(vs_ideal, lambda v: v <= TARGET_VS_IDEAL)}
+        out[f"{mode}_vs_ideal"] = judged(vs_ideal, TARGET_VS_IDEAL, at_most=True)
         own = [c[f"{mode}_vs_own_speeds_ideal"] for c in cycles
                if f"{mode}_vs_own_speeds_ideal" in c]
         if own:
-            out[f"{mode}_vs_own_speeds_ideal"] = {
-                **spread(own), "target": TARGET_VS_IDEAL,
-                "verdict": verdict(own, lambda v: v <= TARGET_VS_IDEAL)}
-        out[f"plain_over_{mode}"] = {
-            **spread(over), "target": TARGET_PLAIN_OVER_MODE,
-            "verdict": verdict(over, lambda v: v >= TARGET_PLAIN_OVER_MODE)}
+            out[f"{mode}_vs_own_speeds_ideal"] = judged(own, TARGET_VS_IDEAL, at_most=True)
+        out[f"plain_over_{mode}"] = judged(over, TARGET_PLAIN_OVER_MODE, at_most=False)
     # plain / MODE is at most plain_vs_ideal unless the mode beats the ideal (pruning can:
     # it computes less), so in a cycle with plain under 1.4x the ideal the plain target
     # asks for a step below the ideal. plain_vs_ideal above says how often that is.

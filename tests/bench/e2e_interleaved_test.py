@@ -121,6 +121,35 @@ class ArithmeticTest(unittest.TestCase):
         self.assertEqual(summary["plain_over_auto"]["min"], 1.27)
         self.assertEqual(summary["plain_vs_ideal"]["median"], 1.4)
 
+    def test_the_median_interval_is_the_binomial_order_statistics(self):
+        # n = 8: [x_(1), x_(8)] covers 1 - 2/256 = 0.992; [x_(2), x_(7)] only 0.930.
+        low, high, coverage = il.median_interval([8, 1, 7, 2, 6, 3, 5, 4])
+        self.assertEqual((low, high), (1, 8))
+        self.assertAlmostEqual(coverage, 1 - 2 / 256)
+        # n = 30: k = 10 covers 1 - 2 P(B <= 9) = 0.9572; k = 11 only 0.9013.
+        low, high, coverage = il.median_interval(list(range(30, 0, -1)))
+        self.assertEqual((low, high), (10, 21))
+        self.assertAlmostEqual(coverage, 0.95723, places=4)
+        # With 5 values even [min, max] covers less than 95%: returned as it is.
+        self.assertEqual(il.median_interval([3, 1, 2, 5, 4])[:2], (1, 5))
+        self.assertAlmostEqual(il.median_interval([3, 1, 2, 5, 4])[2], 1 - 2 / 32)
+
+    def test_the_median_verdict_needs_the_whole_interval_on_one_side(self):
+        self.assertEqual(il.median_verdict(0.98, 1.04, 1.05, at_most=True), "met")
+        self.assertEqual(il.median_verdict(1.06, 1.10, 1.05, at_most=True), "missed")
+        self.assertEqual(il.median_verdict(1.00, 1.10, 1.05, at_most=True), "not resolved")
+        self.assertEqual(il.median_verdict(1.41, 1.60, 1.4, at_most=False), "met")
+        self.assertEqual(il.median_verdict(1.10, 1.30, 1.4, at_most=False), "missed")
+        # Most cycles under the target, a few over: single cycles not resolved, the
+        # typical cycle met.
+        values = [1.0 + 0.001 * i for i in range(27)] + [1.2, 1.3, 1.4]
+        cycles = [{"plain_vs_ideal": 1.3, "auto_vs_ideal": v, "plain_over_auto": 1.3 / v}
+                  for v in values]
+        judged = il.summarize(cycles, ["auto"])["auto_vs_ideal"]
+        self.assertEqual(judged["verdict"], "not resolved")
+        self.assertEqual(judged["median_verdict"], "met")
+        self.assertEqual(judged["median_interval"], [1.009, 1.02])
+
 
 if __name__ == "__main__":
     unittest.main()
