@@ -38,6 +38,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     return absl::InvalidArgumentError(absl::StrCat("link_bytes_per_second ",
                                                    options.link_bytes_per_second, " must be > 0"));
   }
+  if (options.link_stale_after <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "link_stale_after ", absl::FormatDuration(options.link_stale_after), " must be > 0"));
+  }
   if (options.max_reports_per_batch < 1) {
     return absl::InvalidArgumentError("max_reports_per_batch must be >= 1");
   }
@@ -96,7 +100,9 @@ bool Coordinator::Paused(const std::string& job) const {
 absl::Status Coordinator::RegisterWorker(const std::string& agent_id,
                                          const v1::WorkerIdentity& w) {
   BALLAST_RETURN_IF_ERROR(ValidateIdentity(w));
-  GroupEntry& group = groups_[{w.job(), w.group()}];
+  auto [entry, created] = groups_.try_emplace({w.job(), w.group()});
+  GroupEntry& group = entry->second;
+  if (created) group.links = LinkModel(options_.link_stale_after);
   if (group.size != 0 && group.size != w.group_size()) {
     return absl::InvalidArgumentError(absl::StrCat("worker.group_size ", w.group_size(),
                                                    " differs from group ", w.group(), "'s ",
@@ -377,7 +383,8 @@ void Coordinator::AddLinkSamples(const v1::WorkerReport& report) {
     // Report checked the peer and ValidateReport the numbers: only the cap on pairs
     // refuses, and then the link keeps what it learned from the pairs it has.
     (void)group->second.links.Add(RankId(report.rank()), RankId(b.received().from_rank()),
-                                  b.received().bytes(), b.received().seconds());
+                                  b.received().bytes(), b.received().seconds(),
+                                  clock_->Monotonic());
   }
 }
 

@@ -49,6 +49,9 @@ struct CoordinatorOptions {
   // Link bandwidth assumed between ranks of a group, for the cost of an offload, until
   // the group's offload transfers have measured it (link_model.h): a prior.
   double link_bytes_per_second = 1e9;
+  // A pair of ranks whose newest transfer sample is older than this is priced at its
+  // fastest sample until offloads measure it again (link_model.h).
+  absl::Duration link_stale_after = LinkModel::kDefaultStaleAfter;
   // Reports in one batch beyond this are refused (a bound on one message's work).
   int32_t max_reports_per_batch = 100000;
   // The planner's dwell (DwellOptions in coordinator/planner/group_planner.h): for

@@ -39,18 +39,45 @@ double Coordinator::RecentSeconds::Median() const {
 
 double Coordinator::LinkBytesPerSecond(const GroupEntry& group,
                                        std::string* explanation) const {
-  const std::optional<LinkModel::Estimate> learned = group.links.Slowest();
+  const std::optional<LinkModel::Estimate> learned =
+      group.links.Slowest(clock_->Monotonic());
   const double prior = options_.link_bytes_per_second;
   if (explanation != nullptr) {
-    *explanation =
-        learned.has_value()
-            ? absl::StrFormat("link: %.4g MB/s, learned from %d offload transfers between "
-                              "ranks %d and %d (the slowest pair measured; prior %.4g MB/s)",
-                              learned->bytes_per_second / 1e6, learned->samples,
-                              learned->a.value(), learned->b.value(), prior / 1e6)
-            : absl::StrFormat("link: %.4g MB/s, the --link_bytes_per_second prior (no "
-                              "offload transfer measured yet)",
-                              prior / 1e6);
+    if (!learned.has_value()) {
+      *explanation = absl::StrFormat(
+          "link: %.4g MB/s, the --link_bytes_per_second prior (no offload transfer measured "
+          "yet)",
+          prior / 1e6);
+    } else {
+      const std::string pair =
+          absl::StrFormat("ranks %d and %d", learned->a.value(), learned->b.value());
+      const std::string age =
+          absl::FormatDuration(absl::Trunc(learned->age, absl::Milliseconds(100)));
+      const std::string stale_after = absl::FormatDuration(group.links.stale_after());
+      switch (learned->basis) {
+        case LinkModel::Basis::kLearned:
+          *explanation = absl::StrFormat(
+              "link: %.4g MB/s, learned from %d offload transfers between %s (the slowest "
+              "pair measured; prior %.4g MB/s)",
+              learned->bytes_per_second / 1e6, learned->samples, pair, prior / 1e6);
+          break;
+        case LinkModel::Basis::kStale:
+          *explanation = absl::StrFormat(
+              "link: %.4g MB/s, the fastest of %d offload transfers between %s, the newest "
+              "%s old (stale after %s: priced at what the link has done until offloads "
+              "measure it again; prior %.4g MB/s)",
+              learned->bytes_per_second / 1e6, learned->samples, pair, age, stale_after,
+              prior / 1e6);
+          break;
+        case LinkModel::Basis::kRelearning:
+          *explanation = absl::StrFormat(
+              "link: %.4g MB/s between %s, the fastest transfer seen before it went stale, "
+              "until %d new samples are in (%d so far; prior %.4g MB/s)",
+              learned->bytes_per_second / 1e6, pair, LinkModel::kMinSamples,
+              learned->samples, prior / 1e6);
+          break;
+      }
+    }
   }
   return learned.has_value() ? learned->bytes_per_second : prior;
 }
@@ -100,7 +127,9 @@ absl::StatusOr<v1::ClusterStatus> Coordinator::Status(const std::string& job) co
     gs->set_predicted_step_seconds(prediction.blocks + prediction.collectives);
     gs->set_predicted_collective_seconds(prediction.collectives);
     gs->set_link_bytes_per_second(LinkBytesPerSecond(group, nullptr));
-    gs->set_link_learned(group.links.Slowest().has_value());
+    const std::optional<LinkModel::Estimate> link = group.links.Slowest(clock_->Monotonic());
+    gs->set_link_learned(link.has_value());
+    if (link.has_value()) gs->set_link_basis(LinkBasisName(link->basis));
     int64_t units = 0, pruned = 0, offloaded = 0;
     for (const auto& [b, block] : group.blocks) units += block.num_units;
     for (const BlockPlan& bp : group.plan.blocks) {

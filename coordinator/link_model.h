@@ -10,6 +10,16 @@
 // per byte: robust to those delays, not the single luckiest sample. The group is priced
 // at its slowest learned pair (the planner has one transfer cost per block, not one per
 // pair).
+//
+// Samples come only while the group offloads, so an estimate that prices offloading out
+// would never be corrected: a pair whose newest sample is older than `stale_after` is
+// priced at its fastest kept sample instead (what the link has been seen to do), so that
+// the planner offloads again where that pays, and the next sample starts the pair's
+// window afresh, at that price until kMinSamples new ones are in. Why: under a CPU quota a
+// throttled sender is descheduled inside most of its transfers for a while (each one then
+// reads 10-100x slow), and the quartile of a window of those once priced a 1 GB/s
+// loopback link at 48 MB/s; the group stopped offloading and its 2x straggler went
+// unbalanced for the remaining 14 minutes of the run (docs/benchmarks.md).
 #ifndef BALLAST_COORDINATOR_LINK_MODEL_H_
 #define BALLAST_COORDINATOR_LINK_MODEL_H_
 
@@ -20,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "ballast/types.h"
 
 namespace ballast::coordinator {
@@ -36,30 +47,57 @@ class LinkModel {
   // The quantile of seconds per byte that estimates a pair (0 = fastest sample).
   static constexpr double kQuantile = 0.25;
 
+  static constexpr absl::Duration kDefaultStaleAfter = absl::Seconds(60);
+
+  // How a pair's speed was arrived at.
+  enum class Basis {
+    kLearned,     // the quartile of its window, whose newest sample is fresh
+    kStale,       // its fastest kept sample: none for stale_after
+    kRelearning,  // the fastest sample before it went stale, until kMinSamples new ones
+  };
   struct Estimate {
     double bytes_per_second = 0;
     RankId a, b;  // the pair, a < b
-    int32_t samples = 0;
+    int32_t samples = 0;  // in its window now
+    Basis basis = Basis::kLearned;
+    absl::Duration age;  // since its newest sample
   };
 
-  // `receiver` got `bytes` from `sender` in `seconds`. INVALID_ARGUMENT naming the value
-  // for a rank pair that is not two distinct ranks >= 0, bytes <= 0, or seconds not finite
-  // and > 0; RESOURCE_EXHAUSTED for a new pair beyond kMaxPairs; nothing is recorded then.
-  absl::Status Add(RankId receiver, RankId sender, int64_t bytes, double seconds);
+  // `stale_after` > 0 (the coordinator validates its flag).
+  explicit LinkModel(absl::Duration stale_after = kDefaultStaleAfter)
+      : stale_after_(stale_after) {}
 
-  // The slowest learned pair; nullopt while no pair has kMinSamples samples.
-  std::optional<Estimate> Slowest() const;
+  // `receiver` got `bytes` from `sender` in `seconds`, reported at `now` (a monotonic
+  // time). INVALID_ARGUMENT naming the value for a rank pair that is not two distinct
+  // ranks >= 0, bytes <= 0, or seconds not finite and > 0; RESOURCE_EXHAUSTED for a new
+  // pair beyond kMaxPairs; nothing is recorded then.
+  absl::Status Add(RankId receiver, RankId sender, int64_t bytes, double seconds,
+                   absl::Duration now);
+
+  // The slowest pair at `now`; nullopt while no pair has had kMinSamples samples.
+  std::optional<Estimate> Slowest(absl::Duration now) const;
 
   // Drops every pair with `rank` (it moved to another device or node).
   void ForgetRank(RankId rank);
+
+  absl::Duration stale_after() const { return stale_after_; }
 
  private:
   struct Pair {
     std::vector<double> seconds_per_byte;  // at most kWindow
     size_t next = 0;
+    absl::Duration newest_at;  // when its newest sample came
+    // Relearning: the fastest seconds per byte it had seen when it went stale.
+    std::optional<double> relearn_from;
   };
+  std::optional<Estimate> EstimateOf(const Pair& pair, absl::Duration now) const;
+
+  absl::Duration stale_after_;
   std::map<std::pair<int32_t, int32_t>, Pair> pairs_;  // (lower rank, higher rank)
 };
+
+// "learned", "stale" or "relearning".
+const char* LinkBasisName(LinkModel::Basis basis);
 
 }  // namespace ballast::coordinator
 

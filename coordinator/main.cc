@@ -41,6 +41,10 @@ ABSL_FLAG(absl::Duration, tick, absl::Milliseconds(50),
 ABSL_FLAG(double, link_bytes_per_second, 1e9,
           "Bandwidth assumed between ranks of a group, for offload costs, until the "
           "group's offloads have measured it (a prior)");
+ABSL_FLAG(absl::Duration, link_stale_after, absl::Seconds(60),
+          "A pair of ranks whose newest offload transfer is older than this is priced at "
+          "its fastest measured transfer until offloads measure it again (a link priced out "
+          "is otherwise never measured again)");
 ABSL_FLAG(absl::Duration, plan_dwell, absl::Seconds(2),
           "After a group's plan changes, how long only a large improvement (see "
           "--dwell_hysteresis) changes it again");
@@ -115,6 +119,7 @@ int main(int argc, char** argv) {
   }
   CoordinatorOptions options;
   options.link_bytes_per_second = absl::GetFlag(FLAGS_link_bytes_per_second);
+  options.link_stale_after = absl::GetFlag(FLAGS_link_stale_after);
   options.plan_dwell = absl::GetFlag(FLAGS_plan_dwell);
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);

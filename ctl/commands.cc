@@ -89,7 +89,9 @@ void PrintStatus(const v1::ClusterStatus& s, std::ostream& out) {
           g.predicted_collective_seconds(), g.measured_step_seconds());
       if (g.link_bytes_per_second() > 0) {  // an older coordinator does not say
         out << absl::StrFormat("    link %.4g MB/s (%s)\n", g.link_bytes_per_second() / 1e6,
-                               g.link_learned() ? "learned" : "prior");
+                               !g.link_learned()           ? "prior"
+                               : g.link_basis().empty() ? "learned"  // an older coordinator
+                                                        : g.link_basis());
       }
       out << absl::StrFormat("    %-5s %-24s %-16s %-14s %s\n", "RANK", "DEVICE", "NODE",
                              "S/UNIT", "STATE");

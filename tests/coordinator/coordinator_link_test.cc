@@ -110,6 +110,62 @@ TEST_F(CoordinatorLinkTest, MeasuredTransfersReplaceThePriorAndPriceOffloadsOut)
                                "0 and 1 (the slowest pair measured; prior 1000 MB/s)"));
 }
 
+// What a CPU quota did in the interleaved benchmark: the throttled sender's transfers read
+// 20x slow for a while, the link's quartile priced offloading out, and with no offload no
+// transfer was measured again. Once the newest sample is older than --link_stale_after the
+// link is priced at its fastest sample, the straggler is balanced again, and the new
+// samples relearn the link.
+TEST_F(CoordinatorLinkTest, ALinkPricedOutIsPricedAtItsFastestSampleOnceStaleAndRelearned) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  policy.reshard_after = absl::Hours(1);  // the straggler is balanced by offloads alone
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  int64_t step = 0;
+  int offloaded = 0;
+  for (; step < 20 && offloaded == 0; ++step) offloaded = Round(step);
+  ASSERT_GT(offloaded, 0);
+  // One transfer at 1 GB/s, then slow ones (1 kB/s): the quartile is slow.
+  offloaded = Round(step++, 1000, 1e-6);
+  for (int i = 0; i < 40 && offloaded > 0; ++i, ++step) offloaded = Round(step, 1000, 1.0);
+  ASSERT_EQ(offloaded, 0) << "offloads stayed after the link was measured slow";
+  // No offload, no sample: a minute later the link is what it was.
+  for (int i = 0; i < 590; ++i, ++step) ASSERT_EQ(Round(step), 0) << "round " << i;
+  absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->jobs(0).groups(0).link_basis(), "learned");
+  EXPECT_DOUBLE_EQ(status->jobs(0).groups(0).link_bytes_per_second(), 1000);
+  // Past it: priced at the fastest sample, 1 GB/s, and the straggler offloads again.
+  for (int i = 0; i < 40 && offloaded == 0; ++i, ++step) offloaded = Round(step);
+  EXPECT_GT(offloaded, 0) << "a stale link measured slow kept offloading priced out";
+  status = coordinator_->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->jobs(0).groups(0).link_basis(), "stale");
+  EXPECT_TRUE(status->jobs(0).groups(0).link_learned());
+  EXPECT_NEAR(status->jobs(0).groups(0).link_bytes_per_second(), 1e9, 1e3);
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr(
+                               "link: 1000 MB/s, the fastest of "));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr(" offload transfers between ranks 0 and 1, the "
+                                                "newest 1m"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("(stale after 1m: priced at what the link"));
+  // The new offloads' transfers (500 MB/s) start a new window: relearning, at the stale
+  // price, until 8 are in, then learned from them alone.
+  Round(step++, 1000, 2e-6);
+  status = coordinator_->Status("vit");
+  EXPECT_EQ(status->jobs(0).groups(0).link_basis(), "relearning");
+  why = coordinator_->Explain("vit", "tp0");
+  EXPECT_THAT(why->text(), ::testing::HasSubstr(
+                               "link: 1000 MB/s between ranks 0 and 1, the fastest transfer "
+                               "seen before it went stale, until 8 new samples are in (2 so far"));
+  for (int i = 0; i < 3; ++i) Round(step++, 1000, 2e-6);
+  status = coordinator_->Status("vit");
+  EXPECT_EQ(status->jobs(0).groups(0).link_basis(), "learned");
+  EXPECT_NEAR(status->jobs(0).groups(0).link_bytes_per_second(), 500e6, 1e3);
+  EXPECT_GT(Round(step++, 1000, 2e-6), 0) << "offloading pays at 500 MB/s too";
+}
+
 // On a link measured slow a chronic straggler is resharded, and the move is restated in
 // every plan until a worker reports it: ranks apply the newest plan they all hold, so a
 // follow-up plan pushed within the same step used to drop the reshard unseen.

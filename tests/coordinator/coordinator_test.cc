@@ -655,6 +655,10 @@ TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
   EXPECT_THAT(c.status().message(), ::testing::HasSubstr("marginal_straggler_for -2s"));
   c = Coordinator::Create({.dwell_hysteresis = std::nan("")}, &clock, &store, speeds.get());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  c = Coordinator::Create({.link_stale_after = absl::ZeroDuration()}, &clock, &store,
+                          speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("link_stale_after 0 must be > 0"));
 }
 
 // An agent whose workers come and go: one session announcing `workers` ranks of `job`.
