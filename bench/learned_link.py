@@ -31,7 +31,10 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
 import launch  # noqa: E402
 
-LINK_RE = re.compile(r"link ([0-9.e+]+) MB/s \((learned|prior)\)")
+# How the coordinator arrived at the link's speed: measured lately (learned), the
+# --link_bytes_per_second prior, or, once no transfer was measured for --link_stale_after,
+# the fastest one measured (stale), until new ones are in (relearning).
+LINK_RE = re.compile(r"link ([0-9.e+]+) MB/s \((learned|prior|stale|relearning)\)")
 OFFLOADED_RE = re.compile(r"offloaded ([0-9.]+)%")
 
 
@@ -86,6 +89,7 @@ def main(argv=None):
         samples.append({"step": step,
                         "link_mb_s": float(link.group(1)) if link else None,
                         "learned": bool(link) and link.group(2) == "learned",
+                        "basis": link.group(2) if link else None,
                         "offloaded_percent": float(offloaded.group(1)) if offloaded else None})
 
     try:

@@ -68,6 +68,20 @@ TEST_F(CommandsTest, StatusPrintsATable) {
   EXPECT_THAT(out_.str(), HasSubstr("chronic"));
 }
 
+TEST_F(CommandsTest, StatusSaysHowTheLinkSpeedWasArrivedAt) {
+  v1::GroupStatus* g = client_.status.mutable_jobs(0)->mutable_groups(0);
+  g->set_link_bytes_per_second(1e9);
+  EXPECT_EQ(Run({"status"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("link 1000 MB/s (prior)"));
+  g->set_link_learned(true);  // a coordinator from before link_basis
+  EXPECT_EQ(Run({"status"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("link 1000 MB/s (learned)"));
+  g->set_link_basis("stale");
+  g->set_link_bytes_per_second(24.5e6);
+  EXPECT_EQ(Run({"status"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("link 24.5 MB/s (stale)"));
+}
+
 TEST_F(CommandsTest, JsonIsParseable) {
   EXPECT_EQ(Run({"status"}, /*json=*/true), 0);
   v1::ClusterStatus parsed;
