@@ -67,7 +67,7 @@ std::optional<LinkModel::Estimate> LinkModel::EstimateOf(const Pair& pair,
         1.0 / *std::min_element(pair.seconds_per_byte.begin(), pair.seconds_per_byte.end());
     e.basis = Basis::kStale;
   } else if (pair.relearn_from.has_value()) {
-    // Still relearning when stale again: the same price (the next sample keeps it).
+    // Relearning, stale or not: the price it went stale at, or a faster new sample.
     double fastest = *pair.relearn_from;
     for (double v : pair.seconds_per_byte) fastest = std::min(fastest, v);
     e.bytes_per_second = 1.0 / fastest;

@@ -55,12 +55,14 @@ TEST(LinkModelTest, BadSamplesAreRefusedByName) {
   LinkModel links;
   EXPECT_EQ(links.Add(RankId(1), RankId(1), 10, 1, kNow).message(),
             "transfer from rank 1 to rank 1: not two distinct ranks");
-  EXPECT_EQ(links.Add(RankId(1), RankId(-1), 10, 1, kNow).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(links.Add(RankId(1), RankId(-1), 10, 1, kNow).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(links.Add(RankId(1), RankId(0), 0, 1, kNow).message(), "transfer bytes 0 must be > 0");
   EXPECT_EQ(links.Add(RankId(1), RankId(0), 10, std::numeric_limits<double>::quiet_NaN(), kNow)
                 .message(),
             "transfer seconds nan must be finite and > 0");
-  EXPECT_EQ(links.Add(RankId(1), RankId(0), 10, 0, kNow).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(links.Add(RankId(1), RankId(0), 10, 0, kNow).code(),
+            absl::StatusCode::kInvalidArgument);
   // None of them was recorded: one good sample short of learning, the pair is not learned.
   for (size_t i = 0; i + 1 < LinkModel::kMinSamples; ++i) {
     ASSERT_TRUE(links.Add(RankId(1), RankId(0), 10, 1, kNow).ok());
@@ -83,7 +85,8 @@ TEST(LinkModelTest, PairsAreBoundedAndARankCanBeForgotten) {
   }
   EXPECT_EQ(links.Add(RankId(0), RankId(100000), 1000, 1, kNow).code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(links.Add(RankId(2), RankId(3), 1000, 0.1, kNow).ok());  // a pair it holds still learns
+  // A pair it holds still learns.
+  EXPECT_TRUE(links.Add(RankId(2), RankId(3), 1000, 0.1, kNow).ok());
 }
 
 // What a CPU quota did to a 1 GB/s loopback link in the interleaved benchmark: the
