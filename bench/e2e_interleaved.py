@@ -199,19 +199,22 @@ def median_interval(values, confidence=0.95):
     return values[k - 1], values[n - k], coverage
 
 
+def meets_target(target, at_most):
+    """The test a value must pass: <= target when at_most, else >= target."""
+    return (lambda v: v <= target) if at_most else (lambda v: v >= target)
+
+
 def median_verdict(low, high, target, at_most):
     """met: the median's interval lies wholly on the target's good side (<= target when
     at_most, else >=); missed: wholly on the other; else not resolved."""
-    good = (lambda v: v <= target) if at_most else (lambda v: v >= target)
-    return "met" if good(low) and good(high) else (
-        "missed" if not good(low) and not good(high) else "not resolved")
+    return verdict([low, high], meets_target(target, at_most))
 
 
 def judged(values, target, at_most):
     """spread() with the target and both verdicts."""
     low, high, coverage = median_interval(values)
-    meets = (lambda v: v <= target) if at_most else (lambda v: v >= target)
-    return {**spread(values), "target": target, "verdict": verdict(values, meets),
+    return {**spread(values), "target": target,
+            "verdict": verdict(values, meets_target(target, at_most)),
             "median_interval": [round(low, 4), round(high, 4)],
             "median_interval_coverage": round(coverage, 3),
             "median_verdict": median_verdict(low, high, target, at_most)}
