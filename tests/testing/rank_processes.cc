@@ -129,8 +129,8 @@ std::string TempRoot() {
 }  // namespace
 
 bool ProcessRanksUsable(const std::string& backend, int ranks) {
-  if (backend == "cpu") return true;
-  if (backend != "cuda") return false;
+  if (backend == "cpu" || backend == "cpu-staged") return true;
+  if (backend != "cuda" && backend != "cuda-staged") return false;
   // Counted once, in a child: CUDA initialised here would not survive the forks that run
   // the ranks. A child stuck in the driver counts as no GPU after 30 s.
   static const int gpus = [] {
@@ -157,7 +157,8 @@ bool ProcessRanksUsable(const std::string& backend, int ranks) {
     }
     return count;
   }();
-  return ranks <= gpus;
+  // Host-staged ranks share GPU 0; NCCL ranks need one GPU each.
+  return backend == "cuda-staged" ? gpus > 0 : ranks <= gpus;
 }
 
 absl::Status RunRankProcesses(int size,

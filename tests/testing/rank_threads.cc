@@ -1,15 +1,58 @@
 #include "testing/rank_threads.h"
 
 #include <atomic>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "gloo/rendezvous/store.h"
 #include "testing/timeouts.h"
+#include "worker_lib/cpu/gloo_communicator.h"
+#include "worker_lib/internal/staged_communicator.h"
 
 namespace ballast::testing {
 namespace {
+
+// "cpu-staged": every buffer is treated as backend memory and copied through the staging
+// memory; the copies run at once, since CPU compute reads buffers without a stream.
+class ImmediateHostStaging final : public internal::HostStaging {
+ public:
+  absl::StatusOr<bool> IsBackendMemory(const void*) override { return true; }
+  absl::StatusOr<char*> HostMemory(size_t bytes) override {
+    if (bytes > memory_.size()) memory_.assign(bytes, 0);
+    return memory_.data();
+  }
+  absl::Status QueueToHost(const void* src, void* dst, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status QueueToBackend(const void* src, void* dst, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Wait() override { return absl::OkStatus(); }
+
+ private:
+  std::vector<char> memory_;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CpuStagedBackend(int rank, int size,
+                                                          const RendezvousStore& store,
+                                                          const std::string& prefix,
+                                                          absl::Duration timeout) {
+  auto* gloo_store = static_cast<gloo::rendezvous::Store*>(store.handle().get());
+  BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> gloo,
+                           internal::GlooCommunicator::Connect(rank, size, *gloo_store, prefix,
+                                                               "127.0.0.1", timeout));
+  BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> staged,
+                           internal::StagedCommunicator::Create(
+                               std::move(gloo), std::make_unique<ImmediateHostStaging>()));
+  return CreateCpuBackendOn(std::move(staged), /*blas_threads=*/1);
+}
 
 absl::Status RunOne(int rank, int size, const RendezvousStore& store, const std::string& prefix,
                     const RunRanksOptions& options,
@@ -34,10 +77,17 @@ absl::StatusOr<RankContext> StartRank(int rank, int size, const RendezvousStore&
     backend_options.timeout = ScaledTimeout(options.timeout);
     return backend_options;
   };
-  if (options.backend == "cuda") {
+  if (options.backend == "cuda" || options.backend == "cuda-staged") {
     CudaBackendOptions backend_options = common(CudaBackendOptions{});
     backend_options.device = rank;
+    if (options.backend == "cuda-staged") {
+      backend_options.collectives = CudaCollectives::kHostStaged;
+      backend_options.device = 0;
+    }
     BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCudaBackend(backend_options));
+  } else if (options.backend == "cpu-staged") {
+    BALLAST_ASSIGN_OR_RETURN(ctx.backend, CpuStagedBackend(rank, size, store, prefix,
+                                                           ScaledTimeout(options.timeout)));
   } else if (options.backend == "cpu") {
     BALLAST_ASSIGN_OR_RETURN(ctx.backend, CreateCpuBackend(common(CpuBackendOptions{})));
   } else {
@@ -50,7 +100,8 @@ absl::StatusOr<RankContext> StartRank(int rank, int size, const RendezvousStore&
 }
 
 bool BackendUsable(const std::string& backend, int ranks) {
-  if (backend == "cpu") return true;
+  if (backend == "cpu" || backend == "cpu-staged") return true;
+  if (backend == "cuda-staged") return CudaAvailable();
   return backend == "cuda" && ranks == 1 && CudaAvailable();
 }
 

@@ -34,13 +34,16 @@ struct RunRanksOptions {
   // A short timeout so a broken test fails instead of hanging the suite.
   absl::Duration timeout = absl::Seconds(20);
   std::string group = "test/tp";
-  // "cpu" or "cuda" (rank r on device r; one rank is the supported layout for threads,
-  // since CUDA runs one process per GPU: see CudaBackendOptions::device).
+  // "cpu"; "cuda" (NCCL, rank r on device r; one rank is the supported layout for threads,
+  // since NCCL runs one process per GPU: see CudaBackendOptions::device); "cuda-staged"
+  // (CUDA compute, host-staged Gloo collectives, every rank on device 0); "cpu-staged" (the
+  // CPU backend with its collectives through internal/staged_communicator.h, every buffer
+  // staged through host copies: the staging logic of cuda-staged, run on any machine).
   std::string backend = "cpu";
 };
 
 // Whether `backend` can run `ranks` ranks as threads here: the CPU always; CUDA with a
-// usable GPU, for one rank.
+// usable GPU, for one rank with NCCL and any number host-staged.
 bool BackendUsable(const std::string& backend, int ranks);
 
 // Rank `rank` of `size` in the calling thread: its backend, which finds its peers through

@@ -446,6 +446,67 @@ INSTANTIATE_TEST_SUITE_P(Backends, AttentionProcessTest, ::testing::ValuesIn(Pro
                            return info.param.name;
                          });
 
+// Several ranks with host-staged collectives: "cuda-staged" runs 2 and 3 CUDA ranks on one
+// GPU (threads, and processes), which NCCL cannot; "cpu-staged" runs the same staging
+// logic with the CPU's compute, on any machine. Empty, offload, prune and reshard plans.
+class AttentionStagedTest : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(AttentionStagedTest, MatchesDense) {
+  const PlanCase& c = GetParam();
+  const bool usable = c.processes ? ballast::testing::ProcessRanksUsable(c.backend, c.ranks)
+                                  : ballast::testing::BackendUsable(c.backend, c.ranks);
+  if (!usable) GTEST_SKIP() << c.backend << " cannot run " << c.ranks << " rank(s) here";
+  RunAndExpectMatch(RunForCase(c, 700));
+}
+
+std::vector<PlanCase> StagedCases() {
+  std::vector<PlanCase> cases;
+  for (const std::string backend : {"cpu-staged", "cuda-staged"}) {
+    const std::string name = backend == "cpu-staged" ? "CpuStaged" : "CudaStaged";
+    cases.push_back({.name = name + "_EmptyThreeRanks",
+                     .ranks = 3,
+                     .owner = Contiguous({3, 3, 2}),
+                     .steps = 2,
+                     .plans = {{0, AllLocal()}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_OffloadChainThreeRanks",
+                     .ranks = 3,
+                     .owner = Contiguous({3, 3, 2}),
+                     .steps = 3,
+                     .plans = {{0, Offloads({Off(0, 1, 1), Off(1, 2, 2)})},
+                               {2, Offloads({Off(0, 1, 1), Off(1, 2, 1), Off(2, 0, 2)})}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_MeanPrunedWithOffloadTwoRanks",
+                     .ranks = 2,
+                     .owner = Contiguous({4, 4}),
+                     .imputation = Imputation::kMean,
+                     .steps = 3,
+                     .plans = {{1, Prune({1, 1}, {Off(1, 0, 1)})}, {2, AllLocal()}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_ReshardThreeRanks",
+                     .ranks = 3,
+                     .owner = Contiguous({3, 3, 2}),
+                     .steps = 3,
+                     .plans = {{1, Reshard(Contiguous({2, 3, 3}))}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_TwoRankProcesses",
+                     .ranks = 2,
+                     .owner = Contiguous({4, 4}),
+                     .imputation = Imputation::kMean,
+                     .steps = 3,
+                     .plans = {{0, Offloads({Off(1, 0, 2)})}, {1, Prune({1, 1}, {Off(1, 0, 1)})},
+                               {2, Reshard(Contiguous({3, 5}))}},
+                     .backend = backend,
+                     .processes = true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Staged, AttentionStagedTest, ::testing::ValuesIn(StagedCases()),
+                         [](const ::testing::TestParamInfo<PlanCase>& info) {
+                           return info.param.name;
+                         });
+
 TEST(AttentionPlanTest, PlanForTheMlpLeavesAttentionExact) {
   // A transformer layer's two blocks on one group; the plan prunes only the MLP. The
   // attention block must still be plain TP.

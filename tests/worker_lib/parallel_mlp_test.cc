@@ -527,6 +527,67 @@ INSTANTIATE_TEST_SUITE_P(Backends, MlpProcessTest, ::testing::ValuesIn(ProcessCa
                            return info.param.name;
                          });
 
+// Several ranks with host-staged collectives: "cuda-staged" runs 2 and 3 CUDA ranks on one
+// GPU (threads, and processes), which NCCL cannot; "cpu-staged" runs the same staging
+// logic with the CPU's compute, on any machine. Empty, offload, prune and reshard plans.
+class MlpStagedTest : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(MlpStagedTest, MatchesDense) {
+  const PlanCase& c = GetParam();
+  const bool usable = c.processes ? ballast::testing::ProcessRanksUsable(c.backend, c.ranks)
+                                  : ballast::testing::BackendUsable(c.backend, c.ranks);
+  if (!usable) GTEST_SKIP() << c.backend << " cannot run " << c.ranks << " rank(s) here";
+  RunAndExpectMatch(RunForCase(c, 700));
+}
+
+std::vector<PlanCase> StagedCases() {
+  std::vector<PlanCase> cases;
+  for (const std::string backend : {"cpu-staged", "cuda-staged"}) {
+    const std::string name = backend == "cpu-staged" ? "CpuStaged" : "CudaStaged";
+    cases.push_back({.name = name + "_EmptyThreeRanks",
+                     .ranks = 3,
+                     .owner = Contiguous({6, 5, 5}),
+                     .steps = 2,
+                     .plans = {{0, AllLocal()}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_OffloadChainThreeRanks",
+                     .ranks = 3,
+                     .owner = Contiguous({6, 5, 5}),
+                     .steps = 3,
+                     .plans = {{0, Offloads({Off(0, 1, 2), Off(1, 2, 3)})},
+                               {2, Offloads({Off(0, 1, 2), Off(1, 2, 1), Off(2, 0, 4)})}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_MeanPrunedWithOffloadTwoRanks",
+                     .ranks = 2,
+                     .owner = Contiguous({8, 8}),
+                     .imputation = Imputation::kMean,
+                     .steps = 3,
+                     .plans = {{1, Prune({2, 1}, {Off(1, 0, 2)})}, {2, AllLocal()}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_ReshardThreeRanks",
+                     .ranks = 3,
+                     .owner = Contiguous({6, 5, 5}),
+                     .steps = 3,
+                     .plans = {{1, Reshard(Contiguous({4, 6, 6}))}},
+                     .backend = backend});
+    cases.push_back({.name = name + "_TwoRankProcesses",
+                     .ranks = 2,
+                     .owner = Contiguous({8, 8}),
+                     .imputation = Imputation::kMean,
+                     .steps = 3,
+                     .plans = {{0, Offloads({Off(1, 0, 2)})}, {1, Prune({2, 1}, {Off(1, 0, 2)})},
+                               {2, Reshard(Contiguous({5, 11}))}},
+                     .backend = backend,
+                     .processes = true});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Staged, MlpStagedTest, ::testing::ValuesIn(StagedCases()),
+                         [](const ::testing::TestParamInfo<PlanCase>& info) {
+                           return info.param.name;
+                         });
+
 TEST(MlpPlanTest, BlocksNotInThePlanStayExact) {
   // Two MLPs on one group; the plan prunes only the second. The first must still be plain
   // TP: a plan applies to the blocks it names and no others.

@@ -17,96 +17,10 @@
 #include "cpu/cpu_compute.h"
 #include "cpu/gloo_communicator.h"
 #include "internal/compute_checks.h"
+#include "internal/guarded_communicator.h"
 
 namespace ballast {
 namespace {
-
-// The backend's communicator with the compute contract's ordering (as on CUDA): a
-// collective after a void compute call that failed does not run on what that call left.
-// It returns the call's error, and the communicator is aborted from then on, since this
-// rank has skipped a collective its peers are in and the group is out of step for good.
-// Aborting closes the Gloo connections, so the peers fail at once instead of at their
-// timeout. As on CUDA, a call with nothing to move (n == 0, an empty exchange) or a bad
-// root does not take the failure; it is left for the next collective that moves data.
-class GuardedCommunicator final : public Communicator {
- public:
-  GuardedCommunicator(std::unique_ptr<Communicator> inner,
-                      std::shared_ptr<internal::ComputeFailure> failure)
-      : rank_(inner->rank()),
-        size_(inner->size()),
-        inner_(std::move(inner)),
-        failure_(std::move(failure)) {}
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  absl::Status AllReduceSum(float* data, size_t n) override {
-    if (n == 0) return aborted_;
-    BALLAST_RETURN_IF_ERROR(Ready("AllReduceSum"));
-    return inner_->AllReduceSum(data, n);
-  }
-  absl::Status AllReduceMin(int64_t* data, size_t n) override {
-    if (n == 0) return aborted_;
-    BALLAST_RETURN_IF_ERROR(Ready("AllReduceMin"));
-    return inner_->AllReduceMin(data, n);
-  }
-  absl::Status Broadcast(float* data, size_t n, int root) override {
-    BALLAST_RETURN_IF_ERROR(CheckRoot("Broadcast", root));
-    if (n == 0) return aborted_;
-    BALLAST_RETURN_IF_ERROR(Ready("Broadcast"));
-    return inner_->Broadcast(data, n, root);
-  }
-  absl::Status Reduce(float* data, size_t n, int root) override {
-    BALLAST_RETURN_IF_ERROR(CheckRoot("Reduce", root));
-    if (n == 0) return aborted_;
-    BALLAST_RETURN_IF_ERROR(Ready("Reduce"));
-    return inner_->Reduce(data, n, root);
-  }
-  absl::Status AllGather(const float* in, size_t n, float* out) override {
-    if (n == 0) return aborted_;
-    BALLAST_RETURN_IF_ERROR(Ready("AllGather"));
-    return inner_->AllGather(in, n, out);
-  }
-  absl::Status Exchange(absl::Span<const PeerTransfer> sends,
-                        absl::Span<const PeerTransfer> recvs) override {
-    auto empty = [](absl::Span<const PeerTransfer> transfers) {
-      return std::all_of(transfers.begin(), transfers.end(),
-                         [](const PeerTransfer& t) { return t.count == 0; });
-    };
-    // Gloo still needs the call (its message tags count calls), but it moves nothing.
-    if (empty(sends) && empty(recvs)) {
-      BALLAST_RETURN_IF_ERROR(aborted_);
-    } else {
-      BALLAST_RETURN_IF_ERROR(Ready("Exchange"));
-    }
-    return inner_->Exchange(sends, recvs);
-  }
-
- private:
-  absl::Status CheckRoot(const char* what, int root) const {
-    if (root >= 0 && root < size_) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": root ", root, " outside group of size ", size_));
-  }
-
-  absl::Status Ready(const char* what) {
-    if (!aborted_.ok()) return aborted_;
-    absl::Status failed = failure_->Take();
-    if (failed.ok()) return absl::OkStatus();
-    const absl::Status cause(failed.code(), absl::StrCat(what, " not run: a compute call "
-                                                               "before it failed: ",
-                                                         failed.message()));
-    aborted_ = absl::Status(cause.code(), absl::StrCat("communicator was aborted earlier: ",
-                                                       cause.message()));
-    inner_.reset();  // closes the connections: the peers' collectives fail now
-    return cause;
-  }
-
-  const int rank_;
-  const int size_;
-  std::unique_ptr<Communicator> inner_;  // null once aborted
-  std::shared_ptr<internal::ComputeFailure> failure_;
-  absl::Status aborted_;
-};
 
 class CpuBackend final : public Backend {
  public:
@@ -183,7 +97,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendOn(std::unique_ptr<Comm
   if (blas_threads > 0) openblas_set_num_threads(blas_threads);
   auto failure = std::make_shared<internal::ComputeFailure>();
   auto compute = std::make_unique<internal::CpuCompute>(clock ? clock : RealClock(), failure);
-  auto guarded = std::make_unique<GuardedCommunicator>(std::move(comm), std::move(failure));
+  auto guarded = std::make_unique<internal::GuardedCommunicator>(std::move(comm), std::move(failure));
   return std::unique_ptr<Backend>(new CpuBackend(std::move(compute), std::move(guarded)));
 }
 

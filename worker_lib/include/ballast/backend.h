@@ -2,7 +2,8 @@
 // rank of one TP group. Two implementations:
 //
 //   CPU:  OpenBLAS GEMMs + Gloo collectives over TCP.
-//   CUDA: cuBLAS + NCCL on one stream (built with -DBALLAST_WITH_CUDA=ON).
+//   CUDA: cuBLAS + NCCL on one stream (built with -DBALLAST_WITH_CUDA=ON); or cuBLAS with
+//         Gloo collectives over pinned host copies, so several ranks can share one GPU.
 //
 // Ranks find each other through a RendezvousStore: in-process (ranks as threads, tests),
 // a directory every rank can see (processes on one host, or hosts sharing a filesystem),
@@ -16,6 +17,7 @@
 #define BALLAST_BACKEND_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -97,6 +99,18 @@ enum class GemmPrecision { kFp32, kBf16, kFp16 };
 // CudaBackendOptions::device: take the device from the process's local rank.
 inline constexpr int kDeviceFromLocalRank = -1;
 
+// Where a CUDA backend's collectives run.
+enum class CudaCollectives {
+  // NCCL, queued on the backend's stream with no host wait per collective (a watchdog
+  // thread times them: communicator.h). One process per GPU, as NCCL requires.
+  kNccl,
+  // Gloo between the ranks, each collective's device buffers copied through pinned host
+  // memory: one host wait per collective, but any number of ranks, threads or processes,
+  // may share one GPU (NCCL refuses two ranks on one device). For tests and one-GPU
+  // machines, and for groups whose collectives run on the host anyway.
+  kHostStaged,
+};
+
 struct CudaBackendOptions {
   GemmPrecision gemm_precision = GemmPrecision::kFp32;
   int rank = 0;
@@ -105,10 +119,23 @@ struct CudaBackendOptions {
   // kDeviceFromLocalRank: LOCAL_RANK when the launcher sets it (torchrun does), else
   // `rank`. One process per GPU is the supported layout: see ResolveCudaDevice.
   int device = kDeviceFromLocalRank;
-  // Used to share the NCCL unique id from rank 0 with the other ranks.
+  // Host-staged ranks that share a GPU name it here (device 0 on a one-GPU machine).
+  CudaCollectives collectives = CudaCollectives::kNccl;
+  // Where ranks find each other: rank 0's NCCL unique id (kNccl), the Gloo mesh
+  // (kHostStaged). Keys are namespaced by `prefix`, unique per run and group.
   RendezvousStore store = RendezvousStore::InProcess();
   std::string prefix = "ballast";
+  // kHostStaged: the address this rank listens on for its Gloo peers.
+  std::string hostname = "127.0.0.1";
+  // How long a collective may run, from when its inputs are ready, before the group is
+  // declared broken (a peer is missing or stalled).
   absl::Duration timeout = absl::Seconds(60);
+  // A cudaStream_t the caller owns and keeps alive longer than the backend, e.g. PyTorch's
+  // current stream (torch.cuda.current_stream().cuda_stream; null is the legacy default
+  // stream, PyTorch's default): every kernel, copy and collective of the backend is queued
+  // on it, ordered with the caller's own work, and the backend never destroys it.
+  // Unset: a non-blocking stream of the backend's own.
+  std::optional<void*> stream;
 };
 
 // The device a rank uses: `device` itself when >= 0; for kDeviceFromLocalRank, the local

@@ -1,11 +1,34 @@
 // The collective half of a backend: the group's all-reduce and friends, over Gloo (TCP,
 // host memory) or NCCL (device memory).
 //
-// Every method is collective over the group or over the named peers, and blocking from
-// the caller's point of view (on NCCL: enqueued on the backend's stream, ordered after
-// earlier compute). A peer that never arrives yields DEADLINE_EXCEEDED or UNAVAILABLE
-// after the communicator's timeout instead of hanging. Buffers may be host memory or
-// backend memory (the NCCL communicator stages host buffers through the device).
+// Every method is collective over the group (Exchange: every rank calls it, in the same
+// sequence), and the contract is the same on every backend:
+//
+// Ordering. A collective reads what the compute queued before it left, and the compute
+// queued after it reads its results: callers never wait for anything themselves.
+//   - CPU (Gloo): the call returns when the results are in place.
+//   - CUDA with NCCL: the call returns once the collective is queued on the backend's
+//     stream, after the compute it depends on; no host wait per collective. A watchdog
+//     thread (internal/collective_watchdog.h) times each queued collective.
+//   - CUDA host-staged (several ranks on one GPU): one host wait per collective, for its
+//     inputs to reach host memory; its results are queued back onto the stream.
+// Results in host memory (the plan agreement's int64s, a host buffer of any call) are in
+// place when the call returns, on every backend: such calls are the host waits of a CUDA
+// step (with TpGroup::EndStep's read of the step's timers, at most two a step).
+//
+// Failures. A peer that never arrives yields DEADLINE_EXCEEDED or UNAVAILABLE after the
+// communicator's timeout instead of hanging; the timeout runs from when the collective's
+// inputs are ready, so a straggler's slow compute is not a missing peer. On CUDA with NCCL
+// a queued collective can fail after its call returned: the watchdog then aborts the
+// communicator (which ends whatever is still queued on the device), and the next call on
+// this rank fails naming the collective that did not complete; its peers' watchdogs do the
+// same. What the failed collective should have written is undefined, so a rank whose
+// communicator failed restarts from a checkpoint. After any failure of a call that moves
+// data the communicator stays aborted: every later call fails at once with the same code.
+//
+// Memory. Buffers may be host memory or backend memory: NCCL stages host buffers through
+// the device, the host-staged communicator stages device buffers through pinned host
+// memory.
 #ifndef BALLAST_COMMUNICATOR_H_
 #define BALLAST_COMMUNICATOR_H_
 
