@@ -50,6 +50,11 @@ uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: a cheap, well-spread hash
   return x ^ (x >> 31);
 }
 
+// Completes "<call> without a Backward ...": when gradients were last consumed.
+absl::string_view NoGradientsSince(const UnitConfig& config) {
+  return config.keep_gradients ? "since DiscardGradients" : "in this step (or since AdamWStep)";
+}
+
 }  // namespace
 
 struct ParallelBlock::Storage {
@@ -99,9 +104,10 @@ struct ParallelBlock::StepLayout {
   std::vector<In> in;
 
   std::vector<Buffer> local_cache;
-  // Per offload (out[i]) and sharded parameter: receives the helper's gradients for the
-  // step's second and later micro-batches, which are then added to the owner's (the first
-  // lands in place). Kept across steps, resized as plans change.
+  // Per offload (out[i]) and sharded parameter: receives the helper's gradients when the
+  // owner accumulates (a step's second and later micro-batches; with keep_gradients, any
+  // Backward while gradients are pending), which are then added to the owner's (a first
+  // Backward's land in place). Kept across steps, sized for the step's offloads.
   std::vector<std::vector<Buffer>> grad_recv;
   Buffer local_means;
   Buffer imputed;
@@ -114,8 +120,9 @@ struct ParallelBlock::StepLayout {
   // The step's offload receives: from whom (-1: none yet, -2: several peers), how much.
   int32_t received_from = -1;
   int64_t received_bytes = 0;
-  // Backwards accumulated into the gradients since the last AdamWStep (or discard); the
-  // gradients await an AdamWStep while it is > 0.
+  // Backwards accumulated into the gradients since they were last consumed: by
+  // DiscardGradients (or a load), and without keep_gradients also by AdamWStep and
+  // BeginStep. The next Backward adds to the gradients while it is > 0.
   int32_t backwards = 0;
   // Backwards run this step, whatever AdamWStep reset: each returned the offloaded units'
   // gradients (BlockTiming::micro_batches).
@@ -271,6 +278,7 @@ absl::Status ParallelBlock::ResetState() {
   const double initial =
       config_.priority == Priority::kChange ? std::numeric_limits<double>::infinity() : 0.0;
   for (UnitMeta& m : st.meta) m = UnitMeta{.unit = m.unit, .score = initial};
+  layout_->backwards = 0;  // the gradients were zeroed above: none is pending
   return compute().Synchronize();
 }
 
@@ -387,7 +395,9 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   l.weights_sent = false;
   l.received_from = -1;
   l.received_bytes = 0;
-  l.backwards = 0;
+  // Torch's contract keeps pending gradients across the boundary: units moved by the
+  // reshard or the window roll above carried theirs with them (Rebuild moves every field).
+  if (!config_.keep_gradients) l.backwards = 0;
   l.step_backwards = 0;
   l.step = step;
   return absl::OkStatus();
@@ -657,11 +667,13 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   const int32_t tokens = l.batch * l.seq;
   const size_t n = static_cast<size_t>(tokens) * hidden_;
 
-  // The step's first Backward writes the gradients; later micro-batches add to them.
+  // The first Backward since the gradients were consumed writes them; later ones add.
   const bool accumulate = l.backwards > 0;
   const float grad_beta = accumulate ? 1.0f : 0.0f;
   compute_timer_->Start();
-  if (!accumulate) {  // pruned units receive no gradient this step
+  // Pruned units receive no gradient: zero at a first Backward. Accumulating, a unit
+  // pruned now keeps what it holds (with keep_gradients, its pending gradient).
+  if (!accumulate) {
     for (size_t p = 0; p < sharded_.size(); ++p) {
       const size_t e = sharded_[p].unit_elems;
       c.Fill(st.slab(p * kFieldsPerParam + kGrad, l.pruned_first), 0.0f,
@@ -687,7 +699,8 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   compute_timer_->Stop();
 
   // Helpers return the offloaded units' weight gradients: straight into the owners'
-  // storage on the first micro-batch, into a receive buffer to add on later ones.
+  // storage on a first Backward, into a receive buffer (sized for this step's offloads)
+  // to add when accumulating.
   std::vector<PeerTransfer> sends, recvs;
   for (auto& in : l.in) {
     for (size_t p = 0; p < sharded_.size(); ++p) {
@@ -732,9 +745,7 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
 
 bool ParallelBlock::has_gradients() const { return layout_->backwards > 0; }
 
-void ParallelBlock::DiscardGradients() {
-  layout_->backwards = 0;
-}
+void ParallelBlock::DiscardGradients() { layout_->backwards = 0; }
 
 absl::StatusOr<double> ParallelBlock::GradSquaredNorm() {
   ParallelBlock* self = this;
@@ -765,12 +776,13 @@ absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blo
 
 absl::StatusOr<double> ParallelBlock::LocalGradSquaredNorm() {
   if (!has_gradients()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("block ", id_.value(), ": GradSquaredNorm without a Backward in this step"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "block ", id_.value(), ": GradSquaredNorm without a Backward ", NoGradientsSince(config_)));
   }
   Storage& st = *storage_;
-  // Units [0, pruned_first) hold this step's gradients; pruned units' are zero. The bias
-  // is replicated, so rank 0 alone counts it.
+  // Every unit counts: pruned units' gradients are zero (zeroed by the first Backward of
+  // the accumulation) or, with keep_gradients, pending from an earlier step. The bias is
+  // replicated, so rank 0 alone counts it.
   double local = 0;
   std::vector<float> host;
   auto add = [&](const float* data, size_t n) {
@@ -779,7 +791,7 @@ absl::StatusOr<double> ParallelBlock::LocalGradSquaredNorm() {
     for (float g : host) local += static_cast<double>(g) * g;
   };
   for (size_t p = 0; p < sharded_.size(); ++p) {
-    add(st.slab(p * kFieldsPerParam + kGrad, 0), layout_->pruned_first * sharded_[p].unit_elems);
+    add(st.fields[p * kFieldsPerParam + kGrad].data(), st.units() * sharded_[p].unit_elems);
   }
   if (group_->rank().value() == 0) add(st.bias_grad.data(), hidden_);
   return local;
@@ -808,8 +820,8 @@ std::vector<float> ParallelBlock::OutputBias() const {
 absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
   StepLayout& l = *layout_;
   if (!has_gradients()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("block ", id_.value(), ": AdamWStep without a Backward in this step"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "block ", id_.value(), ": AdamWStep without a Backward ", NoGradientsSince(config_)));
   }
   if (!(options.lr >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) ||
       !(options.beta2 >= 0 && options.beta2 < 1) || !(options.eps > 0) ||
@@ -822,8 +834,10 @@ absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
   Compute& c = compute();
   Storage& st = *storage_;
   compute_timer_->Start();
-  // Units [0, pruned_first) have gradients (local, or returned by helpers). Units that
-  // share a step count are updated in one call per parameter.
+  // Units [0, pruned_first) were computed this step (local, or returned by helpers). Pruned
+  // units sit the step out, even holding a gradient pending from an earlier step (with
+  // keep_gradients): it stays until DiscardGradients. Units that share a step count are
+  // updated in one call per parameter.
   int32_t run_start = 0;
   for (int32_t pos = 0; pos <= l.pruned_first; ++pos) {
     if (pos < l.pruned_first && st.meta[pos].adam_step == st.meta[run_start].adam_step) continue;
@@ -845,8 +859,9 @@ absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
   c.AdamW(options, ++st.bias_step, st.bias.data(), st.bias_grad.data(), st.bias_m.data(),
           st.bias_v.data(), hidden_);
   compute_timer_->Stop();
-  // The gradients are consumed, and helpers need the new weights for any further Forward.
-  l.backwards = 0;
+  // The gradients are consumed, unless torch's contract keeps them until zero_grad. Either
+  // way helpers need the new weights for any further Forward.
+  if (!config_.keep_gradients) l.backwards = 0;
   l.weights_sent = false;
   return absl::OkStatus();
 }

@@ -123,6 +123,21 @@ class ErrorsTest(OneRankTestCase):
         opt.zero_grad()
         bt.end_step()
 
+    def test_torch_s_own_clipping_is_refused_by_name(self) -> None:
+        # torch.nn.utils.clip_grad_norm_ sees none of Ballast's gradients and scales the
+        # handle's marker in place: refused at the next step, gradients left as they were.
+        x = torch.randn(4, 2, 8, requires_grad=True)
+        y, _ = self.mlp(x)
+        y.sum().backward()
+        before = self.mlp.dense("grad")
+        torch.nn.utils.clip_grad_norm_(self.mlp.parameters(), 1e-3)
+        opt = bt.AdamW(self.mlp.parameters())
+        with self.assertRaisesRegex(RuntimeError, "clip with ballast.torch.clip_grad_norm_"):
+            opt.step()
+        torch.testing.assert_close(self.mlp.dense("grad"), before)
+        opt.zero_grad()  # a zero_grad() recovers
+        bt.end_step()
+
 
 if __name__ == "__main__":
     unittest.main()

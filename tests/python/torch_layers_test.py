@@ -35,10 +35,12 @@ HIDDEN, HEADS, FFN, UNIT, CLASSES, SEQ, BATCH = 16, 4, 64, 8, 5, 6, 3
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-3, weight_decay=0.05)
 TOL = dict(rtol=1e-4, atol=2e-5)
 CLIP = 0.5  # below every step's gradient norm here, so clipping always acts
+# Where the models and data live: torch_cuda_test.py runs the same scenarios on a GPU.
+DEVICE = torch.device("cpu")
 
 
 def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(got.cpu(), want.cpu(), **TOL, msg=lambda m: f"{what}: {m}")
 
 
 def build(owner_attn=None, owner_mlp=None):
@@ -50,14 +52,14 @@ def build(owner_attn=None, owner_mlp=None):
                           ref_lib.DenseMLP(HIDDEN, FFN, UNIT, skip_bias_add=True),
                           HIDDEN, CLASSES)
     dense.load_state_dict(model.state_dict())
-    return model, dense
+    return model.to(DEVICE), dense.to(DEVICE)
 
 
 def data(step: int):
     g = torch.Generator().manual_seed(1000 + step)
     x = torch.randn(SEQ, BATCH, HIDDEN, generator=g)
     y = torch.randint(0, CLASSES, (BATCH,), generator=g)
-    return x, y
+    return x.to(DEVICE), y.to(DEVICE)
 
 
 def ballast_grads(layer) -> Dict[str, torch.Tensor]:

@@ -34,6 +34,8 @@ import ballast.torch as bt  # noqa: E402
 HIDDEN, HEADS, D, FFN, UNIT, CLASSES, SEQ, MICRO_BATCH = 16, 12, 4, 48, 8, 7, 5, 2
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-3, weight_decay=0.05)
 TOL = dict(rtol=1e-4, atol=2e-5)
+# Where the models and data live: torch_cuda_test.py runs the same cases on a GPU.
+DEVICE = torch.device("cpu")
 
 
 class Case(NamedTuple):
@@ -55,7 +57,7 @@ PLANS = ("empty", "offload", "reshard", "prune")
 
 
 def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(got.cpu(), want.cpu(), **TOL, msg=lambda m: f"{what}: {m}")
 
 
 def build(case: Case):
@@ -71,14 +73,14 @@ def build(case: Case):
     dense_attn = ref_lib.DenseAttention(HIDDEN, HEADS, groups, D, case.causal, case.rotary)
     dense = ref_lib.Model(dense_attn, dense_mlp, HIDDEN, CLASSES, per_token=True)
     dense.load_state_dict(model.state_dict())
-    return model, dense
+    return model.to(DEVICE), dense.to(DEVICE)
 
 
 def data(step: int, batch: int):
     g = torch.Generator().manual_seed(1000 + step)
     x = torch.randn(SEQ, batch, HIDDEN, generator=g)
     y = torch.randint(0, CLASSES, (SEQ, batch), generator=g)
-    return x, y
+    return x.to(DEVICE), y.to(DEVICE)
 
 
 def plan_blocks(plan: str, model, size: int):
@@ -154,7 +156,7 @@ def check_causality() -> None:
     """Position t's output does not move when tokens after t change; later ones do."""
     attn = bt.ParallelSelfAttention(HIDDEN, HEADS, kv_channels=D, num_query_groups=HEADS // 2,
                                     causal=True, rotary=True, seed=21)
-    x = torch.randn(SEQ, 2, HIDDEN, generator=torch.Generator().manual_seed(5))
+    x = torch.randn(SEQ, 2, HIDDEN, generator=torch.Generator().manual_seed(5)).to(DEVICE)
     with torch.no_grad():
         base, _ = attn(x)
         for t in range(SEQ - 1):

@@ -29,7 +29,7 @@ class DenseMLP(nn.Module):
     def forward(self, x):
         h = F.gelu(self.linear_fc1(x), approximate="tanh")
         if self.pruned:
-            h = h * unit_mask(h.shape[-1], self.unit_size, self.pruned)
+            h = h * unit_mask(h.shape[-1], self.unit_size, self.pruned).to(h.device)
         if self.skip_bias_add:
             return F.linear(h, self.linear_fc2.weight), self.linear_fc2.bias
         return self.linear_fc2(h), None
@@ -88,7 +88,7 @@ class DenseSwiGLU(nn.Module):
     def forward(self, x):
         h = F.silu(self.linear_fc1(x)) * self.linear_fc1_up(x)
         if self.pruned:
-            h = h * unit_mask(h.shape[-1], self.unit_size, self.pruned)
+            h = h * unit_mask(h.shape[-1], self.unit_size, self.pruned).to(h.device)
         return self.linear_fc2(h), None
 
     def unit_slices(self, u: int):
@@ -143,17 +143,17 @@ class DenseAttention(nn.Module):
         k = split(self.linear_k(x), self.groups)
         v = split(self.linear_v(x), self.groups)
         if self.rotary:
-            cos, sin = rotary_tables(s, self.d, self.base)
+            cos, sin = (t.to(x.device) for t in rotary_tables(s, self.d, self.base))
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k = k.repeat_interleave(per, dim=1)  # Hugging Face's repeat_kv
         v = v.repeat_interleave(per, dim=1)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.d)
         if self.causal:
-            future = torch.ones(s, s, dtype=torch.bool).triu(1)
+            future = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
         ctx = torch.softmax(scores, dim=-1) @ v
         if self.pruned:
-            ctx = ctx * unit_mask(self.heads, per, self.pruned).view(1, -1, 1, 1)
+            ctx = ctx * unit_mask(self.heads, per, self.pruned).to(x.device).view(1, -1, 1, 1)
         ctx = ctx.permute(2, 0, 1, 3).reshape(s, b, -1)
         return self.linear_proj(ctx), None
 

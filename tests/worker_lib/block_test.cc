@@ -1,13 +1,16 @@
 // What ParallelBlock offers framework adapters (python/ballast/torch) beyond the training
 // step: skip_bias_add forwards, the global gradient norm and gradient scaling for clipping,
-// the output bias, and micro-batches (gradient accumulation, activation recompute). Real
-// ranks (threads, real Gloo), under a plan that offloads and prunes, so every unit fate is
-// covered. Exactness of the LLM options against PyTorch is tests/python/torch_llm_test.py.
+// the output bias, micro-batches (gradient accumulation, activation recompute), and
+// torch's gradient contract (UnitConfig::keep_gradients). Real ranks (threads, real Gloo),
+// under a plan that offloads and prunes, so every unit fate is covered. Exactness of the
+// LLM options against PyTorch is tests/python/torch_llm_test.py.
 #include "ballast/block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,10 +27,19 @@
 namespace ballast {
 namespace {
 
+using ::ballast::testing::DenseAdamWState;
+using ::ballast::testing::DenseAdamWStep;
+using ::ballast::testing::DenseBlock;
+using ::ballast::testing::DenseResult;
+using ::ballast::testing::MaxRelError;
 using ::ballast::testing::RandomNormal;
 using ::ballast::testing::RankContext;
 using ::ballast::testing::RunRanks;
+using ::ballast::testing::RunRanksOptions;
+using ::ballast::testing::StartAdamW;
+using ::ballast::testing::ToDouble;
 using ::ballast::testing::ToHost;
+using ::ballast::testing::UnitTreatment;
 using ::testing::HasSubstr;
 
 constexpr int32_t kHidden = 8, kIntermediate = 48, kBatch = 2, kSeq = 3;
@@ -179,9 +191,18 @@ TEST(BlockTest, OneCollectiveNormsSeveralBlocksAsEachAlone) {
 // Two micro-batches of 2 sequences accumulate exactly the gradients of one batch of 4,
 // for a SwiGLU MLP and a causal GQA attention with RoPE, with and without recompute; and
 // recompute holds no activations between Forward and Backward.
-TEST(BlockTest, MicroBatchesAccumulateToTheFullBatchWithAndWithoutRecompute) {
+// On the CPU, and with host-staged collectives: the CPU's staging logic, and 3 CUDA ranks
+// sharing one GPU (skipped without one).
+class MicroBatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MicroBatchTest, MicroBatchesAccumulateToTheFullBatchWithAndWithoutRecompute) {
   constexpr int32_t kFull = 4, kMicro = 2;
   constexpr size_t kFullN = kFull * kSeq * kHidden, kMicroN = kMicro * kSeq * kHidden;
+  if (!ballast::testing::BackendUsable(GetParam(), 3)) {
+    GTEST_SKIP() << GetParam() << " cannot run 3 ranks here";
+  }
+  RunRanksOptions options;
+  options.backend = GetParam();
   for (bool recompute : {false, true}) {
     SCOPED_TRACE(recompute ? "recompute" : "activations kept");
     ASSERT_TRUE(RunRanks(3, [&](RankContext& ctx) -> absl::Status {
@@ -247,7 +268,122 @@ TEST(BlockTest, MicroBatchesAccumulateToTheFullBatchWithAndWithoutRecompute) {
                     BALLAST_RETURN_IF_ERROR(block->AdamWStep({}));
                   }
                   return ctx.group->EndStep();
-                }).ok());
+                }, options).ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MicroBatchTest,
+                         ::testing::Values("cpu", "cpu-staged", "cuda-staged"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "cpu"          ? std::string("Cpu")
+                                  : info.param == "cpu-staged" ? std::string("CpuStaged")
+                                                               : std::string("CudaStaged");
+                         });
+
+// Torch's gradient contract (UnitConfig::keep_gradients, what ballast.torch builds): two
+// Backwards separated by an AdamWStep and a step boundary leave the sum of both gradients,
+// and the next AdamWStep applies that sum; a unit pruned in the second step keeps its
+// pending gradient and sits that update out. By default (C++ loops) the second step starts
+// afresh. Rank 2 offloads a unit to rank 0 in both steps, so in the second the helper's
+// returned gradients take the owner's accumulating path. Checked against the dense
+// double-precision reference.
+TEST(BlockTest, KeptGradientsAddUpAcrossAdamWStepsAndStepsUntilDiscarded) {
+  // Rank 1 owns units 2 and 3; storage follows unit order until a priority window rolls,
+  // so pruning one of its units prunes unit 3.
+  constexpr int32_t kPrunedUnit = 3;
+  const DenseBlock dense = DenseBlock::Mlp(kHidden, kIntermediate, 8);
+  // A large eps keeps AdamW's update smooth in the gradient: float and double round-off
+  // cannot flip the direction of a near-zero gradient's step.
+  const AdamWOptions adamw{.lr = 1e-2f, .eps = 1e-1f};
+  const std::vector<float> x = RandomNormal(2 * kN, 1, 1.0), dy = RandomNormal(2 * kN, 2, 1.0);
+  const auto half = [](const std::vector<float>& v, int i) {
+    return ToDouble(std::vector<float>(v.begin() + i * kN, v.begin() + (i + 1) * kN));
+  };
+  for (bool keep : {false, true}) {
+    SCOPED_TRACE(keep ? "keep_gradients" : "default");
+    ASSERT_TRUE(
+        RunRanks(3, [&](RankContext& ctx) -> absl::Status {
+          Compute& c = ctx.backend->compute();
+          MlpConfig config;
+          config.id = BlockId(1);
+          config.hidden = kHidden;
+          config.intermediate = kIntermediate;
+          config.unit_size = 8;
+          config.units.seed = 5;
+          config.units.keep_gradients = keep;
+          BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
+          WorkloadPlan plan = OffloadAndPrune();
+          plan.blocks[0].pruned_units.clear();
+          BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(plan));
+          BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(c, 2 * kN));
+          BALLAST_ASSIGN_OR_RETURN(std::vector<float> params0,
+                                   mlp->GatherDense(ParamField::kValue));
+
+          BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+          BALLAST_RETURN_IF_ERROR(mlp->Forward(b.x.data(), kBatch, kSeq, b.y.data()));
+          BALLAST_RETURN_IF_ERROR(mlp->Backward(b.dy.data(), b.dx.data()));
+          BALLAST_RETURN_IF_ERROR(mlp->AdamWStep(adamw));
+          EXPECT_EQ(mlp->has_gradients(), keep);
+          BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
+          BALLAST_ASSIGN_OR_RETURN(std::vector<float> params1,
+                                   mlp->GatherDense(ParamField::kValue));
+
+          plan = OffloadAndPrune();
+          plan.version = PlanVersion(2);
+          BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(plan));
+          BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+          EXPECT_EQ(mlp->has_gradients(), keep);
+          if (ctx.rank == 1) {
+            EXPECT_EQ(mlp->LocalUnits(), (std::vector<int32_t>{2, kPrunedUnit}));
+            EXPECT_EQ(mlp->LocalFates().back(), UnitFate::kPruned);
+          }
+          BALLAST_RETURN_IF_ERROR(mlp->Forward(b.x.data() + kN, kBatch, kSeq, b.y.data() + kN));
+          BALLAST_RETURN_IF_ERROR(mlp->Backward(b.dy.data() + kN, b.dx.data() + kN));
+          BALLAST_ASSIGN_OR_RETURN(std::vector<float> grad, mlp->GatherDense(ParamField::kGrad));
+          BALLAST_ASSIGN_OR_RETURN(const double norm, mlp->GradSquaredNorm());
+          BALLAST_RETURN_IF_ERROR(mlp->AdamWStep(adamw));
+          BALLAST_ASSIGN_OR_RETURN(std::vector<float> params2,
+                                   mlp->GatherDense(ParamField::kValue));
+
+          // Only DiscardGradients (zero_grad) ends a kept accumulation.
+          EXPECT_EQ(mlp->has_gradients(), keep);
+          mlp->DiscardGradients();
+          EXPECT_FALSE(mlp->has_gradients());
+          EXPECT_THAT(mlp->AdamWStep(adamw).message(),
+                      HasSubstr(keep ? "AdamWStep without a Backward since "
+                                       "DiscardGradients"
+                                     : "AdamWStep without a Backward in this step"));
+          BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
+
+          // The reference: step 1's gradient at the initial weights, step 2's at
+          // the updated ones with unit 3 pruned, and AdamW on each step's sum.
+          const DenseResult first =
+              dense.Run(ToDouble(params0), half(x, 0), half(dy, 0), kBatch, kSeq);
+          UnitTreatment pruned;
+          pruned.pruned.assign(dense.num_units(), false);
+          pruned.pruned[kPrunedUnit] = true;
+          const DenseResult second =
+              dense.Run(ToDouble(params1), half(x, 1), half(dy, 1), kBatch, kSeq, pruned);
+          std::vector<double> want = second.grad;
+          if (keep) {
+            for (size_t i = 0; i < want.size(); ++i) want[i] += first.grad[i];
+          }
+          EXPECT_LE(MaxRelError(grad, want), 1e-5) << "rank " << ctx.rank;
+          const std::vector<bool> unit3 = dense.ElementsOfUnits(pruned.pruned);
+          double pending = 0, want_norm = 0;
+          for (size_t i = 0; i < want.size(); ++i) {
+            if (unit3[i]) pending = std::max(pending, std::fabs(double{grad[i]}));
+            want_norm += want[i] * want[i];
+          }
+          EXPECT_EQ(pending > 0, keep) << "the pruned unit's pending gradient";
+          EXPECT_NEAR(norm, want_norm, 1e-5 * want_norm);
+          DenseAdamWState state = StartAdamW(ToDouble(params0));
+          DenseAdamWStep(adamw, first.grad, {}, &state);
+          EXPECT_LE(MaxRelError(params1, state.w), 1e-5) << "rank " << ctx.rank;
+          DenseAdamWStep(adamw, want, unit3, &state);
+          EXPECT_LE(MaxRelError(params2, state.w), 1e-5) << "rank " << ctx.rank;
+          return absl::OkStatus();
+        }).ok());
   }
 }
 

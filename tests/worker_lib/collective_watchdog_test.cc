@@ -121,6 +121,7 @@ TEST_F(WatchdogTest, TheTimeoutRunsFromWhenTheInputsAreReady) {
 TEST_F(WatchdogTest, InputsThatNeverBecomeReadyFailAfterInputTimeouts) {
   auto w = Make();
   Watch(*w, "ncclBroadcast");
+  w->PollOnce();  // the oldest unfinished collective from here
   clock_.Advance(absl::Seconds(39));
   w->PollOnce();
   EXPECT_TRUE(w->failure().ok());
@@ -130,6 +131,25 @@ TEST_F(WatchdogTest, InputsThatNeverBecomeReadyFailAfterInputTimeouts) {
   EXPECT_THAT(w->failure().message(),
               HasSubstr("the compute queued before ncclBroadcast on rank 1 of 2 did not "
                         "complete within 4 x 10s"));
+}
+
+// A step's collectives are queued well ahead of their turn: the time earlier ones take is
+// not held against later ones.
+TEST_F(WatchdogTest, InputsAreTimedFromWhenTheCollectiveBecomesTheOldest) {
+  auto w = Make();
+  auto a = Watch(*w, "first");
+  auto b = Watch(*w, "second");
+  w->PollOnce();
+  clock_.Advance(absl::Seconds(30));  // the first waits for its inputs 30 s (limit 40)
+  Set(*a, State::kDone);
+  w->PollOnce();  // the second is the oldest now: 40 s from here
+  clock_.Advance(absl::Seconds(39));
+  w->PollOnce();
+  EXPECT_TRUE(w->failure().ok()) << w->failure();
+  clock_.Advance(absl::Seconds(1));
+  w->PollOnce();
+  EXPECT_THAT(w->failure().message(), HasSubstr("the compute queued before second"));
+  EXPECT_EQ(b.use_count(), 2);  // still watched when it failed
 }
 
 TEST_F(WatchdogTest, OnlyTheOldestUnfinishedCollectiveIsTimed) {

@@ -302,6 +302,12 @@ class CudaCompute : public Compute {
     // consequences. Reporting it clears it.
     if (absl::Status failed = ctx_->compute_failure()->Take(); !failed.ok())
       status = std::move(failed);
+    // An aborted communicator ended its kernels, so the stream reads idle; the step must
+    // not end OK on what they should have written.
+    if (absl::Status aborted = ctx_->communicator_failure(); status.ok() && !aborted.ok()) {
+      status = absl::Status(aborted.code(),
+                            absl::StrCat("NCCL communicator was aborted: ", aborted.message()));
+    }
     return status;
   }
 

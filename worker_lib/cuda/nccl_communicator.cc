@@ -108,15 +108,14 @@ class EventPool {
 // `done` after it.
 class EventPair final : public internal::WatchedCollective {
  public:
-  EventPair(EventPool* pool, int device, cudaEvent_t ready, cudaEvent_t done)
-      : pool_(pool), device_(device), ready_(ready), done_(done) {}
+  EventPair(EventPool* pool, cudaEvent_t ready, cudaEvent_t done)
+      : pool_(pool), ready_(ready), done_(done) {}
   ~EventPair() override {
     pool_->Give(ready_);
     pool_->Give(done_);
   }
+  // On the watchdog's thread, whose device is this one (thread_start).
   absl::StatusOr<State> Poll() override {
-    ScopedDevice scoped(device_);
-    BALLAST_RETURN_IF_ERROR(scoped.status());
     const cudaError_t done = cudaEventQuery(done_);
     if (done == cudaSuccess) return State::kDone;
     if (done != cudaErrorNotReady) return BALLAST_CUDA_STATUS(done);
@@ -128,7 +127,6 @@ class EventPair final : public internal::WatchedCollective {
 
  private:
   EventPool* pool_;
-  const int device_;
   const cudaEvent_t ready_;
   const cudaEvent_t done_;
 };
@@ -301,8 +299,12 @@ class NcclCommunicator final : public Communicator {
         events_(ctx->device()),
         staging_(ctx) {
     watchdog_ = std::make_unique<internal::CollectiveWatchdog>(
-        internal::CollectiveWatchdogOptions{.timeout = timeout_,
-                                            .name = absl::StrCat("rank ", rank_, " of ", size_)},
+        internal::CollectiveWatchdogOptions{
+            .timeout = timeout_,
+            .name = absl::StrCat("rank ", rank_, " of ", size_),
+            // The thread's device, once: a thread that never chose one would otherwise
+            // open a context on device 0 (hundreds of MB) at its first CUDA call.
+            .thread_start = [device = ctx->device()] { cudaSetDevice(device); }},
         [this](const absl::Status& why) { AbortComm(why); }, [this] { return AsyncError(); });
   }
 
@@ -365,15 +367,21 @@ class NcclCommunicator final : public Communicator {
       return Fail(done.status());
     }
     // Owns both events from here on, also on the error paths.
-    auto watched = std::make_unique<EventPair>(&events_, ctx_->device(), *ready, *done);
+    auto watched = std::make_unique<EventPair>(&events_, *ready, *done);
     // `ready` marks where the compute queued before this collective ends: the timeout runs
     // from there, so a long forward pass ahead of it is not mistaken for a missing peer.
     status = BALLAST_CUDA_STATUS(cudaEventRecord(*ready, stream()));
     if (status.ok()) status = StageIn(buffers);
     if (status.ok()) {
-      absl::MutexLock lock(&mu_);
-      status = comm_ == nullptr ? CheckUsable() : enqueue(comm_);
+      // Not under mu_: a launch can block (a full launch queue behind a hung collective),
+      // and the watchdog's abort must still get through (AbortComm).
+      ncclComm_t comm = Comm();
+      status = comm == nullptr ? CheckUsable() : enqueue(comm);
     }
+    // A non-blocking communicator may answer ncclInProgress before the collective is on
+    // the stream (connections are made lazily, at an algorithm's first use): the events
+    // and copies after it must wait until it is, and NCCL takes no other call meanwhile.
+    if (status.ok()) status = AwaitComm(what);
     bool fill_host = false;
     if (status.ok()) status = StageOut(buffers, &fill_host);
     if (status.ok()) status = BALLAST_CUDA_STATUS(cudaEventRecord(*done, stream()));
@@ -539,20 +547,34 @@ class NcclCommunicator final : public Communicator {
 
   // The watchdog's abort: ends every collective still queued on the device (so a host wait
   // on the stream returns) and leaves the communicator unusable.
+  // Runs on the watchdog's thread, or on the calling thread when it found the failure.
+  // The pointer goes under mu_; the abort itself runs outside it, so an enqueue stuck in a
+  // launch cannot hold it off (as ProcessGroupNCCL's watchdog, it may then abort under a
+  // call in flight, which the abort is meant to end). The stream's context learns of it,
+  // so Compute::Synchronize (the step's end) reports it too.
   void AbortComm(const absl::Status& why) {
-    absl::MutexLock lock(&mu_);
-    if (comm_ == nullptr) return;
+    ncclComm_t comm = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      comm = std::exchange(comm_, nullptr);
+    }
+    if (comm == nullptr) return;
     BALLAST_LOG(ERROR) << "cuda backend: rank " << rank_ << " of " << size_
                        << ": aborting NCCL communicator: " << why.message();
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
+    ctx_->SetCommunicatorFailure(why);
+    ncclCommAbort(comm);
+  }
+
+  ncclComm_t Comm() {
+    absl::MutexLock lock(&mu_);
+    return comm_;
   }
 
   const int rank_;
   const int size_;
   const absl::Duration timeout_;
   std::shared_ptr<StreamContext> ctx_;
-  // Guards comm_ between the calling thread (enqueues) and the watchdog's (abort, probe).
+  // Guards the comm_ pointer between the calling thread and the watchdog's (abort, probe).
   absl::Mutex mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_);
   EventPool events_;  // before the watchdog, whose entries give their events back to it

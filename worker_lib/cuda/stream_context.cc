@@ -78,6 +78,16 @@ StreamContext::~StreamContext() {
   cudaGetLastError();
 }
 
+void StreamContext::SetCommunicatorFailure(absl::Status failure) {
+  absl::MutexLock lock(&mu_);
+  if (communicator_failure_.ok()) communicator_failure_ = std::move(failure);
+}
+
+absl::Status StreamContext::communicator_failure() const {
+  absl::MutexLock lock(&mu_);
+  return communicator_failure_;
+}
+
 absl::StatusOr<void*> StreamContext::AllocateBytes(size_t bytes) const {
   void* ptr = nullptr;
   if (pool_ != nullptr) {

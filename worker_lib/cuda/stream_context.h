@@ -25,8 +25,10 @@
 #include <memory>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "internal/compute_checks.h"
 
 namespace ballast::cuda_internal {
@@ -70,6 +72,12 @@ class StreamContext {
     return compute_failure_;
   }
 
+  // The failure that aborted the backend's NCCL communicator (its watchdog's, on its own
+  // thread), for Compute::Synchronize to report: the kernels an abort ends leave the
+  // stream idle, so a synchronization alone would read OK. Sticky.
+  void SetCommunicatorFailure(absl::Status failure);
+  absl::Status communicator_failure() const;
+
   // Stream-ordered from the private pool. The caller has made the device current.
   absl::StatusOr<void*> AllocateBytes(size_t bytes) const;
   // Runs from destructors (Buffer deleters), so it can only log. Memory freed here is
@@ -91,6 +99,8 @@ class StreamContext {
   const cudaMemPool_t pool_;  // null: no memory pools on this device (cudaMalloc)
   const std::shared_ptr<internal::ComputeFailure> compute_failure_ =
       std::make_shared<internal::ComputeFailure>();
+  mutable absl::Mutex mu_;
+  absl::Status communicator_failure_ ABSL_GUARDED_BY(mu_);
 };
 
 // A grow-only device buffer (UnitL1 partial sums, communicator staging).

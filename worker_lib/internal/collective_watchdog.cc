@@ -28,7 +28,6 @@ absl::Duration CollectiveWatchdog::Now() const {
 
 void CollectiveWatchdog::Watch(std::string what, std::unique_ptr<WatchedCollective> work) {
   Entry entry{.what = std::move(what), .work = std::move(work)};
-  entry.deadline = Now() + options_.input_timeouts * options_.timeout;
   absl::MutexLock lock(&mu_);
   in_flight_.push_back(std::move(entry));
 }
@@ -52,7 +51,7 @@ absl::Status CollectiveWatchdog::Fail(absl::Status cause) {
     aborted_ = true;
     failure = failure_;
   }
-  // Outside the lock: aborting may take the owner's lock, which its calls into Watch hold.
+  // Outside the lock: the abort may take the owner's locks and wait on the device.
   abort_(failure);
   return failure;
 }
@@ -70,6 +69,10 @@ void CollectiveWatchdog::PollOnce() {
     }
     const absl::StatusOr<WatchedCollective::State> state = head->work->Poll();
     const absl::Duration now = Now();
+    if (!head->timed) {
+      head->timed = true;
+      head->deadline = now + options_.input_timeouts * options_.timeout;
+    }
     if (!state.ok()) {
       Fail(absl::Status(state.status().code(),
                         absl::StrCat(head->what, " failed on ", options_.name, ": ",
@@ -88,13 +91,14 @@ void CollectiveWatchdog::PollOnce() {
     }
     if (now >= head->deadline) {
       const std::string limit = absl::FormatDuration(options_.timeout);
-      Fail(absl::DeadlineExceededError(
-          head->running
-              ? absl::StrCat(head->what, " on ", options_.name, " did not complete within ", limit,
-                             " (a peer is missing or stalled); communicator aborted")
-              : absl::StrCat("the compute queued before ", head->what, " on ", options_.name,
-                             " did not complete within ", options_.input_timeouts, " x ", limit,
-                             "; communicator aborted")))
+      Fail(
+          absl::DeadlineExceededError(
+              head->running
+                  ? absl::StrCat(head->what, " on ", options_.name, " did not complete within ",
+                                 limit, " (a peer is missing or stalled); communicator aborted")
+                  : absl::StrCat("the compute queued before ", head->what, " on ", options_.name,
+                                 " did not complete within ", options_.input_timeouts, " x ", limit,
+                                 "; communicator aborted")))
           .IgnoreError();  // kept as failure()
       return;
     }
@@ -110,6 +114,7 @@ void CollectiveWatchdog::PollOnce() {
 }
 
 void CollectiveWatchdog::Loop() {
+  if (options_.thread_start) options_.thread_start();
   mu_.Lock();
   while (!stop_) {
     mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.poll_interval);

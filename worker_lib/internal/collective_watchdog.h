@@ -5,10 +5,11 @@
 // (which ends the collectives still queued on the device) and remembers why, so the next
 // call on this rank fails naming the collective that did not complete.
 //
-// The timeout runs from when a collective's inputs are ready (the compute queued before it
-// has run), not from the call: a straggler's slow forward pass is not a missing peer. Inputs
-// that never become ready (a kernel that never ends) fail it after `input_timeouts`
-// timeouts.
+// The timeout runs from when a collective's inputs are ready on this rank (the compute
+// queued before it has run), not from the call: this rank's own slow forward pass is not
+// a missing peer (a peer slower than the timeout is one). Inputs that never become ready
+// (a kernel that never ends) fail it after `input_timeouts` timeouts, counted from when it
+// became the oldest unfinished collective.
 //
 //   CollectiveWatchdog watchdog({.timeout = absl::Seconds(60), .name = "rank 1 of 2"},
 //                               [&](const absl::Status& why) { ncclCommAbort(comm); });
@@ -67,6 +68,8 @@ struct CollectiveWatchdogOptions {
   const Clock* clock = nullptr;
   // False: no thread; the owner (a test) calls PollOnce.
   bool start_thread = true;
+  // Runs first on the thread (e.g. to set its CUDA device). Optional.
+  std::function<void()> thread_start;
 };
 
 class CollectiveWatchdog {
@@ -101,6 +104,9 @@ class CollectiveWatchdog {
   struct Entry {
     std::string what;
     std::unique_ptr<WatchedCollective> work;
+    // Timed from when it became the oldest unfinished one: a step's collectives are
+    // queued well ahead of their turn, and the time earlier ones take is theirs.
+    bool timed = false;
     bool running = false;
     absl::Duration deadline;  // on the clock's monotonic reading
   };

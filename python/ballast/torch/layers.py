@@ -19,8 +19,10 @@ attention shares K/V head g among query heads ``g*h/groups .. (g+1)*h/groups - 1
 Hugging Face's ``repeat_kv``); RoPE (``rotary=True``) uses the rotate-half convention with
 positions restarting at 0 in each sequence.
 
-Micro-batches: run forward and backward per micro-batch, then one optimizer step; the
-layers accumulate gradients like torch parameters, and ``zero_grad()`` drops them.
+Micro-batches: run forward and backward per micro-batch, then one optimizer step. The
+layers' gradients follow torch's contract: every backward adds to them, across optimizer
+steps and step boundaries, until a ``zero_grad()`` drops them: the model's, or any
+optimizer's holding the layer's ``ballast_handle``, whose ``.grad`` carries the signal.
 ``recompute=True`` keeps no activations between a layer's forward and backward (the
 backward recomputes them), the memory-for-compute trade of activation checkpointing.
 
@@ -45,15 +47,15 @@ from ballast.torch.session import session as _session
 _PRIORITIES = ("change", "magnitude", "random", "round-robin")
 
 
-def _check_input(x: torch.Tensor, hidden: int, what: str) -> None:
+def _check_input(x: torch.Tensor, hidden: int, what: str, device: torch.device) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{what}: input must be a torch.Tensor, not {type(x).__name__}")
     if x.dtype != torch.float32:
-        raise TypeError(f"{what}: input has dtype {x.dtype}; Ballast's CPU backend takes "
-                        f"torch.float32")
-    if x.device.type != "cpu":
-        raise ValueError(f"{what}: input is on {x.device}; Ballast's CPU backend takes CPU "
-                         f"tensors (the CUDA path is not wired to ballast.torch yet)")
+        raise TypeError(f"{what}: input has dtype {x.dtype}; Ballast's layers take "
+                        f"torch.float32 (16-bit GEMMs: ballast.torch.init(gemm_precision=))")
+    if x.device != device:
+        raise ValueError(f"{what}: input is on {x.device}; this session's layers take "
+                         f"tensors on {device} (ballast.torch.init(compute_device=))")
     if x.dim() != 3 or x.shape[2] != hidden:
         raise ValueError(f"{what}: input has shape {tuple(x.shape)}, expected 3 dimensions "
                          f"with hidden size {hidden} last")
@@ -70,6 +72,7 @@ class _BlockFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, handle: torch.Tensor, layer: "_BallastLayer",
                 batch: int, seq: int, add_bias: bool) -> torch.Tensor:
+        layer._session.check_stream(layer._name())
         y = torch.empty_like(x)
         layer._block.forward(x, batch, seq, y, add_bias)
         layer._forward_token += 1
@@ -87,10 +90,13 @@ class _BlockFunction(torch.autograd.Function):
                 f"{layer._name()}: backward of a forward that a later forward of the same "
                 f"layer replaced; a Ballast block differentiates its latest forward, so run "
                 f"each micro-batch's backward before the next micro-batch's forward")
+        layer._session.check_stream(layer._name())
         dy = dy.contiguous()
         dx = torch.empty_like(dy)
+        layer._sync_zero_grad()  # before the block adds to gradients a zero_grad() dropped
         layer._block.backward(dy, dx)
-        layer._grads_step = layer._session.step
+        layer._mark_grads()
+        # None for the handle: autograd leaves its .grad (the sentinel) alone.
         return dx, None, None, None, None, None
 
 
@@ -105,14 +111,15 @@ class _BallastLayer(nn.Module):
         self.skip_bias_add = skip_bias_add
         self.batch_first = batch_first
         self._forward_token = 0
-        # The step whose backward produced the block's gradients; -1 once an optimizer
-        # step or zero_grad() consumed them. A new step starts without gradients.
-        self._grads_step = -1
         # A zero-size parameter: it puts the layer in model.parameters(), so the user's
         # optimizer param groups (and LR schedulers) reach it, and it makes autograd call
         # the block's backward even when the input needs no gradient.
         self.ballast_handle = nn.Parameter(torch.empty(0))
         self.ballast_handle._ballast_layer = weakref.ref(self)
+        # While the block holds gradients, the handle's .grad is this zero-size sentinel,
+        # and _sentinel_version its version then: how any zero_grad() reaches the block.
+        self._grad_sentinel: Optional[torch.Tensor] = None
+        self._sentinel_version = 0
 
     @property
     def block_id(self) -> int:
@@ -144,22 +151,58 @@ class _BallastLayer(nn.Module):
         self._session.ensure_step()
         y = _BlockFunction.apply(x, self.ballast_handle, self, batch, seq,
                                  not self.skip_bias_add)
-        bias = self._block.output_bias() if self.skip_bias_add else None
+        bias = self._block.output_bias().to(x.device) if self.skip_bias_add else None
         return y, bias
+
+    # --- Torch's gradient contract, through the handle's gradient. ---
+    def _sync_zero_grad(self) -> None:
+        """Drops the block's gradients if a zero_grad() reached the handle since the last
+        backward: ``zero_grad(set_to_none=True)`` replaced the sentinel (with None), and
+        ``zero_grad(set_to_none=False)`` turned its ``requires_grad`` off before zeroing
+        it in place (both torch's and a module's do). Local, no collective.
+
+        Any other in-place change of the handle's gradient (torch's own
+        ``clip_grad_norm_``, a torch optimizer's weight decay, AMP's
+        ``GradScaler.unscale_``, a hand-written ``p.grad.zero_()``) would silently
+        mistreat Ballast's gradients, which are not torch tensors, so it raises instead.
+        """
+        sentinel = self._grad_sentinel
+        if sentinel is None:
+            return
+        if self.ballast_handle.grad is not sentinel or not sentinel.requires_grad:
+            self._discard_grads()
+        elif sentinel._version != self._sentinel_version:
+            raise RuntimeError(
+                f"{self._name()}: the gradient of its ballast_handle was changed in place by "
+                f"something other than zero_grad() (torch.nn.utils.clip_grad_norm_, a torch "
+                f"optimizer's weight decay, AMP's GradScaler.unscale_); Ballast's gradients "
+                f"live in C++, so clip with ballast.torch.clip_grad_norm_, train with "
+                f"ballast.torch.AdamW, and drop gradients with zero_grad()")
+
+    def _mark_grads(self) -> None:
+        """After a backward: the block holds gradients, so the handle holds a sentinel,
+        on the handle's device (a model moved to a GPU moves its handles too)."""
+        if self._grad_sentinel is None:
+            # requires_grad: zero_grad(set_to_none=False) turns it off, which tells a
+            # zero_grad() from another in-place change (both bump the version).
+            sentinel = torch.empty_like(self.ballast_handle.detach()).requires_grad_(True)
+            self.ballast_handle.grad = sentinel
+            self._grad_sentinel, self._sentinel_version = sentinel, sentinel._version
 
     # --- Optimizer hooks (ballast.torch.AdamW and clip_grad_norm_). ---
     def _has_grads(self) -> bool:
-        return self._block.has_gradients and self._grads_step == self._session.step
+        self._sync_zero_grad()
+        return self._block.has_gradients
 
     def _adamw_step(self, lr: float, betas: Tuple[float, float], eps: float,
                     weight_decay: float) -> None:
-        if self._has_grads():  # like torch, a layer without gradients is not stepped
+        # Like torch: a layer without gradients is not stepped, and a step leaves them.
+        if self._has_grads():
             self._block.adamw_step(lr, betas[0], betas[1], eps, weight_decay)
-        self._grads_step = -1
 
     def _discard_grads(self) -> None:
         self._block.discard_gradients()
-        self._grads_step = -1
+        self._grad_sentinel = None  # the next backward sets a fresh one
 
     @property
     def activation_bytes(self) -> int:
@@ -186,7 +229,7 @@ class _BallastLayer(nn.Module):
     def _from_named(self, named: dict) -> torch.Tensor:
         parts = [named[name].reshape(shape[1], shape[0]).t() if len(shape) == 2 else named[name]
                  for name, shape in self._layout()]
-        return torch.cat([p.detach().to(torch.float32).reshape(-1) for p in parts])
+        return torch.cat([p.detach().to("cpu", torch.float32).reshape(-1) for p in parts])
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):  # noqa: D401
         # Dense and plan-independent; collective (every rank gathers the whole block).
@@ -214,10 +257,12 @@ def _block_args(session, block_id: Optional[int], seed: Optional[int], priority:
     if priority not in _PRIORITIES:
         raise ValueError(f"priority '{priority}' is not one of {', '.join(_PRIORITIES)}")
     block_id = session._new_block_id(block_id)
+    # keep_gradients: torch's contract, gradients outlive optimizer steps and step
+    # boundaries until zero_grad() (the C++ default starts each step afresh).
     return dict(session=session._core, id=block_id,
                 seed=block_id if seed is None else seed, priority=priority,
                 priority_window=priority_window, owner_of_unit=list(owner_of_unit or []),
-                recompute=bool(recompute))
+                recompute=bool(recompute), keep_gradients=True)
 
 
 class ParallelMLP(_BallastLayer):
@@ -250,7 +295,7 @@ class ParallelMLP(_BallastLayer):
 
     def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
                                                              Optional[torch.Tensor]]:
-        _check_input(hidden_states, self.hidden_size, self._name())
+        _check_input(hidden_states, self.hidden_size, self._name(), self._session.device)
         a, b, _ = hidden_states.shape
         # Tokens are independent in an MLP: [s, b, h] is already (s*b) rows, no copy.
         return self._run(hidden_states, a * b, 1)
@@ -309,7 +354,7 @@ class ParallelSelfAttention(_BallastLayer):
         if attention_mask is not None:
             raise ValueError(f"{self._name()}: attention masks are not supported; build the "
                              f"layer with causal=True for a decoder's causal mask")
-        _check_input(hidden_states, self.hidden_size, self._name())
+        _check_input(hidden_states, self.hidden_size, self._name(), self._session.device)
         if self.batch_first:
             b, s, _ = hidden_states.shape
             return self._run(hidden_states, b, s)

@@ -18,7 +18,8 @@ schedulers and per-group settings work unchanged), and closes the Ballast step::
 
 Ballast's AdamW is decoupled weight decay with bias correction, the same update as
 ``torch.optim.AdamW`` (equal to float round-off). Pruned units are left alone: no
-weight decay, no moment or step-count drift.
+weight decay, no moment or step-count drift. As in torch, a step leaves the gradients in
+place: without ``zero_grad()`` the next backward adds to them.
 """
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ class AdamW(torch.optim.AdamW):
     ``state_dict()`` adds each Ballast layer's optimizer state (moments and per-unit step
     counts, dense and plan-independent) under ``"ballast"``; like every gather it is
     collective. Loading it restores the weights saved with it too (a block checkpoint is
-    whole), so load the model's state dict first, then the optimizer's. ``amsgrad`` and ``maximize`` are refused: Ballast's blocks do not
-    implement them.
+    whole), so load the model's state dict first, then the optimizer's. ``amsgrad`` and
+    ``maximize`` are refused: Ballast's blocks do not implement them.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
@@ -90,7 +91,7 @@ class AdamW(torch.optim.AdamW):
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         super().zero_grad(set_to_none=set_to_none)
-        for layer, _ in self._layers():
+        for layer, _ in self._layers():  # now, not when they next look at their handles
             layer._discard_grads()
 
     def state_dict(self) -> Dict[str, Any]:
@@ -118,6 +119,9 @@ def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max
 
     The norm is the dense model's: every Ballast unit counted once, wherever it is held
     (one small all-reduce for all Ballast layers, so every rank calls this). Only the 2-norm.
+    Use it, not torch's: ``torch.nn.utils.clip_grad_norm_`` sees no Ballast gradient, and
+    scales each ``ballast_handle``'s gradient in place, which its layer refuses by name at
+    the next backward, optimizer step or clip (layers.py).
     """
     if norm_type != 2.0:
         raise ValueError(f"norm_type {norm_type}: only the 2-norm is supported with Ballast")

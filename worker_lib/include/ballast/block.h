@@ -20,6 +20,8 @@
 // (gradient accumulation, as Megatron and torchtitan train). The plan is fixed for the
 // whole step; weights go to helpers once per step; the first Backward of a step writes the
 // gradients and later ones add to them. Each Backward differentiates the latest Forward.
+// With UnitConfig::keep_gradients (torch's contract, what ballast.torch uses) gradients
+// instead outlive AdamWStep and step boundaries, adding up until DiscardGradients.
 // With UnitConfig::recompute, a block keeps no activations between Forward and Backward:
 // Backward runs the block's local math forward again (no collective) from the saved input,
 // and the activation buffers are one set shared by every recomputing block of the group.
@@ -109,6 +111,10 @@ struct UnitConfig {
   // Activation recompute: trade one more forward's compute (without its collective) for
   // not holding this block's activations from Forward until Backward.
   bool recompute = false;
+  // Torch's contract: gradients accumulate over every Backward until DiscardGradients
+  // (zero_grad), across AdamWStep and step boundaries; false (C++ loops): the first
+  // Backward after an AdamWStep or a new step writes them.
+  bool keep_gradients = false;
 };
 
 // Contiguous ownership with per-rank shares (HAP-style uneven sharding): rank r gets about
@@ -149,11 +155,15 @@ class ParallelBlock {
   // column sum of dy either way, which is exact whenever the caller adds it to y.
   absl::Status Forward(const float* x, int32_t batch, int32_t seq, float* y,
                        bool add_output_bias = true);
-  // dy: gradient w.r.t. y; dx receives the full gradient w.r.t. x. The step's first
-  // Backward writes the parameter gradients, later ones (micro-batches) add to them; pruned
-  // units get none. Collective. Differentiates the latest Forward, once.
+  // dy: gradient w.r.t. y; dx receives the full gradient w.r.t. x. The first Backward
+  // after the gradients were consumed (see has_gradients) writes the parameter gradients,
+  // later ones (micro-batches; with keep_gradients also later steps) add to them. Pruned
+  // units get none: the first Backward zeroes theirs, later ones leave what they hold
+  // (with keep_gradients, a unit pruned in a later step keeps its pending gradient).
+  // Collective. Differentiates the latest Forward, once.
   absl::Status Backward(const float* dy, float* dx);
-  // True between a Backward and the AdamWStep that consumes its gradients.
+  // True from a Backward until its gradients are consumed: by DiscardGradients, and
+  // without UnitConfig::keep_gradients also by AdamWStep and the next step's start.
   bool has_gradients() const;
   // Drops the accumulated gradients: the next Backward writes instead of adding (what
   // zero_grad() means to a framework). Local; no collective.
@@ -162,17 +172,21 @@ class ParallelBlock {
   // its buffers are the group's shared ones).
   size_t activation_bytes() const;
   // Collective: the squared L2 norm of the whole block's gradients (every unit's, on
-  // whichever rank holds it, plus the replicated bias once), for gradient clipping. For
-  // several blocks, GroupGradSquaredNorm pays one collective for all of them.
+  // whichever rank holds it, pruned ones included: theirs are zero or, with
+  // keep_gradients, pending from earlier steps; plus the replicated bias once), for
+  // gradient clipping. For several blocks, GroupGradSquaredNorm pays one collective for
+  // all of them.
   absl::StatusOr<double> GradSquaredNorm();
   // Scales this rank's gradients (its units' and the bias's) by `alpha`; with
   // GradSquaredNorm, this is clip-by-global-norm.
   absl::Status ScaleGradients(float alpha);
   // Host copy of the replicated output bias (hidden floats).
   std::vector<float> OutputBias() const;
-  // Decoupled AdamW on this rank's shard: every unit that received a gradient this step
-  // (local and offloaded units) and the replicated parameters. Pruned units' weights and
-  // moments are untouched, and their step counts do not advance.
+  // Decoupled AdamW on this rank's shard: every unit computed this step (local and
+  // offloaded units) and the replicated parameters, with the gradients accumulated since
+  // they were last consumed. Pruned units' weights and moments are untouched, and their
+  // step counts do not advance; with keep_gradients, a pruned unit's pending gradient stays
+  // until DiscardGradients. FAILED_PRECONDITION without gradients (has_gradients).
   absl::Status AdamWStep(const AdamWOptions& options);
 
   // Dense (unsharded) copy of one field, row-major in the subclass's documented layout,
@@ -244,7 +258,8 @@ class ParallelBlock {
   // same values without communicating.
   virtual void InitDense(std::vector<float>& dense) const = 0;
   // Loads this rank's units (and the output bias) from a dense copy; resets optimizer
-  // state and statistics. Subclasses' LoadDense check the layout and call this.
+  // state and statistics, and drops the gradients (has_gradients turns false). Subclasses'
+  // LoadDense check the layout and call this.
   absl::Status LoadDenseVector(const std::vector<float>& dense);
 
  private:
@@ -287,7 +302,7 @@ class ParallelBlock {
   // The activation buffers of the local range or of helper range `index`.
   std::vector<Buffer>* RangeCache(int index);
   // This rank's share of GradSquaredNorm (its units' gradients, and the bias on rank 0);
-  // FAILED_PRECONDITION without a Backward this step. No collective.
+  // FAILED_PRECONDITION without gradients (has_gradients). No collective.
   absl::StatusOr<double> LocalGradSquaredNorm();
 
  protected:

@@ -13,18 +13,24 @@
 //   - CUDA host-staged (several ranks on one GPU): one host wait per collective, for its
 //     inputs to reach host memory; its results are queued back onto the stream.
 // Results in host memory (the plan agreement's int64s, a host buffer of any call) are in
-// place when the call returns, on every backend: such calls are the host waits of a CUDA
-// step (with TpGroup::EndStep's read of the step's timers, at most two a step).
+// place when the call returns, on every backend. On CUDA with NCCL those are a step's only
+// host waits besides TpGroup::EndStep's (two a step; at one rank the plan agreement needs
+// none); host-staged collectives add their own.
 //
 // Failures. A peer that never arrives yields DEADLINE_EXCEEDED or UNAVAILABLE after the
-// communicator's timeout instead of hanging; the timeout runs from when the collective's
-// inputs are ready, so a straggler's slow compute is not a missing peer. On CUDA with NCCL
-// a queued collective can fail after its call returned: the watchdog then aborts the
-// communicator (which ends whatever is still queued on the device), and the next call on
-// this rank fails naming the collective that did not complete; its peers' watchdogs do the
-// same. What the failed collective should have written is undefined, so a rank whose
-// communicator failed restarts from a checkpoint. After any failure of a call that moves
-// data the communicator stays aborted: every later call fails at once with the same code.
+// communicator's timeout instead of hanging. On CUDA the timeout runs from when the
+// collective's inputs are ready on this rank, so this rank's own slow compute is not
+// taken for a missing peer; a peer slower than the timeout is one. On CUDA with NCCL a
+// queued collective can fail after its call returned: the watchdog then aborts the
+// communicator (which ends whatever is still queued on the device), the next call on this
+// rank fails with the failure, which names the collective when one did not complete
+// (an error NCCL reports for the communicator as a whole names none), and so does
+// Compute::Synchronize; its peers' watchdogs do the same. What the failed collective
+// should have written is undefined, so such a rank restarts from a checkpoint, and an
+// aborted NCCL communicator stays aborted. On Gloo a failed or timed-out call leaves the
+// group out of step: recreate the backend.
+//
+// Exchange: a rank never sends to or receives from itself.
 //
 // Memory. Buffers may be host memory or backend memory: NCCL stages host buffers through
 // the device, the host-staged communicator stages device buffers through pinned host

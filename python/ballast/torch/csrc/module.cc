@@ -53,14 +53,23 @@ ParamField ParseField(const std::string& name) {
 }
 
 UnitConfig ParseUnits(int64_t seed, const std::string& priority, int32_t priority_window,
-                      const std::vector<int32_t>& owner_of_unit, bool recompute) {
+                      const std::vector<int32_t>& owner_of_unit, bool recompute,
+                      bool keep_gradients) {
   UnitConfig units;
   units.seed = static_cast<uint64_t>(seed);
   units.priority = Value(ParsePriority(priority));
   units.priority_window = priority_window;
   for (int32_t r : owner_of_unit) units.owner_of_unit.push_back(RankId(r));
   units.recompute = recompute;
+  units.keep_gradients = keep_gradients;
   return units;
+}
+
+GemmPrecision ParsePrecision(const std::string& name) {
+  if (name == "fp32") return GemmPrecision::kFp32;
+  if (name == "bf16") return GemmPrecision::kBf16;
+  if (name == "fp16") return GemmPrecision::kFp16;
+  throw py::value_error("gemm_precision '" + name + "' is not one of fp32, bf16, fp16");
 }
 
 MlpActivation ParseActivation(const std::string& name) {
@@ -203,11 +212,16 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
                        const std::string& group, int32_t plan_history, int blas_threads,
                        const std::string& collectives, const py::object& store,
-                       double timeout_seconds) {
+                       double timeout_seconds, int cuda_device, bool nccl,
+                       uintptr_t cuda_stream, const std::string& gemm_precision) {
              SessionOptions options{.group = group,
                                     .plan_history = plan_history,
                                     .blas_threads = blas_threads,
-                                    .timeout = absl::Seconds(timeout_seconds)};
+                                    .timeout = absl::Seconds(timeout_seconds),
+                                    .cuda_device = cuda_device,
+                                    .nccl = nccl,
+                                    .cuda_stream = cuda_stream,
+                                    .gemm_precision = ParsePrecision(gemm_precision)};
              if (!store.is_none()) options.store = store.cast<c10::intrusive_ptr<c10d::Store>>();
              if (collectives == "ballast") {
                options.collectives = Collectives::kBallast;
@@ -221,7 +235,9 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("process_group"), py::arg("group"), py::arg("plan_history") = 16,
            py::arg("blas_threads") = 0, py::arg("collectives") = "torch",
-           py::arg("store") = py::none(), py::arg("timeout_seconds") = 60.0)
+           py::arg("store") = py::none(), py::arg("timeout_seconds") = 60.0,
+           py::arg("cuda_device") = -1, py::arg("nccl") = false, py::arg("cuda_stream") = 0,
+           py::arg("gemm_precision") = "fp32")
       .def(
           "connect_agent",
           [](Session& s, const std::string& socket, const std::string& job,
@@ -282,25 +298,27 @@ PYBIND11_MODULE(_C, m) {
           [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t intermediate,
              int32_t unit_size, int64_t seed, const std::string& priority, int32_t priority_window,
              const std::vector<int32_t>& owner_of_unit, const std::string& activation,
-             bool recompute) {
+             bool recompute, bool keep_gradients) {
             MlpConfig config;
             config.id = BlockId(id);
             config.hidden = hidden;
             config.intermediate = intermediate;
             config.unit_size = unit_size;
             config.activation = ParseActivation(activation);
-            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit, recompute);
+            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit, recompute,
+                                      keep_gradients);
             return Value(Block::CreateMlp(std::move(session), config));
           },
           py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("intermediate"),
           py::arg("unit_size"), py::arg("seed"), py::arg("priority"), py::arg("priority_window"),
-          py::arg("owner_of_unit"), py::arg("activation") = "gelu", py::arg("recompute") = false)
+          py::arg("owner_of_unit"), py::arg("activation") = "gelu", py::arg("recompute") = false,
+          py::arg("keep_gradients") = false)
       .def_static(
           "attention",
           [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t num_heads,
              int32_t head_dim, int64_t seed, const std::string& priority, int32_t priority_window,
              const std::vector<int32_t>& owner_of_unit, int32_t num_query_groups, bool causal,
-             bool rotary, float rotary_base, bool recompute) {
+             bool rotary, float rotary_base, bool recompute, bool keep_gradients) {
             AttentionConfig config;
             config.id = BlockId(id);
             config.hidden = hidden;
@@ -310,14 +328,15 @@ PYBIND11_MODULE(_C, m) {
             config.causal = causal;
             config.rotary = rotary;
             config.rotary_base = rotary_base;
-            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit, recompute);
+            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit, recompute,
+                                      keep_gradients);
             return Value(Block::CreateAttention(std::move(session), config));
           },
           py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("num_heads"),
           py::arg("head_dim"), py::arg("seed"), py::arg("priority"), py::arg("priority_window"),
           py::arg("owner_of_unit"), py::arg("num_query_groups") = 0, py::arg("causal") = false,
           py::arg("rotary") = false, py::arg("rotary_base") = 10000.0f,
-          py::arg("recompute") = false)
+          py::arg("recompute") = false, py::arg("keep_gradients") = false)
       .def(
           "forward",
           [](Block& b, const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,

@@ -3,15 +3,25 @@
 #include <map>
 #include <utility>
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "c10d_gloo_store.h"
 #include "torch_communicator.h"
 
 namespace ballast::torch_adapter {
 
 namespace {
+
+// Keys stay in the job's store for its lifetime, so every mesh gets its own prefix: the
+// group's name and how many sessions this process opened on it (the same on every rank,
+// since every rank opens the same sessions in the same order).
+std::string UniquePrefix(const std::string& group) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* opened = new std::map<std::string, int>();
+  absl::MutexLock lock(&mu);
+  return absl::StrCat("ballast/", group, "/", (*opened)[group]++);
+}
 
 // Ballast's own Gloo mesh over the process group's ranks, meeting through its c10d store.
 absl::StatusOr<std::unique_ptr<Backend>> BallastMesh(const c10d::ProcessGroup& process_group,
@@ -19,23 +29,13 @@ absl::StatusOr<std::unique_ptr<Backend>> BallastMesh(const c10d::ProcessGroup& p
   if (!options.store) {
     return absl::InvalidArgumentError("Ballast collectives need the process group's store");
   }
-  // Keys stay in the job's store for its lifetime, so every mesh gets its own prefix:
-  // the group's name and how many sessions this process opened on it (the same on every
-  // rank, since every rank opens the same sessions in the same order).
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* opened = new std::map<std::string, int>();
-  int instance;
-  {
-    absl::MutexLock lock(&mu);
-    instance = (*opened)[options.group]++;
-  }
   std::shared_ptr<gloo::rendezvous::Store> store =
-      std::make_shared<c10d::ProcessGroupGloo::GlooStore>(options.store);
+      std::make_shared<C10dGlooStore>(options.store);
   CpuBackendOptions backend;
   backend.rank = process_group.getRank();
   backend.size = process_group.getSize();
   backend.store = RendezvousStore::FromGlooStore(std::static_pointer_cast<void>(store));
-  backend.prefix = absl::StrCat("ballast/", options.group, "/", instance);
+  backend.prefix = UniquePrefix(options.group);
   backend.timeout = options.timeout;
   backend.blas_threads = options.blas_threads;
   try {
@@ -46,6 +46,33 @@ absl::StatusOr<std::unique_ptr<Backend>> BallastMesh(const c10d::ProcessGroup& p
   }
 }
 
+// The CUDA backend on the job's device and torch's stream, its collectives Ballast's own
+// over the process group's ranks, meeting through the group's c10d store.
+absl::StatusOr<std::unique_ptr<Backend>> CudaOnGroup(const c10d::ProcessGroup& process_group,
+                                                     const SessionOptions& options) {
+  if (!options.store) {
+    return absl::InvalidArgumentError("CUDA layers need the process group's store");
+  }
+  std::shared_ptr<gloo::rendezvous::Store> store =
+      std::make_shared<C10dGlooStore>(options.store);
+  CudaBackendOptions backend;
+  backend.rank = process_group.getRank();
+  backend.size = process_group.getSize();
+  backend.device = options.cuda_device;
+  backend.stream = reinterpret_cast<void*>(options.cuda_stream);
+  backend.gemm_precision = options.gemm_precision;
+  backend.collectives = options.nccl ? CudaCollectives::kNccl : CudaCollectives::kHostStaged;
+  backend.store = RendezvousStore::FromGlooStore(std::static_pointer_cast<void>(store));
+  backend.prefix = UniquePrefix(options.group);
+  backend.timeout = options.timeout;
+  try {
+    return CreateCudaBackend(backend);
+  } catch (const std::exception& e) {  // the c10d store throws on its own failures
+    return absl::UnavailableError(
+        absl::StrCat("connecting Ballast's CUDA collectives through the job's store: ", e.what()));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(
@@ -53,8 +80,11 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(
   if (!process_group) return absl::InvalidArgumentError("process group is None");
   if (options.group.empty()) return absl::InvalidArgumentError("group name is empty");
   std::unique_ptr<Session> session(new Session());
+  session->options_ = options;
+  session->options_.store.reset();  // only needed to meet
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      options.collectives == Collectives::kBallast
+      options.cuda_device >= 0 ? CudaOnGroup(*process_group, options)
+      : options.collectives == Collectives::kBallast
           ? BallastMesh(*process_group, options)
           : CreateCpuBackendOn(std::make_unique<TorchCommunicator>(std::move(process_group)),
                                options.blas_threads);
@@ -150,11 +180,16 @@ absl::Status Block::CheckTensor(const at::Tensor& t, const char* name, int64_t n
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(where, " is undefined"));
   if (t.scalar_type() != at::kFloat) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, " has dtype ", c10::toString(t.scalar_type()), "; the CPU backend takes float32"));
+        where, " has dtype ", c10::toString(t.scalar_type()),
+        "; Ballast's layers take float32 (bf16/fp16 GEMMs: the gemm_precision option)"));
   }
-  if (!t.device().is_cpu()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " is on ", t.device().str(), "; the CPU backend takes CPU tensors"));
+  const int device = session_->cuda_device();
+  const bool right_device = device < 0 ? t.device().is_cpu()
+                                       : t.device().is_cuda() && t.device().index() == device;
+  if (!right_device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " is on ", t.device().str(), "; this session's layers take ",
+        device < 0 ? std::string("CPU tensors") : absl::StrCat("tensors on cuda:", device)));
   }
   if (!t.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat(where, " is not contiguous"));
@@ -193,7 +228,12 @@ absl::Status Block::Backward(const at::Tensor& dy, const at::Tensor& dx) {
 
 absl::Status Block::LoadDense(const at::Tensor& dense) {
   const int64_t n = static_cast<int64_t>(block_->dense_size());
-  if (absl::Status s = CheckTensor(dense, "dense parameters", n); !s.ok()) return s;
+  if (dense.scalar_type() != at::kFloat || !dense.device().is_cpu() || !dense.is_contiguous() ||
+      dense.numel() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", block_->id().value(), ": dense parameters must be a contiguous "
+                     "float32 CPU tensor of ", n, " elements"));
+  }
   std::vector<float> values(dense.data_ptr<float>(), dense.data_ptr<float>() + n);
   if (kind_ == BlockKind::kMlp) {
     auto& mlp = static_cast<ParallelMlp&>(*block_);

@@ -50,9 +50,22 @@ struct SessionOptions {
   int32_t plan_history = 16;  // TpGroupOptions::plan_history
   int blas_threads = 0;       // 0: leave OpenBLAS (shared with torch) alone
   Collectives collectives = Collectives::kTorch;
-  // kBallast: the group's c10d store (rendezvous) and how long a collective waits.
+  // kBallast and CUDA: the group's c10d store (rendezvous) and how long a collective waits.
   c10::intrusive_ptr<c10d::Store> store;
   absl::Duration timeout = absl::Seconds(60);
+  // CUDA: the device index of the job's tensors (-1: the CPU backend). The layers then
+  // take CUDA tensors on that device, and Ballast's collectives are its own, meeting
+  // through `store`: NCCL on an NCCL group (`nccl` true), host-staged Gloo on a Gloo group
+  // (several ranks may then share the GPU).
+  int cuda_device = -1;
+  bool nccl = false;
+  // The stream Ballast queues everything on: torch's current stream on that device when
+  // the session starts (a cudaStream_t as an integer; 0 is the legacy default stream), so
+  // Ballast's kernels are ordered with torch's and the caching allocator's reuse of the
+  // tensors Ballast reads and writes needs no events. ballast.torch checks at every
+  // forward and backward that it is still torch's current stream.
+  uintptr_t cuda_stream = 0;
+  GemmPrecision gemm_precision = GemmPrecision::kFp32;
 };
 
 class Session {
@@ -73,9 +86,12 @@ class Session {
   AgentClient* agent() { return agent_.get(); }
   // Blocks may be created until the agent client has announced them.
   bool accepts_blocks() const { return agent_ == nullptr; }
+  // The CUDA device of the layers' tensors, or -1 (CPU).
+  int cuda_device() const { return options_.cuda_device; }
 
  private:
   Session() = default;
+  SessionOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<TpGroup> group_;
   std::unique_ptr<AgentClient> agent_;
@@ -94,8 +110,9 @@ class Block {
   static absl::StatusOr<std::unique_ptr<Block>> CreateAttention(std::shared_ptr<Session> session,
                                                                 const AttentionConfig& config);
 
-  // x and y: contiguous float32 CPU tensors of batch * seq * hidden elements; x must stay
-  // alive and unchanged until Backward (the caller's autograd context holds it).
+  // x and y: contiguous float32 tensors of batch * seq * hidden elements on the session's
+  // device (CPU, or its CUDA device); x must stay alive and unchanged until Backward (the
+  // caller's autograd context holds it).
   absl::Status Forward(const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
                        bool add_output_bias);
   absl::Status Backward(const at::Tensor& dy, const at::Tensor& dx);
@@ -109,7 +126,8 @@ class Block {
 
  private:
   Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> block, BlockKind kind);
-  // Checks a tensor the block reads or writes: float32, CPU, contiguous, `numel` elements.
+  // Checks a tensor the block reads or writes: float32, on the session's device,
+  // contiguous, `numel` elements.
   absl::Status CheckTensor(const at::Tensor& t, const char* name, int64_t numel) const;
 
   std::shared_ptr<Session> session_;
