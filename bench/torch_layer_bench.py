@@ -14,6 +14,15 @@ With ``--collectives torch`` (the default) both variants all-reduce on the proce
 itself, so the ratio is the layers' own overhead; with ``ballast`` the Ballast layers use
 Ballast's own mesh over the same ranks.
 
+On a GPU (``--device cuda``, one rank on NCCL) it compares the Ballast layers with the
+same layers in plain torch on the same GPU at a Llama-like shape by default (hidden 4096,
+32 query heads in 8 KV groups, causal with RoPE, SwiGLU 11008, 4,096 tokens): plain torch
+is ``nn.Linear``, ``F.scaled_dot_product_attention`` and SwiGLU, and ``--precision bf16``
+runs Ballast's GEMMs in bf16 (``gemm_precision``) against plain torch under bf16
+autocast. Times are CUDA-synchronized forward + backward per repeat, interleaved.
+
+    scripts/bench torch_layer --device cuda [--precision bf16] [--repeats 21]
+
 A last line times gradient clipping's norm over ``--clip_layers`` small decoder layers
 (the GPT example's: hidden 128, 8 heads, SwiGLU 384; an attention and an MLP block
 each): one all-reduce for every block (``clip_grad_norm_``) against one per block (each
@@ -192,6 +201,107 @@ def worker(rank: int, args, path: str) -> None:
     dist.destroy_process_group()
 
 
+class PlainSwiGLU(nn.Module):
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(hidden, ffn), nn.Linear(hidden, ffn)
+        self.down = nn.Linear(ffn, hidden)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class PlainGqa(nn.Module):
+    """Causal grouped-query attention with RoPE on [s, b, h], by sdpa."""
+
+    def __init__(self, hidden: int, heads: int, groups: int) -> None:
+        super().__init__()
+        self.heads, self.groups, self.d = heads, groups, hidden // heads
+        self.q = nn.Linear(hidden, heads * self.d)
+        self.k = nn.Linear(hidden, groups * self.d)
+        self.v = nn.Linear(hidden, groups * self.d)
+        self.proj = nn.Linear(heads * self.d, hidden)
+
+    def forward(self, x):
+        s, b, _ = x.shape
+
+        def split(t, n):
+            return t.view(s, b, n, self.d).permute(1, 2, 0, 3)
+
+        inv = 10000.0 ** (-torch.arange(0, self.d // 2, device=x.device) * 2.0 / self.d)
+        angle = torch.arange(s, device=x.device)[:, None] * inv[None, :]
+        cos, sin = angle.cos(), angle.sin()
+
+        def rope(t):
+            a, c = t[..., :self.d // 2], t[..., self.d // 2:]
+            return torch.cat([a * cos - c * sin, c * cos + a * sin], dim=-1)
+
+        q, k = rope(split(self.q(x), self.heads)), rope(split(self.k(x), self.groups))
+        v = split(self.v(x), self.groups)
+        per = self.heads // self.groups
+        k, v = k.repeat_interleave(per, dim=1), v.repeat_interleave(per, dim=1)
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(ctx.permute(2, 0, 1, 3).reshape(s, b, -1))
+
+
+def gpu_worker(rank: int, args, path: str) -> None:
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", init_method=f"file://{path}", rank=0, world_size=1)
+    bt.init(job="bench-gpu", compute_device=dev, gemm_precision=args.precision)
+    torch.manual_seed(0)
+    h, s, b = args.hidden, args.seq, args.batch
+    layers = {
+        "mlp_swiglu": (bt.ParallelMLP(h, args.ffn, unit_size=64, activation="swiglu"),
+                       PlainSwiGLU(h, args.ffn)),
+        "attention_gqa": (bt.ParallelSelfAttention(h, args.heads, num_query_groups=args.groups,
+                                                   causal=True, rotary=True),
+                          PlainGqa(h, args.heads, args.groups)),
+    }
+    x = torch.randn(s, b, h, device=dev)
+    dy = torch.randn(s, b, h, device=dev)
+    autocast = args.precision == "bf16"
+    for name, (ballast, plain) in layers.items():
+        plain.to(dev)
+
+        def run(layer, is_ballast: bool) -> float:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            with bt.step():
+                with torch.autocast("cuda", dtype=torch.bfloat16,
+                                    enabled=autocast and not is_ballast):
+                    out = layer(x.detach().requires_grad_())
+                    out = out[0] if is_ballast else out
+                out.float().backward(dy)
+            torch.cuda.synchronize()
+            return time.perf_counter() - start
+
+        ratios, times = [], {"ballast": [], "torch": []}
+        for r in range(args.warmup + args.repeats):
+            order = [("ballast", ballast), ("torch", plain)]
+            if r % 2:
+                order.reverse()
+            got = {variant: run(layer, variant == "ballast") for variant, layer in order}
+            ballast.zero_grad()
+            plain.zero_grad()
+            if r >= args.warmup:
+                for variant, t in got.items():
+                    times[variant].append(t)
+                ratios.append(got["ballast"] / got["torch"])
+        ratios.sort()
+        print(json.dumps({
+            "bench": "torch_layer", "layer": name, "device": torch.cuda.get_device_name(dev),
+            "precision": args.precision, "hidden": h, "tokens": s * b, "repeats": args.repeats,
+            "ballast_median_s": round(statistics.median(times["ballast"]), 6),
+            "torch_median_s": round(statistics.median(times["torch"]), 6),
+            "overhead_min": round(ratios[0] - 1, 4),
+            "overhead_median": round(statistics.median(ratios) - 1, 4),
+            "overhead_max": round(ratios[-1] - 1, 4),
+            "target_overhead": 0.03}), flush=True)
+    bt.shutdown()
+    dist.destroy_process_group()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=2)
@@ -206,7 +316,22 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--clip_layers", type=int, default=4,
                    help="decoder layers whose gradient norm is timed (0: none)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: one rank on NCCL against plain torch on the GPU")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="--device cuda: Ballast's GEMM precision (plain torch: autocast)")
+    p.add_argument("--groups", type=int, default=8, help="--device cuda: KV groups")
     args = p.parse_args()
+    if args.device == "cuda":
+        # The Llama-like shape unless the shape was given.
+        defaults = dict(hidden=768, heads=12, ffn=3072, seq=197, batch=4)
+        llama = dict(hidden=4096, heads=32, ffn=11008, seq=4096, batch=1)
+        for key, value in llama.items():
+            if getattr(args, key) == defaults[key]:
+                setattr(args, key, value)
+        with tempfile.TemporaryDirectory() as tmp:
+            mp.spawn(gpu_worker, args=(args, os.path.join(tmp, "rendezvous")), nprocs=1)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(args, os.path.join(tmp, "rendezvous")), nprocs=args.ranks)
 

@@ -753,7 +753,7 @@ absl::StatusOr<double> ParallelBlock::GradSquaredNorm() {
 }
 
 absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blocks) {
-  double local = 0;
+  // Every check before the collective, so every rank fails alike or none does.
   for (ParallelBlock* block : blocks) {
     if (block == nullptr) return absl::InvalidArgumentError("GroupGradSquaredNorm: a null block");
     if (block->group_ != blocks.front()->group_) {
@@ -761,40 +761,40 @@ absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blo
           absl::StrCat("GroupGradSquaredNorm: block ", block->id_.value(), " is of another TP ",
                        "group than block ", blocks.front()->id_.value()));
     }
-    BALLAST_ASSIGN_OR_RETURN(const double share, block->LocalGradSquaredNorm());
-    local += share;
+    if (!block->has_gradients()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("block ", block->id_.value(), ": GradSquaredNorm without a Backward ",
+                       NoGradientsSince(block->config_)));
+    }
   }
   if (blocks.empty()) return 0.0;
   ParallelBlock& first = *blocks.front();
-  float total = static_cast<float>(local);
+  Compute& c = first.compute();
+  // One float in backend memory: every block adds its squares there, the all-reduce runs
+  // there, and the host reads the total once (on CUDA one host wait for the whole norm,
+  // where a copy per gradient tensor used to drain the stream each time).
+  BALLAST_ASSIGN_OR_RETURN(Buffer sum, c.Allocate(1));
+  for (ParallelBlock* block : blocks) block->AddLocalGradSquaredNorm(sum.data());
   first.comm_timer_->Start();
-  absl::Status status = first.group_->backend().comm().AllReduceSum(&total, 1);
+  absl::Status status = first.group_->backend().comm().AllReduceSum(sum.data(), 1);
   first.comm_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
+  float total = 0;
+  c.CopyToHost(sum.data(), &total, 1);
+  BALLAST_RETURN_IF_ERROR(c.Synchronize());
   return static_cast<double>(total);
 }
 
-absl::StatusOr<double> ParallelBlock::LocalGradSquaredNorm() {
-  if (!has_gradients()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "block ", id_.value(), ": GradSquaredNorm without a Backward ", NoGradientsSince(config_)));
-  }
+void ParallelBlock::AddLocalGradSquaredNorm(float* sum) {
   Storage& st = *storage_;
   // Every unit counts: pruned units' gradients are zero (zeroed by the first Backward of
   // the accumulation) or, with keep_gradients, pending from an earlier step. The bias is
   // replicated, so rank 0 alone counts it.
-  double local = 0;
-  std::vector<float> host;
-  auto add = [&](const float* data, size_t n) {
-    host.resize(n);
-    compute().CopyToHost(data, host.data(), n);
-    for (float g : host) local += static_cast<double>(g) * g;
-  };
   for (size_t p = 0; p < sharded_.size(); ++p) {
-    add(st.fields[p * kFieldsPerParam + kGrad].data(), st.units() * sharded_[p].unit_elems);
+    compute().AddSquaredNorm(st.fields[p * kFieldsPerParam + kGrad].data(),
+                             st.units() * sharded_[p].unit_elems, sum);
   }
-  if (group_->rank().value() == 0) add(st.bias_grad.data(), hidden_);
-  return local;
+  if (group_->rank().value() == 0) compute().AddSquaredNorm(st.bias_grad.data(), hidden_, sum);
 }
 
 absl::Status ParallelBlock::ScaleGradients(float alpha) {

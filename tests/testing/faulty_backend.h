@@ -94,6 +94,9 @@ class FaultyCompute final : public Compute {
              float* v, size_t n) override {
     real_.AdamW(options, step, w, g, m, v, n);
   }
+  void AddSquaredNorm(const float* x, size_t n, float* sum) override {
+    real_.AddSquaredNorm(x, n, sum);
+  }
   absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                       double* out_host) override {
     return real_.UnitL1(a, b, units, unit_elems, out_host);

@@ -480,6 +480,27 @@ TEST_P(ComputeConformanceTest, UnitL1MatchesHostReference) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_P(ComputeConformanceTest, AddSquaredNormAccumulatesInBackendMemory) {
+  // Sizes around the block and grid edges of the CUDA kernel, and one past its grid cap.
+  const std::vector<float> x = Random(3 * 8192 * 256 + 7, -1, 1, 40);
+  Buffer dx = Upload(x);
+  Buffer sum = Upload({0.5f});
+  double want = 0.5;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{255}, size_t{257}, size_t{100000}, x.size()}) {
+    SCOPED_TRACE(absl::StrCat("n=", n));
+    compute().AddSquaredNorm(dx.data(), n, sum.data());
+    for (size_t i = 0; i < n; ++i) want += static_cast<double>(x[i]) * x[i];
+    BALLAST_TEST_ASSERT_OK(compute().Synchronize());
+    const float got = Download(sum)[0];
+    // fp32 partial sums on CUDA, double on the CPU.
+    EXPECT_NEAR(got, want, 1e-5 * want);
+  }
+  compute().AddSquaredNorm(nullptr, 3, sum.data());
+  EXPECT_EQ(compute().Synchronize().code(), absl::StatusCode::kInvalidArgument);
+  compute().AddSquaredNorm(nullptr, 0, nullptr);  // nothing to add: no error
+  BALLAST_TEST_EXPECT_OK(compute().Synchronize());
+}
+
 TEST_P(ComputeConformanceTest, DeferredErrorIsReportedOnceBySynchronize) {
   Buffer x = Allocate(16);
   compute().Gemm(false, false, -1, 4, 4, 1.0f, x.data(), 4, x.data(), 4, 0.0f, x.data(), 4);

@@ -329,6 +329,13 @@ void CpuCompute::AdamW(const AdamWOptions& o, int64_t step, float* w, const floa
   }
 }
 
+void CpuCompute::AddSquaredNorm(const float* x, size_t n, float* sum) {
+  if (!failure_->Defer(CheckSquaredNorm(x, n, sum))) return;
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+  if (n > 0) *sum += static_cast<float>(total);
+}
+
 absl::Status CpuCompute::UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                                 double* out_host) {
   BALLAST_RETURN_IF_ERROR(CheckUnitL1(a, units, unit_elems, out_host));

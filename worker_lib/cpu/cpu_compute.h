@@ -52,6 +52,7 @@ class CpuCompute final : public Compute {
                          float* dbeta) override;
   void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g, float* m,
              float* v, size_t n) override;
+  void AddSquaredNorm(const float* x, size_t n, float* sum) override;
   absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                       double* out_host) override;
   // Work is done when each call returns; what is left to report is a call that failed.

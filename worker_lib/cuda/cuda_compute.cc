@@ -30,6 +30,7 @@ using ::ballast::internal::CheckLayerNormBackward;
 using ::ballast::internal::CheckRotary;
 using ::ballast::internal::CheckRowMajor;
 using ::ballast::internal::CheckSwiGlu;
+using ::ballast::internal::CheckSquaredNorm;
 using ::ballast::internal::CheckUnitL1;
 
 class CudaCompute : public Compute {
@@ -272,6 +273,12 @@ class CudaCompute : public Compute {
     params.bias_correction2 = static_cast<float>(
         1.0 - std::pow(static_cast<double>(options.beta2), static_cast<double>(step)));
     Defer(BALLAST_CUDA_STATUS(LaunchAdamW(params, w, g, m, v, n, stream())));
+  }
+
+  void AddSquaredNorm(const float* x, size_t n, float* sum) override {
+    const ScopedDevice scoped(ctx_->device());
+    if (!Defer(scoped.status()) || !Defer(CheckSquaredNorm(x, n, sum))) return;
+    Defer(BALLAST_CUDA_STATUS(LaunchAddSquaredNorm(x, n, sum, stream())));
   }
 
   absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,

@@ -383,6 +383,14 @@ int RowThreads(int cols) {
 
 constexpr int kMaxRowBlocks = 1 << 16;
 
+__global__ void AddSquaredNormKernel(const float* x, size_t n, float* sum) {
+  __shared__ float shared[32];
+  float local = 0.0f;
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) local += x[i] * x[i];
+  const float block = BlockReduce(local, SumOp(), 0.0f, shared);
+  if (threadIdx.x == 0) atomicAdd(sum, block);
+}
+
 }  // namespace
 
 cudaError_t LaunchFill(float* x, float value, size_t n, cudaStream_t stream) {
@@ -514,6 +522,12 @@ cudaError_t LaunchAdamW(const AdamWKernelParams& params, float* w, const float* 
                         float* v, size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   AdamWKernel<<<BlocksFor(n), kThreads, 0, stream>>>(params, w, g, m, v, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddSquaredNorm(const float* x, size_t n, float* sum, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddSquaredNormKernel<<<BlocksFor(n), kThreads, 0, stream>>>(x, n, sum);
   return cudaGetLastError();
 }
 

@@ -81,6 +81,10 @@ struct AdamWKernelParams {
 cudaError_t LaunchAdamW(const AdamWKernelParams& params, float* w, const float* g, float* m,
                         float* v, size_t n, cudaStream_t stream);
 
+// *sum += sum_i x[i]^2: per-block fp32 partial sums, added atomically (so the last bits
+// depend on the order blocks finish in).
+cudaError_t LaunchAddSquaredNorm(const float* x, size_t n, float* sum, cudaStream_t stream);
+
 // Doubles of device scratch that LaunchUnitL1 needs for `units` units of `unit_elems`.
 size_t UnitL1ScratchDoubles(int units, size_t unit_elems);
 // out[u] = sum_i |a[u * unit_elems + i] - b[u * unit_elems + i]| (b == nullptr: |a|), summed

@@ -55,6 +55,21 @@ absl::StatusOr<std::shared_ptr<StreamContext>> StreamContext::Create(
     }
   }
   cudaStream_t stream = external.value_or(nullptr);
+  if (stream != nullptr) {
+    // A caller's stream of another device would run our kernels there, on pointers of
+    // this one.
+    int stream_device = -1;
+    absl::Status on = BALLAST_CUDA_STATUS(cudaStreamGetDevice(stream, &stream_device));
+    if (on.ok() && stream_device != device) {
+      on = absl::InvalidArgumentError(absl::StrCat("the stream given lives on device ",
+                                                   stream_device, ", the backend on device ",
+                                                   device));
+    }
+    if (!on.ok()) {
+      if (pool != nullptr) cudaMemPoolDestroy(pool);
+      return on;
+    }
+  }
   if (!external.has_value()) {
     const absl::Status created =
         BALLAST_CUDA_STATUS(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

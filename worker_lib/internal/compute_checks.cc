@@ -86,6 +86,13 @@ absl::Status CheckUnitL1(const float* a, int units, size_t unit_elems, const dou
   return absl::OkStatus();
 }
 
+absl::Status CheckSquaredNorm(const float* x, size_t n, const float* sum) {
+  if (n > 0 && (x == nullptr || sum == nullptr)) {
+    return absl::InvalidArgumentError("AddSquaredNorm: null x or sum");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCopy(const float* src, const float* dst, size_t n) {
   if (src != dst && Overlap(src, n, dst, n)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -28,6 +28,8 @@ absl::Status CheckRotary(int rows, int seq, int ld, int groups, int group_stride
 absl::Status CheckAdamWStep(int64_t step);
 // units >= 0; with units > 0, a and out_host non-null (a may be null when unit_elems = 0).
 absl::Status CheckUnitL1(const float* a, int units, size_t unit_elems, const double* out_host);
+// x and sum non-null when n > 0.
+absl::Status CheckSquaredNorm(const float* x, size_t n, const float* sum);
 // Source and destination must not overlap unless they are the same range (a no-op).
 absl::Status CheckCopy(const float* src, const float* dst, size_t n);
 // The outputs (dx, dgamma, dbeta) must not overlap the inputs (x, gamma, mean, rstd, dy)

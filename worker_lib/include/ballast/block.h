@@ -301,9 +301,9 @@ class ParallelBlock {
                            bool at_least = false);
   // The activation buffers of the local range or of helper range `index`.
   std::vector<Buffer>* RangeCache(int index);
-  // This rank's share of GradSquaredNorm (its units' gradients, and the bias on rank 0);
-  // FAILED_PRECONDITION without gradients (has_gradients). No collective.
-  absl::StatusOr<double> LocalGradSquaredNorm();
+  // Adds this rank's share of GradSquaredNorm (its units' gradients, and the bias on rank
+  // 0) into `sum`, one float of backend memory. No collective, no host wait.
+  void AddLocalGradSquaredNorm(float* sum);
 
  protected:
   TpGroup* group_;

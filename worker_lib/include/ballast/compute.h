@@ -145,6 +145,12 @@ class Compute {
   virtual absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,
                               double* out_host) = 0;
 
+  // *sum += sum_i x[i]^2, with `sum` one float of backend memory: a squared norm summed
+  // where the data lives, so a gradient norm over many tensors costs one host read at the
+  // end instead of one per tensor. The squares are summed in double on the CPU, in fp32
+  // partial sums on CUDA.
+  virtual void AddSquaredNorm(const float* x, size_t n, float* sum) = 0;
+
   // Waits for all queued work; returns the first deferred error, if any.
   virtual absl::Status Synchronize() = 0;
   virtual std::unique_ptr<IntervalTimer> NewTimer() = 0;
