@@ -61,9 +61,8 @@ absl::StatusOr<std::shared_ptr<StreamContext>> StreamContext::Create(
     int stream_device = -1;
     absl::Status on = BALLAST_CUDA_STATUS(cudaStreamGetDevice(stream, &stream_device));
     if (on.ok() && stream_device != device) {
-      on = absl::InvalidArgumentError(absl::StrCat("the stream given lives on device ",
-                                                   stream_device, ", the backend on device ",
-                                                   device));
+      on = absl::InvalidArgumentError(absl::StrCat(
+          "the stream given lives on device ", stream_device, ", the backend on device ", device));
     }
     if (!on.ok()) {
       if (pool != nullptr) cudaMemPoolDestroy(pool);
