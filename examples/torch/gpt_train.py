@@ -10,6 +10,9 @@ it::
 
   examples/vit/launch.py --build build --trainer gpt --straggler 1:2 --steps 400
 
+With ``--device cuda`` the same model trains on GPUs (scripts/gpu-check compares its
+losses with the CPU's).
+
 The corpus is every plain-text fortune file, in name order, as bytes (non-ASCII bytes map
 to '?'); the last 5% is held out for validation. Every rank reads the same batches.
 """
@@ -102,7 +105,8 @@ def validate(model: GPT, corpus: torch.Tensor, a) -> Tuple[float, float]:
     starts = torch.linspace(0, last, a.val_windows).long()
     loss, correct, count = 0.0, 0, 0
     for first in range(0, len(starts), a.micro_batch):
-        x, y = batch_at(corpus, starts[first:first + a.micro_batch], a.seq)
+        x, y = (t.to(a.torch_device) for t in batch_at(
+            corpus, starts[first:first + a.micro_batch], a.seq))
         logits = model(x)
         loss += F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), reduction="sum").item()
         correct += (logits.argmax(-1) == y).sum().item()
@@ -117,7 +121,7 @@ def train(a) -> None:
     split = int(0.95 * len(corpus))
     train_text, val_text = corpus[:split], corpus[split:]
 
-    model = GPT(a)
+    model = GPT(a).to(a.torch_device)
     opt, sched, start, out = training.start_training(a, model, session)
     micro_batches = a.batch // a.micro_batch
     out.event(f"GPT (PyTorch + ballast.torch) {a.layers} layers x {a.hidden} wide, {a.heads} "
@@ -134,7 +138,8 @@ def train(a) -> None:
         starts = torch.randint(0, len(train_text) - a.seq - 1, (a.batch,), generator=generator)
         total = 0.0
         for i in range(micro_batches):  # forward and backward per micro-batch; grads add up
-            x, y = batch_at(train_text, starts[i * a.micro_batch:(i + 1) * a.micro_batch], a.seq)
+            x, y = (t.to(a.torch_device) for t in batch_at(
+                train_text, starts[i * a.micro_batch:(i + 1) * a.micro_batch], a.seq))
             loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1)) / micro_batches
             loss.backward()
             total += loss.item()

@@ -63,6 +63,10 @@ def common_flags(p: argparse.ArgumentParser, job: str, steps: int, batch: int, l
                         "the process group, or on Ballast's own Gloo mesh over its ranks")
     p.add_argument("--collective_timeout", type=float, default=60,
                    help="seconds a collective waits for a missing peer before failing")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where the model trains: cuda puts rank r on GPU r mod the GPUs, "
+                        "over NCCL with a GPU per rank, else ranks share GPUs over Ballast's "
+                        "host-staged collectives (a Gloo group)")
 
 
 def parse(p: argparse.ArgumentParser, argv: List[str], checks: Callable[[argparse.Namespace],
@@ -91,11 +95,24 @@ def init(a: argparse.Namespace) -> bt.Session:
     """The Gloo process group over the ranks, and the Ballast session on it."""
     # torch's FileStore waits for a missing directory forever; the C++ store makes it.
     os.makedirs(a.rendezvous, exist_ok=True)
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(a.rendezvous, 'torch')}",
+    backend = "gloo"
+    a.torch_device = torch.device("cpu")
+    if a.device == "cuda":
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise SystemExit("--device=cuda: torch sees no CUDA device here")
+        a.torch_device = torch.device("cuda", a.rank % gpus)
+        torch.cuda.set_device(a.torch_device)
+        backend = "nccl" if gpus >= a.world else "gloo"  # NCCL takes one rank per GPU
+    dist.init_process_group(backend, init_method=f"file://{os.path.join(a.rendezvous, 'torch')}",
                             rank=a.rank, world_size=a.world,
                             timeout=datetime.timedelta(seconds=a.collective_timeout))
     torch.set_num_threads(1)
     node = a.node or socket.gethostname()
+    if a.device == "cuda":
+        return bt.init(job=a.job, group=f"{a.job}/tp0", agent_socket=a.agent_socket or None,
+                       node=node, device=f"{node}/cuda{a.torch_device.index}",
+                       compute_device=a.torch_device, timeout=a.collective_timeout)
     return bt.init(job=a.job, group=f"{a.job}/tp0", agent_socket=a.agent_socket or None,
                    node=node, device=f"{node}/cpu{a.rank}", collectives=a.collectives,
                    timeout=a.collective_timeout)

@@ -28,16 +28,7 @@ class CudaHostStaging final : public internal::HostStaging {
   // Device memory of this device (or managed memory) is staged; host memory, pinned or
   // not, goes to the host communicator as it is.
   absl::StatusOr<bool> IsBackendMemory(const void* ptr) override {
-    cudaPointerAttributes attributes;
-    BALLAST_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, ptr));
-    if (attributes.type == cudaMemoryTypeManaged) return true;
-    if (attributes.type != cudaMemoryTypeDevice) return false;
-    if (attributes.device != ctx_->device()) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer lives on device ", attributes.device,
-                                                     ", the communicator on device ",
-                                                     ctx_->device()));
-    }
-    return true;
+    return ctx_->IsDeviceMemory(ptr);
   }
 
   absl::StatusOr<char*> HostMemory(size_t bytes) override {

@@ -391,11 +391,12 @@ class NcclCommunicator final : public Communicator {
     return fill_host ? WaitFor(*done, what) : absl::OkStatus();
   }
 
-  // Sets where each buffer lives, asking CUDA once per buffer: device memory is handed to
-  // NCCL as is, host memory goes through the staging scratch.
+  // Sets where each buffer lives, asking CUDA once per buffer: device memory (this
+  // device's, or managed) is handed to NCCL as is, host memory goes through the staging
+  // scratch.
   absl::Status Classify(absl::Span<StagedBuffer> buffers) const {
     for (StagedBuffer& b : buffers) {
-      BALLAST_ASSIGN_OR_RETURN(const bool on_device, IsDeviceMemory(b.caller));
+      BALLAST_ASSIGN_OR_RETURN(const bool on_device, ctx_->IsDeviceMemory(b.caller));
       b.on_host = !on_device;
       b.device = on_device ? b.caller : nullptr;
     }
@@ -425,19 +426,6 @@ class NcclCommunicator final : public Communicator {
     return absl::ToChronoNanoseconds(d);
   }
 
-  // Device memory of this device (or managed memory) is handed to NCCL as is.
-  absl::StatusOr<bool> IsDeviceMemory(const void* ptr) const {
-    cudaPointerAttributes attributes;
-    BALLAST_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, ptr));
-    if (attributes.type == cudaMemoryTypeManaged) return true;
-    if (attributes.type != cudaMemoryTypeDevice) return false;
-    if (attributes.device != ctx_->device()) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer lives on device ", attributes.device,
-                                                     ", the communicator on device ",
-                                                     ctx_->device()));
-    }
-    return true;
-  }
 
   // Host buffers go through the staging scratch: copied in (if needed) before the
   // operation. The scratch is reused by the next collective after this one on the stream.

@@ -102,6 +102,18 @@ absl::Status StreamContext::communicator_failure() const {
   return communicator_failure_;
 }
 
+absl::StatusOr<bool> StreamContext::IsDeviceMemory(const void* ptr) const {
+  cudaPointerAttributes attributes;
+  BALLAST_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, ptr));
+  if (attributes.type == cudaMemoryTypeManaged) return true;
+  if (attributes.type != cudaMemoryTypeDevice) return false;
+  if (attributes.device != device_) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer lives on device ", attributes.device,
+                                                   ", the backend on device ", device_));
+  }
+  return true;
+}
+
 absl::StatusOr<void*> StreamContext::AllocateBytes(size_t bytes) const {
   void* ptr = nullptr;
   if (pool_ != nullptr) {

@@ -78,6 +78,11 @@ class StreamContext {
   void SetCommunicatorFailure(absl::Status failure);
   absl::Status communicator_failure() const;
 
+  // Whether `ptr` is memory of this device (or managed memory) rather than host memory:
+  // what a communicator hands to the device as it is. INVALID_ARGUMENT, naming both
+  // devices, for another device's memory.
+  absl::StatusOr<bool> IsDeviceMemory(const void* ptr) const;
+
   // Stream-ordered from the private pool. The caller has made the device current.
   absl::StatusOr<void*> AllocateBytes(size_t bytes) const;
   // Runs from destructors (Buffer deleters), so it can only log. Memory freed here is
