@@ -97,7 +97,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackendOn(std::unique_ptr<Comm
   if (blas_threads > 0) openblas_set_num_threads(blas_threads);
   auto failure = std::make_shared<internal::ComputeFailure>();
   auto compute = std::make_unique<internal::CpuCompute>(clock ? clock : RealClock(), failure);
-  auto guarded = std::make_unique<internal::GuardedCommunicator>(std::move(comm), std::move(failure));
+  auto guarded =
+      std::make_unique<internal::GuardedCommunicator>(std::move(comm), std::move(failure));
   return std::unique_ptr<Backend>(new CpuBackend(std::move(compute), std::move(guarded)));
 }
 
