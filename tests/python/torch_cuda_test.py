@@ -36,7 +36,8 @@ def one_rank(_: int, path: str) -> None:
     torch.cuda.set_device(CUDA)
     dist.init_process_group("nccl", init_method=f"file://{path}", rank=0, world_size=1)
     s = bt.init(job="cuda1")
-    assert s.device == CUDA and s.collectives == "ballast", (s.device, s.collectives)
+    assert s.compute_device == CUDA and s.collectives == "ballast", (s.compute_device,
+                                                                     s.collectives)
     group = dist.group.WORLD
     model, dense = layers.build()
     opt = bt.AdamW(model.parameters(), **layers.ADAMW)
@@ -70,7 +71,8 @@ def shared_gpu(rank: int, size: int, path: str) -> None:
     torch.cuda.set_device(CUDA)
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=size)
     s = bt.init(job="cuda-shared", compute_device="cuda:0")
-    assert s.device == CUDA and s.collectives == "ballast", (s.device, s.collectives)
+    assert s.compute_device == CUDA and s.collectives == "ballast", (s.compute_device,
+                                                                     s.collectives)
     layers.scenarios(rank, size, dist.group.WORLD)
     version = 100
     for case in llm.CASES[1:3]:

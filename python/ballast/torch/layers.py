@@ -295,7 +295,8 @@ class ParallelMLP(_BallastLayer):
 
     def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
                                                              Optional[torch.Tensor]]:
-        _check_input(hidden_states, self.hidden_size, self._name(), self._session.device)
+        _check_input(hidden_states, self.hidden_size, self._name(),
+                     self._session.compute_device)
         a, b, _ = hidden_states.shape
         # Tokens are independent in an MLP: [s, b, h] is already (s*b) rows, no copy.
         return self._run(hidden_states, a * b, 1)
@@ -354,7 +355,8 @@ class ParallelSelfAttention(_BallastLayer):
         if attention_mask is not None:
             raise ValueError(f"{self._name()}: attention masks are not supported; build the "
                              f"layer with causal=True for a decoder's causal mask")
-        _check_input(hidden_states, self.hidden_size, self._name(), self._session.device)
+        _check_input(hidden_states, self.hidden_size, self._name(),
+                     self._session.compute_device)
         if self.batch_first:
             b, s, _ = hidden_states.shape
             return self._run(hidden_states, b, s)

@@ -38,8 +38,8 @@ class Session:
         self.process_group = process_group
         self.job = job
         self.collectives = collectives
-        #: Where the layers' tensors live: ``cpu`` or ``cuda:N``.
-        self.device = device
+        #: Where the layers' tensors live: ``cpu`` or ``cuda:N`` (``init(compute_device=)``).
+        self.compute_device = device
         # CUDA: the stream Ballast queues its work on (torch's current one at init).
         self._cuda_stream = cuda_stream
         self._next_block_id = 0
@@ -49,7 +49,7 @@ class Session:
         on two streams with no event between them would race."""
         if self._cuda_stream is None:
             return
-        current = torch.cuda.current_stream(self.device).cuda_stream
+        current = torch.cuda.current_stream(self.compute_device).cuda_stream
         if current != self._cuda_stream:
             raise RuntimeError(
                 f"{what}: torch's current CUDA stream ({current:#x}) is not the one Ballast's "
