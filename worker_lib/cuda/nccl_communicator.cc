@@ -477,11 +477,7 @@ class NcclCommunicator final : public Communicator {
                                  absl::StrCat("waiting for ", what, ": ", status.message())));
       }
       BALLAST_RETURN_IF_ERROR(CheckUsable());
-      if (polls < 2000) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      PollPause(polls);
     }
   }
 
@@ -510,11 +506,7 @@ class NcclCommunicator final : public Communicator {
                          absl::FormatDuration(timeout_),
                          " (a peer is missing or stalled); communicator aborted")));
       }
-      if (polls < 2000) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      PollPause(polls);
     }
   }
 

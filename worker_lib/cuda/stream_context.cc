@@ -12,6 +12,16 @@
 
 namespace ballast::cuda_internal {
 
+void PollPause(int polls) {
+  // Spin briefly (a TP step's kernels take tens of microseconds), then sleep so a long
+  // wait does not burn a core.
+  if (polls < 2000) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 ScopedDevice::ScopedDevice(int device) {
   if (cudaGetDevice(&previous_) != cudaSuccess) {
     cudaGetLastError();
@@ -152,13 +162,7 @@ absl::Status StreamContext::WaitForStream(const char* what, std::chrono::nanosec
           absl::StrCat("waiting for ", what, ": the work queued on device ", device_,
                        " did not complete within ", absl::FormatDuration(absl::FromChrono(limit))));
     }
-    // Spin briefly (a TP step's kernels take tens of microseconds), then sleep so a long
-    // wait does not burn a core.
-    if (polls < 2000) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    PollPause(polls);
   }
 }
 

@@ -33,6 +33,9 @@
 
 namespace ballast::cuda_internal {
 
+// The pause between two polls of a host wait on the device: `polls` made so far.
+void PollPause(int polls);
+
 // Makes `device` current for its scope, then gives the thread its previous device back.
 // Destructors and Buffer deleters run on whatever thread drops the last reference, and
 // entry points on the caller's thread, whose current device is that thread's business.

@@ -24,29 +24,23 @@ absl::StatusOr<std::unique_ptr<StagedCommunicator>> StagedCommunicator::Create(
 
 template <typename Collective>
 absl::Status StagedCommunicator::Run(absl::Span<Staged> buffers, Collective&& collective) {
-  size_t total = 0;
-  std::vector<size_t> offsets(buffers.size(), 0);
-  bool any_staged = false;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    Staged& b = buffers[i];
+  size_t total = 0;  // staging bytes
+  for (Staged& b : buffers) {
     b.host = b.caller;
     if (b.bytes == 0 || b.caller == nullptr) continue;
-    BALLAST_ASSIGN_OR_RETURN(const bool on_backend, staging_->IsBackendMemory(b.caller));
-    if (!on_backend) continue;
-    any_staged = true;
-    offsets[i] = total;
+    BALLAST_ASSIGN_OR_RETURN(b.staged, staging_->IsBackendMemory(b.caller));
+    if (!b.staged) continue;
+    b.offset = total;
     total += (b.bytes + kAlign - 1) / kAlign * kAlign;
-    b.host = nullptr;  // placed below
   }
-  if (!any_staged) return collective();
+  if (total == 0) return collective();
   // The previous collective's copies out of the staging memory may still be queued: the
   // copies in below are queued after them, and the host touches the memory only after the
   // wait below, so reusing it is safe (HostMemory waits itself before it replaces it).
   BALLAST_ASSIGN_OR_RETURN(char* base, staging_->HostMemory(total));
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    Staged& b = buffers[i];
-    if (b.host != nullptr || b.bytes == 0 || b.caller == nullptr) continue;
-    b.host = base + offsets[i];
+  for (Staged& b : buffers) {
+    if (!b.staged) continue;
+    b.host = base + b.offset;
     if (b.copy_in) {
       BALLAST_RETURN_IF_ERROR(staging_->QueueToHost(b.caller, b.host, b.bytes));
       staged_bytes_ += static_cast<int64_t>(b.bytes);
@@ -55,7 +49,7 @@ absl::Status StagedCommunicator::Run(absl::Span<Staged> buffers, Collective&& co
   BALLAST_RETURN_IF_ERROR(staging_->Wait());
   BALLAST_RETURN_IF_ERROR(collective());
   for (const Staged& b : buffers) {
-    if (!b.copy_out || b.host == b.caller || b.bytes == 0 || b.caller == nullptr) continue;
+    if (!b.staged || !b.copy_out) continue;
     BALLAST_RETURN_IF_ERROR(staging_->QueueToBackend(b.host, b.caller, b.bytes));
     staged_bytes_ += static_cast<int64_t>(b.bytes);
   }

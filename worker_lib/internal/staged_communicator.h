@@ -73,6 +73,8 @@ class StagedCommunicator final : public Communicator {
     bool copy_in = false;   // backend -> host before the collective
     bool copy_out = false;  // host -> backend after it
     void* host = nullptr;   // what the host communicator gets
+    bool staged = false;    // backend memory, copied through the staging memory
+    size_t offset = 0;      // in the staging memory, when staged
   };
   StagedCommunicator(std::unique_ptr<Communicator> host, std::unique_ptr<HostStaging> staging)
       : host_(std::move(host)), staging_(std::move(staging)) {}

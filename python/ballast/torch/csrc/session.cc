@@ -23,18 +23,24 @@ std::string UniquePrefix(const std::string& group) {
   return absl::StrCat("ballast/", group, "/", (*opened)[group]++);
 }
 
+// The process group's c10d store, where Ballast's own collectives meet.
+absl::StatusOr<RendezvousStore> GroupStore(const SessionOptions& options) {
+  if (!options.store) {
+    return absl::InvalidArgumentError("Ballast's own collectives need the process group's store");
+  }
+  std::shared_ptr<gloo::rendezvous::Store> store = std::make_shared<C10dGlooStore>(options.store);
+  return RendezvousStore::FromGlooStore(std::static_pointer_cast<void>(store));
+}
+
 // Ballast's own Gloo mesh over the process group's ranks, meeting through its c10d store.
 absl::StatusOr<std::unique_ptr<Backend>> BallastMesh(const c10d::ProcessGroup& process_group,
                                                      const SessionOptions& options) {
-  if (!options.store) {
-    return absl::InvalidArgumentError("Ballast collectives need the process group's store");
-  }
-  std::shared_ptr<gloo::rendezvous::Store> store =
-      std::make_shared<C10dGlooStore>(options.store);
+  absl::StatusOr<RendezvousStore> store = GroupStore(options);
+  if (!store.ok()) return store.status();
   CpuBackendOptions backend;
   backend.rank = process_group.getRank();
   backend.size = process_group.getSize();
-  backend.store = RendezvousStore::FromGlooStore(std::static_pointer_cast<void>(store));
+  backend.store = *std::move(store);
   backend.prefix = UniquePrefix(options.group);
   backend.timeout = options.timeout;
   backend.blas_threads = options.blas_threads;
@@ -50,11 +56,8 @@ absl::StatusOr<std::unique_ptr<Backend>> BallastMesh(const c10d::ProcessGroup& p
 // over the process group's ranks, meeting through the group's c10d store.
 absl::StatusOr<std::unique_ptr<Backend>> CudaOnGroup(const c10d::ProcessGroup& process_group,
                                                      const SessionOptions& options) {
-  if (!options.store) {
-    return absl::InvalidArgumentError("CUDA layers need the process group's store");
-  }
-  std::shared_ptr<gloo::rendezvous::Store> store =
-      std::make_shared<C10dGlooStore>(options.store);
+  absl::StatusOr<RendezvousStore> store = GroupStore(options);
+  if (!store.ok()) return store.status();
   CudaBackendOptions backend;
   backend.rank = process_group.getRank();
   backend.size = process_group.getSize();
@@ -62,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaOnGroup(const c10d::ProcessGroup& p
   backend.stream = reinterpret_cast<void*>(options.cuda_stream);
   backend.gemm_precision = options.gemm_precision;
   backend.collectives = options.nccl ? CudaCollectives::kNccl : CudaCollectives::kHostStaged;
-  backend.store = RendezvousStore::FromGlooStore(std::static_pointer_cast<void>(store));
+  backend.store = *std::move(store);
   backend.prefix = UniquePrefix(options.group);
   backend.timeout = options.timeout;
   try {
