@@ -426,7 +426,6 @@ class NcclCommunicator final : public Communicator {
     return absl::ToChronoNanoseconds(d);
   }
 
-
   // Host buffers go through the staging scratch: copied in (if needed) before the
   // operation. The scratch is reused by the next collective after this one on the stream.
   absl::Status StageIn(absl::Span<StagedBuffer> buffers) {
