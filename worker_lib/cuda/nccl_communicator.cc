@@ -8,7 +8,6 @@
 #include <cstring>
 #include <exception>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
