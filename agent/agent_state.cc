@@ -1,8 +1,7 @@
 #include "agent/agent_state.h"
 
-#include "proto/validate.h"
-
 #include "absl/strings/str_cat.h"
+#include "proto/validate.h"
 
 namespace ballast::agent {
 
@@ -50,51 +49,14 @@ std::vector<v1::WorkerIdentity> AgentState::Workers() const {
   return out;
 }
 
-namespace {
-
-// What only the worker's identity can check: a transfer sample comes from a peer in the
-// group, and a reshard's ownership fits the worker's blocks as its hello's did (a block it
-// announced, one owner per unit, owners in the group). The agent re-announces the
-// identity it updates in every hello, and a coordinator refuses a whole hello over one
-// bad identity, so one worker's bad report would otherwise cut the node off for good.
-absl::Status ValidateAgainstIdentity(const v1::WorkerIdentity& from,
-                                     const v1::StepReport& report) {
-  if (absl::Status s = ValidateReportPeers(report, from.rank(), from.group_size()); !s.ok()) {
-    return s;
-  }
-  for (int i = 0; i < report.blocks_size(); ++i) {
-    const v1::BlockTiming& b = report.blocks(i);
-    if (b.owner_of_unit_size() == 0) continue;
-    const v1::BlockInfo* info = nullptr;
-    for (const v1::BlockInfo& announced : from.blocks()) {
-      if (announced.block() == b.block()) info = &announced;
-    }
-    if (info == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "report.blocks[", i, "].owner_of_unit for block ", b.block(), ", not announced"));
-    }
-    if (b.owner_of_unit_size() != info->num_units()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("report.blocks[", i, "].owner_of_unit has ", b.owner_of_unit_size(),
-                       " entries, block ", b.block(), " has ", info->num_units(), " units"));
-    }
-    for (int32_t owner : b.owner_of_unit()) {
-      if (owner >= from.group_size()) {  // negative ones ValidateReport refuses
-        return absl::InvalidArgumentError(absl::StrCat("report.blocks[", i,
-                                                       "].owner_of_unit has rank ", owner,
-                                                       " in a group of ", from.group_size()));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status AgentState::EnqueueReport(const v1::WorkerIdentity& from,
-                                     const v1::StepReport& report) {
+                                       const v1::StepReport& report) {
+  // Checked against the identity the worker announced, as the coordinator will check it
+  // against the group's: the agent re-announces the identity it updates below in every
+  // hello, and a coordinator refuses a whole hello over one bad identity, so one worker's
+  // bad report would otherwise cut the node off for good.
   absl::Status valid = ValidateReport(report);
-  if (valid.ok()) valid = ValidateAgainstIdentity(from, report);
+  if (valid.ok()) valid = ValidateReportAgainstShape(report, from);
   absl::MutexLock lock(&mu_);
   if (!valid.ok()) {
     ++stats_.reports_rejected;

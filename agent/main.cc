@@ -3,13 +3,12 @@
 //
 //   ballast-agent --coordinator=coord.example:7070 --socket=/run/ballast/agent.sock
 //       --tls_ca=ca.crt --tls_cert=node1.crt --tls_key=node1.key
+#include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <memory>
-
-#include <grpcpp/grpcpp.h>
-#include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,8 +19,11 @@
 #include "agent/coordinator_session.h"
 #include "agent/metrics.h"
 #include "agent/worker_service.h"
+#include "common/backoff.h"
 #include "common/daemon.h"
+#include "common/keepalive.h"
 #include "common/logging.h"
+#include "common/protobuf_log.h"
 #include "common/tls.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address (host:port)");
@@ -31,6 +33,16 @@ ABSL_FLAG(std::string, agent_id, "", "This agent's id (default: the node name)")
 ABSL_FLAG(absl::Duration, batch_period, absl::Milliseconds(100),
           "How often queued reports are sent to the coordinator");
 ABSL_FLAG(int32_t, report_queue, 65536, "Reports held while the coordinator is away");
+ABSL_FLAG(absl::Duration, reconnect_initial_backoff, absl::Milliseconds(100),
+          "First wait before reconnecting to the coordinator; doubles (jittered) per failed "
+          "attempt, and starts over only once the coordinator has answered the hello");
+ABSL_FLAG(absl::Duration, reconnect_max_backoff, absl::Seconds(10),
+          "Longest wait between reconnect attempts: the agent is back within this long of "
+          "the coordinator becoming reachable");
+ABSL_FLAG(absl::Duration, coordinator_keepalive, absl::Seconds(10),
+          "HTTP/2 keepalive ping interval (and ping timeout) on the coordinator stream: a "
+          "silently cut link is noticed within twice this; the coordinator refuses pings "
+          "more often than every 5s");
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9465", "Prometheus /metrics address ('' = off)");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA that signs the coordinator's certificate; set (or with --tls_cert), the "
@@ -54,7 +66,9 @@ std::string Hostname() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ballast-agent: the per-node Ballast agent");
   absl::ParseCommandLine(argc, argv);
-  const std::string node = absl::GetFlag(FLAGS_node).empty() ? Hostname() : absl::GetFlag(FLAGS_node);
+  ballast::RateLimitProtobufLogs();  // before any server or channel parses a message
+  const std::string node =
+      absl::GetFlag(FLAGS_node).empty() ? Hostname() : absl::GetFlag(FLAGS_node);
   const std::string agent_id =
       absl::GetFlag(FLAGS_agent_id).empty() ? node : absl::GetFlag(FLAGS_agent_id);
   const std::string socket_path = absl::GetFlag(FLAGS_socket);
@@ -64,6 +78,21 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_batch_period) <= absl::ZeroDuration()) {
     std::fprintf(stderr, "--batch_period must be positive\n");
+    return 2;
+  }
+  if (absl::Status s = ballast::ValidateBackoffOptions(
+          {.initial = absl::GetFlag(FLAGS_reconnect_initial_backoff),
+           .max = absl::GetFlag(FLAGS_reconnect_max_backoff)});
+      !s.ok()) {
+    std::fprintf(stderr, "--reconnect_initial_backoff / --reconnect_max_backoff: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_coordinator_keepalive) < ballast::kMinKeepaliveInterval) {
+    std::fprintf(stderr,
+                 "--coordinator_keepalive must be at least %s: the coordinator refuses pings "
+                 "more often\n",
+                 absl::FormatDuration(ballast::kMinKeepaliveInterval).c_str());
     return 2;
   }
 
@@ -77,7 +106,8 @@ int main(int argc, char** argv) {
   }
   std::string token;
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    absl::StatusOr<std::string> read = ballast::ReadBearerTokenFile(absl::GetFlag(FLAGS_token_file));
+    absl::StatusOr<std::string> read =
+        ballast::ReadBearerTokenFile(absl::GetFlag(FLAGS_token_file));
     if (!read.ok()) {
       BALLAST_LOG(ERROR) << "--token_file: " << read.status().message();
       return 1;
@@ -100,6 +130,9 @@ int main(int argc, char** argv) {
   session_options.agent_id = agent_id;
   session_options.node = node;
   session_options.batch_period = absl::GetFlag(FLAGS_batch_period);
+  session_options.initial_backoff = absl::GetFlag(FLAGS_reconnect_initial_backoff);
+  session_options.max_backoff = absl::GetFlag(FLAGS_reconnect_max_backoff);
+  session_options.keepalive = absl::GetFlag(FLAGS_coordinator_keepalive);
   auto session = std::make_unique<ballast::agent::CoordinatorSession>(session_options, &state);
   BALLAST_LOG(INFO) << "ballast-agent " << agent_id << " serving workers on unix:" << socket_path
                     << ", coordinator " << session_options.coordinator_address

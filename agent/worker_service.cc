@@ -1,16 +1,14 @@
 #include "agent/worker_service.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-
 #include "absl/strings/str_cat.h"
-
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -48,6 +46,10 @@ grpc::Status WorkerService::Attach(
   const v1::WorkerIdentity identity = message.hello();
   StreamChannel channel(stream);
   if (absl::Status s = state_->AddWorker(identity, &channel); !s.ok()) return ToGrpcStatus(s);
+  // Attached: answer the hello, so the worker's reconnect loop knows the session is real.
+  v1::WorkerDirective welcome;
+  welcome.mutable_welcome();
+  channel.Send(welcome);
   BALLAST_LOG(INFO) << "worker attached: job=" << identity.job() << " group=" << identity.group()
                     << " rank=" << identity.rank() << " device=" << identity.device();
   while (stream->Read(&message)) {

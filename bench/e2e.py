@@ -38,8 +38,11 @@ import sys
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
-import launch  # noqa: E402
+try:
+    import ballast_harness as harness
+except ModuleNotFoundError:  # run straight from a checkout: the package is in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import ballast_harness as harness
 
 # (name, policy mode, stragglers, extra policy settings, extra coordinator flags).
 # Resize-only prices pruning at 0.05 s per unit fraction of the group: at the default
@@ -103,14 +106,14 @@ class StatusSampler:
                             for x in self.samples if keep(x["step"]))
             if errors:
                 out[f"prediction_error_{name}"] = {
-                    "samples": len(errors), "median": round(launch.median(errors), 4),
+                    "samples": len(errors), "median": round(harness.median(errors), 4),
                     "max": round(errors[-1], 4),
                     "within_10pct": round(sum(e <= 0.10 for e in errors) / len(errors), 3)}
         return out
 
 
 def spu(records):
-    return launch.median([r["seconds_per_unit"] for r in records if r["units_computed"] > 0])
+    return harness.median([r["seconds_per_unit"] for r in records if r["units_computed"] > 0])
 
 
 def analyse(name, ranks, stragglers, reference, contended_reference, elapsed, sampler=None):
@@ -120,7 +123,7 @@ def analyse(name, ranks, stragglers, reference, contended_reference, elapsed, sa
     out = {
         "config": name,
         "steps": len(steps0),
-        "median_step_seconds": launch.median([r["wall_s"] for r in measured]),
+        "median_step_seconds": harness.median([r["wall_s"] for r in measured]),
         "test_accuracy": ranks[0]["final"]["test_accuracy"],
         "test_loss": ranks[0]["final"]["test_loss"],
         "val_loss": ranks[0]["final"].get("val_loss"),  # the GPT's quality figure
@@ -156,7 +159,7 @@ def analyse(name, ranks, stragglers, reference, contended_reference, elapsed, sa
                                      if contended_reference is not None
                                      else out["ideal_step_seconds_own_speeds"])
         contended_steps = [r["wall_s"] for r in measured if contended(r["step"])]
-        out["median_contended_step_seconds"] = launch.median(contended_steps)
+        out["median_contended_step_seconds"] = harness.median(contended_steps)
         out["vs_ideal"] = out["median_contended_step_seconds"] / out["ideal_step_seconds"]
         out["vs_ideal_own_speeds"] = (out["median_contended_step_seconds"] /
                                       out["ideal_step_seconds_own_speeds"])
@@ -206,7 +209,7 @@ def plot(results, runs, path):
         steps = ranks[0]["steps"]
         xs = [r["step"] for r in steps]
         walls = [r["wall_s"] * 1e3 for r in steps]
-        smooth = [launch.median(walls[max(0, i - 4):i + 1]) for i in range(len(walls))]
+        smooth = [harness.median(walls[max(0, i - 4):i + 1]) for i in range(len(walls))]
         ax1.plot(xs, smooth, label=name, linewidth=1.2)
     ax1.set_xlabel("step")
     ax1.set_ylabel("step time, ms (5-step running median)")
@@ -235,10 +238,10 @@ def main():
     p.add_argument("--reuse", action="store_true",
                    help="reload configurations measured earlier into --out instead of rerunning "
                         "those not named by --only")
-    p.add_argument("--trainer", choices=launch.TRAINERS, default="cpp",
+    p.add_argument("--trainer", choices=harness.TRAINERS, default="cpp",
                    help="the C++ ViT, the PyTorch one (examples/torch/vit_train.py), or the "
                         "PyTorch GPT (examples/torch/gpt_train.py)")
-    p.add_argument("--quota-period-us", type=int, default=launch.JobConfig.quota_period_us,
+    p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us,
                    help="the straggler's CPU quota period (launch.py --quota-period-us)")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
@@ -259,25 +262,25 @@ def main():
             continue
         steps = a.steps // 2 if name == "midrun" else a.steps
         stragglers = [s.format(on=int(0.30 * steps), off=int(0.65 * steps)) for s in stragglers]
-        parsed = [launch.Straggler.parse(s) for s in stragglers]
-        cfg = launch.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
-                               out=os.path.join(out_dir, name), verbose=False, progress="none",
-                               trainer_args=a.trainer_args, policy=policy, trainer=a.trainer,
-                               quota_period_us=a.quota_period_us,
-                               coordinator_flags=coordinator_flags)
+        parsed = [harness.Straggler.parse(s) for s in stragglers]
+        cfg = harness.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
+                                out=os.path.join(out_dir, name), verbose=False, progress="none",
+                                trainer_args=a.trainer_args, policy=policy, trainer=a.trainer,
+                                quota_period_us=a.quota_period_us,
+                                coordinator_flags=coordinator_flags)
         sampler = None
         reused = a.reuse and name in previous and name not in only
         if reused:
             # Measured by an earlier invocation into the same --out: reload, do not rerun.
             print(f"[e2e] {name}: reusing {cfg.out}", file=sys.stderr, flush=True)
-            ranks = launch.Job.load(cfg.out, cfg.world)
+            ranks = harness.load_ranks(cfg.out, cfg.world)
             elapsed = previous[name]["wall_seconds"]
         else:
             print(f"[e2e] {name}: mode={mode} stragglers={stragglers or 'none'} policy={policy}",
                   file=sys.stderr, flush=True)
             began = time.monotonic()
             sampler = StatusSampler() if mode != "off" else None
-            ranks = launch.run_job(cfg, on_step=sampler)
+            ranks = harness.run_job(cfg, on_step=sampler)
             elapsed = time.monotonic() - began
         result = analyse(name, ranks, parsed, reference, contended_reference, elapsed, sampler)
         # A reused run keeps the period it ran with (10 ms before the flag).
@@ -303,7 +306,7 @@ def main():
 if __name__ == "__main__":
     try:
         main()
-    except launch.LaunchError as e:
+    except harness.LaunchError as e:
         print(f"e2e: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:

@@ -41,9 +41,13 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import e2e  # noqa: E402  (also puts examples/vit on the path)
-import launch  # noqa: E402
+try:
+    import ballast_harness as harness
+except ModuleNotFoundError:  # run straight from a checkout: the package is in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import ballast_harness as harness
+
+import e2e  # noqa: E402  (bench/e2e.py, beside this file)
 
 STRAGGLER_RANK = 1
 SLOWDOWN = 2
@@ -102,7 +106,7 @@ class ModeSwitcher:
             if switch:
                 r = job.ctl("policy", "set", self.job_name, f"mode={s['mode']}")
                 if r.returncode != 0:
-                    raise launch.LaunchError(f"ballastctl policy set mode={s['mode']} failed: "
+                    raise harness.LaunchError(f"ballastctl policy set mode={s['mode']} failed: "
                                              f"{r.stderr.strip()}")
             self.switched_at[s["start"]] = step
         self.sampler(job, step)
@@ -118,7 +122,7 @@ def segment_figures(ranks, segment, settle, switched_at):
         return None
     return {
         "steps": len(steps0),
-        "step_seconds": launch.median([r["wall_s"] for r in steps0]),
+        "step_seconds": harness.median([r["wall_s"] for r in steps0]),
         "seconds_per_unit": [e2e.spu([r for r in rank["steps"] if keep(r)]) for rank in ranks],
         "offloaded_fraction": sum(r["offloaded_fraction"] for r in steps0) / len(steps0),
         "pruned_fraction": sum(r["pruned_fraction"] for r in steps0) / len(steps0),
@@ -133,7 +137,7 @@ def sample_truth(ranks, step):
     first = step - REPORTS_IN_MEASURED_STEP
     medians = {}
     for name in ("wall_s", "compute_s", "comm_s"):
-        medians[name] = [round(launch.median([r[name] for r in rank["steps"]
+        medians[name] = [round(harness.median([r[name] for r in rank["steps"]
                                               if first <= r["step"] < step] or [0]), 5)
                          for rank in ranks]
     formula = max(medians["compute_s"]) + min(medians["comm_s"])
@@ -170,7 +174,7 @@ def cycle_ratios(figures, modes):
 
 def spread(values):
     values = sorted(values)
-    return {"min": round(values[0], 4), "median": round(launch.median(values), 4),
+    return {"min": round(values[0], 4), "median": round(harness.median(values), 4),
             "max": round(values[-1], 4), "n": len(values)}
 
 
@@ -250,7 +254,7 @@ def main():
     p.add_argument("--modes", default="auto",
                    help="comma list of balancing modes run after plain in each cycle "
                         "(auto, migrate, resize)")
-    p.add_argument("--quota-period-us", type=int, default=launch.JobConfig.quota_period_us)
+    p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us)
     p.add_argument("--out", default="")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
@@ -265,17 +269,17 @@ def main():
     segments = schedule(a.cycles, a.segment, modes)
     out_dir = a.out or os.path.join(a.build, "bench-e2e-interleaved")
     os.makedirs(out_dir, exist_ok=True)
-    cfg = launch.JobConfig(build=a.build, steps=segments[-1]["end"], mode=segments[0]["mode"],
-                           stragglers=[launch.Straggler.parse(straggler_windows(segments))],
-                           out=os.path.join(out_dir, "job"), verbose=False, progress="none",
-                           trainer_args=a.trainer_args, quota_period_us=a.quota_period_us)
+    cfg = harness.JobConfig(build=a.build, steps=segments[-1]["end"], mode=segments[0]["mode"],
+                            stragglers=[harness.Straggler.parse(straggler_windows(segments))],
+                            out=os.path.join(out_dir, "job"), verbose=False, progress="none",
+                            trainer_args=a.trainer_args, quota_period_us=a.quota_period_us)
     print(f"[interleaved] {a.cycles} cycles of none, plain, {', '.join(modes)}; {a.segment} "
           f"steps a segment ({cfg.steps} steps)", file=sys.stderr, flush=True)
     sampler = e2e.StatusSampler()
     sampler.SAMPLE_EVERY = 5
-    switcher = ModeSwitcher(segments, launch.JOB_OF_TRAINER["cpp"], sampler)
+    switcher = ModeSwitcher(segments, harness.JOB_OF_TRAINER["cpp"], sampler)
     began = time.monotonic()
-    ranks = launch.run_job(cfg, on_step=switcher)
+    ranks = harness.run_job(cfg, on_step=switcher)
     elapsed = time.monotonic() - began
 
     results = []
@@ -293,7 +297,7 @@ def main():
             results.append({"cycle": c, **ratios})
             print(json.dumps(results[-1]), flush=True)
     if not results:
-        raise launch.LaunchError("no cycle had both a none and a plain segment")
+        raise harness.LaunchError("no cycle had both a none and a plain segment")
     summary = {"bench": "e2e_interleaved", **summarize(results, modes),
                "segment_steps": a.segment, "settle_steps": a.settle,
                "quota_period_us": a.quota_period_us, "wall_seconds": round(elapsed, 1)}
@@ -310,7 +314,7 @@ def main():
                         if kind_of.get(x["step"]) == name)
         if errors:
             summary[f"prediction_error_{name}"] = {
-                "samples": len(errors), "median": round(launch.median(errors), 4),
+                "samples": len(errors), "median": round(harness.median(errors), 4),
                 "max": round(errors[-1], 4),
                 "within_10pct": round(sum(e <= 0.10 for e in errors) / len(errors), 3)}
     print(json.dumps(summary), flush=True)
@@ -324,7 +328,7 @@ def main():
 if __name__ == "__main__":
     try:
         main()
-    except launch.LaunchError as e:
+    except harness.LaunchError as e:
         print(f"e2e_interleaved: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:

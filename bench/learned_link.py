@@ -28,8 +28,11 @@ import re
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
-import launch  # noqa: E402
+try:
+    import ballast_harness as harness
+except ModuleNotFoundError:  # run straight from a checkout: the package is in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import ballast_harness as harness
 
 # How the coordinator arrived at the link's speed: measured lately (learned), the
 # --link_bytes_per_second prior, or, once no transfer was measured for --link_stale_after,
@@ -66,9 +69,9 @@ def main(argv=None):
     p.add_argument("--out", default="", help="keep the run's logs and metrics here")
     a = p.parse_args(argv)
 
-    cfg = launch.JobConfig(
+    cfg = harness.JobConfig(
         build=a.build, world=2, steps=a.steps, batch=a.batch, mode="migrate",
-        stragglers=[launch.Straggler.parse("1:2")], out=a.out, verbose=False,
+        stragglers=[harness.Straggler.parse("1:2")], out=a.out, verbose=False,
         progress="none",
         policy={"reshard_after_ms": str(a.reshard_after_ms)},
         # Wider than the demo's ViT: compute must outweigh the waits on the slow link, or a
@@ -93,8 +96,8 @@ def main(argv=None):
                         "offloaded_percent": float(offloaded.group(1)) if offloaded else None})
 
     try:
-        records = launch.run_job(cfg, on_step=sample)
-    except launch.LaunchError as e:
+        records = harness.run_job(cfg, on_step=sample)
+    except harness.LaunchError as e:
         print(f"learned_link.py: {e}", file=sys.stderr)
         return 1
     ranks = [{rec["step"]: rec for rec in rank["steps"]} for rank in records]

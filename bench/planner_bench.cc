@@ -12,8 +12,9 @@
 //                         (0 to 2 ms), accuracy weight (pruning from free to dear) and
 //                         budgets: the planner's worst case (pruning worth weighing)
 // Modes auto, migrate, resize (`planner_bench CASE [MODE]` runs one case, for profiling). Each
-// repetition plans all 24 blocks from scratch (no current plan); the reported time per
-// block is the median over repetitions, and the slowest block's median is reported too.
+// repetition plans all 24 blocks from scratch (no current plan), with one PlannerWorkspace
+// kept across them as the coordinator keeps one across a group's blocks; the reported time
+// per block is the median over repetitions, and the slowest block's median is reported too.
 // Target: 50 us per block decision. The explanation (rendered only when asked) is timed
 // apart: explain_microseconds_per_block.
 // `planner_bench digest [COUNT]` prints decisions instead of times: diff its output across
@@ -101,6 +102,7 @@ int Digest(int count) {
   std::mt19937_64 rng(2026);
   std::uniform_real_distribution<double> unit(0, 1);
   const BalanceMode modes[] = {BalanceMode::kAuto, BalanceMode::kMigrate, BalanceMode::kResize};
+  PlannerWorkspace workspace;
   for (int i = 0; i < count; ++i) {
     JobPolicy policy;
     policy.mode = modes[i % 3];
@@ -125,12 +127,12 @@ int Digest(int count) {
     policy.accuracy_weight_seconds = 3e-3 * unit(rng) * ranks * per_rank;
     policy.max_pruned_fraction_rank = unit(rng);
     policy.max_pruned_fraction_group = unit(rng);
-    absl::StatusOr<BlockDecision> first = PlanBlock(in, policy, nullptr);
+    absl::StatusOr<BlockDecision> first = PlanBlock(in, policy, nullptr, &workspace);
     // The same block a little later, its speeds moved, with the first plan in force.
     PlannerInput later = in;
     for (PlannerRank& rank : later.ranks) rank.seconds_per_unit *= 0.9 + 0.2 * unit(rng);
     absl::StatusOr<BlockDecision> second;
-    if (first.ok()) second = PlanBlock(later, policy, &first->plan);
+    if (first.ok()) second = PlanBlock(later, policy, &first->plan, &workspace);
     for (const absl::StatusOr<BlockDecision>* d : {&first, &second}) {
       if (!d->ok()) {
         std::printf("%d error %s\n", i, std::string(d->status().message()).c_str());
@@ -184,11 +186,13 @@ int Run(const std::string& only, const std::string& only_mode) {
       std::vector<double> per_rep;
       std::vector<std::vector<double>> per_block(kBlocks);
       double sink = 0;
+      PlannerWorkspace workspace;
       for (int rep = 0; rep < kReps + 5; ++rep) {
         const Clock::time_point start = Clock::now();
         for (int b = 0; b < kBlocks; ++b) {
           const Clock::time_point t0 = Clock::now();
-          absl::StatusOr<BlockDecision> d = PlanBlock(blocks[b].input, blocks[b].policy, nullptr);
+          absl::StatusOr<BlockDecision> d =
+              PlanBlock(blocks[b].input, blocks[b].policy, nullptr, &workspace);
           const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
           if (!d.ok()) {
             std::fprintf(stderr, "%s %s block %d: %s\n", name,
@@ -209,7 +213,7 @@ int Run(const std::string& only, const std::string& only_mode) {
       // cost per block, reported beside the decision's rather than inside it.
       std::vector<BlockDecision> decisions;
       for (const Block& block : blocks) {
-        decisions.push_back(*PlanBlock(block.input, block.policy, nullptr));
+        decisions.push_back(*PlanBlock(block.input, block.policy, nullptr, &workspace));
       }
       std::vector<double> explain_per_rep;
       for (int rep = 0; rep < kReps / 4 + 5; ++rep) {

@@ -25,8 +25,11 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "vit"))
-import launch  # noqa: E402
+try:
+    import ballast_harness as harness
+except ModuleNotFoundError:  # run straight from a checkout: the package is in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import ballast_harness as harness
 
 IMPUTATIONS = ("zero", "mean")
 PRIORITIES = ("change", "magnitude", "random", "round-robin")
@@ -36,21 +39,21 @@ WARMUP_STEPS = 50  # pruned fraction is averaged from here (the first plan comes
 
 
 def run(a, name, mode, stragglers, policy, trainer_args, seed):
-    cfg = launch.JobConfig(build=a.build, steps=a.steps, mode=mode,
-                           stragglers=[launch.Straggler.parse(s) for s in stragglers],
-                           out=os.path.join(a.out, f"{name}-seed{seed}"), verbose=False,
-                           progress="none", policy=policy,
-                           trainer_args=trainer_args + [f"--seed={seed}"])
+    cfg = harness.JobConfig(build=a.build, steps=a.steps, mode=mode,
+                            stragglers=[harness.Straggler.parse(s) for s in stragglers],
+                            out=os.path.join(a.out, f"{name}-seed{seed}"), verbose=False,
+                            progress="none", policy=policy,
+                            trainer_args=trainer_args + [f"--seed={seed}"])
     print(f"[resize] {name} seed {seed}", file=sys.stderr, flush=True)
     began = time.monotonic()
-    ranks = launch.run_job(cfg)
+    ranks = harness.run_job(cfg)
     steps = [r for r in ranks[0]["steps"] if r["step"] >= WARMUP_STEPS]
     final = ranks[0]["final"]
     return {
         "config": name, "seed": seed, "steps": len(ranks[0]["steps"]),
         "test_accuracy": final["test_accuracy"], "test_loss": final["test_loss"],
         "pruned_fraction": sum(r["pruned_fraction"] for r in steps) / max(1, len(steps)),
-        "median_step_seconds": launch.median([r["wall_s"] for r in steps]),
+        "median_step_seconds": harness.median([r["wall_s"] for r in steps]),
         "wall_seconds": round(time.monotonic() - began, 1),
     }
 
@@ -103,7 +106,7 @@ def main():
         summary = {"summary": config}
         for key in ("accuracy_minus_none", "loss_minus_none", "pruned_fraction"):
             values = sorted(r[key] for r in mine)
-            summary[key] = {"min": values[0], "median": launch.median(values), "max": values[-1]}
+            summary[key] = {"min": values[0], "median": harness.median(values), "max": values[-1]}
         print(json.dumps(summary), flush=True)
         results.append(summary)
     save()
@@ -113,7 +116,7 @@ def main():
 if __name__ == "__main__":
     try:
         main()
-    except launch.LaunchError as e:
+    except harness.LaunchError as e:
         print(f"resize_policies: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:

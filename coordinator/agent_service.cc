@@ -47,12 +47,13 @@ class SessionWriter final : public AgentSink {
         *it = message;  // the newer plan of the group supersedes the queued one
         return;
       }
-    } else if (queued_rejections_ >= AgentServiceImpl::kMaxQueuedRejections) {
-      rejections_dropped_->fetch_add(1, std::memory_order_relaxed);
-      return;
-    } else {
+    } else if (message.has_rejected()) {
+      if (queued_rejections_ >= AgentServiceImpl::kMaxQueuedRejections) {
+        rejections_dropped_->fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       ++queued_rejections_;
-    }
+    }  // else the Welcome: once a session, never dropped
     queue_.push_back(message);
   }
 
@@ -90,7 +91,7 @@ class SessionWriter final : public AgentSink {
         if (stopping_) return;
         message = std::move(queue_.front());
         queue_.pop_front();
-        if (!message.has_plan()) --queued_rejections_;
+        if (message.has_rejected()) --queued_rejections_;
         writing_since_ = absl::Now();
       }
       const bool ok = stream_->Write(message);
@@ -197,9 +198,15 @@ grpc::Status AgentServiceImpl::Session(grpc::ServerContext* context, Stream* str
     }
   } unregister{this, &writer};
   if (absl::Status s = coordinator_->AgentConnected(message.hello(), &writer); !s.ok()) {
-    coordinator_->AgentDisconnected(agent_id, &writer);  // a hello refused half-way
+    // A refused hello registered nothing; this only keeps the exit paths alike.
+    coordinator_->AgentDisconnected(agent_id, &writer);
     return ToGrpcStatus(s);
   }
+  // The hello is registered: answer it, so the agent's reconnect loop knows the session
+  // is real (the plans in force, if any, went out just before).
+  v1::CoordinatorMessage welcome;
+  welcome.mutable_welcome();
+  writer.Send(welcome);
   while (stream->Read(&message)) {
     absl::Status status;
     switch (message.kind_case()) {

@@ -6,12 +6,12 @@
 //       --store=/var/lib/ballast/coordinator.db
 //       --tls_cert=coord.crt --tls_key=coord.key --tls_client_ca=ca.crt
 //       --admin_token_file=/etc/ballast/admin-token --admin_allowed_cns=ballastctl-admin
+#include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
+
 #include <filesystem>
 #include <memory>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/daemon.h"
 #include "common/logging.h"
+#include "common/protobuf_log.h"
 #include "coordinator/admin_service.h"
 #include "coordinator/agent_service.h"
 #include "coordinator/coordinator.h"
@@ -57,7 +58,10 @@ ABSL_FLAG(bool, fixed_costs, false,
           "Balance each rank's collective time beyond the least together with its units, "
           "scaled by its compute slowdown (coordinator/fixed_costs.h); for stragglers whose "
           "collectives slow with them (co-tenants, CPU quotas). False: compute alone");
-ABSL_FLAG(int32_t, max_message_bytes, 16 << 20, "Largest gRPC message accepted");
+ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
+          "Largest gRPC message accepted (a hello, a batch of reports, an admin call): with "
+          "the shape limits, a bound on what one agent session can make the coordinator "
+          "hold");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this server; with --tls_key, serves TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -84,6 +88,12 @@ ABSL_FLAG(absl::Duration, forget_after, absl::Minutes(10),
 ABSL_FLAG(int32_t, max_workers_per_agent, 1024, "Most workers one agent may announce");
 ABSL_FLAG(int32_t, max_groups_per_agent, 256, "Most TP groups one agent's workers may span");
 ABSL_FLAG(int32_t, max_jobs_per_agent, 64, "Most jobs one agent's workers may span");
+ABSL_FLAG(int32_t, max_units_per_block, 1 << 20,
+          "Most units a worker may announce in one block (each is held as 4 bytes)");
+ABSL_FLAG(int32_t, max_blocks_per_worker, 64, "Most blocks a worker may announce");
+ABSL_FLAG(int64_t, max_shape_bytes_per_agent, int64_t{64} << 20,
+          "Most bytes the block shapes of one agent's attached workers may make the "
+          "coordinator hold (4 a unit)");
 
 namespace {
 
@@ -94,6 +104,7 @@ constexpr char kVersion[] = "0.1.0";
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ballast-coordinator: Ballast's cluster coordinator");
   absl::ParseCommandLine(argc, argv);
+  ballast::RateLimitProtobufLogs();      // before any server or channel parses a message
   using namespace ballast::coordinator;  // NOLINT: a main file
 
   if (absl::GetFlag(FLAGS_tick) <= absl::ZeroDuration()) {
@@ -128,15 +139,19 @@ int main(int argc, char** argv) {
   options.max_workers_per_agent = absl::GetFlag(FLAGS_max_workers_per_agent);
   options.max_groups_per_agent = absl::GetFlag(FLAGS_max_groups_per_agent);
   options.max_jobs_per_agent = absl::GetFlag(FLAGS_max_jobs_per_agent);
-  auto coordinator = Coordinator::Create(options, ballast::RealClock(), store->get(), speeds->get());
+  options.max_units_per_block = absl::GetFlag(FLAGS_max_units_per_block);
+  options.max_blocks_per_worker = absl::GetFlag(FLAGS_max_blocks_per_worker);
+  options.max_shape_bytes_per_agent = absl::GetFlag(FLAGS_max_shape_bytes_per_agent);
+  auto coordinator =
+      Coordinator::Create(options, ballast::RealClock(), store->get(), speeds->get());
   if (!coordinator.ok()) {
     BALLAST_LOG(ERROR) << coordinator.status();
     // A bad flag value is a usage error.
     return coordinator.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
 
-  AgentServiceImpl agent_service(
-      coordinator->get(), {.write_timeout = absl::GetFlag(FLAGS_agent_write_timeout)});
+  AgentServiceImpl agent_service(coordinator->get(),
+                                 {.write_timeout = absl::GetFlag(FLAGS_agent_write_timeout)});
   AdminServiceImpl admin_service(coordinator->get());
   ServerOptions server_options;
   server_options.address = absl::GetFlag(FLAGS_listen);
@@ -179,9 +194,9 @@ int main(int argc, char** argv) {
                                                   : "mTLS")
                     << ", admin auth " << (admin_auth->enabled() ? "required" : "off")
                     << ", agent auth "
-                    << (!security.tls.ca.empty()       ? "mTLS"
+                    << (!security.tls.ca.empty()         ? "mTLS"
                         : running->agent_auth->enabled() ? "token"
-                                                        : "off")
+                                                         : "off")
                     << (running->health_server
                             ? absl::StrCat(", plaintext health on port ", running->health_port)
                             : "");

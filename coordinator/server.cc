@@ -1,14 +1,14 @@
 #include "coordinator/server.h"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/support/server_interceptor.h>
+#include <netinet/in.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/keepalive.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -163,7 +163,8 @@ absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // Agents' streams live for days: answer their keepalive pings, even between messages.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             absl::ToInt64Milliseconds(kMinKeepaliveInterval));
   builder.RegisterService(agent_service);
   builder.RegisterService(admin_service);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

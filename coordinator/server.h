@@ -18,11 +18,11 @@
 #ifndef BALLAST_COORDINATOR_SERVER_H_
 #define BALLAST_COORDINATOR_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "common/tls.h"
@@ -48,7 +48,9 @@ struct ServerOptions {
   // cannot present a client certificate (the kubelet's gRPC probe) when `address` is
   // mTLS. It answers for this process only and exposes nothing else.
   std::string health_address;
-  int max_message_bytes = 16 << 20;
+  // Every request larger is refused (RESOURCE_EXHAUSTED) before it is parsed: with the
+  // shape limits (CoordinatorOptions), what one agent's hello can cost is bounded.
+  int max_message_bytes = 4 << 20;
   ServerSecurityOptions security;
 };
 
@@ -79,7 +81,8 @@ absl::Status ValidateServerSecurity(const std::string& address,
                                     const ServerSecurityOptions& security);
 
 // Reads the certificate and token files, validates, installs the authorizers into
-// `admin_service` and `agent_service`, and starts serving. Errors name the file or the flag at fault.
+// `admin_service` and `agent_service`, and starts serving. Errors name the file or the flag at
+// fault.
 absl::StatusOr<RunningServer> StartServer(const ServerOptions& options,
                                           AgentServiceImpl* agent_service,
                                           AdminServiceImpl* admin_service);

@@ -12,7 +12,6 @@
 namespace ballast::coordinator {
 namespace {
 
-constexpr double kMaxComputeSeconds = 3600;
 constexpr int64_t kMaxUnits = 1'000'000;
 // Below this spread (1 ns per unit) a sample's difference from the median is timer noise;
 // it keeps the outlier band open when every sample is 0.
@@ -29,9 +28,9 @@ absl::Status ValidateReport(const SpeedKey& key, double compute_seconds, int64_t
     return absl::InvalidArgumentError(absl::StrCat("block ", key.block.value(), " negative"));
   }
   // Written so that NaN fails too (every comparison with NaN is false).
-  if (!(compute_seconds >= 0 && compute_seconds <= kMaxComputeSeconds)) {
+  if (!(compute_seconds >= 0 && compute_seconds <= kMaxStepSeconds)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("compute_seconds ", compute_seconds, " not in [0, ", kMaxComputeSeconds, "]"));
+        absl::StrCat("compute_seconds ", compute_seconds, " not in [0, ", kMaxStepSeconds, "]"));
   }
   if (units < 0 || units > kMaxUnits) {
     return absl::InvalidArgumentError(

@@ -142,9 +142,9 @@ class SpeedModel {
 
   // Records one step's compute time for one rank and block. INVALID_ARGUMENT naming the
   // field for an empty job or group, a negative rank, block or step, compute_seconds not
-  // finite or outside [0, 3600], units_computed outside [0, 1e6], or an infinite at_time;
-  // RESOURCE_EXHAUSTED when a new key would exceed max_keys. A refused report changes
-  // nothing. A report with units_computed == 0 only refreshes the key (it carries no
+  // finite or outside [0, kMaxStepSeconds] (proto/validate.h), units_computed outside [0, 1e6], or
+  // an infinite at_time; RESOURCE_EXHAUSTED when a new key would exceed max_keys. A refused report
+  // changes nothing. A report with units_computed == 0 only refreshes the key (it carries no
   // speed); one that repeats the key's last step is a resend and is ignored. A step lower
   // than the last is taken as a restart from a checkpoint and used.
   absl::Status Report(const SpeedKey& key, double compute_seconds, int64_t units_computed,

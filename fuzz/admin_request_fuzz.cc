@@ -17,6 +17,7 @@
 #include "coordinator/admin_service.h"
 #include "fuzz/fuzz_common.h"
 #include "fuzz_input.pb.h"
+#include "testing/control_plane_messages.h"
 
 namespace ballast::fuzz {
 namespace {
@@ -29,38 +30,19 @@ constexpr char kAllowedCn[] = "ops";
 // planned every 100 ms, so the admin calls meet a group with a plan and an explanation.
 void StartJob(FuzzCoordinator& fc, CheckingSink* sink) {
   coordinator::Coordinator& c = *fc.coordinator;
-  v1::AgentHello hello;
-  hello.set_agent_id("agent-1");
-  hello.set_node("node-1");
-  for (int rank : {0, 1}) {
-    v1::WorkerIdentity* w = hello.add_workers();
-    w->set_job("vit");
-    w->set_group("tp0");
-    w->set_rank(rank);
-    w->set_group_size(2);
-    w->set_device("node-1/gpu" + std::to_string(rank));
-    v1::BlockInfo* b = w->add_blocks();
-    b->set_block(0);
-    b->set_num_units(8);
-    for (int o : {0, 0, 0, 0, 1, 1, 1, 1}) b->add_owner_of_unit(o);
-    b->set_unit_bytes(4096);
-  }
+  const testing::GroupSpec job = {.agent_id = "agent-1",
+                                  .node = "node-1",
+                                  .owner_of_unit = {0, 0, 0, 0, 1, 1, 1, 1},
+                                  .unit_bytes = 4096,
+                                  .device_prefix = "node-1/gpu"};
   coordinator::JobPolicy policy;
   policy.mode = coordinator::BalanceMode::kMigrate;
   policy.report_period = absl::Milliseconds(100);
   FUZZ_CHECK(c.SetPolicy("vit", policy).ok(), "SetPolicy");
-  FUZZ_CHECK(c.AgentConnected(hello, sink).ok(), "AgentConnected");
+  FUZZ_CHECK(c.AgentConnected(testing::GroupHello(job), sink).ok(), "AgentConnected");
   for (int64_t step = 0; step < 8; ++step) {
     for (int rank : {0, 1}) {
-      v1::WorkerReport r;
-      r.set_job("vit");
-      r.set_group("tp0");
-      r.set_rank(rank);
-      r.mutable_step()->set_step(step);
-      v1::BlockTiming* b = r.mutable_step()->add_blocks();
-      b->set_block(0);
-      b->set_units_computed(4);
-      b->set_compute_seconds(rank == 0 ? 4e-3 : 8e-3);
+      const v1::WorkerReport r = testing::StepReport(job, rank, step, 4, rank == 0 ? 4e-3 : 8e-3);
       FUZZ_CHECK(c.Report("agent-1", r).ok(), "Report");
     }
     fc.AdvanceAndTick(100);

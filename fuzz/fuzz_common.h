@@ -1,6 +1,6 @@
 // Shared setup of the fuzz targets (fuzz/*_fuzz.cc): an in-process coordinator on a fake
-// clock and an in-memory policy store, built as the unit tests build it
-// (tests/coordinator/coordinator_test.cc), and the checks a target makes on what comes out.
+// clock and an in-memory policy store, the tests' own fixture (tests/testing/
+// fake_coordinator.h) with small caps, and the checks a target makes on what comes out.
 //
 //   FuzzCoordinator c;                     // fresh per input: runs stay reproducible
 //   c.coordinator->AgentConnected(hello, &sink);
@@ -25,10 +25,8 @@
 #include "ballast/v1/agent.pb.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/speed_model.h"
 #include "proto/convert.h"
-#include "testing/fake_clock.h"
-#include "testing/fake_policy_store.h"
+#include "testing/fake_coordinator.h"
 
 #define FUZZ_CHECK(condition, what)                                                              \
   do {                                                                                           \
@@ -84,35 +82,23 @@ class CheckingSink final : public coordinator::AgentSink {
   int64_t plans_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// A coordinator with small caps and a short forget_after, so short inputs reach the limits.
-struct FuzzCoordinator {
+// A coordinator on fakes with small caps and a short forget_after, so short inputs reach
+// the limits. Its clock, store, speed model and coordinator are the fixture's members.
+struct FuzzCoordinator : testing::FakeCoordinator {
   FuzzCoordinator() {
     QuietLogs();
-    absl::StatusOr<std::unique_ptr<coordinator::SpeedModel>> model =
-        coordinator::SpeedModel::Create(coordinator::SpeedModelOptions{}, &clock);
-    FUZZ_CHECK(model.ok(), model.status().ToString());
-    speeds = *std::move(model);
-    absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> c =
-        coordinator::Coordinator::Create({.link_bytes_per_second = 1e6,
-                                          .forget_after = absl::Seconds(30),
-                                          .max_workers_per_agent = 16,
-                                          .max_groups_per_agent = 4,
-                                          .max_jobs_per_agent = 3},
-                                         &clock, &store, speeds.get());
-    FUZZ_CHECK(c.ok(), c.status().ToString());
-    coordinator = *std::move(c);
+    const absl::Status started = Start({.link_bytes_per_second = 1e6,
+                                        .forget_after = absl::Seconds(30),
+                                        .max_workers_per_agent = 16,
+                                        .max_groups_per_agent = 4,
+                                        .max_jobs_per_agent = 3});
+    FUZZ_CHECK(started.ok(), started.ToString());
   }
 
   // Moves the clock on (at most kMaxAdvanceMs) and runs one decision round.
   void AdvanceAndTick(uint32_t ms) {
-    clock.Advance(absl::Milliseconds(ms % (kMaxAdvanceMs + 1)));
-    coordinator->Tick();
+    FakeCoordinator::AdvanceAndTick(absl::Milliseconds(ms % (kMaxAdvanceMs + 1)));
   }
-
-  testing::FakeClock clock;
-  testing::InMemoryPolicyStore store;
-  std::unique_ptr<coordinator::SpeedModel> speeds;
-  std::unique_ptr<coordinator::Coordinator> coordinator;
 };
 
 // What every admin view must do on any state: answer without crashing, and describe only

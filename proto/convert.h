@@ -1,4 +1,4 @@
-// Conversions between the wire messages (ballast/v1/*.proto) and the worker library's
+// Conversions between the wire messages (ballast/v1/*.proto) and the plan library's
 // types. Every conversion from the wire validates what the types cannot express
 // (e.g. an unknown imputation) and returns an error naming the field.
 #ifndef BALLAST_PROTO_CONVERT_H_
@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "ballast/plan.h"
-#include "ballast/tp_group.h"
+#include "ballast/step_timings.h"
 #include "ballast/v1/common.pb.h"
 
 namespace ballast {

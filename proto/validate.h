@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "ballast/v1/common.pb.h"
@@ -30,20 +32,50 @@ inline constexpr double kMaxTransferBytesPerSecond = 1e13;
 // Micro-batches in one step (BlockTiming.micro_batches): beyond any training loop, and
 // small enough that the offload price it multiplies stays finite.
 inline constexpr int32_t kMaxMicroBatches = 1 << 16;
+// The longest any one timing in a step report may be (a block's compute or collectives, a
+// transfer sample): an hour, beyond any training step, so that one report cannot weigh
+// more than the rest of a window.
+inline constexpr double kMaxStepSeconds = 3600;
+
+// What one worker identity may announce. Every announced unit is held by the agent and
+// the coordinator for as long as the group is known (4 bytes each, per block), so the
+// shape is bounded as the number of workers is: a hostile hello of 4 blocks of 3M units
+// held 118 MB of the coordinator's heap. The coordinator sets them from its flags
+// (--max_units_per_block, --max_blocks_per_worker); the defaults are far above any
+// model's blocks (a unit is an attention head or an MLP column slice).
+struct ShapeLimits {
+  int32_t max_units_per_block = 1 << 20;
+  int32_t max_blocks_per_worker = 64;
+};
 
 // INVALID_ARGUMENT naming `field`, the limit and an excerpt of the offending value.
 absl::Status ValidateName(absl::string_view field, absl::string_view name);
 absl::Status ValidateReason(absl::string_view field, absl::string_view reason);
 
 // The fields every worker identity needs (job, group and device names, node when set,
-// rank within group_size, consistent block ownership).
-absl::Status ValidateIdentity(const v1::WorkerIdentity& identity);
+// rank within group_size, consistent block ownership), and its shape within `limits`
+// (the error names the limit).
+absl::Status ValidateIdentity(const v1::WorkerIdentity& identity, const ShapeLimits& limits = {});
 // A step report's numbers: finite, non-negative, bounded.
 absl::Status ValidateReport(const v1::StepReport& report);
-// What needs the reporter's place in its group: every transfer sample comes from a peer,
-// a rank in [0, group_size) other than `rank`. The agent and the coordinator each know it.
-absl::Status ValidateReportPeers(const v1::StepReport& report, int32_t rank,
-                                 int32_t group_size);
+
+// A step report against what its reporter's group announced: the one check of a report's
+// place and shape, made by the agent (against the worker's identity) and by the
+// coordinator (against the group's registered blocks); what it passes, the layers behind
+// them trust. In order:
+//   - every transfer sample comes from a peer: a rank in [0, group_size) other than `rank`
+//     (INVALID_ARGUMENT);
+//   - ownership (after a reshard) is for an announced block, one owner per unit, every
+//     owner in the group (INVALID_ARGUMENT naming owner_of_unit);
+//   - every block timed was announced (NOT_FOUND "unknown block").
+// `units_of_block` gives an announced block's units, nullopt for a block not announced.
+// Numbers are ValidateReport's: call it first.
+absl::Status ValidateReportAgainstShape(
+    const v1::StepReport& report, int32_t rank, int32_t group_size,
+    absl::FunctionRef<std::optional<int32_t>(int32_t block)> units_of_block);
+// The same against one worker's identity (the agent's view of its reporter).
+absl::Status ValidateReportAgainstShape(const v1::StepReport& report,
+                                        const v1::WorkerIdentity& reporter);
 
 }  // namespace ballast
 

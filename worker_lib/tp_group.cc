@@ -21,19 +21,6 @@ uint64_t SlotHash(int64_t version) {
 
 }  // namespace
 
-
-double StepTimings::compute_seconds() const {
-  double total = 0;
-  for (const BlockTiming& b : blocks) total += b.compute_seconds;
-  return total;
-}
-
-double StepTimings::comm_seconds() const {
-  double total = agreement_seconds;
-  for (const BlockTiming& b : blocks) total += b.comm_seconds;
-  return total;
-}
-
 TpGroup::TpGroup(const TpGroupOptions& options, Backend* backend)
     : options_(options), backend_(backend) {
   applied_.group = options_.group;
@@ -62,9 +49,8 @@ absl::Status TpGroup::Register(ParallelBlock* block) {
         absl::StrCat("block ", block->id().value(), " created inside a step"));
   }
   if (FindBlock(block->id()) != nullptr) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("block id ", block->id().value(), " already exists in group ",
-                     options_.group.value()));
+    return absl::AlreadyExistsError(absl::StrCat(
+        "block id ", block->id().value(), " already exists in group ", options_.group.value()));
   }
   blocks_.push_back(block);
   absl::MutexLock lock(&mu_);
@@ -101,9 +87,9 @@ GroupShape TpGroup::ShapeSnapshot() const {
 absl::Status TpGroup::OfferPlan(WorkloadPlan plan) {
   absl::MutexLock lock(&mu_);
   if (plan.version.value() <= applied_version_for_offer_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plan version ", plan.version.value(), " is not newer than applied version ",
-                     applied_version_for_offer_));
+    return absl::InvalidArgumentError(absl::StrCat("plan version ", plan.version.value(),
+                                                   " is not newer than applied version ",
+                                                   applied_version_for_offer_));
   }
   BALLAST_RETURN_IF_ERROR(ValidatePlan(plan, shape_for_offer_));
   const int64_t v = plan.version.value();

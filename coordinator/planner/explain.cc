@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "coordinator/planner/planner.h"
 
 namespace ballast::coordinator {
 namespace planner_internal {

@@ -25,8 +25,8 @@ bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
   // orders storage, and both cut their ranges from its end): an all-local plan is
   // unchanged whatever they say, and the next plan that balances carries the job's.
   if (in_force.blocks == desired.blocks &&
-      (desired.blocks.empty() || (in_force.imputation == desired.imputation &&
-                                  in_force.priority == desired.priority))) {
+      (desired.blocks.empty() ||
+       (in_force.imputation == desired.imputation && in_force.priority == desired.priority))) {
     return false;
   }
   // Nothing pushed yet and all-local wanted: the workers already run all-local.
@@ -37,6 +37,12 @@ bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
 
 GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
                           const DwellOptions& dwell) {
+  PlannerWorkspace workspace;
+  return DecideGroup(input, policy, dwell, &workspace);
+}
+
+GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
+                          const DwellOptions& dwell, PlannerWorkspace* workspace) {
   GroupDecision out;
   JobPolicy planning = policy;
   if (policy.mode != BalanceMode::kOff && input.since_change.has_value() &&
@@ -61,7 +67,7 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
       if (bp.block == block.input.block) current = bp;
     }
     current.owner_of_unit.clear();  // the input's ownership already has the move
-    absl::StatusOr<BlockDecision> decision = PlanBlock(block.input, planning, &current);
+    absl::StatusOr<BlockDecision> decision = PlanBlock(block.input, planning, &current, workspace);
     if (!decision.ok()) {
       out.failed[id] = std::string(decision.status().message());
       continue;

@@ -3,7 +3,8 @@
 // whether the result differs from the plan in force. The coordinator only gathers the
 // inputs (speeds, chronic stragglers, the link, cordons, what the workers run) and numbers
 // and pushes what this returns. Pure: no I/O, no clock (the caller says how long ago the
-// plan last changed).
+// plan last changed), nothing kept between calls but the buffers of the PlannerWorkspace
+// the caller passes (the coordinator's decision loop keeps one for its serial rounds).
 //
 //   GroupPlannerInput in;
 //   in.group = GroupId("tp0");
@@ -83,6 +84,9 @@ struct GroupDecision {
   std::vector<std::string> notes;
 };
 
+GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
+                          const DwellOptions& dwell, PlannerWorkspace* workspace);
+// The same with a workspace of its own for the call (tests, one-off decisions).
 GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
                           const DwellOptions& dwell);
 

@@ -4,32 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-
 namespace ballast::coordinator {
 
-absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRank>& ranks,
-                                                     int32_t num_units) {
-  if (num_units < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_units ", num_units, " must be >= 0"));
-  }
-  bool any_active = false;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const double c = ranks[r].seconds_per_unit, f = ranks[r].fixed_seconds;
-    if (!std::isfinite(c) || c <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ranks[", r, "].seconds_per_unit ", c, " must be finite and > 0"));
-    }
-    if (!std::isfinite(f) || f < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ranks[", r, "].fixed_seconds ", f, " must be finite and >= 0"));
-    }
-    any_active = any_active || !ranks[r].cordoned;
-  }
-  if (!any_active) {
-    return absl::InvalidArgumentError("ranks: all ranks are cordoned; nobody can own units");
-  }
+std::vector<int32_t> WaterFillCounts(const std::vector<PlannerRank>& ranks, int32_t num_units) {
   // The greedy hands out the N cheapest "levels" f_r + c_r * j (j-th unit of rank r), ties
   // to the lower rank. Every level strictly below the fractional water level is among
   // them, so take those at once and hand out the few remaining units one by one. The
@@ -83,6 +60,7 @@ absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRa
         pick = r;
       }
     }
+    if (pick == ranks.size()) break;  // every rank cordoned: the caller skipped the check
     ++counts[pick];
   }
   return counts;

@@ -7,19 +7,18 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "ballast/types.h"
-#include "coordinator/planner/planner.h"
+#include "coordinator/planner/vocabulary.h"
 
 namespace ballast::coordinator {
 
 // Unit counts minimising max_r f_r + c_r * n'_r over the ranks given units, with
 // sum n' = num_units and n' = 0 on cordoned ranks: units go one at a time to the rank with
 // the least f_r + c_r * (n'_r + 1), ties to the lower rank, which is exactly optimal for
-// this min-max. INVALID_ARGUMENT for a c_r not finite and > 0, an f_r not finite and >= 0,
-// or every rank cordoned.
-absl::StatusOr<std::vector<int32_t>> WaterFillCounts(const std::vector<PlannerRank>& ranks,
-                                                     int32_t num_units);
+// this min-max. Trusts its input as PlanBlock checked it (ValidatePlannerRanks: c_r finite
+// and > 0, f_r finite and >= 0, some rank not cordoned; num_units >= 0); with no rank to
+// give units to, the counts come back short.
+std::vector<int32_t> WaterFillCounts(const std::vector<PlannerRank>& ranks, int32_t num_units);
 
 // Counts halfway from `from` to `to` (same ranks, same total): each rank moves half its
 // way, rounded towards `from`; the units this leaves over (half the odd moves' remainders)

@@ -1,8 +1,8 @@
 // The planner's internal model of one block under one ownership and policy: the load
 // formula every layer prices with, the problem in the solver's terms and a plan in counts.
-// Internal to the planner (planner.h is the interface); the symbols follow the model in
-// planner.h: f_r fixed seconds, c_r seconds per unit, n_r units owned, tau per transferred
-// unit, and a plan's z_r pruned, y_r offloaded and x_r computed for others.
+// Internal to the planner (planner.h is the interface, vocabulary.h its types); the symbols
+// follow the model in planner.h: f_r fixed seconds, c_r seconds per unit, n_r units owned, tau per
+// transferred unit, and a plan's z_r pruned, y_r offloaded and x_r computed for others.
 #ifndef BALLAST_COORDINATOR_PLANNER_PROBLEM_H_
 #define BALLAST_COORDINATOR_PLANNER_PROBLEM_H_
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/planner/planner.h"
+#include "coordinator/planner/vocabulary.h"
 #include "coordinator/policy.h"
 
 namespace ballast::coordinator::planner_internal {

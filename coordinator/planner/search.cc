@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <queue>
 #include <utility>
 
@@ -234,8 +233,7 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
       // is that end; when it is not, halving takes over for a split (looks below b alone
       // would walk down the steps one at a time) and the two alternate.
       const bool at_most = node.kb >= most_prunes && !node.probed;
-      if ((node.ka >= 0 && node.ka <= node.kb + 2) || at_most ||
-          node.b - node.a <= 1e-6 * node.b) {
+      if ((node.ka >= 0 && node.ka <= node.kb + 2) || at_most || node.b - node.a <= 1e-6 * node.b) {
         // At most a step or two can start in (a, b), or it is tiny: rather than halving down
         // to rounding, look just below b. Every load value is a double, so MinPrunes at the
         // double below b is its value on the whole step left of b: either b is where its
@@ -303,43 +301,6 @@ Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solutio
   return FromCoverage(problem, z, v);
 }
 
-// This thread's transfer solver, reset on a problem, for the lease's lifetime: its
-// buffers (the knapsack's items and hulls above all) keep their capacity from one decision
-// to the next, where a new solver allocated them all again (45 of a decision's 109
-// allocations on the random stress case). They stay as large as the largest decision on
-// the thread needed, the DP's tables included (the coordinator plans on one thread).
-// Leases do not nest in the planner; if one ever did, the inner lease would get a solver
-// of its own.
-class SolverLease {
- public:
-  explicit SolverLease(const Problem& problem) {
-    if (InUse()) {
-      own_.emplace(problem);
-      return;
-    }
-    Reused().Reset(problem);
-    InUse() = true;
-  }
-  ~SolverLease() {
-    if (!own_.has_value()) InUse() = false;
-  }
-  SolverLease(const SolverLease&) = delete;
-  SolverLease& operator=(const SolverLease&) = delete;
-
-  TransferSolver& solver() { return own_.has_value() ? *own_ : Reused(); }
-
- private:
-  static TransferSolver& Reused() {
-    thread_local TransferSolver solver;
-    return solver;
-  }
-  static bool& InUse() {
-    thread_local bool in_use = false;
-    return in_use;
-  }
-  std::optional<TransferSolver> own_;
-};
-
 }  // namespace
 
 // Each of the three is affine in t, so each keeps t on one side of where it meets the
@@ -364,17 +325,17 @@ std::pair<double, double> RangeBelow(double a, double b, double lambda, double k
   return {lo, hi};
 }
 
-ModePlans SolveMode(const Problem& problem, BalanceMode mode, double cutoff) {
+ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* solver,
+                    double cutoff) {
   ModePlans out;
   if (PrunesAllowed(mode)) out.resize = SolveResize(problem);
   if (TransfersAllowed(mode)) {
     // One solver for both: migrate-only prunes nothing whatever the budgets say
     // (MinStepWithoutPruning reads none of them).
-    SolverLease lease(problem);
-    TransferSolver& solver = lease.solver();
-    out.migrate = SolveMigrate(problem, solver);
+    solver->Reset(problem);
+    out.migrate = SolveMigrate(problem, *solver);
     if (mode == BalanceMode::kAuto) {
-      out.joint = SolveAuto(problem, solver, out.migrate, out.resize, cutoff);
+      out.joint = SolveAuto(problem, *solver, out.migrate, out.resize, cutoff);
       out.joint_cut_off = !(out.joint.objective < cutoff);
     }
   }

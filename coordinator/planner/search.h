@@ -1,5 +1,5 @@
 // The exact optimum of one block on one ownership, per mode: resize-only, migrate-only
-// and the joint (auto) plan. Internal to the planner; planner.cc builds its candidates
+// and the joint (auto) plan. Internal to the planner; candidates.cc builds its candidates
 // from these.
 //
 // Over t. MinPrunes(t) (transfer_solver.h) is a non-increasing step function that changes
@@ -27,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/planner/planner.h"
 #include "coordinator/planner/problem.h"
 #include "coordinator/policy.h"
 
@@ -64,11 +63,16 @@ struct LpLine {
 std::pair<double, double> RangeBelow(double a, double b, double lambda, double k,
                                      const LpLine& left, const LpLine& right, double limit);
 
+class TransferSolver;
+
 // `mode` is a planning mode (resize, migrate or auto; see PlanningMode), and `problem`
 // MakeProblem's for it. Auto's search proves optimality only below `cutoff`: a caller
 // that would take the joint plan only if it beats some objective passes that, and the
-// search stops once nothing can.
-ModePlans SolveMode(const Problem& problem, BalanceMode mode, double cutoff = kInf);
+// search stops once nothing can. `solver` is the caller's (PlannerWorkspace::solver()),
+// reset here on `problem` and used for migrate and auto alike; what it solved before
+// changes nothing but how much it allocates.
+ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* solver,
+                    double cutoff = kInf);
 
 }  // namespace ballast::coordinator::planner_internal
 

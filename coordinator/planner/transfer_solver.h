@@ -40,7 +40,8 @@ class TransferSolver {
   TransferSolver() = default;
 
   // Starts over on `problem`, keeping every buffer's capacity: a solver reused from one
-  // decision to the next allocates almost nothing (SolveMode keeps one per thread).
+  // decision to the next allocates almost nothing (PlannerWorkspace holds one for its
+  // caller).
   void Reset(const Problem& problem);
 
   // Largest coverage rank r can have with z of its own units pruned and load <= t, or -1

@@ -29,11 +29,15 @@ import re
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import launch  # noqa: E402  (examples/vit/launch.py)
+try:
+    import ballast_harness as harness
+except ModuleNotFoundError:  # run straight from a checkout: the package is in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "python"))
+    import ballast_harness as harness
 
-REPORT_PERIOD_S = 0.25  # what launch.py sets for the job
-# The coordinator's --tick (its default; launch.py leaves it): decisions run on ticks, so a
+REPORT_PERIOD_S = 0.25  # what the harness sets for the job (control_plane.py)
+# The coordinator's --tick (its default; the harness leaves it): decisions run on ticks, so a
 # plan due 2 report periods after the session comes up to a tick later. CI measured 0.542 s
 # against a limit of 0.5 s with no tick in it: a decision one tick late under load.
 TICK_S = 0.05
@@ -41,7 +45,7 @@ TICK_S = 0.05
 MARKER_POLICY = {"hysteresis": "0.07"}
 
 
-class ChaosJob(launch.Job):
+class ChaosJob(harness.Job):
     """A launcher job that kills and restarts its daemons on a wall-clock schedule."""
 
     def __init__(self, cfg, interval, minutes, seed, targets):
@@ -63,25 +67,24 @@ class ChaosJob(launch.Job):
             self.policy_text = self.policy_get()
             self.next_kill = now + self.rng.uniform(*self.interval)
         if self.deadline is not None and now >= self.deadline and not self.stopping.is_set():
-            launch.log(self.cfg, f"step {step}: time is up; stopping the workers")
+            harness.log(self.cfg, f"step {step}: time is up; stopping the workers")
             self.interrupt()
             return
         if now < self.next_kill or self.stopping.is_set() or step >= self.cfg.steps:
             return
         target = self.targets[len(self.kills) % len(self.targets)]
-        launch.log(self.cfg, f"step {step}: kill -9 {target}, restarting it")
+        harness.log(self.cfg, f"step {step}: kill -9 {target}, restarting it")
         self.kills.append({"target": target, "time": time.time(), "step": step})
         self.kill_and_restart(target)
         if target == "coordinator":
-            launch.wait_until(lambda: self.ctl("status").returncode == 0, 20,
-                              "the restarted coordinator", self.procs, self.stopping)
+            self.control.wait_for_coordinator("the restarted coordinator")
             text = self.policy_get()
             if text != self.policy_text:
                 self.policy_lost.append(text)
         self.next_kill = time.time() + self.rng.uniform(*self.interval)
 
     def policy_get(self):
-        r = self.ctl("policy", "get", launch.JOB_OF_TRAINER[self.cfg.trainer])
+        r = self.ctl("policy", "get", harness.JOB_OF_TRAINER[self.cfg.trainer])
         return r.stdout.strip() if r.returncode == 0 else f"error: {r.stderr.strip()}"
 
 
@@ -173,7 +176,7 @@ def alternating(rank, slowdown, on, off, total):
     while lo < total:
         windows.append((lo, lo + on))
         lo += on + off
-    return launch.Straggler(rank, slowdown, windows)
+    return harness.Straggler(rank, slowdown, windows)
 
 
 def parse_interval(text):
@@ -215,10 +218,10 @@ def main(argv=None):
         return 2
     steps = a.steps if a.steps > 0 else 10**7
     stragglers = [alternating(1, 2.0, on, off, min(steps, 10**6))]
-    cfg = launch.JobConfig(build=a.build, steps=steps, batch=a.batch, mode="auto",
-                           stragglers=stragglers, contention=a.mechanism, out=a.out,
-                           trainer_args=a.trainer_args,
-                           policy=dict(MARKER_POLICY), progress="none")
+    cfg = harness.JobConfig(build=a.build, steps=steps, batch=a.batch, mode="auto",
+                            stragglers=stragglers, contention=a.mechanism, out=a.out,
+                            trainer_args=a.trainer_args,
+                            policy=dict(MARKER_POLICY), progress="none")
     job = ChaosJob(cfg, interval, a.minutes, a.seed, targets)
     began = time.time()
     try:
@@ -226,7 +229,7 @@ def main(argv=None):
         ranks = job.collect()
         result = {"bench": "chaos", "minutes": round((time.time() - began) / 60, 2),
                   "interval_seconds": a.interval, **check(job, ranks)}
-    except launch.LaunchError as e:
+    except harness.LaunchError as e:
         print(f"chaos.py: {e}", file=sys.stderr)
         return 1
     finally:

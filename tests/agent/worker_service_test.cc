@@ -1,20 +1,24 @@
 // The agent's worker socket is only reachable by the node's training processes: mode 0660,
 // in a directory it creates 0750; it refuses a world-writable directory without the sticky
-// bit, and never deletes a non-socket file sitting at its path.
+// bit, and never deletes a non-socket file sitting at its path. An attach is answered with
+// a Welcome, so the worker's reconnect loop knows its session is real.
 #include "agent/worker_service.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "ballast/v1/worker.grpc.pb.h"
 
 namespace ballast::agent {
 namespace {
@@ -92,6 +96,47 @@ TEST_F(WorkerServiceSocketTest, RefusesAWorldWritableDirectoryWithoutTheStickyBi
   auto sticky = StartWorkerServer(open_dir + "/agent.sock", &service_);
   ASSERT_TRUE(sticky.ok()) << sticky.status();
   (*sticky)->Shutdown();
+}
+
+TEST_F(WorkerServiceSocketTest, AnAttachIsAnsweredWithAWelcomeAndARefusedOneIsNot) {
+  const std::string socket = dir_ + "/agent.sock";
+  auto server = StartWorkerServer(socket, &service_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::WorkerAgent::NewStub(
+      grpc::CreateChannel(absl::StrCat("unix:", socket), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    // An agent that never answered would leave Read waiting: fail in seconds instead.
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub->Attach(&context);
+    v1::WorkerMessage hello;
+    v1::WorkerIdentity* identity = hello.mutable_hello();
+    identity->set_job("vit");
+    identity->set_group("tp0");
+    identity->set_rank(0);
+    identity->set_group_size(2);
+    identity->set_device("node/dev0");
+    identity->set_node("node");
+    ASSERT_TRUE(stream->Write(hello));
+    v1::WorkerDirective first;
+    ASSERT_TRUE(stream->Read(&first));
+    EXPECT_TRUE(first.has_welcome()) << first.DebugString();
+    context.TryCancel();
+    stream->Finish();
+  }
+  {
+    grpc::ClientContext context;
+    auto stream = stub->Attach(&context);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_job("vit");  // no group, rank or device: refused
+    ASSERT_TRUE(stream->Write(hello));
+    v1::WorkerDirective reply;
+    bool welcomed = false;
+    while (stream->Read(&reply)) welcomed |= reply.has_welcome();
+    EXPECT_FALSE(welcomed);
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  (*server)->Shutdown();
 }
 
 }  // namespace

@@ -9,7 +9,6 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import e2e_interleaved as il  # noqa: E402
-import launch  # noqa: E402  (on the path through e2e)
 
 
 def record(step, wall, spu, offloaded=0.0):
@@ -31,7 +30,7 @@ class ScheduleTest(unittest.TestCase):
         # none plain auto | auto plain none | none plain auto
         text = il.straggler_windows(il.schedule(3, 20, ["auto"]))
         self.assertEqual(text, "1:2@20-100,140-180")
-        straggler = launch.Straggler.parse(text)
+        straggler = il.harness.Straggler.parse(text)
         self.assertEqual([s for s in range(180) if straggler.active(s)],
                          [*range(20, 100), *range(140, 180)])
 

@@ -3,21 +3,20 @@
 // messages. Each gets INVALID_ARGUMENT or NOT_FOUND naming the field (or, for an
 // oversized message, RESOURCE_EXHAUSTED), is counted, and changes nothing else.
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <thread>
 
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "coordinator/policy.h"
-#include "coordinator/policy_proto.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/agent.grpc.pb.h"
+#include "coordinator/policy.h"
+#include "coordinator/policy_proto.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "testing/control_plane.h"
 
@@ -107,6 +106,28 @@ class CoordinatorServiceTest : public ::testing::Test {
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::CoordinatorMessage>> stream_;
 };
 
+// The agent's reconnect loop resets its backoff only on an answer (common/backoff.h), so an
+// accepted hello is answered at once, and a refused one never is.
+TEST_F(CoordinatorServiceTest, AnAcceptedHelloIsAnsweredWithAWelcomeAndARefusedOneIsNot) {
+  v1::CoordinatorMessage first;
+  ASSERT_TRUE(stream_->Read(&first));
+  EXPECT_TRUE(first.has_welcome()) << first.DebugString();
+
+  grpc::ClientContext context;
+  auto refused = agent_->Session(&context);
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_agent_id("agent-2");
+  v1::WorkerIdentity* worker = hello.mutable_hello()->add_workers();
+  *worker = Worker(0);
+  worker->set_group_size(3);  // the group has 2 ranks
+  ASSERT_TRUE(refused->Write(hello));
+  v1::CoordinatorMessage reply;
+  bool welcomed = false;
+  while (refused->Read(&reply)) welcomed |= reply.has_welcome();
+  EXPECT_FALSE(welcomed);
+  EXPECT_FALSE(refused->Finish().ok());
+}
+
 TEST_F(CoordinatorServiceTest, BadReportsAreRejectedNamingTheFieldAndCounted) {
   struct Case {
     v1::AgentMessage message;
@@ -154,14 +175,18 @@ TEST_F(CoordinatorServiceTest, BadReportsAreRejectedNamingTheFieldAndCounted) {
 TEST_F(CoordinatorServiceTest, ReportedOwnershipIsCheckedAgainstTheBlock) {
   v1::AgentMessage bad = Reports("vit", 0, 0, 0.1);
   for (int r : {0, 1, 1}) {
-    bad.mutable_reports()->mutable_reports(0)->mutable_step()->mutable_blocks(0)->add_owner_of_unit(r);
+    bad.mutable_reports()->mutable_reports(0)->mutable_step()->mutable_blocks(0)->add_owner_of_unit(
+        r);
   }
   v1::Rejection rejection = SendExpectingRejection(bad);
   EXPECT_EQ(rejection.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(rejection.message(), HasSubstr("owner_of_unit has 3 entries, block has 4"));
   v1::AgentMessage out_of_range = Reports("vit", 0, 0, 0.1, 2);
   for (int r : {0, 0, 1, 2}) {
-    out_of_range.mutable_reports()->mutable_reports(0)->mutable_step()->mutable_blocks(0)
+    out_of_range.mutable_reports()
+        ->mutable_reports(0)
+        ->mutable_step()
+        ->mutable_blocks(0)
         ->add_owner_of_unit(r);
   }
   EXPECT_THAT(SendExpectingRejection(out_of_range).message(), HasSubstr("has rank 2"));
@@ -198,6 +223,33 @@ TEST_F(CoordinatorServiceTest, OversizedMessageIsRefused) {
   const grpc::Status status = stream->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(coordinator_->coordinator()->connected_agents(), 1);  // only the fixture's
+}
+
+// A hello within the message size whose shapes pass the coordinator's limits is refused
+// whole, naming the limit, and the coordinator holds nothing of it.
+TEST_F(CoordinatorServiceTest, AHelloOverTheShapeLimitsIsRefusedNamingTheLimit) {
+  testing::InProcessCoordinatorOptions options{.store_path = dir_ + "/limits.db"};
+  options.coordinator.max_units_per_block = 100;
+  InProcessCoordinator limited(options);
+  ASSERT_TRUE(limited.Start().ok());
+  auto agent = v1::AgentService::NewStub(
+      grpc::CreateChannel(limited.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = agent->Session(&context);
+  v1::AgentMessage hello;
+  hello.mutable_hello()->set_agent_id("hostile");
+  v1::WorkerIdentity* w = hello.mutable_hello()->add_workers();
+  *w = Worker(0);
+  w->mutable_blocks(0)->set_num_units(101);
+  w->mutable_blocks(0)->mutable_owner_of_unit()->Resize(101, 0);
+  ASSERT_TRUE(stream->Write(hello));
+  stream->WritesDone();
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("more than max_units_per_block 100"));
+  EXPECT_EQ(limited.coordinator()->connected_agents(), 0);
+  EXPECT_EQ(limited.coordinator()->attached_workers(), 0);
 }
 
 TEST_F(CoordinatorServiceTest, AdminRejectsBadRequestsNamingTheField) {
@@ -401,8 +453,9 @@ TEST(SlowAgentTest, AnAgentThatNeverReadsDelaysNoOtherAgentAndIsDropped) {
   EXPECT_LT(plan_after, absl::Seconds(3));
 
   // The stuck agent is dropped within the bound; the healthy one stays.
-  EXPECT_TRUE(WaitFor([&] { return server.agent_service().counters().sessions_cancelled_slow == 1; },
-                      kWriteTimeout + absl::Seconds(5)));
+  EXPECT_TRUE(
+      WaitFor([&] { return server.agent_service().counters().sessions_cancelled_slow == 1; },
+              kWriteTimeout + absl::Seconds(5)));
   v1::CoordinatorMessage unread;
   while (stuck->Read(&unread)) {
   }

@@ -1,11 +1,12 @@
-// Coordinator logic with fakes (clock, policy store, agent sink): no servers, so time and
-// restarts are fully under the test's control.
+// The coordinator's decisions with fakes (clock, policy store, agent sink): no servers, so
+// time and restarts are fully under the test's control. Its bookkeeping (options,
+// forgetting, caps, names) is in coordinator_lifecycle_test.cc.
 #include "coordinator/coordinator.h"
-
-#include <cmath>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -13,81 +14,10 @@
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
 #include "tests/coordinator/coordinator_fixtures.h"
+#include "tests/coordinator/coordinator_test_base.h"
 
 namespace ballast::coordinator {
 namespace {
-
-class CoordinatorTest : public ::testing::Test {
- protected:
-  void SetUp() override { Restart(); }
-
-  // A fresh coordinator over the same durable store, as after a crash.
-  void Restart() {
-    coordinator_.reset();
-    speeds_ = *SpeedModel::Create(SpeedModelOptions{}, &clock_);
-    // A slow link: offloading a unit costs 2 s a step, so only a reshard can help.
-    coordinator_ = *Coordinator::Create({.link_bytes_per_second = 1e3}, &clock_,
-                                        &store_, speeds_.get());
-  }
-
-  // One report per rank: rank r computes `units[r]` units at `seconds_per_unit[r]`.
-  void Report(int64_t step, const std::vector<int>& units, const std::vector<double>& spu,
-              const std::vector<int>& owners_to_report = {}, int64_t plan_version = 0,
-              int64_t plan_number = 0) {
-    for (int rank : {0, 1}) {
-      v1::WorkerReport r;
-      r.set_job("vit");
-      r.set_group("tp0");
-      r.set_rank(rank);
-      r.mutable_step()->set_step(step);
-      r.mutable_step()->set_plan_version(plan_version);
-      r.mutable_step()->set_plan_number(plan_number);
-      v1::BlockTiming* b = r.mutable_step()->add_blocks();
-      b->set_block(0);
-      b->set_units_computed(units[rank]);
-      b->set_compute_seconds(spu[rank] * units[rank]);
-      for (int o : owners_to_report) b->add_owner_of_unit(o);
-      ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
-    }
-  }
-
-  // A coordinator with `options` and a fast link; job "vit" in migrate mode, planned every
-  // 100 ms; the agent connected with the units split evenly, its plans going to `sink`.
-  void StartMigrateJob(const CoordinatorOptions& options, RecordingSink* sink) {
-    Restart();
-    coordinator_ = *Coordinator::Create(options, &clock_, &store_, speeds_.get());
-    JobPolicy policy;
-    policy.mode = BalanceMode::kMigrate;
-    policy.report_period = absl::Milliseconds(100);
-    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-    ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), sink).ok());
-  }
-
-  // Job "vit" in migrate mode (reshard_after 2 s, planned every 100 ms) on the slow link,
-  // the units split evenly, rank 1 reporting 2x slower until the planner reshards: offloading
-  // cannot pay on this link, so nothing happens while the straggler is transient. Returns
-  // the next step; the reshard is sink->plans()[0].
-  int64_t ReshardAChronicStraggler(RecordingSink* sink) {
-    JobPolicy policy;
-    policy.mode = BalanceMode::kMigrate;
-    policy.reshard_after = absl::Seconds(2);
-    policy.report_period = absl::Milliseconds(100);
-    EXPECT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-    EXPECT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), sink).ok());
-    int64_t step = 0;
-    for (; step < 60 && sink->plans().empty(); ++step) {
-      Report(step, {4, 4}, {1e-3, 2e-3});
-      clock_.Advance(absl::Milliseconds(100));
-      coordinator_->Tick();
-    }
-    return step;
-  }
-
-  testing::FakeClock clock_;
-  testing::InMemoryPolicyStore store_;
-  std::unique_ptr<SpeedModel> speeds_;
-  std::unique_ptr<Coordinator> coordinator_;
-};
 
 TEST_F(CoordinatorTest, ChronicStragglerIsReshardedAndARestartPlansOnTheNewOwnership) {
   // Rank 1 runs 2x slower: once it is chronic the planner reshards.
@@ -395,8 +325,8 @@ v1::AgentHello HelloWithBlocks(int blocks) {
 // (40 -> 36 units of time, 9.4% better, above the 5% hysteresis). A rank slow in every block is
 // balanced, and once it is calm again the group goes back to all-local and stays there.
 TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced) {
-  coordinator_ = *Coordinator::Create({.marginal_straggler_for = absl::Milliseconds(500)},
-                                      &clock_, &store_, speeds_.get());
+  coordinator_ = *Coordinator::Create({.marginal_straggler_for = absl::Milliseconds(500)}, &clock_,
+                                      &store_, speeds_.get());
   JobPolicy policy;
   policy.mode = BalanceMode::kMigrate;
   policy.report_period = absl::Milliseconds(100);
@@ -636,164 +566,6 @@ TEST_F(CoordinatorTest, AStragglersSlowerCollectivesAreBalancedAsAFixedCost) {
       EXPECT_THAT(why->text(), ::testing::HasSubstr("1:0.004+0.003x"));
     }
   }
-}
-
-TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
-  testing::FakeClock clock;
-  testing::InMemoryPolicyStore store;
-  auto speeds = *SpeedModel::Create(SpeedModelOptions{}, &clock);
-  absl::StatusOr<std::unique_ptr<Coordinator>> c =
-      Coordinator::Create({.plan_dwell = absl::Seconds(-1)}, &clock, &store, speeds.get());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("plan_dwell -1s"));
-  c = Coordinator::Create({.dwell_hysteresis = 1.5}, &clock, &store, speeds.get());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("dwell_hysteresis 1.5"));
-  c = Coordinator::Create({.marginal_straggler_for = absl::Seconds(-2)}, &clock, &store,
-                          speeds.get());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("marginal_straggler_for -2s"));
-  c = Coordinator::Create({.dwell_hysteresis = std::nan("")}, &clock, &store, speeds.get());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  c = Coordinator::Create({.link_stale_after = absl::ZeroDuration()}, &clock, &store,
-                          speeds.get());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("link_stale_after 0 must be > 0"));
-}
-
-// An agent whose workers come and go: one session announcing `workers` ranks of `job`.
-v1::AgentHello SessionHello(const std::string& agent, const std::string& job, int workers) {
-  v1::AgentHello hello;
-  hello.set_agent_id(agent);
-  for (int rank = 0; rank < workers; ++rank) {
-    v1::WorkerIdentity* w = hello.add_workers();
-    w->set_job(job);
-    w->set_group("tp0");
-    w->set_rank(rank);
-    w->set_group_size(workers);
-    w->set_device(absl::StrCat(agent, "/gpu", rank));
-  }
-  return hello;
-}
-
-TEST_F(CoordinatorTest, IdleGroupsAndAgentsAreForgottenPoliciesStay) {
-  JobPolicy policy;
-  policy.mode = BalanceMode::kResize;
-  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-  // The job with a policy, reporting, and 200 short sessions each with a job of its own.
-  RecordingSink sink;
-  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
-  Report(1, {4, 4}, {1e-3, 1e-3});
-  for (int i = 0; i < 200; ++i) {
-    RecordingSink brief;
-    const std::string agent = absl::StrCat("brief-", i);
-    ASSERT_TRUE(coordinator_->AgentConnected(SessionHello(agent, agent, 2), &brief).ok());
-    coordinator_->AgentDisconnected(agent, &brief);
-  }
-  ASSERT_EQ(coordinator_->Status("")->jobs_size(), 201);
-  coordinator_->AgentDisconnected("agent-1", &sink);
-
-  // Within forget_after (10 minutes by default) everything is kept: an agent restart
-  // must find its groups' plans.
-  clock_.Advance(absl::Minutes(9));
-  coordinator_->Tick();
-  EXPECT_EQ(coordinator_->Status("")->jobs_size(), 201);
-  EXPECT_EQ(coordinator_->counters().groups_forgotten, 0);
-
-  clock_.Advance(absl::Minutes(2));
-  coordinator_->Tick();
-  absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("");
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ(status->jobs_size(), 0);
-  EXPECT_EQ(coordinator_->counters().groups_forgotten, 201);
-  EXPECT_EQ(coordinator_->counters().agents_forgotten, 201);
-  EXPECT_EQ(speeds_->counters().keys, 0);  // the speed estimates went with the group
-  // The operator's policy is configuration: it stays, and the job is still known by it.
-  EXPECT_EQ(coordinator_->GetPolicy("vit")->mode, BalanceMode::kResize);
-  EXPECT_TRUE(coordinator_->Status("vit").ok());
-  EXPECT_EQ(coordinator_->Status("brief-7").status().code(), absl::StatusCode::kNotFound);
-  // The job comes back as it left.
-  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
-  EXPECT_EQ(coordinator_->Status("")->jobs_size(), 1);
-}
-
-TEST_F(CoordinatorTest, AttachedWorkersKeepTheirGroupWithoutReports) {
-  RecordingSink sink;
-  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
-  // A job that stops reporting for an hour (a long evaluation) keeps its group: the agent
-  // says its workers are alive.
-  clock_.Advance(absl::Hours(1));
-  coordinator_->Tick();
-  EXPECT_EQ(coordinator_->Status("")->jobs_size(), 1);
-  Report(1, {4, 4}, {1e-3, 1e-3});  // and its reports are still taken
-}
-
-TEST_F(CoordinatorTest, WhatOneAgentMayAnnounceIsCapped) {
-  CoordinatorOptions options;
-  options.max_workers_per_agent = 3;
-  options.max_groups_per_agent = 2;
-  options.max_jobs_per_agent = 1;
-  coordinator_ = *Coordinator::Create(options, &clock_, &store_, speeds_.get());
-  RecordingSink sink;
-  absl::Status s = coordinator_->AgentConnected(SessionHello("a", "job", 4), &sink);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(s.message(), ::testing::HasSubstr("4 workers, more than --max_workers_per_agent=3"));
-  EXPECT_EQ(coordinator_->Status("")->jobs_size(), 0);  // refused whole
-
-  ASSERT_TRUE(coordinator_->AgentConnected(SessionHello("a", "job", 3), &sink).ok());
-  v1::WorkerIdentity other = SessionHello("a", "job", 1).workers(0);
-  other.set_group("tp1");
-  s = coordinator_->WorkerJoined("a", other);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(s.message(), ::testing::HasSubstr("4 workers, more than --max_workers_per_agent=3"));
-  // A worker leaving makes room.
-  ASSERT_TRUE(coordinator_->WorkerLeft("a", SessionHello("a", "job", 3).workers(2)).ok());
-  ASSERT_TRUE(coordinator_->WorkerJoined("a", other).ok());  // 3 workers in 2 groups
-  ASSERT_TRUE(coordinator_->WorkerLeft("a", SessionHello("a", "job", 3).workers(1)).ok());
-  other.set_group("tp2");
-  s = coordinator_->WorkerJoined("a", other);
-  EXPECT_THAT(s.message(), ::testing::HasSubstr("3 groups, more than --max_groups_per_agent=2"));
-  other.set_group("tp1");
-  other.set_job("job2");
-  s = coordinator_->WorkerJoined("a", other);
-  EXPECT_THAT(s.message(), ::testing::HasSubstr("2 jobs, more than --max_jobs_per_agent=1"));
-  // Re-registering a rank it already has is not a new worker.
-  ASSERT_TRUE(coordinator_->WorkerJoined("a", SessionHello("a", "job", 3).workers(0)).ok());
-  // Other agents have caps of their own.
-  EXPECT_TRUE(coordinator_->AgentConnected(SessionHello("b", "job3", 3), &sink).ok());
-}
-
-TEST_F(CoordinatorTest, OutsideNamesAreCheckedAndNeverEchoedWhole) {
-  RecordingSink sink;
-  ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
-  const std::string huge(1 << 20, 'j');
-  const std::string control("vit\x01\0x", 6);
-  auto expect_short_error = [&](const absl::Status& s, const std::string& field) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
-    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(field));
-    EXPECT_LT(s.message().size(), 256u) << field;  // never the whole value
-    EXPECT_EQ(s.message().find('\0'), absl::string_view::npos) << field;
-    EXPECT_EQ(s.message().find('\x01'), absl::string_view::npos) << field;
-  };
-  for (const std::string& bad : {huge, control, std::string("with space")}) {
-    v1::WorkerReport r;
-    r.set_job(bad);
-    r.set_group("tp0");
-    expect_short_error(coordinator_->Report("agent-1", r), "report.job");
-    expect_short_error(coordinator_->AgentConnected(SessionHello(bad, "job", 1), &sink),
-                       "hello.agent_id");
-    expect_short_error(coordinator_->AgentConnected(SessionHello("a", bad, 1), &sink),
-                       "worker.job");
-    expect_short_error(coordinator_->Status(bad).status(), "job");
-    expect_short_error(coordinator_->SetPolicy(bad, JobPolicy{}), "job");
-    expect_short_error(coordinator_->SetPaused(bad, true), "job");
-    expect_short_error(coordinator_->SetCordon(bad, true, "slow"), "device");
-    expect_short_error(coordinator_->Explain("vit", bad).status(), "group");
-  }
-  expect_short_error(coordinator_->SetCordon("dev0", true, std::string(15 << 20, 'r')), "reason");
-  expect_short_error(coordinator_->SetCordon("dev0", true, "line\nforged"), "reason");
-  ASSERT_TRUE(coordinator_->SetCordon("dev0", true, "throttled GPU \xc3\xa9t\xc3\xa9").ok());
-  EXPECT_EQ(coordinator_->Status("")->jobs_size(), 1);  // nothing was registered
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 """Checks of Ballast's operations artifacts (dashboards/, deploy/, docs/operations.md)
 against the code, shared by the shell tests in this directory.
 
+One file past ~600 lines on purpose: every check reads the same inventory of metric
+names, flags and runbook anchors parsed from the code below, and each shell test runs
+one subcommand of it.
+
   deploy_checks.py metrics SRC                 exported metric names, from the code
   deploy_checks.py dashboards SRC              dashboards: JSON, uids, variables, metric names
   deploy_checks.py rules SRC                   rules: each alert tested, runbook anchors, names

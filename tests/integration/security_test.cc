@@ -8,12 +8,11 @@
 //     through ballastctl's own client;
 //   - health stays open to anyone who completes the handshake.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "ballast/v1/admin.grpc.pb.h"
@@ -108,6 +107,11 @@ class SecurityTest : public ::testing::Test {
     hello.mutable_hello()->set_agent_id("raw-agent");
     hello.mutable_hello()->set_node("node-raw");
     if (stream->Write(hello)) stream->WritesDone();
+    // Read what the coordinator sends (its Welcome, once registered): a stream's status
+    // comes only after its messages.
+    v1::CoordinatorMessage reply;
+    while (stream->Read(&reply)) {
+    }
     return stream->Finish();
   }
 
@@ -264,8 +268,8 @@ TEST_F(SecurityTest, PlaintextHealthPortServesHealthAndNothingElse) {
   coordinator_ = std::make_unique<InProcessCoordinator>(testing::InProcessCoordinatorOptions{
       .store_path = dir_ + "/c.db", .security = Mtls(), .health_port = true});
   ASSERT_TRUE(coordinator_->Start().ok());
-  auto channel = grpc::CreateChannel(coordinator_->health_address(),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(coordinator_->health_address(), grpc::InsecureChannelCredentials());
   // A probe without any certificate gets SERVING...
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
@@ -275,9 +279,11 @@ TEST_F(SecurityTest, PlaintextHealthPortServesHealthAndNothingElse) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   // ...but neither the admin API nor the agents' service is there, even with the token.
-  auto admin = ctl::NewGrpcAdminClient(ctl::AdminClientOptions{
-      .address = coordinator_->health_address(), .deadline = absl::Seconds(5),
-      .credentials = grpc::InsecureChannelCredentials(), .token = kToken});
+  auto admin = ctl::NewGrpcAdminClient(
+      ctl::AdminClientOptions{.address = coordinator_->health_address(),
+                              .deadline = absl::Seconds(5),
+                              .credentials = grpc::InsecureChannelCredentials(),
+                              .token = kToken});
   EXPECT_EQ(admin->GetStatus({}).status().code(), absl::StatusCode::kUnimplemented);
   auto stub = v1::AgentService::NewStub(channel);
   grpc::ClientContext session_context;

@@ -1,5 +1,6 @@
 #include "testing/block_checks.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/status_macros.h"
@@ -10,27 +11,12 @@ namespace {
 
 constexpr double kTolerance = 1e-5;
 
-struct Buffers {
-  Buffer x, y, z, dy, dz, dx;
-};
-
-absl::StatusOr<Buffers> MakeBuffers(Compute& compute, const CheckedBlock& c) {
-  const size_t n = static_cast<size_t>(c.batch) * c.seq * c.hidden;
-  Buffers b;
-  for (Buffer* buffer : {&b.x, &b.y, &b.z, &b.dy, &b.dz, &b.dx}) {
-    BALLAST_ASSIGN_OR_RETURN(*buffer, compute.Allocate(n));
-  }
-  compute.CopyFromHost(c.step->x.data(), b.x.data(), n);
-  compute.CopyFromHost(c.step->dy.data(), b.dy.data(), n);
-  return b;
-}
-
 // After Forward and Backward of `block` (into b.y and b.dx), y, dx and every gradient
 // match the dense reference.
 absl::Status ExpectMatchesDense(RankContext& ctx, ParallelBlock& block, const CheckedBlock& c,
-                                Buffers& b) {
-  const DenseResult want = c.dense->Run(ToDouble(c.params), ToDouble(c.step->x),
-                                        ToDouble(c.step->dy), c.batch, c.seq);
+                                StepBuffers& b) {
+  const DenseResult want =
+      c.dense->Run(ToDouble(c.params), ToDouble(c.step->x), ToDouble(c.step->dy), c.batch, c.seq);
   const size_t n = static_cast<size_t>(c.batch) * c.seq * c.hidden;
   Compute& compute = ctx.backend->compute();
   const std::vector<float> got_y = ToHost(compute, b.y.data(), n);
@@ -45,13 +31,24 @@ absl::Status ExpectMatchesDense(RankContext& ctx, ParallelBlock& block, const Ch
 
 }  // namespace
 
+absl::StatusOr<StepBuffers> MakeStepBuffers(Compute& compute, const CheckedBlock& c) {
+  const size_t n = static_cast<size_t>(c.batch) * c.seq * c.hidden;
+  StepBuffers b;
+  for (Buffer* buffer : {&b.x, &b.y, &b.z, &b.dy, &b.dz, &b.dx}) {
+    BALLAST_ASSIGN_OR_RETURN(*buffer, compute.Allocate(n));
+  }
+  compute.CopyFromHost(c.step->x.data(), b.x.data(), n);
+  compute.CopyFromHost(c.step->dy.data(), b.dy.data(), n);
+  return b;
+}
+
 void ExpectRejectsBadShapesAndKeepsWorking(
     const CheckedBlock& c, const std::vector<std::pair<int32_t, int32_t>>& overflowing) {
   const std::vector<std::pair<int32_t, int32_t>> non_positive = {
       {0, c.seq}, {-1, c.seq}, {c.batch, 0}, {c.batch, -5}, {0, 0}};
   absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelBlock> block, c.factory(ctx));
-    BALLAST_ASSIGN_OR_RETURN(Buffers b, MakeBuffers(ctx.backend->compute(), c));
+    BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(ctx.backend->compute(), c));
     BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
 
     EXPECT_FALSE(block->Backward(b.dy.data(), b.dx.data()).ok()) << "Backward before Forward";
@@ -96,7 +93,7 @@ void ExpectBlockOutsideThePlanStaysExact(const CheckedBlock& c, const BlockFacto
     for (UnitFate fate : planned->LocalFates()) pruned += fate == UnitFate::kPruned;
     EXPECT_EQ(pruned, pruned_per_rank[ctx.rank]) << "rank " << ctx.rank;
 
-    BALLAST_ASSIGN_OR_RETURN(Buffers b, MakeBuffers(ctx.backend->compute(), c));
+    BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(ctx.backend->compute(), c));
     // As in a layer: checked then planned forward, planned then checked backward.
     BALLAST_RETURN_IF_ERROR(checked->Forward(b.x.data(), c.batch, c.seq, b.y.data()));
     BALLAST_RETURN_IF_ERROR(planned->Forward(b.y.data(), c.batch, c.seq, b.z.data()));
@@ -108,6 +105,27 @@ void ExpectBlockOutsideThePlanStaysExact(const CheckedBlock& c, const BlockFacto
     return ctx.group->EndStep();
   });
   EXPECT_TRUE(status.ok()) << status;
+}
+
+void ExpectUnitMeanRejectsUnitsNotOwnedHere(const BlockFactory& factory, int units) {
+  absl::Status status = RunRanks(2, [&](RankContext& ctx) -> absl::Status {
+    BALLAST_ASSIGN_OR_RETURN(std::unique_ptr<ParallelBlock> block, factory(ctx));
+    EXPECT_FALSE(block->UnitMean(-1).ok());
+    EXPECT_FALSE(block->UnitMean(units).ok());
+    // Rank 0 owns the first half of the units, rank 1 the second.
+    EXPECT_FALSE(block->UnitMean(ctx.rank == 0 ? units / 2 : 0).ok()) << "rank " << ctx.rank;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+void ExpectOfferPlanRejects(RankContext& ctx, const std::vector<BadPlan>& bad) {
+  for (const BadPlan& b : bad) {
+    absl::Status status = ctx.group->OfferPlan(b.plan);
+    EXPECT_FALSE(status.ok()) << "rank " << ctx.rank << ": " << b.what;
+    EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr(b.field))
+        << "rank " << ctx.rank << ": " << b.what;
+  }
 }
 
 }  // namespace ballast::testing

@@ -3,11 +3,13 @@
 #ifndef BALLAST_TESTS_TESTING_BLOCK_CHECKS_H_
 #define BALLAST_TESTS_TESTING_BLOCK_CHECKS_H_
 
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "ballast/plan.h"
 #include "testing/dense_reference.h"
+#include "testing/rank_threads.h"
 
 namespace ballast::testing {
 
@@ -24,6 +26,13 @@ struct CheckedBlock {
   int32_t hidden = 0;
 };
 
+// One step's activations in backend memory, each batch x seq x hidden: x and dy the
+// block's first step's, the rest zero.
+struct StepBuffers {
+  Buffer x, y, z, dy, dz, dx;
+};
+absl::StatusOr<StepBuffers> MakeStepBuffers(Compute& compute, const CheckedBlock& checked);
+
 // On 2 ranks: non-positive batch or seq is INVALID_ARGUMENT; each `overflowing` shape is
 // refused; null buffers are refused; Backward before (or after only rejected) Forwards is
 // refused. Then the block is unharmed: a good step equals the dense reference.
@@ -37,6 +46,21 @@ void ExpectRejectsBadShapesAndKeepsWorking(
 void ExpectBlockOutsideThePlanStaysExact(const CheckedBlock& checked, const BlockFactory& other,
                                          const WorkloadPlan& plan,
                                          const std::vector<int>& pruned_per_rank);
+
+// On 2 ranks owning the first and the second half of the block's `units` units (as
+// `factory` makes it): UnitMean refuses unit -1, unit `units` and the other rank's units.
+void ExpectUnitMeanRejectsUnitsNotOwnedHere(const BlockFactory& factory, int units);
+
+// A plan OfferPlan must refuse, and a word its error must name (empty: any error will do).
+struct BadPlan {
+  std::string what;
+  std::string field;
+  WorkloadPlan plan;
+};
+
+// On one rank (e.g. in a ScriptStep::before_step hook): OfferPlan refuses every plan of
+// `bad`, naming its field. Thread-safe EXPECTs only.
+void ExpectOfferPlanRejects(RankContext& ctx, const std::vector<BadPlan>& bad);
 
 }  // namespace ballast::testing
 

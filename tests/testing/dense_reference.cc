@@ -1,3 +1,8 @@
+// The dense reference and its driver (dense_reference.h says what they do). Past ~600
+// lines on purpose: the reference trainer and the driver that replays a run against it
+// share the private fate, snapshot and AdamW helpers below, and both must change together
+// whenever the block math does; apart, the helpers would need a header of their own that
+// only these two halves include.
 #include "testing/dense_reference.h"
 
 #include <algorithm>

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,17 +22,21 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/block_plans.h"
 #include "testing/dense_reference.h"
 #include "testing/rank_threads.h"
 
 namespace ballast {
 namespace {
 
+using ::ballast::testing::BlockPlans;
 using ::ballast::testing::DenseAdamWState;
 using ::ballast::testing::DenseAdamWStep;
 using ::ballast::testing::DenseBlock;
 using ::ballast::testing::DenseResult;
 using ::ballast::testing::MaxRelError;
+using ::ballast::testing::Off;
+using ::ballast::testing::Plan;
 using ::ballast::testing::RandomNormal;
 using ::ballast::testing::RankContext;
 using ::ballast::testing::RunRanks;
@@ -78,16 +83,11 @@ absl::StatusOr<StepBuffers> MakeStepBuffers(Compute& c, size_t n) {
 
 // Rank 2 offloads one unit to rank 0, rank 1 prunes one of its two (of each block).
 WorkloadPlan OffloadAndPrune(std::vector<int32_t> blocks = {1}) {
-  WorkloadPlan plan;
-  plan.group = GroupId("test/tp");
-  plan.version = PlanVersion(1);
+  std::vector<BlockPlan> plans;
   for (int32_t id : blocks) {
-    BlockPlan& b = plan.blocks.emplace_back();
-    b.block = BlockId(id);
-    b.pruned_units = {0, 1, 0};
-    b.offloads.push_back({RankId(2), RankId(0), 1});
+    plans.push_back(BlockPlans(BlockId(id)).Prune({0, 1, 0}, {Off(2, 0, 1)}));
   }
-  return plan;
+  return Plan(1, std::move(plans));
 }
 
 TEST(BlockTest, SkipBiasAddLeavesOutExactlyTheOutputBias) {
@@ -205,70 +205,73 @@ TEST_P(MicroBatchTest, MicroBatchesAccumulateToTheFullBatchWithAndWithoutRecompu
   options.backend = GetParam();
   for (bool recompute : {false, true}) {
     SCOPED_TRACE(recompute ? "recompute" : "activations kept");
-    ASSERT_TRUE(RunRanks(3, [&](RankContext& ctx) -> absl::Status {
-                  Compute& c = ctx.backend->compute();
-                  MlpConfig mlp_config;
-                  mlp_config.id = BlockId(1);
-                  mlp_config.activation = MlpActivation::kSwiGlu;
-                  mlp_config.hidden = kHidden;
-                  mlp_config.intermediate = kIntermediate;
-                  mlp_config.unit_size = 8;
-                  mlp_config.units.recompute = recompute;
-                  AttentionConfig attn_config;
-                  attn_config.id = BlockId(2);
-                  attn_config.hidden = kHidden;
-                  attn_config.num_heads = 8;
-                  attn_config.head_dim = 4;
-                  attn_config.num_query_groups = 4;
-                  attn_config.causal = attn_config.rotary = true;
-                  attn_config.units.recompute = recompute;
-                  BALLAST_ASSIGN_OR_RETURN(auto mlp,
-                                           ParallelMlp::Create(ctx.group.get(), mlp_config));
-                  BALLAST_ASSIGN_OR_RETURN(auto attn,
-                                           ParallelAttention::Create(ctx.group.get(), attn_config));
-                  BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(OffloadAndPrune({1, 2})));
-                  BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(c, kFullN));
-                  Buffer &x = b.x, &y = b.y, &dy = b.dy, &dx = b.dx;
-                  BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
-                  for (ParallelBlock* block : {static_cast<ParallelBlock*>(mlp.get()),
-                                               static_cast<ParallelBlock*>(attn.get())}) {
-                    SCOPED_TRACE(block->id().value());
-                    BALLAST_RETURN_IF_ERROR(block->Forward(x.data(), kFull, kSeq, y.data()));
-                    // Rank 0 computes (its own units and rank 2's); under this plan the
-                    // attention's ranks 1 and 2 compute nothing, so hold nothing anyway.
-                    if (recompute || ctx.group->rank().value() == 0) {
-                      EXPECT_EQ(block->activation_bytes() == 0, recompute);
-                    }
-                    BALLAST_RETURN_IF_ERROR(block->Backward(dy.data(), dx.data()));
-                    const std::vector<float> full_dx = ToHost(c, dx.data(), kFullN);
-                    BALLAST_ASSIGN_OR_RETURN(std::vector<float> full,
-                                             block->GatherDense(ParamField::kGrad));
-                    block->DiscardGradients();
-                    std::vector<float> micro_dx;
-                    for (size_t first : {size_t{0}, kMicroN}) {
-                      BALLAST_RETURN_IF_ERROR(block->Forward(x.data() + first, kMicro, kSeq,
-                                                             y.data()));
-                      BALLAST_RETURN_IF_ERROR(block->Backward(dy.data() + first, dx.data()));
-                      const std::vector<float> part = ToHost(c, dx.data(), kMicroN);
-                      micro_dx.insert(micro_dx.end(), part.begin(), part.end());
-                    }
-                    EXPECT_THAT(block->Backward(dy.data(), dx.data()).message(),
-                                HasSubstr("already had its Backward"));
-                    BALLAST_ASSIGN_OR_RETURN(std::vector<float> accumulated,
-                                             block->GatherDense(ParamField::kGrad));
-                    double largest = 0;
-                    for (float g : full) largest = std::max(largest, std::fabs(double{g}));
-                    EXPECT_GT(largest, 0);
-                    for (size_t i = 0; i < full.size(); ++i) {
-                      EXPECT_NEAR(accumulated[i], full[i], 1e-5 * largest) << i;
-                    }
-                    for (size_t i = 0; i < kFullN; ++i) {
-                      EXPECT_NEAR(micro_dx[i], full_dx[i], 1e-5) << i;
-                    }
-                    BALLAST_RETURN_IF_ERROR(block->AdamWStep({}));
-                  }
-                  return ctx.group->EndStep();
-                }, options).ok());
+    ASSERT_TRUE(
+        RunRanks(
+            3,
+            [&](RankContext& ctx) -> absl::Status {
+              Compute& c = ctx.backend->compute();
+              MlpConfig mlp_config;
+              mlp_config.id = BlockId(1);
+              mlp_config.activation = MlpActivation::kSwiGlu;
+              mlp_config.hidden = kHidden;
+              mlp_config.intermediate = kIntermediate;
+              mlp_config.unit_size = 8;
+              mlp_config.units.recompute = recompute;
+              AttentionConfig attn_config;
+              attn_config.id = BlockId(2);
+              attn_config.hidden = kHidden;
+              attn_config.num_heads = 8;
+              attn_config.head_dim = 4;
+              attn_config.num_query_groups = 4;
+              attn_config.causal = attn_config.rotary = true;
+              attn_config.units.recompute = recompute;
+              BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), mlp_config));
+              BALLAST_ASSIGN_OR_RETURN(auto attn,
+                                       ParallelAttention::Create(ctx.group.get(), attn_config));
+              BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(OffloadAndPrune({1, 2})));
+              BALLAST_ASSIGN_OR_RETURN(StepBuffers b, MakeStepBuffers(c, kFullN));
+              Buffer &x = b.x, &y = b.y, &dy = b.dy, &dx = b.dx;
+              BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+              for (ParallelBlock* block : {static_cast<ParallelBlock*>(mlp.get()),
+                                           static_cast<ParallelBlock*>(attn.get())}) {
+                SCOPED_TRACE(block->id().value());
+                BALLAST_RETURN_IF_ERROR(block->Forward(x.data(), kFull, kSeq, y.data()));
+                // Rank 0 computes (its own units and rank 2's); under this plan the
+                // attention's ranks 1 and 2 compute nothing, so hold nothing anyway.
+                if (recompute || ctx.group->rank().value() == 0) {
+                  EXPECT_EQ(block->activation_bytes() == 0, recompute);
+                }
+                BALLAST_RETURN_IF_ERROR(block->Backward(dy.data(), dx.data()));
+                const std::vector<float> full_dx = ToHost(c, dx.data(), kFullN);
+                BALLAST_ASSIGN_OR_RETURN(std::vector<float> full,
+                                         block->GatherDense(ParamField::kGrad));
+                block->DiscardGradients();
+                std::vector<float> micro_dx;
+                for (size_t first : {size_t{0}, kMicroN}) {
+                  BALLAST_RETURN_IF_ERROR(block->Forward(x.data() + first, kMicro, kSeq, y.data()));
+                  BALLAST_RETURN_IF_ERROR(block->Backward(dy.data() + first, dx.data()));
+                  const std::vector<float> part = ToHost(c, dx.data(), kMicroN);
+                  micro_dx.insert(micro_dx.end(), part.begin(), part.end());
+                }
+                EXPECT_THAT(block->Backward(dy.data(), dx.data()).message(),
+                            HasSubstr("already had its Backward"));
+                BALLAST_ASSIGN_OR_RETURN(std::vector<float> accumulated,
+                                         block->GatherDense(ParamField::kGrad));
+                double largest = 0;
+                for (float g : full) largest = std::max(largest, std::fabs(double{g}));
+                EXPECT_GT(largest, 0);
+                for (size_t i = 0; i < full.size(); ++i) {
+                  EXPECT_NEAR(accumulated[i], full[i], 1e-5 * largest) << i;
+                }
+                for (size_t i = 0; i < kFullN; ++i) {
+                  EXPECT_NEAR(micro_dx[i], full_dx[i], 1e-5) << i;
+                }
+                BALLAST_RETURN_IF_ERROR(block->AdamWStep({}));
+              }
+              return ctx.group->EndStep();
+            },
+            options)
+            .ok());
   }
 }
 

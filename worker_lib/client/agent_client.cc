@@ -4,22 +4,32 @@
 
 #include <deque>
 #include <map>
-#include <random>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "ballast/v1/worker.grpc.pb.h"
+#include "common/backoff.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "proto/convert.h"
 
 namespace ballast {
 namespace {
 
+// Durations in log lines, to the millisecond ("1.234s", not "1.23456789s").
+std::string ForLog(absl::Duration d) {
+  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
+}
+
 class AgentClientImpl final : public AgentClient {
  public:
   AgentClientImpl(const AgentClientOptions& options, TpGroup* group)
-      : options_(options), group_(group) {
+      : options_(options),
+        group_(group),
+        clock_(options.clock != nullptr ? options.clock : RealClock()),
+        backoff_({.initial = options.initial_backoff, .max = options.max_backoff}, clock_) {
     for (const BlockShape& b : group_->ShapeSnapshot().blocks) {
       if (ParallelBlock* block = group_->FindBlock(b.block)) {
         unit_bytes_[b.block.value()] = static_cast<int64_t>(block->unit_bytes());
@@ -53,47 +63,97 @@ class AgentClientImpl final : public AgentClient {
 
   AgentClientStats stats() const override {
     absl::MutexLock lock(&mu_);
-    return stats_;
+    AgentClientStats stats = stats_;
+    stats.backing_off = backing_off_ && clock_->Monotonic() < retry_at_;
+    return stats;
   }
 
  private:
   void Run() {
-    std::mt19937_64 rng(std::random_device{}());
-    absl::Duration backoff = options_.initial_backoff;
-    while (!Stopping()) {
-      const bool attached = Attach();
-      if (Stopping()) break;
-      if (attached) backoff = options_.initial_backoff;
-      // Equal jitter: sleep between half and all of the backoff, so the workers of a
-      // restarted agent do not reconnect in lockstep, yet never retry at once.
-      const double fraction = std::uniform_real_distribution<double>(0.5, 1.0)(rng);
+    for (;;) {
+      const grpc::Status status = Attach();
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff * fraction);
-      backoff = std::min(backoff * 2, options_.max_backoff);
+      if (stopping_) return;
+      const bool lost_session = stats_.established;
+      stats_.established = false;
+      const absl::Duration delay = backoff_.NextDelay();
+      LogFailedAttempt(status, lost_session, delay);
+      backing_off_ = true;
+      retry_at_ = clock_->Monotonic() + delay;
+      const bool go_on = WaitUnlessStopped(clock_, delay, mu_, stopping_);
+      backing_off_ = false;
+      if (!go_on) return;
     }
   }
 
-  bool Stopping() {
-    absl::MutexLock lock(&mu_);
-    return stopping_;
+  std::string Who() const {
+    return absl::StrCat("group=", group_->group().value(), " rank=", group_->rank().value());
   }
 
-  // One attach: returns whether the stream was established.
-  bool Attach() {
-    auto channel = grpc::CreateChannel(absl::StrCat("unix:", options_.socket_path),
-                                       grpc::InsecureChannelCredentials());
+  // The agent acknowledged this attach: log a reattach, start the backoff over.
+  void MarkEstablished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stats_.established) return;
+    stats_.established = true;
+    if (backoff_.attempts() > 0) {
+      const std::string outage = ForLog(backoff_.outage());
+      BALLAST_LOG(INFO) << Who() << (attached_before_ ? " reattached" : " attached")
+                        << " to the agent at " << options_.socket_path << " after "
+                        << backoff_.attempts()
+                        << (backoff_.attempts() == 1 ? " attempt, " : " attempts, ") << outage;
+    }
+    backoff_.Reset();
+    attached_before_ = true;
+  }
+
+  // After a stream ended: the one line this attempt may log (see the header).
+  void LogFailedAttempt(const grpc::Status& status, bool lost_session, absl::Duration delay)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string next = ForLog(delay);
+    const std::string outage = ForLog(backoff_.outage());
+    const std::string why =
+        status.ok()
+            ? std::string("the stream ended before the agent acknowledged the attach")
+            : absl::StrCat(
+                  absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                  ": ", status.error_message());
+    if (lost_session) {
+      BALLAST_LOG(WARNING) << Who() << " lost the agent at " << options_.socket_path << ": " << why
+                           << "; training continues on plan v" << group_->applied_version()
+                           << ", next attempt in " << next;
+    } else if (backoff_.attempts() == 1) {
+      BALLAST_LOG(WARNING) << Who() << " cannot attach to the agent at " << options_.socket_path
+                           << ": " << why << "; retrying with backoff (next attempt in " << next
+                           << ")";
+    } else if (backoff_.ShouldLogAttempt()) {
+      BALLAST_LOG(WARNING) << Who() << " agent at " << options_.socket_path
+                           << " still unreachable after " << backoff_.attempts() << " attempts in "
+                           << outage << ": " << why << "; next attempt in " << next;
+    }
+  }
+
+  // One attach, from the stream's creation to its end; returns its final status.
+  grpc::Status Attach() {
+    grpc::ChannelArguments args;
+    // A channel of its own per attempt: gRPC's shared subchannels keep their own reconnect
+    // backoff (up to 120 s); this client's backoff is the only one.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto channel = grpc::CreateCustomChannel(absl::StrCat("unix:", options_.socket_path),
+                                             grpc::InsecureChannelCredentials(), args);
     auto stub = v1::WorkerAgent::NewStub(channel);
     auto context = std::make_unique<grpc::ClientContext>();
     context->set_wait_for_ready(false);
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return false;
+      if (stopping_) return grpc::Status::CANCELLED;
       context_ = context.get();
+      ++stats_.attempts;
     }
+    const absl::Duration opened_at = clock_->Monotonic();
     auto stream = stub->Attach(context.get());
     v1::WorkerMessage hello;
     *hello.mutable_hello() = Hello();
     bool ok = stream->Write(hello);
+    bool cancel = true;  // on the way out: stopping, or a write failed
     if (ok) {
       absl::MutexLock lock(&mu_);
       ++stats_.connects;
@@ -107,8 +167,20 @@ class AgentClientImpl final : public AgentClient {
         absl::MutexLock lock(&mu_);
         auto ready = [this] { return stopping_ || !queue_.empty() || reader_done_; };
         mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
-        if (stopping_ || reader_done_) break;
+        if (reader_done_ && !stopping_) {
+          cancel = false;  // the agent ended the stream: keep its status for the log
+          break;
+        }
+        if (stopping_) break;
         batch.swap(queue_);
+      }
+      // An agent older than the Welcome message says nothing after an accepted hello: an
+      // attach it kept open this long on a connected channel is one it accepted (a refusal
+      // ends it at once). Current agents answer, and the reader marks it.
+      if (clock_->Monotonic() - opened_at >= options_.established_after &&
+          channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+        absl::MutexLock lock(&mu_);
+        MarkEstablished();
       }
       for (const StepTimings& t : batch) {
         v1::WorkerMessage msg;
@@ -122,21 +194,14 @@ class AgentClientImpl final : public AgentClient {
         ++stats_.reports_sent;
       }
     }
-    context->TryCancel();
+    if (cancel) context->TryCancel();
     if (reader.joinable()) reader.join();
     grpc::Status status = stream->Finish();
     absl::MutexLock lock(&mu_);
-    const bool was_connected = stats_.connected;
     stats_.connected = false;
     reader_done_ = false;
     context_ = nullptr;
-    if (was_connected && !stopping_) {
-      BALLAST_LOG(WARNING) << "group=" << group_->group() << " rank=" << group_->rank()
-                           << " lost the agent at " << options_.socket_path << ": "
-                           << status.error_message() << "; training continues on plan v"
-                           << group_->applied_version();
-    }
-    return was_connected;
+    return status;
   }
 
   // This worker's identity, with every block's ownership as of the last step boundary.
@@ -186,7 +251,13 @@ class AgentClientImpl final : public AgentClient {
 
   void ReadDirectives(grpc::ClientReaderWriter<v1::WorkerMessage, v1::WorkerDirective>* stream) {
     v1::WorkerDirective directive;
+    bool acknowledged = false;
     while (stream->Read(&directive)) {
+      if (!acknowledged) {
+        acknowledged = true;
+        absl::MutexLock lock(&mu_);
+        MarkEstablished();
+      }
       if (!directive.has_plan()) continue;
       absl::StatusOr<WorkloadPlan> plan = FromProto(directive.plan());
       absl::Status status = plan.ok() ? group_->OfferPlan(*std::move(plan)) : plan.status();
@@ -204,10 +275,15 @@ class AgentClientImpl final : public AgentClient {
 
   const AgentClientOptions options_;
   TpGroup* const group_;
+  Clock* const clock_;
   std::map<int32_t, int64_t> unit_bytes_;  // per block; fixed at start
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Backoff backoff_ ABSL_GUARDED_BY(mu_);
+  bool backing_off_ ABSL_GUARDED_BY(mu_) = false;
+  bool attached_before_ ABSL_GUARDED_BY(mu_) = false;  // any attach acknowledged yet
+  absl::Duration retry_at_ ABSL_GUARDED_BY(mu_);       // clock_->Monotonic() of the next attempt
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<StepTimings> queue_ ABSL_GUARDED_BY(mu_);
@@ -231,9 +307,10 @@ absl::StatusOr<std::unique_ptr<AgentClient>> AgentClient::Start(const AgentClien
     return absl::InvalidArgumentError(
         absl::StrCat("queue_capacity ", options.queue_capacity, " must be >= 1"));
   }
-  if (options.initial_backoff <= absl::ZeroDuration() ||
-      options.max_backoff < options.initial_backoff) {
-    return absl::InvalidArgumentError("backoff must satisfy 0 < initial_backoff <= max_backoff");
+  if (absl::Status s =
+          ValidateBackoffOptions({.initial = options.initial_backoff, .max = options.max_backoff});
+      !s.ok()) {
+    return s;
   }
   return std::unique_ptr<AgentClient>(new AgentClientImpl(options, group));
 }

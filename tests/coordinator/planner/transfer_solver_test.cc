@@ -60,9 +60,10 @@ TEST(TransferSolverTest, LpPrunesIsConvexAndFallsWithTheStepTime) {
   EXPECT_GT(checked, 5000);
 }
 
-// SolveMode keeps one solver per thread and resets it for each problem: a reset solver
-// must answer exactly as a new one, whatever it solved before (a bigger group, other
-// speeds, cordons). One solver goes through all the trials; a fresh one checks each.
+// A PlannerWorkspace keeps one solver across decisions and SolveMode resets it for each
+// problem: a reset solver must answer exactly as a new one, whatever it solved before (a
+// bigger group, other speeds, cordons). One solver goes through all the trials; a fresh
+// one checks each.
 TEST(TransferSolverTest, AResetSolverAnswersAsANewOne) {
   std::mt19937_64 rng(12);
   std::uniform_real_distribution<double> unit(0, 1);

@@ -5,8 +5,12 @@
 // to the TpGroup (OfferPlan is thread-safe; the group agrees on them at step boundaries).
 // It never blocks or slows the training step: Report() only appends to a bounded queue,
 // and when the queue is full the oldest timing is dropped and counted. If the agent is
-// away, the client reconnects with exponential backoff and jitter while training goes on
-// with the last agreed plan.
+// away, the client retries on the Backoff schedule of common/backoff.h while training goes
+// on with the last agreed plan. The backoff starts over only once the agent has
+// acknowledged an attach (its Welcome or any first directive; from an agent older than the
+// Welcome, the stream still open `established_after` later on a connected channel: an agent
+// refuses an attach by ending the stream at once), never merely because a stream was created; an
+// outage logs its first failure, attempts 2, 4, 8..., and one line on reattaching.
 //
 //   ballast::AgentClientOptions options;
 //   options.socket_path = "/run/ballast/agent.sock";
@@ -26,6 +30,8 @@
 
 namespace ballast {
 
+class Clock;  // common/clock.h
+
 struct AgentClientOptions {
   std::string socket_path = "/run/ballast/agent.sock";
   std::string job;
@@ -35,6 +41,12 @@ struct AgentClientOptions {
   int32_t queue_capacity = 256;
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(5);
+  // How long an attach an agent older than the Welcome leaves unanswered must stay open to
+  // count as acknowledged (see above).
+  absl::Duration established_after = absl::Seconds(1);
+  // Times the backoff and `established_after`; null: the real clock. For tests (a
+  // FakeClock); a training program leaves it null. Not owned.
+  Clock* clock = nullptr;
 };
 
 struct AgentClientStats {
@@ -42,8 +54,13 @@ struct AgentClientStats {
   int64_t reports_dropped = 0;
   int64_t plans_received = 0;
   int64_t plans_rejected = 0;  // failed validation in the group
-  int64_t connects = 0;        // successful attaches, including reconnects
-  bool connected = false;
+  int64_t connects = 0;        // streams whose hello was sent, including reconnects
+  int64_t attempts = 0;        // streams created: every attach tried
+  bool connected = false;      // a stream is open and its hello sent
+  bool established = false;    // ...and the agent acknowledged it (see above)
+  // Waiting out a reconnect delay that has not elapsed yet on options.clock (a test moves
+  // its fake clock only while this holds).
+  bool backing_off = false;
 };
 
 class AgentClient {

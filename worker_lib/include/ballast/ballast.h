@@ -4,9 +4,11 @@
 
 #include "ballast/backend.h"
 #include "ballast/block.h"
+#include "ballast/ownership.h"
 #include "ballast/parallel_attention.h"
 #include "ballast/parallel_mlp.h"
 #include "ballast/plan.h"
+#include "ballast/step_timings.h"
 #include "ballast/tp_group.h"
 #include "ballast/types.h"
 

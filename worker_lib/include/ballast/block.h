@@ -41,7 +41,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "ballast/compute.h"
+#include "ballast/ownership.h"
 #include "ballast/plan.h"
+#include "ballast/step_timings.h"
 #include "ballast/types.h"
 
 namespace ballast {
@@ -49,30 +51,6 @@ namespace ballast {
 class TpGroup;
 class IntervalTimer;
 struct PeerTransfer;
-
-// Compute versus collective time of one block over one step, on this rank.
-struct BlockTiming {
-  BlockId block;
-  // Forward + backward compute (GEMMs, kernels), excluding waits in collectives.
-  double compute_seconds = 0;
-  // Time inside collectives and point-to-point transfers (including waiting for peers).
-  double comm_seconds = 0;
-  // Units this rank computed: its own kept units plus those it computed as a helper.
-  int32_t units_computed = 0;
-  // compute_seconds / units_computed; 0 when nothing was computed. The speed signal.
-  double seconds_per_unit = 0;
-  // The step's Backward calls (its micro-batches): an offloaded unit's weight gradients
-  // return to its owner once per Backward, its weights go out once a step.
-  int32_t micro_batches = 0;
-  // A link sample, once in 16 offloading steps (blocks take turns): the offloaded weights
-  // this rank received as a helper, when they all came from one owner that sent to no one
-  // else at the same time, their bytes and the seconds of the transfer (started together
-  // behind a barrier). The coordinator learns link speeds from these. received_from = -1:
-  // no sample (not the block's turn, nothing received, several owners or a shared one).
-  int32_t received_from = -1;
-  int64_t received_bytes = 0;
-  double received_seconds = 0;
-};
 
 // The fate of one of this rank's units in the step in progress.
 enum class UnitFate { kLocal, kOffloaded, kPruned };
@@ -116,13 +94,6 @@ struct UnitConfig {
   // Backward after an AdamWStep or a new step writes them.
   bool keep_gradients = false;
 };
-
-// Contiguous ownership with per-rank shares (HAP-style uneven sharding): rank r gets about
-// shares[r] / sum(shares) of the units, rounded by largest remainder; every share > 0.
-absl::StatusOr<std::vector<RankId>> ProportionalOwnership(int32_t num_units,
-                                                          absl::Span<const double> shares);
-// The equal split (Megatron's).
-std::vector<RankId> EvenOwnership(int32_t num_units, int32_t size);
 
 class ParallelBlock {
  public:
@@ -248,9 +219,8 @@ class ParallelBlock {
                             float beta, float* z) = 0;
   // grads = grad_beta * grads + the range's parameter gradients (grad_beta 0 or 1);
   // dx = beta * dx + its input gradient.
-  virtual void BackwardRange(const UnitRange& range, const float* x, const float* dz,
-                             int32_t batch, int32_t seq, float beta, float grad_beta,
-                             float* dx) = 0;
+  virtual void BackwardRange(const UnitRange& range, const float* x, const float* dz, int32_t batch,
+                             int32_t seq, float beta, float grad_beta, float* dx) = 0;
   // out (1 x hidden) += sum over the range of mean activation (unit slab of `means`) times
   // the unit's output weights.
   virtual void ImputeRange(const UnitRange& range, const float* means, float* out) = 0;
@@ -290,8 +260,7 @@ class ParallelBlock {
   // replicated bias buffer, from a dense layout.
   void ScatterDense(int field_kind, const std::vector<float>& dense, Buffer& bias);
   absl::Status UpdateMeans(int32_t units, const float* batch_means);
-  UnitRange StorageRange(int32_t first, int32_t count, std::vector<Buffer>* cache,
-                         float* mean_out);
+  UnitRange StorageRange(int32_t first, int32_t count, std::vector<Buffer>* cache, float* mean_out);
   // Helper range `index` (this step's l.in[index]) over its receive buffers.
   UnitRange HelperRange(size_t index);
   absl::Status EnsureSize(Buffer& buffer, size_t n);

@@ -41,6 +41,7 @@
 #include "ballast/backend.h"
 #include "ballast/block.h"
 #include "ballast/plan.h"
+#include "ballast/step_timings.h"
 #include "ballast/types.h"
 
 namespace ballast {
@@ -49,18 +50,6 @@ struct TpGroupOptions {
   GroupId group;
   // How many not-yet-applied plans a rank holds (and the agreement window width).
   int32_t plan_history = 16;
-};
-
-// Everything a rank measured in one step.
-struct StepTimings {
-  int64_t step = 0;
-  PlanVersion plan_version;
-  int64_t plan_number = 0;  // WorkloadPlan::number of that plan
-  // Time spent agreeing on (and applying) the plan at the step boundary.
-  double agreement_seconds = 0;
-  std::vector<BlockTiming> blocks;
-  double compute_seconds() const;
-  double comm_seconds() const;
 };
 
 class TpGroup {

@@ -1,10 +1,10 @@
-// Tests for ProportionalOwnership / EvenOwnership (worker_lib/ownership.cc).
+// Tests for ProportionalOwnership / EvenOwnership (plan/ownership.cc).
+#include "ballast/ownership.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
-
-#include "ballast/block.h"
 
 namespace ballast {
 namespace {

@@ -108,6 +108,11 @@ struct GroupShape {
 // ranks holding the same plan and state reach the same verdict.
 absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape);
 
+// The block part of ValidatePlan, for one block of a group of `group_size` ranks (the
+// planner prices single blocks); the error names the block, e.g. "block 3: offloads[1].helper
+// 9 out of range [0, 4)", and ValidatePlan prefixes it with the plan's version.
+absl::Status ValidateBlockPlan(const BlockPlan& block, const BlockShape& shape, int32_t group_size);
+
 // A one-line human summary, e.g. "v7: block 1 pruned {0,4} offload 1->0 x2".
 std::string PlanSummary(const WorkloadPlan& plan);
 

@@ -51,13 +51,13 @@ absl::StatusOr<Priority> ParsePriority(absl::string_view name) {
 
 namespace {
 
-absl::Status BlockError(const WorkloadPlan& plan, const BlockPlan& block, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("plan v", plan.version.value(), " block ", block.block.value(), ": ", what));
+absl::Status BlockError(const BlockPlan& block, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("block ", block.block.value(), ": ", what));
 }
 
-absl::Status ValidateBlock(const WorkloadPlan& plan, const BlockPlan& bp, const BlockShape& shape,
-                           int32_t size) {
+}  // namespace
+
+absl::Status ValidateBlockPlan(const BlockPlan& bp, const BlockShape& shape, int32_t size) {
   auto in_range = [size](RankId r) { return r.value() >= 0 && r.value() < size; };
   const std::string range = absl::StrCat("out of range [0, ", size, ")");
 
@@ -65,15 +65,13 @@ absl::Status ValidateBlock(const WorkloadPlan& plan, const BlockPlan& bp, const 
   const std::vector<RankId>* owners = &shape.owner_of_unit;
   if (!bp.owner_of_unit.empty()) {
     if (static_cast<int32_t>(bp.owner_of_unit.size()) != shape.num_units) {
-      return BlockError(plan, bp,
-                        absl::StrCat("owner_of_unit has ", bp.owner_of_unit.size(),
-                                     " entries, block has ", shape.num_units, " units"));
+      return BlockError(bp, absl::StrCat("owner_of_unit has ", bp.owner_of_unit.size(),
+                                         " entries, block has ", shape.num_units, " units"));
     }
     for (size_t u = 0; u < bp.owner_of_unit.size(); ++u) {
       if (!in_range(bp.owner_of_unit[u])) {
-        return BlockError(plan, bp,
-                          absl::StrCat("owner_of_unit[", u, "] = ", bp.owner_of_unit[u].value(),
-                                       " ", range));
+        return BlockError(
+            bp, absl::StrCat("owner_of_unit[", u, "] = ", bp.owner_of_unit[u].value(), " ", range));
       }
     }
     owners = &bp.owner_of_unit;
@@ -84,16 +82,14 @@ absl::Status ValidateBlock(const WorkloadPlan& plan, const BlockPlan& bp, const 
   std::vector<int64_t> removed(size, 0);  // pruned + offloaded, per owner
   if (!bp.pruned_units.empty()) {
     if (static_cast<int32_t>(bp.pruned_units.size()) != size) {
-      return BlockError(plan, bp,
-                        absl::StrCat("pruned_units has ", bp.pruned_units.size(),
-                                     " entries, group has ", size, " ranks"));
+      return BlockError(bp, absl::StrCat("pruned_units has ", bp.pruned_units.size(),
+                                         " entries, group has ", size, " ranks"));
     }
     for (int32_t r = 0; r < size; ++r) {
       const int32_t n = bp.pruned_units[r];
       if (n < 0 || n > owned[r]) {
-        return BlockError(plan, bp,
-                          absl::StrCat("pruned_units[", r, "] = ", n, " out of range [0, ",
-                                       owned[r], "] (units rank ", r, " owns)"));
+        return BlockError(bp, absl::StrCat("pruned_units[", r, "] = ", n, " out of range [0, ",
+                                           owned[r], "] (units rank ", r, " owns)"));
       }
       removed[r] += n;
     }
@@ -103,36 +99,31 @@ absl::Status ValidateBlock(const WorkloadPlan& plan, const BlockPlan& bp, const 
     const Offload& o = bp.offloads[i];
     const std::string field = absl::StrCat("offloads[", i, "]");
     if (!in_range(o.owner)) {
-      return BlockError(plan, bp, absl::StrCat(field, ".owner ", o.owner.value(), " ", range));
+      return BlockError(bp, absl::StrCat(field, ".owner ", o.owner.value(), " ", range));
     }
     if (!in_range(o.helper)) {
-      return BlockError(plan, bp, absl::StrCat(field, ".helper ", o.helper.value(), " ", range));
+      return BlockError(bp, absl::StrCat(field, ".helper ", o.helper.value(), " ", range));
     }
     if (o.owner == o.helper) {
-      return BlockError(plan, bp,
-                        absl::StrCat(field, ".helper equals its owner ", o.owner.value()));
+      return BlockError(bp, absl::StrCat(field, ".helper equals its owner ", o.owner.value()));
     }
     if (o.units <= 0) {
-      return BlockError(plan, bp, absl::StrCat(field, ".units ", o.units, " must be > 0"));
+      return BlockError(bp, absl::StrCat(field, ".units ", o.units, " must be > 0"));
     }
     if (!pairs.insert({o.owner.value(), o.helper.value()}).second) {
-      return BlockError(plan, bp,
-                        absl::StrCat(field, " repeats owner ", o.owner.value(), " -> helper ",
-                                     o.helper.value()));
+      return BlockError(bp, absl::StrCat(field, " repeats owner ", o.owner.value(), " -> helper ",
+                                         o.helper.value()));
     }
     removed[o.owner.value()] += o.units;
   }
   for (int32_t r = 0; r < size; ++r) {
     if (removed[r] > owned[r]) {
-      return BlockError(plan, bp,
-                        absl::StrCat("rank ", r, " prunes and offloads ", removed[r],
-                                     " units but owns ", owned[r]));
+      return BlockError(bp, absl::StrCat("rank ", r, " prunes and offloads ", removed[r],
+                                         " units but owns ", owned[r]));
     }
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
   if (plan.group != shape.group) {
@@ -145,19 +136,16 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
         absl::StrCat("plan version ", plan.version.value(), " must be > 0"));
   }
   if (plan.number < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(), ": number ",
-                                                   plan.number, " must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan v", plan.version.value(), ": number ", plan.number, " must be >= 0"));
   }
   if (plan.imputation != Imputation::kZero && plan.imputation != Imputation::kMean) {
-    return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(),
-                                                   ": imputation ",
-                                                   static_cast<int>(plan.imputation),
-                                                   " unknown"));
+    return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(), ": imputation ",
+                                                   static_cast<int>(plan.imputation), " unknown"));
   }
   if (plan.priority.has_value() && PriorityName(*plan.priority) == "unknown") {
     return absl::InvalidArgumentError(absl::StrCat("plan v", plan.version.value(), ": priority ",
-                                                   static_cast<int>(*plan.priority),
-                                                   " unknown"));
+                                                   static_cast<int>(*plan.priority), " unknown"));
   }
   std::set<int32_t> seen;
   for (const BlockPlan& bp : plan.blocks) {
@@ -165,20 +153,25 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
     for (const BlockShape& s : shape.blocks) {
       if (s.block == bp.block) block_shape = &s;
     }
+    absl::Status s;
     if (block_shape == nullptr) {
-      return BlockError(plan, bp, "block unknown to this group");
+      s = BlockError(bp, "block unknown to this group");
+    } else if (!seen.insert(bp.block.value()).second) {
+      s = BlockError(bp, "block listed twice");
+    } else {
+      s = ValidateBlockPlan(bp, *block_shape, shape.size);
     }
-    if (!seen.insert(bp.block.value()).second) {
-      return BlockError(plan, bp, "block listed twice");
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan v", plan.version.value(), " ", s.message()));
     }
-    if (absl::Status s = ValidateBlock(plan, bp, *block_shape, shape.size); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 std::string PlanSummary(const WorkloadPlan& plan) {
-  std::string out = plan.number > 0 ? absl::StrCat("#", plan.number)
-                                    : absl::StrCat("v", plan.version.value());
+  std::string out =
+      plan.number > 0 ? absl::StrCat("#", plan.number) : absl::StrCat("v", plan.version.value());
   if (plan.blocks.empty()) return absl::StrCat(out, ": all local");
   absl::StrAppend(&out, " (", ImputationName(plan.imputation),
                   plan.priority.has_value() ? absl::StrCat(", ", PriorityName(*plan.priority)) : "",

@@ -143,6 +143,20 @@ TEST(ValidatePlanTest, RejectsUnknownPriority) {
   ExpectInvalid(plan, "priority 7 unknown");
 }
 
+// One block on its own (the planner prices blocks one at a time): the same rule and the
+// same words as in a whole plan, which only adds its version.
+TEST(ValidateBlockPlanTest, IsTheBlockPartOfValidatePlan) {
+  const GroupShape shape = Shape();
+  WorkloadPlan plan = ValidPlan();
+  EXPECT_TRUE(ValidateBlockPlan(plan.blocks[0], shape.blocks[0], shape.size).ok());
+  plan.blocks[0].offloads = {{RankId(1), RankId(9), 1}};
+  const absl::Status block = ValidateBlockPlan(plan.blocks[0], shape.blocks[0], shape.size);
+  EXPECT_EQ(block.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(block.message(), "block 7: offloads[0].helper 9 out of range [0, 3)");
+  EXPECT_EQ(ValidatePlan(plan, shape).message(),
+            "plan v4 block 7: offloads[0].helper 9 out of range [0, 3)");
+}
+
 TEST(PlanNamesTest, RoundTrip) {
   for (Imputation i : {Imputation::kZero, Imputation::kMean}) {
     EXPECT_EQ(*ParseImputation(ImputationName(i)), i);

@@ -1,9 +1,10 @@
+#include "ballast/ownership.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "ballast/block.h"
 
 namespace ballast {
 

@@ -1,0 +1,337 @@
+#include "coordinator/decision_loop.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "coordinator/fixed_costs.h"
+#include "coordinator/rank_speeds.h"
+
+namespace ballast::coordinator {
+namespace {
+
+// What the planner is given for a rank in a block: the block's reference seconds per unit
+// times the rank's slowdown pooled over all blocks (rank_speeds.h), rather than the
+// rank's own estimate in this block. A rank's contention is the rank's, not the block's;
+// its per-block estimates swing by 10-25% (a quota throttle falls in one block or
+// another), and balancing each block on its own swings moved units back and forth, a
+// reshard every dwell on a shaped link. Pooled, every block sees the same ratios between
+// ranks, and a block's own noise scales all its ranks alike. The rank's own estimate is
+// the fallback while it has been judged nowhere.
+double PooledSecondsPerUnit(const RankSpeed& rank, const GroupSpeeds& block,
+                            const PooledGroup& pooled) {
+  const size_t r = static_cast<size_t>(rank.rank.value());
+  const double slowdown = r < pooled.ranks.size() ? pooled.ranks[r].slowdown : 0;
+  if (!(slowdown > 0) || !(block.reference_seconds_per_unit > 0)) return rank.seconds_per_unit;
+  return block.reference_seconds_per_unit * slowdown;
+}
+
+// The ownership a block is planned on: the plan in force's, where it moves the block's
+// units (restated until confirmed), else what the workers run.
+const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
+                                            const BlockSnapshot& block) {
+  for (const BlockPlan& bp : in_force.blocks) {
+    if (bp.block.value() == block.block && !bp.owner_of_unit.empty()) return bp.owner_of_unit;
+  }
+  return block.owner_of_unit;
+}
+
+const RankSnapshot* FindRank(const GroupSnapshot& group, int32_t rank) {
+  auto it = std::lower_bound(group.ranks.begin(), group.ranks.end(), rank,
+                             [](const RankSnapshot& r, int32_t value) { return r.rank < value; });
+  return it != group.ranks.end() && it->rank == rank ? &*it : nullptr;
+}
+
+}  // namespace
+
+DecisionLoop::DecisionLoop(const DecisionLoopOptions& options, Clock* clock,
+                           GroupRegistry* registry, StragglerJudge* judge,
+                           const JobSettings* settings, SpeedModel* speeds)
+    : options_(options),
+      clock_(clock),
+      registry_(registry),
+      judge_(judge),
+      settings_(settings),
+      speeds_(speeds) {}
+
+DecisionLoop::Entry& DecisionLoop::EntryOf(const GroupRef& ref) {
+  Entry& entry = entries_[ref.key];
+  if (entry.incarnation != ref.incarnation) entry = Entry{.incarnation = ref.incarnation};
+  return entry;
+}
+
+bool DecisionLoop::Tick() {
+  absl::MutexLock tick(&tick_mu_);
+  const GroupRegistry::Forgotten forgotten = registry_->ForgetIdle();
+  for (const GroupRef& ref : forgotten.groups) judge_->Forget(ref.key);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const GroupRef& ref : forgotten.groups) {
+      auto it = entries_.find(ref.key);
+      if (it != entries_.end() && it->second.incarnation == ref.incarnation) entries_.erase(it);
+    }
+  }
+  const absl::Duration now = clock_->Monotonic();
+  for (const GroupRef& ref : registry_->Groups()) {
+    const std::string& job = ref.key.first;
+    const JobPolicy policy = settings_->PolicyFor(job);
+    DecisionRecord last;
+    {
+      absl::MutexLock lock(&mu_);
+      Entry& entry = EntryOf(ref);
+      if (now < entry.next_decision) continue;
+      entry.next_decision = now + policy.report_period;
+      if (settings_->Paused(job)) {
+        entry.record.reasons = {.before = {"balancing paused: the plan in force stays"}};
+        continue;
+      }
+      last = entry.record;  // only this loop writes it, one round at a time
+    }
+    // Copied under the registry's lock; planned without it.
+    const std::optional<GroupSnapshot> group = registry_->Snapshot(ref.key, true);
+    if (!group.has_value() || group->ref != ref) continue;  // forgotten since
+    const absl::Time began = absl::Now();
+    Outcome outcome = Decide(*group, policy, std::move(last));
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - began);
+    bool published = false;
+    std::string summary;
+    if (outcome.change.has_value()) {
+      summary = PlanSummary(*outcome.change);
+      published = registry_->Publish(ref, *outcome.change);
+      if (published && outcome.moves_units) judge_->UnitsMoved(ref);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++decisions_;
+      ObserveBounded(decision_seconds_, seconds);
+      auto it = entries_.find(ref.key);
+      if (it != entries_.end() && it->second.incarnation == ref.incarnation) {
+        it->second.record = std::move(outcome.record);
+      }
+    }
+    if (published) {
+      BALLAST_LOG(INFO) << "job=" << group->job << " group=" << group->name << " new plan "
+                        << summary;
+    }
+  }
+  return !forgotten.groups.empty() || forgotten.agents > 0;
+}
+
+DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const JobPolicy& policy,
+                                           DecisionRecord last) {
+  Outcome out{.record = std::move(last)};
+  DecisionRecord& record = out.record;
+  std::vector<std::string> lines;
+  if (static_cast<int32_t>(group.ranks.size()) < group.size) {
+    record.reasons = {.before = {absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ",
+                                              group.size, " registered")}};
+    return out;
+  }
+  GroupPlannerInput planner_input;
+  planner_input.group = GroupId(group.name);
+  // Written to the record with the decisions it goes with (their blocks hold the excess).
+  std::optional<double> common_fixed;
+  if (policy.mode != BalanceMode::kOff) {
+    // Every block's speeds first: a rank's verdict is pooled over all of them.
+    std::vector<PoolBlock> speeds;
+    for (const BlockSnapshot& block : group.blocks) {
+      absl::StatusOr<GroupSpeeds> s =
+          speeds_->Speeds(group.job, GroupId(group.name), BlockId(block.block), policy);
+      if (!s.ok() || static_cast<int32_t>(s->ranks.size()) < group.size) {
+        lines.push_back(absl::StrCat("block ", block.block, ": not every rank has reported"));
+        record.reasons = {.before = std::move(lines)};
+        return out;
+      }
+      for (const RankSpeed& rs : s->ranks) {
+        if (!rs.has_estimate) {
+          lines.push_back(absl::StrCat("block ", block.block, ": rank ", rs.rank.value(),
+                                       " has no estimate yet"));
+          record.reasons = {.before = std::move(lines)};
+          return out;
+        }
+      }
+      speeds.push_back({.speeds = *std::move(s), .num_units = block.num_units});
+    }
+    absl::StatusOr<PooledGroup> pooled = PoolRankSpeeds(speeds, policy.straggler_threshold);
+    if (!pooled.ok()) {  // the policy was validated when set: only a bug gets here
+      record.reasons = {.before = {std::string(pooled.status().message())}};
+      return out;
+    }
+    std::vector<int32_t> ranks;
+    for (const RankSnapshot& r : group.ranks) ranks.push_back(r.rank);
+    const StragglerJudge::Verdict verdict =
+        judge_->Judge(group.ref, ranks, group.size, *pooled, static_cast<int32_t>(speeds.size()),
+                      policy, group.plan.blocks.empty(), lines);
+    std::string link_line;
+    const double bytes_per_second = LinkBytesPerSecond(group.link, group.link_stale_after,
+                                                       options_.link_bytes_per_second, &link_line);
+    lines.push_back(std::move(link_line));
+    const std::vector<double> fixed_per_step =
+        FixedSecondsPerStep(group, *pooled, lines, common_fixed);
+    // A rank's fixed seconds go to the blocks by their share of the group's reference
+    // compute, so that every block sees the same ratios between ranks.
+    double reference_total = 0;
+    for (const PoolBlock& pb : speeds) {
+      reference_total += pb.speeds.reference_seconds_per_unit * pb.num_units;
+    }
+    size_t b = 0;
+    for (const BlockSnapshot& block : group.blocks) {
+      const double share = reference_total > 0 ? speeds[b].speeds.reference_seconds_per_unit *
+                                                     block.num_units / reference_total
+                                               : 0;
+      const GroupSpeeds& block_speeds = speeds[b++].speeds;
+      GroupBlockInput& in = planner_input.blocks.emplace_back();
+      in.input.block = BlockId(block.block);
+      in.input.owner_of_unit = PlannedOwnership(group.plan, block);
+      in.move_unconfirmed = in.input.owner_of_unit != block.owner_of_unit;
+      // Weights out once a step, gradients back once per micro-batch.
+      in.input.transfer_seconds_per_unit =
+          (1.0 + block.micro_batches) * static_cast<double>(block.unit_bytes) / bytes_per_second;
+      in.input.calm = verdict.calm;
+      in.input.calm_lasted = verdict.calm_lasted;
+      std::vector<int32_t> owned(group.size, 0);
+      for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
+      for (const RankSpeed& rs : block_speeds.ranks) {
+        PlannerRank pr;
+        pr.seconds_per_unit = PooledSecondsPerUnit(rs, block_speeds, *pooled);
+        pr.owned_units = owned[rs.rank.value()];
+        const size_t r = static_cast<size_t>(rs.rank.value());
+        pr.fixed_seconds = r < fixed_per_step.size() ? fixed_per_step[r] * share : 0;
+        pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
+        const RankSnapshot* entry = FindRank(group, rs.rank.value());
+        pr.cordoned = entry != nullptr && settings_->Cordoned(entry->device);
+        in.input.ranks.push_back(pr);
+      }
+    }
+  }
+  // Workers that report a plan newer than ours run one an earlier coordinator pushed (we
+  // restarted and lost it).
+  int64_t workers_version = 0, workers_number = 0;
+  for (const RankSnapshot& rank : group.ranks) {
+    if (!rank.attached) continue;
+    workers_version = std::max(workers_version, rank.last_plan_version);
+    workers_number = std::max(workers_number, rank.last_plan_number);
+  }
+  planner_input.in_force = group.plan;
+  planner_input.unknown_plan_in_force = workers_version > group.plan.version.value();
+  if (group.plan_changed_at.has_value()) {
+    planner_input.since_change = clock_->Monotonic() - *group.plan_changed_at;
+  }
+  GroupDecision decision = DecideGroup(planner_input, policy, options_.dwell, &workspace_);
+  // Moved, not copied: Explain renders this round's blocks from the record's decisions (a
+  // block whose planning failed keeps its last decision there, but its failure is shown).
+  for (auto& [block_id, block_decision] : decision.blocks) {
+    record.decisions[block_id] = std::move(block_decision);
+  }
+  if (policy.mode == BalanceMode::kOff) {
+    // Off plans nothing, so it predicts nothing: an earlier mode's decisions would have
+    // status and /metrics predict a plan no longer in force (the interleaved benchmark
+    // measured mode off's prediction 27% off its step: the last auto plan's).
+    record.decisions.clear();
+    record.common_fixed_seconds.reset();
+  } else {
+    record.common_fixed_seconds = common_fixed;
+  }
+  decision.blocks.clear();
+  const bool moves_units = decision.moves_units;
+  std::vector<std::string> after;
+  if (!record.decisions.empty()) {
+    const StepPrediction p =
+        PredictStep(record.decisions, record.common_fixed_seconds, group.ranks);
+    // Two calls: absl's format strings must be constants (clang checks it).
+    after.push_back(
+        record.common_fixed_seconds.has_value()
+            ? absl::StrFormat("step: %.4f s predicted = %.4f s of blocks (compute, and each "
+                              "rank's fixed seconds beyond the least) + %.4f s of collectives "
+                              "(the least fixed seconds)",
+                              p.blocks + p.collectives, p.blocks, p.collectives)
+            : absl::StrFormat("step: %.4f s predicted = %.4f s of block compute + %.4f s of "
+                              "collectives (the smallest median over the ranks: their cost "
+                              "without waiting for a late peer)",
+                              p.blocks + p.collectives, p.blocks, p.collectives));
+  }
+  std::optional<WorkloadPlan> change = std::move(decision.change);
+  decision.change.reset();
+  planner_input.in_force = WorkloadPlan();  // ExplainGroup reads only the blocks
+  record.reasons = {.before = std::move(lines),
+                    .planned = std::move(planner_input),
+                    .decision = std::move(decision),
+                    .after = std::move(after)};
+  if (!change.has_value()) return out;
+  WorkloadPlan plan = *std::move(change);
+  // Above every version a worker runs, so the workers take it (they ignore older ones),
+  // and numbered on from the plan they run, so a restart does not count from 1 again.
+  const int64_t next_version =
+      std::max(group.plan.version.value() + 1, absl::ToUnixMicros(clock_->Now()));
+  plan.version = PlanVersion(std::max(next_version, workers_version + 1));
+  plan.number = std::max(group.plan.number, workers_number) + 1;
+  out.change = std::move(plan);
+  // A reshard restarts the count to chronic (StragglerJudge::UnitsMoved), once published.
+  out.moves_units = moves_units;
+  return out;
+}
+
+std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,
+                                                      const PooledGroup& pooled,
+                                                      std::vector<std::string>& lines,
+                                                      std::optional<double>& common) const {
+  std::vector<double> none(group.size, 0.0);
+  if (!options_.fixed_costs) {
+    lines.push_back(
+        "fixed costs: off (coordinator flag --fixed_costs): block compute balanced alone");
+    return none;
+  }
+  std::vector<double> collective(group.size, 0.0), slowdown(group.size, 0.0);
+  for (const RankSnapshot& rank : group.ranks) {
+    const int32_t r = rank.rank;
+    if (r < 0 || r >= group.size || !rank.attached) continue;
+    collective[r] = rank.collective_median;
+    if (static_cast<size_t>(r) < pooled.ranks.size()) slowdown[r] = pooled.ranks[r].slowdown;
+  }
+  absl::StatusOr<FixedCosts> costs = EstimateFixedCosts(collective, slowdown);
+  if (!costs.ok()) {  // reports are validated: only a bug gets here
+    lines.push_back(absl::StrCat("fixed costs: ", costs.status().message()));
+    return none;
+  }
+  lines.push_back(DescribeFixedCosts(*costs));
+  if (costs->measured) common = costs->common;
+  return costs->excess;
+}
+
+void DecisionLoop::ReplanNow(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : entries_) {
+    if (job.empty() || key.first == job) entry.next_decision = absl::ZeroDuration();
+  }
+}
+
+DecisionRecord DecisionLoop::Record(const GroupRef& ref) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(ref.key);
+  if (it == entries_.end() || it->second.incarnation != ref.incarnation) return {};
+  return it->second.record;
+}
+
+StepPrediction DecisionLoop::Prediction(const GroupSnapshot& group) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(group.ref.key);
+  if (it == entries_.end() || it->second.incarnation != group.ref.incarnation) return {};
+  return PredictStep(it->second.record.decisions, it->second.record.common_fixed_seconds,
+                     group.ranks);
+}
+
+int64_t DecisionLoop::decisions() const {
+  absl::MutexLock lock(&mu_);
+  return decisions_;
+}
+
+std::vector<double> DecisionLoop::TakeDecisionSeconds() {
+  absl::MutexLock lock(&mu_);
+  std::vector<double> out;
+  out.swap(decision_seconds_);
+  return out;
+}
+
+}  // namespace ballast::coordinator

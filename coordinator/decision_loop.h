@@ -1,0 +1,141 @@
+// DecisionLoop: on every Tick, each group whose report period has elapsed is planned:
+//
+//   snapshot (GroupRegistry::Snapshot, under the registry's lock, copied)
+//     -> its inputs gathered off every lock: the speed model's estimates pooled per rank
+//        (rank_speeds.h), the straggler judge's verdicts, the link's price, fixed costs,
+//        cordons, the plan in force and what the workers run
+//     -> the planner (DecideGroup in coordinator/planner/group_planner.h)
+//     -> a changed plan numbered and published (GroupRegistry::Publish pushes it; dropped
+//        if the group was forgotten or registered again meanwhile).
+//
+// Plan versions are wall-clock microseconds (strictly increasing per group), so they stay
+// newer than anything a worker holds even after the coordinator restarts without state.
+//
+// It keeps, per group, when the group is next due and what its last decision was (the
+// blocks' decisions and the reasons behind them), for the admin reads' predictions and
+// explanations. Ticks are serialised (one planning round at a time); everything else it
+// offers is thread-safe.
+//
+//   DecisionLoop loop(options, clock, &registry, &judge, &settings, speeds);
+//   loop.Tick();  // from the coordinator's ticker thread; Tick calls may overlap
+#ifndef BALLAST_COORDINATOR_DECISION_LOOP_H_
+#define BALLAST_COORDINATOR_DECISION_LOOP_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ballast/plan.h"
+#include "common/clock.h"
+#include "coordinator/group_figures.h"
+#include "coordinator/group_registry.h"
+#include "coordinator/job_settings.h"
+#include "coordinator/planner/group_planner.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/speed_model.h"
+#include "coordinator/straggler_judge.h"
+
+namespace ballast::coordinator {
+
+struct DecisionLoopOptions {
+  // The prior link bandwidth (link_model.h), until offloads measure it.
+  double link_bytes_per_second = 1e9;
+  DwellOptions dwell;
+  // Balance each rank's collective time beyond the least with its units (fixed_costs.h).
+  bool fixed_costs = false;
+};
+
+// A group's last decision, as the admin reads show it.
+struct DecisionRecord {
+  // Why the last decision came out as it did: lines the loop wrote (the speeds' verdict,
+  // chronic ranks, the link; `before`, then `after`: the step prediction), around what
+  // the planner decided, kept as its input and decision (its blocks' decisions are those
+  // in `decisions`) and rendered (ExplainGroup) only when someone asks. Most decisions
+  // are never read, and rendering every block's text took from a tenth (the planner's
+  // stress case) to a third (a straggler) of the planner's time.
+  struct Reasons {
+    std::vector<std::string> before;
+    GroupPlannerInput planned;  // no blocks: nothing planned (mode off, or it stopped short)
+    GroupDecision decision;     // notes, failures, the policy; its blocks are moved out
+    std::vector<std::string> after;
+  };
+  Reasons reasons;
+  std::map<int32_t, BlockDecision> decisions;  // last, per block
+  // The collectives' own cost a step that the last decision left out of the planner's
+  // fixed costs, for the step prediction; unset when it gave none (mode off,
+  // --fixed_costs=false, nothing measured).
+  std::optional<double> common_fixed_seconds;
+};
+
+class DecisionLoop {
+ public:
+  // Everything given must outlive the loop.
+  DecisionLoop(const DecisionLoopOptions& options, Clock* clock, GroupRegistry* registry,
+               StragglerJudge* judge, const JobSettings* settings, SpeedModel* speeds);
+
+  // Has the registry forget what was idle for forget_after (and the judge and the loop
+  // with it), then plans every due group and pushes changed plans. Returns whether
+  // anything was forgotten.
+  bool Tick() ABSL_LOCKS_EXCLUDED(tick_mu_, mu_);
+  // The job's groups (every group, for '') are due at the next Tick (a setting changed).
+  void ReplanNow(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The group's last decision; an empty record before its first.
+  DecisionRecord Record(const GroupRef& ref) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The step the plan in force should take, from the last decision and `group`'s ranks.
+  StepPrediction Prediction(const GroupSnapshot& group) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  int64_t decisions() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Wall time of each group's planning round since the last call (bounded).
+  std::vector<double> TakeDecisionSeconds() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    uint64_t incarnation = 0;
+    absl::Duration next_decision = absl::ZeroDuration();
+    DecisionRecord record;
+  };
+  // What one planning round decided: the record to keep, and the plan to publish.
+  struct Outcome {
+    DecisionRecord record;
+    std::optional<WorkloadPlan> change;
+    bool moves_units = false;
+  };
+  // Plans one group from its snapshot, on the last record's decisions. Takes no lock of
+  // the registry's.
+  Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, DecisionRecord last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
+  // collective times and pooled slowdown, indexed by rank; sets `common` to the least and
+  // says what it found in `lines`. Zeros (and `common` untouched) when fixed costs are
+  // off or nothing was measured.
+  std::vector<double> FixedSecondsPerStep(const GroupSnapshot& group, const PooledGroup& pooled,
+                                          std::vector<std::string>& lines,
+                                          std::optional<double>& common) const;
+  // The group's entry, fresh for a new incarnation.
+  Entry& EntryOf(const GroupRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const DecisionLoopOptions options_;
+  Clock* const clock_;
+  GroupRegistry* const registry_;
+  StragglerJudge* const judge_;
+  const JobSettings* const settings_;
+  SpeedModel* const speeds_;
+
+  absl::Mutex tick_mu_;  // one planning round at a time: the judge's runs are per round
+  // The planner's buffers, kept from one decision to the next (planner.h): the rounds are
+  // serial, so one serves every group.
+  PlannerWorkspace workspace_ ABSL_GUARDED_BY(tick_mu_);
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(tick_mu_);
+  std::map<GroupKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<double> decision_seconds_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_DECISION_LOOP_H_

@@ -1,0 +1,72 @@
+#include "coordinator/group_figures.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace ballast::coordinator {
+
+StepPrediction PredictStep(const std::map<int32_t, BlockDecision>& decisions,
+                           std::optional<double> common_fixed_seconds,
+                           const std::vector<RankSnapshot>& ranks) {
+  StepPrediction p;
+  if (decisions.empty()) return p;  // nothing planned yet: no prediction
+  for (const auto& [b, d] : decisions) p.blocks += d.predicted_step_seconds;
+  if (common_fixed_seconds.has_value()) {
+    // The rest of every rank's collectives is in the blocks' predictions already.
+    p.collectives = *common_fixed_seconds;
+    return p;
+  }
+  // The collectives' own cost, without the waiting for a late peer that a plan removes:
+  // the rank that arrives last waits least, so the smallest median over the ranks.
+  bool any = false;
+  for (const RankSnapshot& rank : ranks) {
+    if (!rank.attached || rank.collective_samples == 0) continue;
+    p.collectives = any ? std::min(p.collectives, rank.collective_median) : rank.collective_median;
+    any = true;
+  }
+  return p;
+}
+
+double LinkBytesPerSecond(const std::optional<LinkModel::Estimate>& learned,
+                          absl::Duration stale_after, double prior, std::string* explanation) {
+  if (explanation != nullptr) {
+    if (!learned.has_value()) {
+      *explanation = absl::StrFormat(
+          "link: %.4g MB/s, the --link_bytes_per_second prior (no offload transfer measured "
+          "yet)",
+          prior / 1e6);
+    } else {
+      const std::string pair =
+          absl::StrFormat("ranks %d and %d", learned->a.value(), learned->b.value());
+      const std::string age =
+          absl::FormatDuration(absl::Trunc(learned->age, absl::Milliseconds(100)));
+      const std::string stale = absl::FormatDuration(stale_after);
+      switch (learned->basis) {
+        case LinkModel::Basis::kLearned:
+          *explanation = absl::StrFormat(
+              "link: %.4g MB/s, learned from %d offload transfers between %s (the slowest "
+              "pair measured; prior %.4g MB/s)",
+              learned->bytes_per_second / 1e6, learned->samples, pair, prior / 1e6);
+          break;
+        case LinkModel::Basis::kStale:
+          *explanation = absl::StrFormat(
+              "link: %.4g MB/s, the fastest of %d offload transfers between %s, the newest "
+              "%s old (stale after %s: priced at what the link has done until offloads "
+              "measure it again; prior %.4g MB/s)",
+              learned->bytes_per_second / 1e6, learned->samples, pair, age, stale, prior / 1e6);
+          break;
+        case LinkModel::Basis::kRelearning:
+          *explanation = absl::StrFormat(
+              "link: %.4g MB/s between %s, the fastest transfer seen before it went stale, "
+              "until %d new samples are in (%d so far; prior %.4g MB/s)",
+              learned->bytes_per_second / 1e6, pair, LinkModel::kMinSamples, learned->samples,
+              prior / 1e6);
+          break;
+      }
+    }
+  }
+  return learned.has_value() ? learned->bytes_per_second : prior;
+}
+
+}  // namespace ballast::coordinator

@@ -1,0 +1,44 @@
+// Figures derived from what the registry knows of a group, that both the decision loop
+// (its explanation lines) and the admin reads (status) show: the step a plan should take,
+// and the link speed offloads are priced at. One writer each, so status and explanations
+// can never disagree on them.
+//
+//   const StepPrediction p = PredictStep(decisions, common_fixed, snapshot.ranks);
+//   status.set_predicted_step_seconds(p.blocks + p.collectives);
+#ifndef BALLAST_COORDINATOR_GROUP_FIGURES_H_
+#define BALLAST_COORDINATOR_GROUP_FIGURES_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/group_registry.h"
+#include "coordinator/link_model.h"
+#include "coordinator/planner/planner.h"
+
+namespace ballast::coordinator {
+
+// The step the plan in force should take, as blocks (the planner's per-block predictions,
+// summed: compute, and each rank's fixed cost beyond the least) and collectives (what they
+// cost once nobody waits for a peer: the least fixed cost the last decision estimated,
+// else the smallest median collective time over the attached ranks). Zeros while nothing
+// was planned.
+struct StepPrediction {
+  double blocks = 0;
+  double collectives = 0;
+};
+StepPrediction PredictStep(const std::map<int32_t, BlockDecision>& decisions,
+                           std::optional<double> common_fixed_seconds,
+                           const std::vector<RankSnapshot>& ranks);
+
+// The bytes per second an offload is priced at: the group's slowest learned link
+// (`learned`, LinkModel::Slowest), else the `prior` (--link_bytes_per_second).
+// `explanation` (when not null) says which, for the explanation's "link:" line.
+double LinkBytesPerSecond(const std::optional<LinkModel::Estimate>& learned,
+                          absl::Duration stale_after, double prior, std::string* explanation);
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_GROUP_FIGURES_H_

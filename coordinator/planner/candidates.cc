@@ -1,0 +1,397 @@
+#include "coordinator/planner/candidates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/planner/explain.h"
+#include "coordinator/planner/ownership.h"
+#include "coordinator/planner/plan_cost.h"
+
+namespace ballast::coordinator::planner_internal {
+namespace {
+
+std::vector<Offload> PairOffloads(const std::vector<int32_t>& y, const std::vector<int32_t>& x) {
+  std::vector<Offload> out;
+  size_t o = 0, h = 0;
+  int32_t left_o = y.empty() ? 0 : y[0], left_h = x.empty() ? 0 : x[0];
+  while (true) {
+    while (o < y.size() && left_o == 0) {
+      if (++o < y.size()) left_o = y[o];
+    }
+    while (h < x.size() && left_h == 0) {
+      if (++h < x.size()) left_h = x[h];
+    }
+    if (o >= y.size() || h >= x.size()) break;
+    const int32_t units = std::min(left_o, left_h);
+    out.push_back({RankId(static_cast<int32_t>(o)), RankId(static_cast<int32_t>(h)), units});
+    left_o -= units;
+    left_h -= units;
+  }
+  return out;
+}
+
+// Every unit computed by its owner, priced as Price and MakeCandidate would price a
+// solution of no prunes and no transfers, without allocating its counts.
+PlanCandidate AllLocalCandidate(CandidateKind kind, BlockId block, const Problem& problem) {
+  PlanCandidate cand;
+  cand.kind = kind;
+  cand.feasible = true;
+  cand.plan.block = block;
+  cand.cost.rank_seconds.resize(problem.num_ranks);
+  for (int32_t r = 0; r < problem.num_ranks; ++r) {
+    cand.cost.rank_seconds[r] = Load(problem.fixed_seconds[r], problem.seconds_per_unit[r],
+                                     problem.tau, problem.owned[r], 0);
+    cand.cost.step_seconds = std::max(cand.cost.step_seconds, cand.cost.rank_seconds[r]);
+  }
+  cand.cost.objective = cand.cost.step_seconds;  // nothing pruned
+  return cand;
+}
+
+// ---------------------------------------------------------------------------------------
+// All-local.
+
+bool Always(const BlockState&, const PlanCandidate*) { return true; }
+
+absl::StatusOr<Evaluated> EvaluateAllLocal(const BlockState& block, const PlanCandidate*) {
+  Evaluated out;
+  out.candidate = AllLocalCandidate(CandidateKind::kAllLocal, block.input->block, block.problem);
+  if (block.cordoned_owner) {
+    out.candidate.feasible = false;
+    out.candidate.note = "a cordoned rank would compute its units";
+  }
+  // Leaving a plan for a calm group skips the hysteresis: the plan was for a straggler
+  // that is gone, and all-local moves no data.
+  out.verdict = block.balances ? Verdict::kListed : Verdict::kPushed;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// The mode's techniques on the current ownership, as SolveMode solved them.
+
+bool Allows(CandidateKind technique, BalanceMode mode) {
+  switch (technique) {
+    case CandidateKind::kResize:
+      return PrunesAllowed(mode);
+    case CandidateKind::kMigrate:
+      return TransfersAllowed(mode);
+    default:
+      return mode == BalanceMode::kAuto;
+  }
+}
+
+const Solution& SolutionOf(CandidateKind technique, const ModePlans& plans) {
+  switch (technique) {
+    case CandidateKind::kResize:
+      return plans.resize;
+    case CandidateKind::kMigrate:
+      return plans.migrate;
+    default:
+      return plans.joint;
+  }
+}
+
+template <CandidateKind kTechnique>
+bool TechniqueApplies(const BlockState& block, const PlanCandidate*) {
+  return Allows(kTechnique, block.mode);
+}
+
+template <CandidateKind kTechnique>
+absl::StatusOr<Evaluated> EvaluateTechnique(const BlockState& block, const PlanCandidate*) {
+  Evaluated out;
+  out.candidate = MakeCandidate(kTechnique, block.input->block, block.problem,
+                                SolutionOf(kTechnique, block.plans));
+  if (!out.candidate.feasible && kTechnique == ModeTechnique(block.mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "block ", block.input->block.value(), " mode ", BalanceModeName(block.policy->mode), ": ",
+        out.candidate.note, "; allow migration (mode auto or migrate) or raise the budget"));
+  }
+  out.verdict = Verdict::kRecommended;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// The reshard.
+
+// The reshard candidate: the water-filled ownership and the mode's best plan on it, or
+// (`even_split`, for calm ranks) the even ownership run all-local, as calm ranks on an
+// even split run. Worth pricing only for persistent imbalance (a chronic straggler, a
+// cordon, or ranks calm for a while on an uneven split): it pays one transfer plus
+// optimizer state. It is chosen only below `needed`, so the search proves no more
+// than whether a plan beats that (`cut_off`: none does, and the plan is the best seen,
+// not necessarily the best on that ownership). `halfway` (never with `even_split`): a
+// refinement of a split already uneven goes only halfway to the water-filled counts
+// (HalfwayCounts).
+PlanCandidate PriceReshard(const BlockState& block, bool even_split, bool halfway, double needed,
+                           bool* cut_off) {
+  const PlannerInput& input = *block.input;
+  *cut_off = false;
+  std::vector<PlannerRank> ranks = input.ranks;
+  if (even_split) {
+    for (PlannerRank& rank : ranks) {
+      rank.seconds_per_unit = 1;
+      rank.fixed_seconds = 0;
+    }
+  }
+  std::vector<int32_t> filled =
+      WaterFillCounts(ranks, static_cast<int32_t>(input.owner_of_unit.size()));
+  std::string aim;
+  if (halfway) {
+    aim = absl::StrCat("halfway to the water-filled ", absl::StrJoin(filled, ","),
+                       " (refining an uneven split)");
+    filled = HalfwayCounts(block.owned, filled);
+  }
+  PlanCandidate reshard;
+  reshard.kind = CandidateKind::kReshard;
+  reshard.plan.block = input.block;
+  if (filled == block.owned) {
+    reshard.note = aim.empty() ? "the water-filled ownership is the current one"
+                               : absl::StrCat(aim, " is the current one");
+    return reshard;
+  }
+  const Problem moved_problem = MakeProblem(input, filled, *block.policy, block.mode);
+  if (even_split) {
+    reshard = AllLocalCandidate(CandidateKind::kReshard, input.block, moved_problem);
+  } else {
+    const ModePlans moved = SolveMode(moved_problem, block.mode, block.solver, needed);
+    *cut_off = moved.joint_cut_off;
+    reshard =
+        MakeCandidate(CandidateKind::kReshard, input.block, moved_problem, moved.best(block.mode));
+  }
+  reshard.plan.owner_of_unit = MoveUnits(input.owner_of_unit, filled);
+  for (size_t u = 0; u < input.owner_of_unit.size(); ++u) {
+    reshard.cost.moved_units += reshard.plan.owner_of_unit[u] != input.owner_of_unit[u];
+  }
+  if (!aim.empty())
+    reshard.note = reshard.note.empty() ? aim : absl::StrCat(aim, "; ", reshard.note);
+  return reshard;
+}
+
+bool ReshardApplies(const BlockState& block, const PlanCandidate* recommended) {
+  return recommended != nullptr && TransfersAllowed(block.mode) &&
+         (block.reshard_worth_pricing || block.uneven_calm);
+}
+
+// A reshard is chosen only when it beats the recommendation (the best plan on the current
+// ownership) by the hysteresis and, unless a rank is cordoned, by as much as the
+// straggler threshold: estimates differ by that much in noise, and a split resharded on
+// noise moves units back and forth (measured: one to five units every 2 s dwell on a
+// shaped link, tests/integration/learned_link_test.sh). The way back to an even split
+// only has to be no worse than the best plan on the uneven one by that noise
+// (MakeBlockState says why).
+absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
+                                          const PlanCandidate* recommended) {
+  const JobPolicy& policy = *block.policy;
+  const Problem& problem = block.problem;
+  const bool uneven_calm = block.uneven_calm;
+  // A cordon is no estimate: draining it needs only the hysteresis.
+  const double margin =
+      block.any_cordoned ? policy.hysteresis : std::max(policy.hysteresis, block.noise);
+  const double best = recommended->cost.objective;
+  const double needed = uneven_calm ? (1 + block.noise) * best : (1 - margin) * best;
+  // No split beats every rank computing at its own speed with nothing transferred: with
+  // p units pruned the step is at least the water level (WaterLevel), so the objective is
+  // at least the least of WaterLevel(p) + lambda p over p in [0, budget]: a convex
+  // function, linear but for where the level meets the largest fixed cost, so the least
+  // is at an end or there. When even that misses `needed`, the search on the
+  // water-filled split is skipped (on the random planner benchmark, 40% of the reshards
+  // priced).
+  const double prune_cap = static_cast<double>(problem.group_prune_cap);
+  const double kink = std::clamp(static_cast<double>(problem.num_units) + block.fixed_units -
+                                     block.most_fixed * block.inverse_sum,
+                                 0.0, prune_cap);
+  const double perfect =
+      std::min({WaterLevel(block, 0), WaterLevel(block, prune_cap) + problem.lambda * prune_cap,
+                WaterLevel(block, kink) + problem.lambda * kink});
+  bool cut_off = false;
+  PlanCandidate reshard;
+  if (!uneven_calm && perfect >= needed * (1 + kRelTol)) {
+    reshard.kind = CandidateKind::kReshard;
+    reshard.plan.block = block.input->block;
+    reshard.note = absl::StrCat(
+        "not priced: no split can beat ", Num(needed), " (by ", Num(margin),
+        ": the hysteresis or the straggler threshold); perfect balance with no transfers "
+        "gives ",
+        Num(perfect));
+  } else {
+    // A split already uneven (some rank more than the threshold above or below an even
+    // share) comes from a past reshard: the estimates now were measured under the load
+    // that move set, and under a CPU quota or a co-tenant a rank's speed moves with its
+    // load (fewer units, more idle time, less throttled), so the water-filled counts
+    // overshoot. Going halfway settles where going all the way swung: 111/69 -> 123/57
+    // -> 111/69 on the shaped link (tests/integration/learned_link_test.sh). The half
+    // move must beat the margin itself, so a refinement needs about twice the gap a
+    // first reshard does. Not for a cordon's drain, nor for the way back to even.
+    const double share = static_cast<double>(problem.num_units) / problem.num_ranks;
+    const int32_t least_owned = *std::min_element(problem.owned.begin(), problem.owned.end());
+    const bool uneven =
+        !block.even ||
+        least_owned < std::min(std::floor(share), share / (1 + policy.straggler_threshold));
+    const bool halfway = uneven && !block.any_cordoned && !uneven_calm;
+    reshard = PriceReshard(block, uneven_calm, halfway, needed, &cut_off);
+  }
+  const bool wins = reshard.feasible && reshard.cost.objective < needed;
+  if (reshard.feasible && !wins) {
+    // What it aimed at (a refinement's halfway counts) stays in front.
+    const std::string aim = reshard.note.empty() ? "" : absl::StrCat(reshard.note, "; ");
+    reshard.note =
+        aim + (uneven_calm
+                   ? absl::StrCat("not chosen: must be below ", Num(needed), " (the best plan on ",
+                                  "the uneven split x ", Num(1 + block.noise), ": estimate noise)")
+                   : absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
+                                  ": the hysteresis or the straggler threshold)",
+                                  cut_off ? ", which no plan on it does (the best seen)" : ""));
+  }
+  return Evaluated{std::move(reshard), wins ? Verdict::kRecommended : Verdict::kListed};
+}
+
+// ---------------------------------------------------------------------------------------
+// The plan in force.
+
+// Priced only when the block balances, and not against a way back to the even split: that
+// needs no hysteresis against the plan in force, which only balances a split that no
+// longer has a reason.
+bool CurrentApplies(const BlockState& block, const PlanCandidate* recommended) {
+  return block.current != nullptr && recommended != nullptr && block.balances &&
+         !(block.uneven_calm && recommended->kind == CandidateKind::kReshard);
+}
+
+// The plan in force, priced under the new inputs (infeasible, with the reason, when it no
+// longer fits them: a budget, a cordon). Kept unless the recommendation beats it by the
+// hysteresis: flapping between near-equal plans costs transfers and re-layouts for
+// nothing.
+absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
+                                          const PlanCandidate* recommended) {
+  const PlannerInput& input = *block.input;
+  Evaluated out;
+  PlanCandidate& cur = out.candidate;
+  cur.kind = CandidateKind::kCurrent;
+  cur.plan = *block.current;
+  cur.plan.block = input.block;
+  // A reshard already applied is just the ownership now: do not re-send it.
+  if (cur.plan.owner_of_unit == input.owner_of_unit) cur.plan.owner_of_unit.clear();
+  absl::StatusOr<PlanCost> cost = PricePlan(input, *block.policy, cur.plan);
+  if (cost.ok()) {
+    cur.feasible = true;
+    cur.cost = *std::move(cost);
+  } else {
+    cur.note = std::string(cost.status().message());
+  }
+  const bool kept = cur.feasible && !(recommended->cost.objective <
+                                      (1 - block.policy->hysteresis) * cur.cost.objective);
+  out.verdict = kept ? Verdict::kPushed : Verdict::kListed;
+  return out;
+}
+
+constexpr CandidateEntry kCandidateList[] = {
+    {CandidateKind::kAllLocal, &Always, &EvaluateAllLocal},
+    {CandidateKind::kResize, &TechniqueApplies<CandidateKind::kResize>,
+     &EvaluateTechnique<CandidateKind::kResize>},
+    {CandidateKind::kMigrate, &TechniqueApplies<CandidateKind::kMigrate>,
+     &EvaluateTechnique<CandidateKind::kMigrate>},
+    {CandidateKind::kAuto, &TechniqueApplies<CandidateKind::kAuto>,
+     &EvaluateTechnique<CandidateKind::kAuto>},
+    {CandidateKind::kReshard, &ReshardApplies, &EvaluateReshard},
+    {CandidateKind::kCurrent, &CurrentApplies, &EvaluateCurrent},
+};
+
+}  // namespace
+
+CandidateKind ModeTechnique(BalanceMode mode) {
+  return mode == BalanceMode::kResize    ? CandidateKind::kResize
+         : mode == BalanceMode::kMigrate ? CandidateKind::kMigrate
+                                         : CandidateKind::kAuto;
+}
+
+PlanCandidate MakeCandidate(CandidateKind kind, BlockId block, const Problem& problem,
+                            const Solution& s) {
+  PlanCandidate cand;
+  cand.kind = kind;
+  cand.plan.block = block;
+  cand.feasible = s.feasible;
+  if (!s.feasible) {
+    cand.note = s.reason;
+    return cand;
+  }
+  bool any_pruned = false;
+  for (int32_t zr : s.z) any_pruned = any_pruned || zr > 0;
+  if (any_pruned) cand.plan.pruned_units = s.z;
+  cand.plan.offloads = PairOffloads(s.y, s.x);
+  cand.cost.step_seconds = s.step;
+  cand.cost.objective = s.objective;
+  cand.cost.rank_seconds.resize(problem.num_ranks);
+  for (int32_t r = 0; r < problem.num_ranks; ++r) {
+    cand.cost.pruned_units += s.z[r];
+    cand.cost.offloaded_units += s.y[r];
+    cand.cost.rank_seconds[r] =
+        Load(problem.fixed_seconds[r], problem.seconds_per_unit[r], problem.tau,
+             int64_t{problem.owned[r]} - s.z[r] - s.y[r] + s.x[r], int64_t{s.y[r]} + s.x[r]);
+  }
+  return cand;
+}
+
+BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
+                          const BlockPlan* current, TransferSolver* solver) {
+  BlockState block;
+  block.input = &input;
+  block.policy = &policy;
+  block.current = current;
+  block.solver = solver;
+  block.mode = PlanningMode(policy.mode);
+  block.owned = OwnedCounts(input);
+  block.problem = MakeProblem(input, block.owned, policy, block.mode);
+  const Problem& problem = block.problem;
+  for (int32_t r = 0; r < problem.num_ranks; ++r) {
+    const PlannerRank& rank = input.ranks[r];
+    if (!rank.cordoned) {
+      block.inverse_sum += 1 / rank.seconds_per_unit;
+      block.fixed_units += rank.fixed_seconds / rank.seconds_per_unit;
+    }
+    block.most_fixed = std::max(block.most_fixed, rank.fixed_seconds);
+    block.any_cordoned = block.any_cordoned || rank.cordoned;
+    block.cordoned_owner = block.cordoned_owner || (rank.cordoned && rank.owned_units > 0);
+    block.reshard_worth_pricing = block.reshard_worth_pricing || rank.cordoned || rank.chronic;
+    block.all_local_step_seconds = std::max(
+        block.all_local_step_seconds, Load(problem.fixed_seconds[r], problem.seconds_per_unit[r],
+                                           problem.tau, rank.owned_units, 0));
+  }
+  // Calm ranks compute alike, so all-local is as good as the ownership is even. Units that
+  // do not divide evenly leave one more on some ranks: that is still even.
+  const int32_t most_owned =
+      problem.num_ranks == 0 ? 0 : *std::max_element(problem.owned.begin(), problem.owned.end());
+  const double share =
+      problem.num_ranks == 0 ? 0 : static_cast<double>(problem.num_units) / problem.num_ranks;
+  block.even = most_owned <= std::max(std::ceil(share), (1 + policy.straggler_threshold) * share);
+  // After a reshard for a straggler that has since recovered, calm ranks run an uneven
+  // split. Offloading evens their compute, but for good: the midrun benchmark with 3 ms
+  // quota periods (docs/benchmarks.md) resharded during a 63 s contention and offloaded
+  // back for the 210 steps after it, never all-local again. The even split is where a
+  // calm group rests, and the estimates cannot tell calm ranks apart, so its reshard
+  // only has to be no worse than the best plan on the uneven split by that noise. (Not
+  // the hysteresis: the dwell raises it to 0.3 right after a plan change, and that would
+  // make going back easier then, not harder.)
+  block.uneven_calm = input.calm && input.calm_lasted && !block.any_cordoned &&
+                      !block.reshard_worth_pricing && !block.even;
+  // A threshold t on speeds is t / (1 + t) on the objective, below 1 for any t.
+  block.noise = policy.straggler_threshold / (1 + policy.straggler_threshold);
+  block.calm = input.calm && !block.any_cordoned && block.even;
+  block.balances =
+      policy.mode != BalanceMode::kOff && policy.mode != BalanceMode::kObserve && !block.calm;
+  block.plans = SolveMode(problem, block.mode, solver);
+  return block;
+}
+
+double WaterLevel(const BlockState& block, double pruned) {
+  return std::max(block.most_fixed,
+                  (static_cast<double>(block.problem.num_units) - pruned + block.fixed_units) /
+                      block.inverse_sum);
+}
+
+std::span<const CandidateEntry> CandidateList() { return kCandidateList; }
+
+}  // namespace ballast::coordinator::planner_internal

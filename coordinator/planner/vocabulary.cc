@@ -1,0 +1,87 @@
+#include "coordinator/planner/vocabulary.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::coordinator {
+
+absl::string_view CandidateKindName(CandidateKind kind) {
+  switch (kind) {
+    case CandidateKind::kAllLocal:
+      return "all-local";
+    case CandidateKind::kResize:
+      return "resize";
+    case CandidateKind::kMigrate:
+      return "migrate";
+    case CandidateKind::kAuto:
+      return "auto";
+    case CandidateKind::kReshard:
+      return "reshard";
+    case CandidateKind::kCurrent:
+      return "current";
+  }
+  return "unknown";
+}
+
+int64_t PruneBudget(double fraction, int64_t units) {
+  return static_cast<int64_t>(std::floor(fraction * static_cast<double>(units) + 1e-9));
+}
+
+absl::Status ValidatePlannerRanks(const std::vector<PlannerRank>& ranks) {
+  const size_t p = ranks.size();
+  if (p == 0) return absl::InvalidArgumentError("ranks is empty");
+  bool any_active = false;
+  for (size_t r = 0; r < p; ++r) {
+    const PlannerRank& rank = ranks[r];
+    if (!std::isfinite(rank.seconds_per_unit) || rank.seconds_per_unit <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranks[", r, "].seconds_per_unit ", rank.seconds_per_unit, " must be finite and > 0"));
+    }
+    if (!std::isfinite(rank.fixed_seconds) || rank.fixed_seconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranks[", r, "].fixed_seconds ", rank.fixed_seconds, " must be finite and >= 0"));
+    }
+    if (rank.owned_units < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks[", r, "].owned_units ", rank.owned_units, " must be >= 0"));
+    }
+    any_active = any_active || !rank.cordoned;
+  }
+  if (!any_active) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks: all ", p, " ranks are cordoned; at least one must compute"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePlannerInput(const PlannerInput& input) {
+  if (absl::Status s = ValidatePlannerRanks(input.ranks); !s.ok()) return s;
+  const size_t p = input.ranks.size();
+  const double tau = input.transfer_seconds_per_unit;
+  if (!std::isfinite(tau) || tau < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer_seconds_per_unit ", tau, " must be finite and >= 0"));
+  }
+  std::vector<int64_t> counted(p, 0);
+  for (size_t u = 0; u < input.owner_of_unit.size(); ++u) {
+    const int32_t owner = input.owner_of_unit[u].value();
+    if (owner < 0 || static_cast<size_t>(owner) >= p) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("owner_of_unit[", u, "] = ", owner, " out of range [0, ", p, ")"));
+    }
+    ++counted[owner];
+  }
+  for (size_t r = 0; r < p; ++r) {
+    if (counted[r] != input.ranks[r].owned_units) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks[", r, "].owned_units ", input.ranks[r].owned_units,
+                       " but owner_of_unit gives rank ", r, " ", counted[r], " units"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::coordinator

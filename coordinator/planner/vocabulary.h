@@ -1,0 +1,131 @@
+// The planner's vocabulary: what a block's planning takes in (PlannerInput), what a plan
+// costs under the model (PlanCost), the candidates it prices and the decision it returns,
+// with the rules on the input that every layer trusts once PlanBlock has checked them.
+// The bottom of the planner library: every file of planner/ may include it, and it
+// includes none of them. The model and the API are in planner.h.
+#ifndef BALLAST_COORDINATOR_PLANNER_VOCABULARY_H_
+#define BALLAST_COORDINATOR_PLANNER_VOCABULARY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "ballast/plan.h"
+#include "ballast/types.h"
+
+namespace ballast::coordinator {
+
+struct PlannerRank {
+  // Measured compute seconds per unit of this block (the speed model's smoothed value).
+  double seconds_per_unit = 0;
+  // Seconds of the block's step on this rank that no plan moves, whatever it computes:
+  // the coordinator's estimate of the rank's collectives without waits (fixed_costs.h;
+  // given only with its --fixed_costs).
+  // A rank slower here than its peers is balanced by giving it fewer units. 0: none
+  // known, the model of compute alone.
+  double fixed_seconds = 0;
+  // Units the rank owns now; must match owner_of_unit.
+  int32_t owned_units = 0;
+  // Must compute nothing (an operator cordoned its device).
+  bool cordoned = false;
+  // A persistent straggler (the coordinator's pooled verdict has said so for the policy's
+  // reshard_after): resharding is worth pricing.
+  bool chronic = false;
+};
+
+struct PlannerInput {
+  BlockId block;
+  // Current owner of every unit (size N).
+  std::vector<RankId> owner_of_unit;
+  std::vector<PlannerRank> ranks;
+  // Seconds one offloaded unit costs each of its owner and helper per step.
+  double transfer_seconds_per_unit = 0;
+  // No rank of the group straggles (the speed model's verdict pooled over the group's
+  // blocks, rank_speeds.h): with no rank cordoned and the block's ownership even (no rank
+  // owning more than 1 + straggler_threshold times its share), the plan is all-local,
+  // however the per-block estimates differ, since differences below the straggler
+  // threshold are noise to balancing. False: the estimates decide alone.
+  bool calm = false;
+  // Calm for a while (the coordinator: for the policy's reshard_after, as long as a
+  // straggler must straggle to be resharded for): only then does an uneven split of calm
+  // ranks go back to even by a reshard (BlockDecision::evens_split); before, it is
+  // balanced on the split it has.
+  bool calm_lasted = false;
+};
+
+// What a plan costs under the model.
+struct PlanCost {
+  double step_seconds = 0;  // T
+  double objective = 0;     // T + w * pruned / N
+  int32_t pruned_units = 0;
+  int32_t offloaded_units = 0;
+  int32_t moved_units = 0;           // units that change owner (reshard)
+  std::vector<double> rank_seconds;  // load_r
+};
+
+enum class CandidateKind {
+  kAllLocal,  // every unit computed by its owner
+  kResize,    // best plan that only prunes
+  kMigrate,   // best plan that only offloads
+  kAuto,      // best plan that prunes and offloads
+  kReshard,   // the water-filled ownership (or halfway) plus its best plan
+  kCurrent,   // the plan in force, priced under the new inputs
+};
+absl::string_view CandidateKindName(CandidateKind kind);
+
+struct PlanCandidate {
+  CandidateKind kind = CandidateKind::kAllLocal;
+  bool feasible = false;
+  std::string note;  // why it is infeasible, or a remark
+  BlockPlan plan;
+  PlanCost cost;
+};
+
+struct BlockDecision {
+  // The plan to push (all-local in modes off and observe). Its counts refer to
+  // plan.owner_of_unit when that is set (a reshard), else to the current ownership.
+  BlockPlan plan;
+  double predicted_step_seconds = 0;  // of `plan`
+  double objective = 0;               // of `plan`
+  // Perfect balance, no transfer cost: the T with sum over non-cordoned ranks of
+  // (T - f_r) / c_r = N (N / sum 1 / c_r with no fixed costs), and at least max_r f_r.
+  double ideal_step_seconds = 0;
+  // max_r f_r + c_r * n_r: everyone computes what it owns.
+  double all_local_step_seconds = 0;
+  // The current plan was kept: the best new plan did not beat it by the hysteresis.
+  bool kept_current = false;
+  // All-local because the group is calm (PlannerInput::calm, the ownership even, no
+  // cordon).
+  bool calm = false;
+  // The plan is a reshard back to the even split: the group has been calm for a while but
+  // its ownership is not even (a straggler it was resharded for has recovered). Never
+  // set in modes off and observe, which push all-local.
+  bool evens_split = false;
+  CandidateKind chosen = CandidateKind::kAllLocal;
+  // The best plan the mode's techniques allow (modes off and observe: what auto would do),
+  // before hysteresis against the current plan.
+  PlanCandidate recommended;
+  // Everything priced, in the candidate list's order (candidates.h): all-local, then per
+  // mode resize / migrate / auto, reshard, current.
+  std::vector<PlanCandidate> candidates;
+};
+
+// floor(fraction * units), with a 1e-9 nudge so that 0.3 * 10 is 3, not 2.
+int64_t PruneBudget(double fraction, int64_t units);
+
+// The ranks as the planner's layers trust them: at least one, every seconds_per_unit finite
+// and > 0, every fixed_seconds finite and >= 0, owned_units >= 0, and at least one rank not
+// cordoned. INVALID_ARGUMENT naming the field ("ranks[2].seconds_per_unit nan must be
+// finite and > 0").
+absl::Status ValidatePlannerRanks(const std::vector<PlannerRank>& ranks);
+
+// The ranks (ValidatePlannerRanks), the transfer cost, and owner_of_unit against the
+// ranks' owned_units. Checked once, where planning starts (PlanBlock, BestPlan,
+// EvaluatePlan); the layers below trust it.
+absl::Status ValidatePlannerInput(const PlannerInput& input);
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_PLANNER_VOCABULARY_H_

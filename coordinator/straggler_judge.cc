@@ -1,0 +1,100 @@
+#include "coordinator/straggler_judge.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::coordinator {
+
+StragglerJudge::StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for)
+    : clock_(clock), marginal_straggler_for_(marginal_straggler_for) {}
+
+StragglerJudge::GroupRuns& StragglerJudge::RunsOf(const GroupRef& ref) {
+  GroupRuns& runs = groups_[ref.key];
+  if (runs.incarnation != ref.incarnation) runs = GroupRuns{.incarnation = ref.incarnation};
+  return runs;
+}
+
+StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
+                                              const std::vector<int32_t>& ranks, int32_t size,
+                                              const PooledGroup& pooled, int32_t num_blocks,
+                                              const JobPolicy& policy, bool running_all_local,
+                                              std::vector<std::string>& lines) {
+  const absl::Duration now = clock_->Monotonic();
+  const absl::Duration max_gap = kJudgementGapPeriods * policy.report_period;
+  absl::MutexLock lock(&mu_);
+  GroupRuns& runs = RunsOf(ref);
+  Verdict v;
+  v.calm = TreatAsCalm(pooled, policy.straggler_threshold, running_all_local, now,
+                       marginal_straggler_for_, max_gap, runs.marginal);
+  lines.push_back(
+      absl::StrCat(DescribePooledGroup(pooled, num_blocks, policy.straggler_threshold),
+                   v.calm && !pooled.calm
+                       ? absl::StrCat("; a marginal straggler, for ",
+                                      absl::FormatDuration(absl::Trunc(now - *runs.marginal.since,
+                                                                       absl::Milliseconds(100))),
+                                      " of ", absl::FormatDuration(marginal_straggler_for_),
+                                      " before balancing: all-local")
+                       : ""));
+  // Symmetric with resharding for a chronic straggler: a split changes only on a verdict
+  // that has held for reshard_after. Under a CPU quota a resharded rank with fewer units
+  // is throttled less and can look calm for seconds while still contended; going back on
+  // that would move units twice a cycle.
+  v.calm_lasted =
+      ExtendRun(pooled.calm, now, max_gap, runs.calm) >= policy.reshard_after && pooled.calm;
+
+  // Chronic, so that resharding is priced: straggling over the group's blocks for the
+  // policy's reshard_after without a break. Per block, the speed model's own straggler
+  // state breaks off whenever that block's estimate dips under the threshold, and under
+  // a CPU quota some block's does every few seconds.
+  v.chronic.assign(size, false);
+  for (int32_t r : ranks) {
+    RankRun& rank = runs.ranks[r];
+    const bool straggling =
+        r < size && static_cast<size_t>(r) < pooled.ranks.size() && pooled.ranks[r].straggling;
+    const bool gap = rank.judged_at.has_value() && now - *rank.judged_at > max_gap;
+    rank.judged_at = now;
+    if (!straggling || gap) rank.straggling_since.reset();
+    if (!straggling) continue;
+    if (!rank.straggling_since.has_value()) rank.straggling_since = now;
+    const absl::Duration straggling_for = now - *rank.straggling_since;
+    // A reshard restarts the count (UnitsMoved).
+    const bool resharded_since =
+        runs.moved_units_at.has_value() && *runs.moved_units_at > *rank.straggling_since;
+    const absl::Duration counted = resharded_since ? now - *runs.moved_units_at : straggling_for;
+    v.chronic[r] = counted >= policy.reshard_after;
+    lines.push_back(absl::StrCat(
+        "rank ", r, " straggling for ",
+        absl::FormatDuration(absl::Trunc(straggling_for, absl::Milliseconds(100))),
+        resharded_since
+            ? absl::StrCat(", ",
+                           absl::FormatDuration(absl::Trunc(counted, absl::Milliseconds(100))),
+                           " since the last reshard")
+            : "",
+        v.chronic[r] ? ": chronic" : "", " (reshard_after ",
+        absl::FormatDuration(policy.reshard_after), ")"));
+  }
+  return v;
+}
+
+void StragglerJudge::UnitsMoved(const GroupRef& ref) {
+  // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it idles
+  // more and is throttled less, which made the split swing by a unit every ~13 s on the
+  // shaped link (7 moves in 300 steps with reshard_after 4 s). So the next reshard waits
+  // reshard_after again.
+  const absl::Duration now = clock_->Monotonic();
+  absl::MutexLock lock(&mu_);
+  RunsOf(ref).moved_units_at = now;
+}
+
+std::map<int32_t, StragglerJudge::RankRun> StragglerJudge::Ranks(const GroupRef& ref) const {
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(ref.key);
+  if (it == groups_.end() || it->second.incarnation != ref.incarnation) return {};
+  return it->second.ranks;
+}
+
+void StragglerJudge::Forget(const GroupKey& key) {
+  absl::MutexLock lock(&mu_);
+  groups_.erase(key);
+}
+
+}  // namespace ballast::coordinator

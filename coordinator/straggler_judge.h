@@ -1,0 +1,89 @@
+// StragglerJudge: the verdicts on a group that need its history, not just this round's
+// speeds. Per group it holds three runs of planning rounds, on the injected clock:
+//   - calm: the pooled verdict calm without a break; an uneven split goes back to even only
+//     after reshard_after of it (PlannerInput::calm_lasted);
+//   - marginal: a marginal straggler without a break (rank_speeds.h: TreatAsCalm), which
+//     a group running all-local waits out for marginal_straggler_for;
+//   - chronic, per rank: straggling, pooled over the group's blocks, for reshard_after,
+//     counted from the last plan that moved units if later, so that resharding is priced.
+// A gap of more than kJudgementGapPeriods report periods between rounds (a pause, a detach,
+// missing reports) breaks every run: rounds not judged are no evidence.
+//
+//   StragglerJudge judge(clock, options.marginal_straggler_for);
+//   StragglerJudge::Verdict v = judge.Judge(ref, ranks, size, pooled, blocks, policy,
+//                                           running_all_local, lines);
+//   ... plan with v.calm, v.calm_lasted, v.chronic ...
+//   if (published && moves_units) judge.UnitsMoved(ref);
+//
+// Thread-safe. Its runs are keyed by the group's incarnation: a group forgotten and
+// registered again starts afresh, even if Forget was not called.
+#ifndef BALLAST_COORDINATOR_STRAGGLER_JUDGE_H_
+#define BALLAST_COORDINATOR_STRAGGLER_JUDGE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/group_registry.h"
+#include "coordinator/policy.h"
+#include "coordinator/rank_speeds.h"
+
+namespace ballast::coordinator {
+
+class StragglerJudge {
+ public:
+  // Rounds come every report period; a longer gap than this many breaks a run.
+  static constexpr int kJudgementGapPeriods = 3;
+
+  struct Verdict {
+    bool calm = false;          // plan all-local (a marginal straggler not lasted is calm)
+    bool calm_lasted = false;   // calm for reshard_after without a break
+    std::vector<bool> chronic;  // per rank in [0, size): chronic for planning
+  };
+  // One rank's run of straggling rounds, for status.
+  struct RankRun {
+    std::optional<absl::Duration> straggling_since;  // unset when it does not straggle
+    std::optional<absl::Duration> judged_at;         // the last round that judged it
+  };
+
+  // `clock` must outlive the judge.
+  StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for);
+
+  // Judges the round at the clock's monotonic time for the group `ref` of `size` ranks
+  // (`ranks`: those registered), on the speeds pooled over its `num_blocks` blocks.
+  // Appends explanation lines: the pooled verdict, then each straggling rank's run.
+  Verdict Judge(const GroupRef& ref, const std::vector<int32_t>& ranks, int32_t size,
+                const PooledGroup& pooled, int32_t num_blocks, const JobPolicy& policy,
+                bool running_all_local, std::vector<std::string>& lines);
+  // A plan that moves units was pushed now: the count to chronic restarts.
+  void UnitsMoved(const GroupRef& ref);
+  // Per registered rank, its run (none before the group's first round).
+  std::map<int32_t, RankRun> Ranks(const GroupRef& ref) const;
+  void Forget(const GroupKey& key);
+
+ private:
+  struct GroupRuns {
+    uint64_t incarnation = 0;
+    RoundRun marginal;
+    RoundRun calm;
+    std::map<int32_t, RankRun> ranks;
+    // Monotonic time of the last pushed plan that moved units.
+    std::optional<absl::Duration> moved_units_at;
+  };
+  // The group's runs, fresh for a new incarnation.
+  GroupRuns& RunsOf(const GroupRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;
+  const absl::Duration marginal_straggler_for_;
+  mutable absl::Mutex mu_;
+  std::map<GroupKey, GroupRuns> groups_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_STRAGGLER_JUDGE_H_

@@ -1,0 +1,114 @@
+// DecisionLoop over a real registry, judge and settings on a fake clock: what it decides
+// from a snapshot, when a group is due, and that a group forgotten keeps nothing.
+#include "coordinator/decision_loop.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "testing/fake_clock.h"
+#include "testing/fake_policy_store.h"
+#include "tests/coordinator/coordinator_fixtures.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class DecisionLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    speeds_ = *SpeedModel::Create(SpeedModelOptions{}, &clock_);
+    settings_ = *JobSettings::Load(&store_, &clock_);
+    registry_ = std::make_unique<GroupRegistry>(RegistryOptions{.forget_after = absl::Seconds(5)},
+                                                &clock_, speeds_.get());
+    judge_ = std::make_unique<StragglerJudge>(&clock_, absl::Seconds(3));
+    loop_ = std::make_unique<DecisionLoop>(DecisionLoopOptions{}, &clock_, registry_.get(),
+                                           judge_.get(), settings_.get(), speeds_.get());
+    JobPolicy policy;
+    policy.mode = BalanceMode::kMigrate;
+    policy.report_period = absl::Milliseconds(100);
+    ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  }
+  // Both ranks report step `step`: rank 1 at `slow` seconds per unit.
+  void Reports(int64_t step, double slow) {
+    for (int rank : {0, 1}) {
+      v1::WorkerReport r;
+      r.set_job("vit");
+      r.set_group("tp0");
+      r.set_rank(rank);
+      r.mutable_step()->set_step(step);
+      v1::BlockTiming* b = r.mutable_step()->add_blocks();
+      b->set_block(0);
+      b->set_units_computed(4);
+      b->set_compute_seconds(4 * (rank == 0 ? 1e-3 : slow));
+      ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+    }
+  }
+  DecisionRecord Record() { return loop_->Record(registry_->Groups().at(0)); }
+
+  testing::FakeClock clock_;
+  testing::InMemoryPolicyStore store_;
+  std::unique_ptr<SpeedModel> speeds_;
+  std::unique_ptr<JobSettings> settings_;
+  std::unique_ptr<GroupRegistry> registry_;
+  std::unique_ptr<StragglerJudge> judge_;
+  std::unique_ptr<DecisionLoop> loop_;
+  RecordingSink sink_;
+};
+
+TEST_F(DecisionLoopTest, WaitsForEveryRankThenPublishesWhatThePlannerDecides) {
+  v1::AgentHello one_rank = Hello({0, 0, 0, 0, 1, 1, 1, 1});
+  one_rank.mutable_workers()->RemoveLast();
+  ASSERT_TRUE(registry_->AgentConnected(one_rank, &sink_).ok());
+  loop_->Tick();
+  EXPECT_THAT(Record().reasons.before, ElementsAre("waiting for ranks: 1 of 2 registered"));
+
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  for (int64_t step = 0; step < 10 && sink_.plans().empty(); ++step) {
+    Reports(step, 3e-3);
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  }
+  ASSERT_EQ(sink_.plans().size(), 1u) << "rank 1 at 3x was not balanced";
+  EXPECT_EQ(sink_.plans()[0].number(), 1);
+  // Published: the registry holds it as the plan in force, the record says why.
+  EXPECT_EQ(registry_->Snapshot({"vit", "tp0"}, false)->plan.number, 1);
+  EXPECT_EQ(Record().decisions.size(), 1u);
+  EXPECT_GT(loop_->Prediction(*registry_->Snapshot({"vit", "tp0"}, false)).blocks, 0);
+  EXPECT_EQ(registry_->counters().plan_changes, 1);
+}
+
+TEST_F(DecisionLoopTest, AGroupIsPlannedOncePerReportPeriodOrWhenASettingChanges) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  loop_->Tick();
+  EXPECT_EQ(loop_->decisions(), 1);
+  loop_->Tick();  // no time passed: not due
+  EXPECT_EQ(loop_->decisions(), 1);
+  loop_->ReplanNow("other-job");
+  loop_->Tick();
+  EXPECT_EQ(loop_->decisions(), 1);
+  loop_->ReplanNow("vit");
+  loop_->Tick();
+  EXPECT_EQ(loop_->decisions(), 2);
+  ASSERT_TRUE(settings_->SetPaused("", true).ok());
+  clock_.Advance(absl::Milliseconds(100));
+  loop_->Tick();
+  EXPECT_EQ(loop_->decisions(), 2);
+  EXPECT_THAT(Record().reasons.before, ElementsAre(HasSubstr("balancing paused")));
+}
+
+TEST_F(DecisionLoopTest, AForgottenGroupKeepsNothingAndComesBackFresh) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  loop_->Tick();
+  ASSERT_FALSE(Record().reasons.before.empty());
+  registry_->AgentDisconnected("agent-1", &sink_);
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_TRUE(loop_->Tick());  // forgotten
+  EXPECT_TRUE(registry_->Groups().empty());
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  EXPECT_TRUE(Record().reasons.before.empty()) << "the old incarnation's decision shows";
+}
+
+}  // namespace
+}  // namespace ballast::coordinator

@@ -1,0 +1,386 @@
+// PlanBlock's policy: hysteresis against the plan in force, the modes, cordons, fixed
+// costs, calm groups, and what the explanation says about them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/planner/ownership.h"
+#include "coordinator/planner/planner.h"
+#include "tests/coordinator/planner/planner_test_util.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using planner_testing::Case;
+using planner_testing::Checked;
+using planner_testing::CheckPlan;
+using planner_testing::Explained;
+using planner_testing::MakeInput;
+using planner_testing::PlanExplained;
+using planner_testing::Straggler;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// ---------------------------------------------------------------------------------------
+// Hysteresis.
+
+int CountChanges(double hysteresis, int steps, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> noise(-0.02, 0.02);
+  Case k = Straggler();
+  k.policy.hysteresis = hysteresis;
+  BlockPlan current;
+  bool have = false;
+  int changes = 0;
+  for (int i = 0; i < steps; ++i) {
+    Case noisy = k;
+    for (double& c : noisy.c) c *= 1 + noise(rng);
+    absl::StatusOr<BlockDecision> d =
+        PlanBlock(MakeInput(noisy), k.policy, have ? &current : nullptr);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return -1;
+    if (have && !(d->plan == current)) ++changes;
+    current = d->plan;
+    have = true;
+  }
+  return changes;
+}
+
+TEST(PlannerHysteresisTest, NoiseDoesNotFlapThePlan) {
+  const int with = CountChanges(0.05, 1000, 1);
+  const int without = CountChanges(0.0, 1000, 1);
+  EXPECT_LE(with, 5);
+  EXPECT_GT(without, 5 * std::max(with, 4));
+}
+
+TEST(PlannerHysteresisTest, RealSlowdownChangesThePlan) {
+  Case k = Straggler();
+  absl::StatusOr<BlockDecision> first = PlanBlock(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(first.ok());
+  k.c[3] *= 2;  // a second rank becomes 2x slower
+  absl::StatusOr<Explained> second = PlanExplained(MakeInput(k), k.policy, &first->plan);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->kept_current);
+  EXPECT_FALSE(second->plan == first->plan);
+  bool rank3_sheds = false;
+  for (const Offload& o : second->plan.offloads) rank3_sheds = rank3_sheds || o.owner == RankId(3);
+  EXPECT_TRUE(rank3_sheds) << second->explanation;
+}
+
+TEST(PlannerHysteresisTest, KeepsAnEquallyGoodCurrentPlanAndDropsAnInfeasibleOne) {
+  Case k = Straggler();
+  const PlannerInput in = MakeInput(k);
+  absl::StatusOr<BlockDecision> first = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(first.ok());
+  absl::StatusOr<BlockDecision> again = PlanBlock(in, k.policy, &first->plan);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->kept_current);
+  EXPECT_EQ(again->plan, first->plan);
+
+  BlockPlan broken = first->plan;
+  broken.pruned_units.assign(8, 0);
+  broken.pruned_units[7] = 60;  // over the per-rank budget
+  absl::StatusOr<Explained> fixed = PlanExplained(in, k.policy, &broken);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_FALSE(fixed->kept_current);
+  EXPECT_THAT(fixed->explanation, HasSubstr("budget"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Modes, resharding, explanation.
+
+TEST(PlannerTest, ObserveExplainsButPushesAllLocal) {
+  Case k = Straggler();
+  k.policy.mode = BalanceMode::kObserve;
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->plan.offloads.empty());
+  EXPECT_TRUE(d->plan.pruned_units.empty());
+  EXPECT_DOUBLE_EQ(d->predicted_step_seconds, d->all_local_step_seconds);
+  EXPECT_FALSE(d->recommended.plan.offloads.empty());
+  EXPECT_LT(d->recommended.cost.step_seconds, d->all_local_step_seconds);
+  EXPECT_THAT(d->explanation, HasSubstr("would push"));
+}
+
+TEST(PlannerTest, StragglerOffloadsNearTheIdeal) {
+  Case k = Straggler();
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->chosen, CandidateKind::kAuto);
+  EXPECT_DOUBLE_EQ(d->all_local_step_seconds, 0.128);
+  EXPECT_NEAR(d->ideal_step_seconds, 512 * 1e-3 / 7.5, 1e-12);
+  EXPECT_LT(d->predicted_step_seconds, 1.02 * (d->ideal_step_seconds + 2e-3));
+  EXPECT_TRUE(d->plan.pruned_units.empty());  // w = 1 s makes pruning too dear here
+  EXPECT_THAT(d->explanation, HasSubstr("predicted step"));
+  EXPECT_THAT(d->explanation, HasSubstr("migrate"));
+}
+
+// A straggler whose share of the block's collectives is also slower (a fixed cost, beyond
+// its peers', of 16 of its units) is given fewer units than its compute speed alone says:
+// everyone finishes the block together, fixed cost included. The ideal and the reshard's
+// water-fill count the fixed cost too, and the explanation shows it.
+TEST(PlannerTest, AFixedCostIsBalancedWithTheUnits) {
+  Case k = Straggler();
+  k.tau = 0;  // free transfers: the plan is the water level
+  k.policy.mode = BalanceMode::kMigrate;
+  const double offloaded_without = [&] {
+    absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+    EXPECT_TRUE(d.ok());
+    return d.ok() ? d->recommended.cost.offloaded_units : -1;
+  }();
+  k.f.assign(8, 0);
+  k.f[7] = 16 * 2e-3;
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // Water level L with 7 (L - 0) / 1e-3 + (L - 0.032) / 2e-3 = 512: L = 0.0704; rank 7
+  // computes 19.2 units there, against 34.1 without the fixed cost.
+  EXPECT_NEAR(d->ideal_step_seconds, (512 + 16) / 7.5 * 1e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(d->all_local_step_seconds, 0.032 + 0.128);
+  EXPECT_EQ(offloaded_without, 64 - 34);
+  EXPECT_EQ(d->recommended.cost.offloaded_units, 64 - 19);
+  EXPECT_NEAR(d->predicted_step_seconds, 0.0704, 1.1e-3);
+  EXPECT_DOUBLE_EQ(d->recommended.cost.rank_seconds[7], 0.032 + 19 * 2e-3);
+  EXPECT_THAT(d->explanation, HasSubstr("7:0.032+0.002x64"));
+  // The reshard's water-fill: rank 7 keeps 19 units (0.032 + 19 x 2 ms = 0.070 s).
+  PlannerInput in = MakeInput(k);
+  std::vector<int32_t> filled = WaterFillCounts(in.ranks, 512);
+  EXPECT_EQ(filled[7], 19);
+  // A fixed cost above every other rank's whole load: it gets no unit, and no plan's step
+  // is below its fixed cost.
+  in.ranks[7].fixed_seconds = 1.0;
+  filled = WaterFillCounts(in.ranks, 512);
+  EXPECT_EQ(filled[7], 0);
+  absl::StatusOr<BlockDecision> all_away = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(all_away.ok());
+  EXPECT_DOUBLE_EQ(all_away->ideal_step_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(all_away->recommended.cost.step_seconds, 1.0);
+}
+
+TEST(PlannerTest, ResizePrunesTheStragglerWithinBudget) {
+  Case k = Straggler();
+  k.policy.mode = BalanceMode::kResize;
+  k.policy.accuracy_weight_seconds = 0.1;  // a pruned unit costs 0.2 ms, computing it 2 ms
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->plan.pruned_units.size(), 8u);
+  EXPECT_EQ(d->plan.pruned_units[7], 32);  // down to the fast ranks' 64 ms
+  EXPECT_DOUBLE_EQ(d->predicted_step_seconds, 0.064);
+}
+
+TEST(PlannerTest, CordonedRankOffloadsEverythingOrReshards) {
+  Case k = Straggler();
+  k.c[7] = 1e-3;
+  k.cordoned.assign(8, false);
+  k.cordoned[2] = true;
+  k.tau = 1e-3;
+  k.policy.mode = BalanceMode::kMigrate;
+  const PlannerInput in = MakeInput(k);
+  absl::StatusOr<Explained> d = PlanExplained(in, k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // Offloading costs rank 2 tau per unit each step; resharding does not.
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  ASSERT_EQ(d->plan.owner_of_unit.size(), 512u);
+  std::vector<int> counts(8, 0);
+  int moved = 0;
+  for (size_t u = 0; u < 512; ++u) {
+    ++counts[d->plan.owner_of_unit[u].value()];
+    moved += d->plan.owner_of_unit[u] != in.owner_of_unit[u];
+  }
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_EQ(moved, 64);
+  const Checked check = CheckPlan(in, k.policy, BalanceMode::kMigrate, d->plan);
+  EXPECT_EQ(check.error, "");
+
+  // Once applied, the same inputs keep it: no flapping back.
+  Case after = k;
+  after.n.clear();
+  for (int c : counts) after.n.push_back(c);
+  PlannerInput in2 = MakeInput(after);
+  in2.owner_of_unit = d->plan.owner_of_unit;
+  absl::StatusOr<Explained> d2 = PlanExplained(in2, k.policy, &d->plan);
+  ASSERT_TRUE(d2.ok()) << d2.status();
+  EXPECT_TRUE(d2->plan.owner_of_unit.empty()) << d2->explanation;
+  EXPECT_TRUE(d2->plan.offloads.empty()) << d2->explanation;
+}
+
+// Counts of a reshard's ownership.
+std::vector<int32_t> OwnedAfter(const BlockPlan& plan, int32_t ranks) {
+  std::vector<int32_t> owned(ranks, 0);
+  for (RankId r : plan.owner_of_unit) ++owned[r.value()];
+  return owned;
+}
+
+TEST(PlannerTest, CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit) {
+  // A straggler was resharded for (96 and 32 units) and has recovered: the group is calm.
+  // The estimates still differ by noise (rank 0 7% slower): the even split, not the one
+  // they water-fill to, and it replaces the offloads that balanced it, hysteresis or not.
+  Case k;
+  k.c = {1.07e-3, 1e-3};
+  k.n = {96, 32};
+  k.tau = 1e-5;
+  k.policy.straggler_threshold = 0.1;
+  PlannerInput in = MakeInput(k);
+  absl::StatusOr<Explained> offloading = PlanExplained(in, k.policy, nullptr);
+  ASSERT_TRUE(offloading.ok());
+  ASSERT_FALSE(offloading->plan.offloads.empty()) << offloading->explanation;
+  in.calm = true;
+  // Calm only just now: the split may be right still, and its plan is kept.
+  absl::StatusOr<Explained> fresh = PlanExplained(in, k.policy, &offloading->plan);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(fresh->evens_split);
+  EXPECT_NE(fresh->chosen, CandidateKind::kReshard) << fresh->explanation;
+  in.calm_lasted = true;
+  absl::StatusOr<Explained> home = PlanExplained(in, k.policy, &offloading->plan);
+  ASSERT_TRUE(home.ok()) << home.status();
+  EXPECT_EQ(home->chosen, CandidateKind::kReshard) << home->explanation;
+  EXPECT_TRUE(home->evens_split);
+  EXPECT_FALSE(home->kept_current);
+  EXPECT_THAT(OwnedAfter(home->plan, 2), ElementsAre(64, 64));
+  EXPECT_TRUE(home->plan.offloads.empty()) << home->explanation;
+  EXPECT_THAT(home->explanation, HasSubstr("owns more than its share: back to the even split"));
+  // On the even split the calm group runs all-local.
+  Case even = k;
+  even.n = {64, 64};
+  PlannerInput rested = MakeInput(even);
+  rested.calm = true;
+  rested.calm_lasted = true;
+  absl::StatusOr<Explained> after = PlanExplained(rested, even.policy, &home->plan);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->calm) << after->explanation;
+  EXPECT_EQ(after->chosen, CandidateKind::kAllLocal);
+  // Not calm (a straggler, not chronic): no reshard, the estimates decide as before.
+  in.calm = false;
+  in.calm_lasted = false;
+  absl::StatusOr<Explained> busy = PlanExplained(in, k.policy, &offloading->plan);
+  ASSERT_TRUE(busy.ok());
+  EXPECT_NE(busy->chosen, CandidateKind::kReshard) << busy->explanation;
+  EXPECT_FALSE(busy->evens_split);
+  // The dwell's raised hysteresis (0.3) does not make going back easier: rank 0 25% slower
+  // in this block's estimate (the verdict pooled over all blocks is still calm) and a
+  // free link, so the even split (0.08 s) is 12.5% worse than offloading on the uneven
+  // one (0.0711 s), beyond t / (1 + t) = 9.1% but within 0.3.
+  in.calm = true;
+  in.calm_lasted = true;
+  in.ranks[0].seconds_per_unit = 1.25e-3;
+  in.transfer_seconds_per_unit = 0;
+  JobPolicy dwelling = k.policy;
+  dwelling.hysteresis = 0.3;
+  absl::StatusOr<Explained> dwell = PlanExplained(in, dwelling, &offloading->plan);
+  ASSERT_TRUE(dwell.ok());
+  EXPECT_FALSE(dwell->evens_split) << dwell->explanation;
+  EXPECT_NE(dwell->chosen, CandidateKind::kReshard);
+  EXPECT_THAT(dwell->explanation, HasSubstr("x 1.09091: estimate noise"));
+  in.ranks[0].seconds_per_unit = 1.07e-3;
+  in.transfer_seconds_per_unit = k.tau;
+  // A cordon, or a chronic rank, is the usual reshard's business: no even split.
+  in.ranks[1].cordoned = true;
+  absl::StatusOr<BlockDecision> cordoned = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(cordoned.ok());
+  EXPECT_FALSE(cordoned->evens_split);
+  in.ranks[1].cordoned = false;
+  in.ranks[0].chronic = true;
+  absl::StatusOr<Explained> chronic = PlanExplained(in, k.policy, nullptr);
+  ASSERT_TRUE(chronic.ok());
+  EXPECT_FALSE(chronic->evens_split) << chronic->explanation;
+  in.ranks[0].chronic = false;
+  // Modes off and observe push all-local: nothing is evened, nor said to be.
+  for (BalanceMode mode : {BalanceMode::kOff, BalanceMode::kObserve}) {
+    JobPolicy watching = k.policy;
+    watching.mode = mode;
+    absl::StatusOr<Explained> watched = PlanExplained(in, watching, nullptr);
+    ASSERT_TRUE(watched.ok());
+    EXPECT_FALSE(watched->evens_split);
+    EXPECT_EQ(watched->chosen, CandidateKind::kAllLocal);
+    EXPECT_THAT(watched->explanation, Not(HasSubstr("back to the even split")));
+  }
+  // Resize mode moves no units: calm and uneven, it balances by what it has.
+  k.policy.mode = BalanceMode::kResize;
+  absl::StatusOr<BlockDecision> resize = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(resize.ok());
+  EXPECT_NE(resize->chosen, CandidateKind::kReshard);
+  EXPECT_FALSE(resize->evens_split);
+}
+
+TEST(PlannerTest, ACalmGroupRunsAllLocalButACordonStillCounts) {
+  Case k = Straggler();  // rank 7 at 2x in this block's estimate, but the group is calm
+  PlannerInput in = MakeInput(k);
+  absl::StatusOr<Explained> busy = PlanExplained(in, k.policy, nullptr);
+  ASSERT_TRUE(busy.ok());
+  ASSERT_FALSE(busy->plan.offloads.empty());
+  in.calm = true;
+  // Leaving the plan in force needs no hysteresis: it was for a straggler that is gone.
+  absl::StatusOr<Explained> calm = PlanExplained(in, k.policy, &busy->plan);
+  ASSERT_TRUE(calm.ok());
+  EXPECT_TRUE(calm->calm);
+  EXPECT_EQ(calm->chosen, CandidateKind::kAllLocal);
+  EXPECT_TRUE(calm->plan.offloads.empty());
+  EXPECT_DOUBLE_EQ(calm->predicted_step_seconds, calm->all_local_step_seconds);
+  EXPECT_FALSE(calm->recommended.plan.offloads.empty());  // what balancing would do
+  EXPECT_THAT(calm->explanation, HasSubstr("all-local: no rank straggles"));
+  // After a reshard for a straggler that has since recovered, all-local is uneven: calm
+  // ranks with 96 and 32 units are balanced, not kept all-local; by offloads until they
+  // have been calm for a while (CalmRanksOnAnUnevenSplitReshardBackToTheEvenSplit).
+  Case uneven;
+  uneven.c = {1e-3, 1e-3};
+  uneven.n = {96, 32};
+  uneven.tau = 1e-5;
+  PlannerInput unbalanced = MakeInput(uneven);
+  unbalanced.calm = true;
+  absl::StatusOr<Explained> rebalanced = PlanExplained(unbalanced, uneven.policy, nullptr);
+  ASSERT_TRUE(rebalanced.ok());
+  EXPECT_FALSE(rebalanced->calm);
+  EXPECT_FALSE(rebalanced->plan.offloads.empty()) << rebalanced->explanation;
+  EXPECT_THAT(rebalanced->explanation, HasSubstr("owns more than its share: balancing"));
+  // 7 units on 4 ranks (2, 2, 2, 1) are as even as they can be: calm stays all-local.
+  Case seven;
+  seven.c.assign(4, 1e-3);
+  seven.c[3] = 1.05e-3;
+  seven.n = {2, 2, 2, 1};
+  PlannerInput odd = MakeInput(seven);
+  odd.calm = true;
+  absl::StatusOr<Explained> kept = PlanExplained(odd, seven.policy, nullptr);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->calm) << kept->explanation;
+  // A cordoned rank must compute nothing, calm or not.
+  k.c[7] = 1e-3;
+  k.cordoned.assign(8, false);
+  k.cordoned[2] = true;
+  in = MakeInput(k);
+  in.calm = true;
+  absl::StatusOr<BlockDecision> cordoned = PlanBlock(in, k.policy, nullptr);
+  ASSERT_TRUE(cordoned.ok());
+  EXPECT_FALSE(cordoned->calm);
+  EXPECT_NE(cordoned->chosen, CandidateKind::kAllLocal);
+}
+
+TEST(PlannerTest, ResizeCannotHonourAnOverBudgetCordon) {
+  Case k = Straggler();
+  k.cordoned.assign(8, false);
+  k.cordoned[1] = true;
+  k.policy.mode = BalanceMode::kResize;
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("cordoned rank 1"));
+}
+
+TEST(PlannerTest, EmptyBlockIsAllLocal) {
+  Case k;
+  k.c = {1e-3, 2e-3};
+  k.n = {0, 0};
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->predicted_step_seconds, 0);
+  EXPECT_TRUE(d->plan.offloads.empty());
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
