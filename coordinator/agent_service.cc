@@ -15,6 +15,8 @@ using Stream = grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::AgentMessage
 // One session's outgoing messages and the thread that writes them (see the header).
 class SessionWriter final : public AgentSink {
  public:
+  static constexpr absl::Duration kFinishWriteFor = absl::Milliseconds(500);
+
   SessionWriter(grpc::ServerContext* context, Stream* stream, std::string agent_id,
                 std::atomic<int64_t>* rejections_dropped)
       : context_(context),
@@ -23,11 +25,20 @@ class SessionWriter final : public AgentSink {
         rejections_dropped_(rejections_dropped),
         thread_([this] { Run(); }) {}
 
-  // Stops writing; cancels a write in flight (the session is over, so is the stream).
+  // Stops writing. A write in flight gets a moment to finish (the Welcome to an agent that
+  // hung up right after its hello, say), so a session that ended normally ends with its
+  // own status rather than CANCELLED; one still stuck after that is cancelled (the
+  // session is over, so is the stream).
   ~SessionWriter() override {
     {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](SessionWriter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
+                                 return !w->writing_since_.has_value();
+                               },
+                               this),
+                           kFinishWriteFor);
       if (writing_since_.has_value()) context_->TryCancel();
     }
     thread_.join();
