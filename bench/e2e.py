@@ -15,7 +15,9 @@
                 all-local
 
 Prints one JSON object per configuration (stdout), writes them all to <out>/e2e.json and
-a plot of step time over steps and accuracy per configuration to <out>/e2e.png.
+a plot of step time over steps and accuracy per configuration to <out>/e2e.png. Each
+object names the contention it ran under ("contention": quota, cotenant or device, "none"
+without a straggler; --contention picks: see launch.py --contention).
 
 The ideal step time under contention is the reference's total work divided by the sum
 of the measured rank speeds: with T_ref the reference's median step time and v_r rank r's
@@ -132,6 +134,9 @@ def analyse(name, ranks, stragglers, reference, contended_reference, elapsed, sa
         "final_owned_units": steps0[-1]["owned_units"],
         "plan_changes": len({r["plan_version"] for r in steps0}) - 1,
         "wall_seconds": round(elapsed, 1),
+        # What slowed rank 1 (the harness's record; None for runs from before it was kept).
+        "contention": (ranks[0].get("contention") or {}).get("kind"),
+        "contention_mechanism": (ranks[0].get("contention") or {}).get("mechanism"),
     }
     # Per-rank speed (seconds per computed unit) over the contended steps (all steps when
     # there is no straggler).
@@ -199,7 +204,7 @@ def midrun(steps, straggler, ideal):
     }
 
 
-def plot(results, runs, path):
+def plot(results, runs, path, slowed_by):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -213,7 +218,7 @@ def plot(results, runs, path):
         ax1.plot(xs, smooth, label=name, linewidth=1.2)
     ax1.set_xlabel("step")
     ax1.set_ylabel("step time, ms (5-step running median)")
-    ax1.set_title("ViT on Fashion-MNIST, 2 TP ranks, rank 1 slowed 2x by a co-tenant")
+    ax1.set_title(f"ViT on Fashion-MNIST, 2 TP ranks, rank 1 slowed 2x by {slowed_by}")
     ax1.legend()
     ax1.grid(alpha=0.3)
     names = [r["config"] for r in results]
@@ -243,6 +248,9 @@ def main():
                         "PyTorch GPT (examples/torch/gpt_train.py)")
     p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us,
                    help="the straggler's CPU quota period (launch.py --quota-period-us)")
+    p.add_argument("--contention", choices=harness.CONTENTION_KINDS, default="auto",
+                   help="how rank 1 is slowed (launch.py --contention); device: an emulated "
+                        "slower device, its block compute only")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
     if not 1000 <= a.quota_period_us <= 1000000:
@@ -266,7 +274,7 @@ def main():
         cfg = harness.JobConfig(build=a.build, steps=steps, mode=mode, stragglers=parsed,
                                 out=os.path.join(out_dir, name), verbose=False, progress="none",
                                 trainer_args=a.trainer_args, policy=policy, trainer=a.trainer,
-                                quota_period_us=a.quota_period_us,
+                                quota_period_us=a.quota_period_us, contention=a.contention,
                                 coordinator_flags=coordinator_flags)
         sampler = None
         reused = a.reuse and name in previous and name not in only
@@ -299,7 +307,11 @@ def main():
         print(json.dumps(result), flush=True)
     with open(os.path.join(out_dir, "e2e.json"), "w") as f:
         json.dump(results, f, indent=1)
-    plot(results, runs, os.path.join(out_dir, "e2e.png"))
+    kinds = {r["contention"] for r in results if r["contention"] not in (None, "none")}
+    slowed_by = {"device": "an emulated slower device", "quota": "a co-tenant and a CPU quota",
+                 "cotenant": "a co-tenant"}.get(kinds.pop() if len(kinds) == 1 else "",
+                                                "contention")
+    plot(results, runs, os.path.join(out_dir, "e2e.png"), slowed_by)
     print(f"[e2e] wrote {out_dir}/e2e.json and {out_dir}/e2e.png", file=sys.stderr)
 
 

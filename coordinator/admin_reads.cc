@@ -41,6 +41,12 @@ void AdminReads::FillGroup(const GroupSnapshot& group, const JobPolicy& policy,
       LinkBytesPerSecond(group.link, group.link_stale_after, link_prior_, nullptr));
   gs.set_link_learned(group.link.has_value());
   if (group.link.has_value()) gs.set_link_basis(LinkBasisName(group.link->basis));
+  if (const std::optional<GroupHold> hold = settings_->HoldFor(group.job, group.name)) {
+    v1::Hold& h = *gs.mutable_hold();
+    h.set_rank(hold->rank);
+    h.set_offload_fraction(hold->offload_fraction);
+    h.set_reshard_fraction(hold->reshard_fraction);
+  }
   int64_t units = 0, pruned = 0, offloaded = 0;
   for (const BlockSnapshot& block : group.blocks) units += block.num_units;
   for (const BlockPlan& bp : group.plan.blocks) {

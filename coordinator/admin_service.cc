@@ -1,5 +1,7 @@
 #include "coordinator/admin_service.h"
 
+#include <optional>
+
 #include "common/grpc_status.h"
 #include "coordinator/policy_proto.h"
 #include "proto/validate.h"
@@ -53,6 +55,18 @@ grpc::Status AdminServiceImpl::SetCordon(grpc::ServerContext* context,
                                          const v1::SetCordonRequest* req, v1::SetCordonResponse*) {
   if (grpc::Status s = Authorize(context, "SetCordon"); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->SetCordon(req->device(), req->cordoned(), req->reason()));
+}
+
+grpc::Status AdminServiceImpl::SetHold(grpc::ServerContext* context, const v1::SetHoldRequest* req,
+                                       v1::SetHoldResponse*) {
+  if (grpc::Status s = Authorize(context, "SetHold"); !s.ok()) return s;
+  std::optional<GroupHold> hold;
+  if (!req->release()) {
+    hold = GroupHold{.rank = req->hold().rank(),
+                     .offload_fraction = req->hold().offload_fraction(),
+                     .reshard_fraction = req->hold().reshard_fraction()};
+  }
+  return ToGrpcStatus(coordinator_->SetHold(req->job(), req->group(), hold));
 }
 
 grpc::Status AdminServiceImpl::Explain(grpc::ServerContext* context, const v1::ExplainRequest* req,

@@ -32,8 +32,9 @@ class AdminServiceImpl final : public v1::Admin::Service {
                          v1::SetPausedResponse*) override;
   grpc::Status SetCordon(grpc::ServerContext*, const v1::SetCordonRequest*,
                          v1::SetCordonResponse*) override;
-  grpc::Status Explain(grpc::ServerContext*, const v1::ExplainRequest*,
-                       v1::Explanation*) override;
+  grpc::Status SetHold(grpc::ServerContext*, const v1::SetHoldRequest*,
+                       v1::SetHoldResponse*) override;
+  grpc::Status Explain(grpc::ServerContext*, const v1::ExplainRequest*, v1::Explanation*) override;
 
  private:
   grpc::Status Authorize(const grpc::ServerContext* context, absl::string_view method) const {

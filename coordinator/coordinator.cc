@@ -127,6 +127,25 @@ absl::Status Coordinator::SetCordon(const std::string& device, bool cordoned,
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::SetHold(const std::string& job, const std::string& group,
+                                  const std::optional<GroupHold>& hold) {
+  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
+  BALLAST_RETURN_IF_ERROR(ValidateName("group", group));
+  if (hold.has_value()) {
+    // Held groups are known ones: their size says which ranks a hold may name, and a typo
+    // holds nothing.
+    const std::optional<GroupSnapshot> snapshot = registry_.Snapshot({job, group}, false);
+    if (!snapshot.has_value()) {
+      return absl::NotFoundError(
+          absl::StrCat("job ", job, " has no group ", group, ": nothing to hold"));
+    }
+    BALLAST_RETURN_IF_ERROR(ValidateHold(*hold, snapshot->size));
+  }
+  BALLAST_RETURN_IF_ERROR(settings_->SetHold(job, group, hold));
+  loop_.ReplanNow(job);
+  return absl::OkStatus();
+}
+
 CoordinatorObservations Coordinator::TakeObservations() {
   return CoordinatorObservations{.plan_latency_seconds = registry_.TakePlanLatencies(),
                                  .decision_seconds = loop_.TakeDecisionSeconds()};

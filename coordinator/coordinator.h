@@ -153,6 +153,11 @@ class Coordinator {
   absl::Status SetPaused(const std::string& job, bool paused);
   // Uncordoning a device that is not cordoned is NOT_FOUND.
   absl::Status SetCordon(const std::string& device, bool cordoned, const std::string& reason);
+  // Holds a registered group at a fixed plan (held_plan.h), or releases it (nullopt):
+  // NOT_FOUND for a group the coordinator does not know, or releasing one not held;
+  // INVALID_ARGUMENT naming the field for a hold its group cannot take.
+  absl::Status SetHold(const std::string& job, const std::string& group,
+                       const std::optional<GroupHold>& hold);
 
   CoordinatorObservations TakeObservations();
   CoordinatorCounters counters() const;

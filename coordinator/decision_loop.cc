@@ -93,7 +93,9 @@ bool DecisionLoop::Tick() {
     const std::optional<GroupSnapshot> group = registry_->Snapshot(ref.key, true);
     if (!group.has_value() || group->ref != ref) continue;  // forgotten since
     const absl::Time began = absl::Now();
-    Outcome outcome = Decide(*group, policy, std::move(last));
+    const std::optional<GroupHold> hold = settings_->HoldFor(job, group->name);
+    Outcome outcome = hold.has_value() ? DecideHeld(*group, policy, *hold, std::move(last))
+                                       : Decide(*group, policy, std::move(last));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - began);
     bool published = false;
     std::string summary;
@@ -206,16 +208,9 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
       }
     }
   }
-  // Workers that report a plan newer than ours run one an earlier coordinator pushed (we
-  // restarted and lost it).
-  int64_t workers_version = 0, workers_number = 0;
-  for (const RankSnapshot& rank : group.ranks) {
-    if (!rank.attached) continue;
-    workers_version = std::max(workers_version, rank.last_plan_version);
-    workers_number = std::max(workers_number, rank.last_plan_number);
-  }
+  const WorkersPlan workers = WorkersRun(group);
   planner_input.in_force = group.plan;
-  planner_input.unknown_plan_in_force = workers_version > group.plan.version.value();
+  planner_input.unknown_plan_in_force = workers.version > group.plan.version.value();
   if (group.plan_changed_at.has_value()) {
     planner_input.since_change = clock_->Monotonic() - *group.plan_changed_at;
   }
@@ -260,17 +255,70 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
                     .decision = std::move(decision),
                     .after = std::move(after)};
   if (!change.has_value()) return out;
-  WorkloadPlan plan = *std::move(change);
+  out.change = Numbered(group, workers, *std::move(change));
+  // A reshard restarts the count to chronic (StragglerJudge::UnitsMoved), once published.
+  out.moves_units = moves_units;
+  return out;
+}
+
+DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const JobPolicy& policy,
+                                               const GroupHold& hold, DecisionRecord last) {
+  Outcome out{.record = std::move(last)};
+  DecisionRecord& record = out.record;
+  if (static_cast<int32_t>(group.ranks.size()) < group.size) {
+    record.reasons = {.before = {absl::StrCat("held, waiting for ranks: ", group.ranks.size(),
+                                              " of ", group.size, " registered")}};
+    return out;
+  }
+  GroupPlannerInput input;
+  input.group = GroupId(group.name);
+  input.in_force = group.plan;
+  const WorkersPlan workers = WorkersRun(group);
+  input.unknown_plan_in_force = workers.version > group.plan.version.value();
+  std::vector<BlockShape> shapes;
+  for (const BlockSnapshot& block : group.blocks) {
+    shapes.push_back({.block = BlockId(block.block),
+                      .num_units = block.num_units,
+                      .owner_of_unit = block.owner_of_unit});
+  }
+  std::vector<bool> cordoned(static_cast<size_t>(group.size), false);
+  for (const RankSnapshot& rank : group.ranks) {
+    if (rank.rank >= 0 && rank.rank < group.size) {
+      cordoned[rank.rank] = settings_->Cordoned(rank.device);
+    }
+  }
+  GroupDecision decision = DecideHeldGroup(input, shapes, cordoned, hold, policy);
+  // A held plan is not the planner's: nothing to predict it from (status shows 0).
+  record.decisions.clear();
+  record.common_fixed_seconds.reset();
+  std::optional<WorkloadPlan> change = std::move(decision.change);
+  decision.change.reset();
+  out.moves_units = change.has_value() && decision.moves_units;
+  input.in_force = WorkloadPlan();  // ExplainGroup reads only the blocks
+  record.reasons = {.planned = std::move(input), .decision = std::move(decision)};
+  if (change.has_value()) out.change = Numbered(group, workers, *std::move(change));
+  return out;
+}
+
+DecisionLoop::WorkersPlan DecisionLoop::WorkersRun(const GroupSnapshot& group) {
+  WorkersPlan out;
+  for (const RankSnapshot& rank : group.ranks) {
+    if (!rank.attached) continue;
+    out.version = std::max(out.version, rank.last_plan_version);
+    out.number = std::max(out.number, rank.last_plan_number);
+  }
+  return out;
+}
+
+WorkloadPlan DecisionLoop::Numbered(const GroupSnapshot& group, const WorkersPlan& workers,
+                                    WorkloadPlan plan) const {
   // Above every version a worker runs, so the workers take it (they ignore older ones),
   // and numbered on from the plan they run, so a restart does not count from 1 again.
   const int64_t next_version =
       std::max(group.plan.version.value() + 1, absl::ToUnixMicros(clock_->Now()));
-  plan.version = PlanVersion(std::max(next_version, workers_version + 1));
-  plan.number = std::max(group.plan.number, workers_number) + 1;
-  out.change = std::move(plan);
-  // A reshard restarts the count to chronic (StragglerJudge::UnitsMoved), once published.
-  out.moves_units = moves_units;
-  return out;
+  plan.version = PlanVersion(std::max(next_version, workers.version + 1));
+  plan.number = std::max(group.plan.number, workers.number) + 1;
+  return plan;
 }
 
 std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,

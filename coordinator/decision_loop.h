@@ -8,6 +8,9 @@
 //     -> a changed plan numbered and published (GroupRegistry::Publish pushes it; dropped
 //        if the group was forgotten or registered again meanwhile).
 //
+// A group an operator holds (`ballastctl hold`, JobSettings) is not planned: its hold's
+// plan (held_plan.h) is pushed instead, until it is released.
+//
 // Plan versions are wall-clock microseconds (strictly increasing per group), so they stay
 // newer than anything a worker holds even after the coordinator restarts without state.
 //
@@ -109,6 +112,20 @@ class DecisionLoop {
   // the registry's.
   Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, DecisionRecord last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // The same for a group an operator holds (JobSettings::HoldFor): the hold's plan,
+  // whatever the speeds (DecideHeldGroup).
+  Outcome DecideHeld(const GroupSnapshot& group, const JobPolicy& policy, const GroupHold& hold,
+                     DecisionRecord last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // The newest plan the group's attached workers report running: one an earlier
+  // coordinator pushed, when newer than ours (we restarted and lost it).
+  struct WorkersPlan {
+    int64_t version = 0;
+    int64_t number = 0;
+  };
+  static WorkersPlan WorkersRun(const GroupSnapshot& group);
+  // `plan` versioned and numbered to follow both ours and the workers'.
+  WorkloadPlan Numbered(const GroupSnapshot& group, const WorkersPlan& workers,
+                        WorkloadPlan plan) const;
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
   // collective times and pooled slowdown, indexed by rank; sets `common` to the least and
   // says what it found in `lines`. Zeros (and `common` untouched) when fixed costs are

@@ -11,12 +11,15 @@ absl::StatusOr<std::unique_ptr<JobSettings>> JobSettings::Load(PolicyStore* stor
   BALLAST_ASSIGN_OR_RETURN(auto policies, store->ListPolicies());
   BALLAST_ASSIGN_OR_RETURN(auto paused, store->ListPaused());
   BALLAST_ASSIGN_OR_RETURN(auto cordons, store->ListCordons());
+  BALLAST_ASSIGN_OR_RETURN(auto holds, store->ListHolds());
   absl::MutexLock lock(&s->mu_);
+  for (const StoredHold& h : holds) s->holds_[{h.job, h.group}] = h.hold;
   for (auto& [job, policy] : policies) s->policies_[job] = policy;
   for (const std::string& scope : paused) s->paused_[scope] = true;
   for (const Cordon& c : cordons) s->cordons_[c.device] = c.reason;
   BALLAST_LOG(INFO) << "coordinator loaded " << s->policies_.size() << " policies, "
-                    << paused.size() << " paused scopes, " << s->cordons_.size() << " cordons";
+                    << paused.size() << " paused scopes, " << s->cordons_.size() << " cordons, "
+                    << s->holds_.size() << " held groups";
   return s;
 }
 
@@ -87,6 +90,32 @@ absl::Status JobSettings::SetCordon(const std::string& device, bool cordoned,
   }
   BALLAST_LOG(INFO) << (cordoned ? "cordoned" : "uncordoned") << " device " << device
                     << (reason.empty() ? "" : ": ") << reason;
+  return absl::OkStatus();
+}
+
+std::optional<GroupHold> JobSettings::HoldFor(const std::string& job,
+                                              const std::string& group) const {
+  absl::MutexLock lock(&mu_);
+  auto it = holds_.find({job, group});
+  if (it == holds_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::Status JobSettings::SetHold(const std::string& job, const std::string& group,
+                                  const std::optional<GroupHold>& hold) {
+  if (!hold.has_value() && !HoldFor(job, group).has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job, " group ", group, " is not held: nothing to release"));
+  }
+  BALLAST_RETURN_IF_ERROR(store_->SetHold(job, group, hold));
+  absl::MutexLock lock(&mu_);
+  if (!hold.has_value()) {
+    holds_.erase({job, group});
+    BALLAST_LOG(INFO) << "job=" << job << " group=" << group << " released";
+    return absl::OkStatus();
+  }
+  holds_[{job, group}] = *hold;
+  BALLAST_LOG(INFO) << "job=" << job << " group=" << group << " held: " << DescribeHold(*hold);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // JobSettings: what operators set (policies per job, pauses per job or for the cluster,
-// cordoned devices), kept in the durable store and cached here. Configuration, not state:
-// forgetting an idle group leaves its job's settings alone.
+// cordoned devices, groups held at a fixed plan), kept in the durable store and cached
+// here. Configuration, not state: forgetting an idle group leaves its job's settings (and
+// its hold) alone.
 //
 //   BALLAST_ASSIGN_OR_RETURN(auto settings, JobSettings::Load(store, clock));
 //   if (!settings->Paused(job)) plan with settings->PolicyFor(job) ...
@@ -12,7 +13,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,12 +41,18 @@ class JobSettings {
   bool HasPauseSetting(const std::string& job) const;
   bool Cordoned(const std::string& device) const;
   std::vector<std::string> CordonedDevices() const;  // sorted
+  // The hold on the job's group, if an operator set one.
+  std::optional<GroupHold> HoldFor(const std::string& job, const std::string& group) const;
 
   // Names are validated by the caller; the policy here.
   absl::Status SetPolicy(const std::string& job, const JobPolicy& policy);
   absl::Status SetPaused(const std::string& job, bool paused);
   // Uncordoning a device that is not cordoned is NOT_FOUND.
   absl::Status SetCordon(const std::string& device, bool cordoned, const std::string& reason);
+  // Holds the group at `hold` (validated by the caller against the group's size), or
+  // releases it (nullopt): NOT_FOUND when it is not held. Stored first.
+  absl::Status SetHold(const std::string& job, const std::string& group,
+                       const std::optional<GroupHold>& hold);
 
  private:
   JobSettings(PolicyStore* store, Clock* clock) : store_(store), clock_(clock) {}
@@ -54,6 +63,7 @@ class JobSettings {
   std::map<std::string, JobPolicy> policies_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, bool> paused_ ABSL_GUARDED_BY(mu_);          // "" = cluster
   std::map<std::string, std::string> cordons_ ABSL_GUARDED_BY(mu_);  // device -> reason
+  std::map<std::pair<std::string, std::string>, GroupHold> holds_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ballast::coordinator

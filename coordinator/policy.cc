@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/text.h"
 
 namespace ballast::coordinator {
@@ -36,8 +37,7 @@ namespace {
 
 absl::Status CheckFraction(absl::string_view field, double value) {
   if (!std::isfinite(value) || value < 0 || value > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " ", value, " out of range [0, 1]"));
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", value, " out of range [0, 1]"));
   }
   return absl::OkStatus();
 }
@@ -68,8 +68,8 @@ absl::Status ValidatePolicy(const JobPolicy& p) {
   }
   if (!std::isfinite(p.straggler_threshold) || p.straggler_threshold < 0 ||
       p.straggler_threshold > 10) {
-    return absl::InvalidArgumentError(absl::StrCat("straggler_threshold ", p.straggler_threshold,
-                                                   " out of range [0, 10]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("straggler_threshold ", p.straggler_threshold, " out of range [0, 10]"));
   }
   // A week bounds "reshard only after a long while" far beyond any job's need, and keeps
   // the arithmetic on it (now + reshard_after) away from overflow.
@@ -78,11 +78,33 @@ absl::Status ValidatePolicy(const JobPolicy& p) {
         "reshard_after ", absl::FormatDuration(p.reshard_after), " out of range [0, 168h]"));
   }
   if (p.report_period < absl::Milliseconds(10) || p.report_period > absl::Minutes(10)) {
-    return absl::InvalidArgumentError(absl::StrCat("report_period ",
-                                                   absl::FormatDuration(p.report_period),
-                                                   " out of range [10ms, 10m]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "report_period ", absl::FormatDuration(p.report_period), " out of range [10ms, 10m]"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateHold(const GroupHold& hold, std::optional<int32_t> group_size) {
+  if (group_size.has_value() && *group_size < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hold: the group has ", *group_size, " rank; a hold needs at least 2"));
+  }
+  if (hold.rank < 0 || (group_size.has_value() && hold.rank >= *group_size)) {
+    return absl::InvalidArgumentError(
+        group_size.has_value()
+            ? absl::StrCat("hold: rank ", hold.rank, " out of range [0, ", *group_size, ")")
+            : absl::StrCat("hold: rank ", hold.rank, " must be >= 0"));
+  }
+  // The policy's fraction rule, its message prefixed as a hold's.
+  if (absl::Status s = CheckFraction("hold: offload_fraction", hold.offload_fraction); !s.ok()) {
+    return s;
+  }
+  return CheckFraction("hold: reshard_fraction", hold.reshard_fraction);
+}
+
+std::string DescribeHold(const GroupHold& hold) {
+  return absl::StrFormat("rank %d: offload %g%%, reshard %g%%", hold.rank,
+                         100 * hold.offload_fraction, 100 * hold.reshard_fraction);
 }
 
 }  // namespace ballast::coordinator

@@ -9,6 +9,8 @@
 #ifndef BALLAST_COORDINATOR_POLICY_H_
 #define BALLAST_COORDINATOR_POLICY_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -60,6 +62,28 @@ struct JobPolicy {
 // OK, or INVALID_ARGUMENT naming the first bad field (e.g. "max_pruned_fraction_rank 1.5
 // out of range [0, 1]").
 absl::Status ValidatePolicy(const JobPolicy& policy);
+
+// A group an operator holds at a fixed plan (`ballastctl hold`; the plan is
+// coordinator/planner/held_plan.h's HeldBlockPlan): `rank` keeps (1 - reshard_fraction) of
+// the units the even split gives it, rounded to the nearest unit, the rest resharded to
+// the other ranks; of what it keeps, its helpers compute offload_fraction, rounded the same
+// way. Both spread over the ranks that are not cordoned, as evenly as whole units allow
+// (the lower ranks take the remainder). Relative to the even split, not to what the group
+// runs, so that a hold is the same plan whatever came before it.
+struct GroupHold {
+  int32_t rank = 0;
+  double offload_fraction = 0;
+  double reshard_fraction = 0;
+  friend bool operator==(const GroupHold&, const GroupHold&) = default;
+};
+
+// INVALID_ARGUMENT naming the field: a fraction outside [0, 1] or not finite, a negative
+// rank, and, when the group's size is known, the rank outside [0, group_size) or a group
+// of fewer than 2 ranks (nobody to hand units to).
+absl::Status ValidateHold(const GroupHold& hold, std::optional<int32_t> group_size);
+
+// "rank 1: offload 25%, reshard 0%".
+std::string DescribeHold(const GroupHold& hold);
 
 }  // namespace ballast::coordinator
 

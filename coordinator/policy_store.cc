@@ -28,7 +28,6 @@ static_assert(sizeof(JobPolicy) == 88,
 
 namespace {
 
-
 absl::Status CheckWholeMilliseconds(absl::string_view field, absl::Duration d) {
   if (d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
     return absl::InvalidArgumentError(
@@ -71,6 +70,14 @@ absl::Status ValidateCordon(absl::string_view device, bool cordoned, absl::strin
   return absl::OkStatus();
 }
 
+absl::Status ValidateHoldRecord(absl::string_view job, absl::string_view group,
+                                const std::optional<GroupHold>& hold) {
+  BALLAST_RETURN_IF_ERROR(ValidateName("job", job));
+  BALLAST_RETURN_IF_ERROR(ValidateName("group", group));
+  if (hold.has_value()) BALLAST_RETURN_IF_ERROR(ValidateHold(*hold, std::nullopt));
+  return absl::OkStatus();
+}
+
 namespace {
 
 // Version 1. Readable columns, not a blob: an operator can inspect or repair the file with
@@ -100,7 +107,19 @@ CREATE TABLE IF NOT EXISTS cordons (
 ) STRICT;
 PRAGMA user_version = 1;
 )sql";
-static_assert(SqlitePolicyStore::kSchemaVersion == 1, "add the migration to the new version");
+// Version 2: groups held at a fixed plan (`ballastctl hold`).
+constexpr char kSchemaV2[] = R"sql(
+CREATE TABLE IF NOT EXISTS holds (
+  job TEXT NOT NULL,
+  grp TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  offload_fraction REAL NOT NULL,
+  reshard_fraction REAL NOT NULL,
+  PRIMARY KEY (job, grp)
+) STRICT;
+PRAGMA user_version = 2;
+)sql";
+static_assert(SqlitePolicyStore::kSchemaVersion == 2, "add the migration to the new version");
 
 constexpr char kPolicyColumns[] =
     "mode, max_pruned_fraction_rank, max_pruned_fraction_group, imputation, priority, "
@@ -165,9 +184,9 @@ class SqliteStore final : public PolicyStore {
   SqliteStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
   ~SqliteStore() override {
-    for (sqlite3_stmt* s :
-         {get_policy_, list_policies_, put_policy_, delete_policy_, set_paused_, unset_paused_,
-          is_paused_, list_paused_, set_cordon_, unset_cordon_, list_cordons_}) {
+    for (sqlite3_stmt* s : {get_policy_, list_policies_, put_policy_, delete_policy_, set_paused_,
+                            unset_paused_, is_paused_, list_paused_, set_cordon_, unset_cordon_,
+                            list_cordons_, set_hold_, unset_hold_, list_holds_}) {
       sqlite3_finalize(s);  // a no-op on null
     }
     // close_v2 defers the close if anything is still open instead of failing.
@@ -218,6 +237,7 @@ class SqliteStore final : public PolicyStore {
           BALLAST_RETURN_IF_ERROR(Exec(kSchemaV1, "create schema v1"));
           created = true;
         }
+        if (locked_version <= 1) BALLAST_RETURN_IF_ERROR(Exec(kSchemaV2, "migrate to schema v2"));
         return Exec("COMMIT", "commit migration");
       }();
       if (!migrated.ok()) {
@@ -247,6 +267,14 @@ class SqliteStore final : public PolicyStore {
     BALLAST_RETURN_IF_ERROR(Prepare("DELETE FROM cordons WHERE device = ?1", &unset_cordon_));
     BALLAST_RETURN_IF_ERROR(
         Prepare("SELECT device, reason, at_unix_us FROM cordons ORDER BY device", &list_cordons_));
+    BALLAST_RETURN_IF_ERROR(
+        Prepare("INSERT OR REPLACE INTO holds (job, grp, rank, offload_fraction, "
+                "reshard_fraction) VALUES (?1, ?2, ?3, ?4, ?5)",
+                &set_hold_));
+    BALLAST_RETURN_IF_ERROR(Prepare("DELETE FROM holds WHERE job = ?1 AND grp = ?2", &unset_hold_));
+    BALLAST_RETURN_IF_ERROR(Prepare(
+        "SELECT job, grp, rank, offload_fraction, reshard_fraction FROM holds ORDER BY job, grp",
+        &list_holds_));
 
     BALLAST_LOG(INFO) << "policy store " << path_ << ": "
                       << (created ? "created schema" : "opened schema") << " v"
@@ -380,6 +408,53 @@ class SqliteStore final : public PolicyStore {
     }
   }
 
+  absl::Status SetHold(absl::string_view job, absl::string_view group,
+                       const std::optional<GroupHold>& hold) override {
+    BALLAST_RETURN_IF_ERROR(ValidateHoldRecord(job, group, hold));
+    const std::string op = absl::StrCat("SetHold(", job, ", ", group, ")");
+    absl::MutexLock lock(&mu_);
+    if (!hold.has_value()) {
+      StatementUse use(unset_hold_);
+      BALLAST_RETURN_IF_ERROR(Check(BindText(unset_hold_, 1, job), op));
+      BALLAST_RETURN_IF_ERROR(Check(BindText(unset_hold_, 2, group), op));
+      return StepDone(unset_hold_, op);
+    }
+    StatementUse use(set_hold_);
+    BALLAST_RETURN_IF_ERROR(Check(BindText(set_hold_, 1, job), op));
+    BALLAST_RETURN_IF_ERROR(Check(BindText(set_hold_, 2, group), op));
+    BALLAST_RETURN_IF_ERROR(Check(sqlite3_bind_int64(set_hold_, 3, hold->rank), op));
+    BALLAST_RETURN_IF_ERROR(Check(sqlite3_bind_double(set_hold_, 4, hold->offload_fraction), op));
+    BALLAST_RETURN_IF_ERROR(Check(sqlite3_bind_double(set_hold_, 5, hold->reshard_fraction), op));
+    return StepDone(set_hold_, op);
+  }
+
+  absl::StatusOr<std::vector<StoredHold>> ListHolds() override {
+    absl::MutexLock lock(&mu_);
+    StatementUse use(list_holds_);
+    std::vector<StoredHold> out;
+    while (true) {
+      const int rc = sqlite3_step(list_holds_);
+      if (rc == SQLITE_DONE) return out;
+      if (rc != SQLITE_ROW) return Error(rc, "ListHolds");
+      const int64_t rank = sqlite3_column_int64(list_holds_, 2);
+      StoredHold h{.job = std::string(ColumnText(list_holds_, 0)),
+                   .group = std::string(ColumnText(list_holds_, 1)),
+                   .hold = {.rank = static_cast<int32_t>(rank),
+                            .offload_fraction = sqlite3_column_double(list_holds_, 3),
+                            .reshard_fraction = sqlite3_column_double(list_holds_, 4)}};
+      // A hand edit could put anything here; a bad row is refused, never half-applied.
+      absl::Status valid = ValidateHoldRecord(h.job, h.group, h.hold);
+      if (valid.ok() && rank != h.hold.rank) {
+        valid = absl::InvalidArgumentError(absl::StrCat("hold: rank ", rank, " out of range"));
+      }
+      if (!valid.ok()) {
+        return absl::DataLossError(absl::StrCat("policy store ", path_, ": holds row (", h.job,
+                                                ", ", h.group, "): ", valid.message()));
+      }
+      out.push_back(std::move(h));
+    }
+  }
+
  private:
   absl::Status Error(int rc, absl::string_view op) const {
     return absl::Status(CodeForSqlite(rc),
@@ -485,6 +560,9 @@ class SqliteStore final : public PolicyStore {
   sqlite3_stmt* set_cordon_ = nullptr;
   sqlite3_stmt* unset_cordon_ = nullptr;
   sqlite3_stmt* list_cordons_ = nullptr;
+  sqlite3_stmt* set_hold_ = nullptr;
+  sqlite3_stmt* unset_hold_ = nullptr;
+  sqlite3_stmt* list_holds_ = nullptr;
 };
 
 }  // namespace
@@ -512,13 +590,13 @@ absl::Status RestrictPermissions(const std::string& path, bool create) {
   struct stat st;
   absl::Status status;
   if (fstat(fd, &st) != 0) {
-    status = absl::InternalError(absl::StrCat("policy store ", path, ": stat: ",
-                                              std::strerror(errno)));
+    status =
+        absl::InternalError(absl::StrCat("policy store ", path, ": stat: ", std::strerror(errno)));
   } else {
     const mode_t want = (st.st_mode & S_IRGRP) | S_IRUSR | S_IWUSR;
     if ((st.st_mode & 0777) != want && fchmod(fd, want) != 0) {
-      status = absl::PermissionDeniedError(absl::StrCat(
-          "policy store ", path, ": chmod to ", want, ": ", std::strerror(errno)));
+      status = absl::PermissionDeniedError(
+          absl::StrCat("policy store ", path, ": chmod to ", want, ": ", std::strerror(errno)));
     }
   }
   close(fd);

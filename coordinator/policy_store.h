@@ -1,5 +1,6 @@
 // The durable store of what operators told the coordinator: each job's JobPolicy, which
-// jobs (or the whole cluster) have balancing paused, and which devices are cordoned. It
+// jobs (or the whole cluster) have balancing paused, which devices are cordoned, and which
+// groups are held at a fixed plan. It
 // outlives coordinator restarts; the coordinator reads it at start and writes through it
 // on every admin change.
 //
@@ -35,6 +36,14 @@ struct Cordon {
   friend bool operator==(const Cordon&, const Cordon&) = default;
 };
 
+// A group held at a fixed plan (`ballastctl hold`).
+struct StoredHold {
+  std::string job;
+  std::string group;
+  GroupHold hold;
+  friend bool operator==(const StoredHold&, const StoredHold&) = default;
+};
+
 class PolicyStore {
  public:
   virtual ~PolicyStore() = default;
@@ -63,6 +72,13 @@ class PolicyStore {
                                  absl::Time at) = 0;
   // Every cordon, sorted by device.
   virtual absl::StatusOr<std::vector<Cordon>> ListCordons() = 0;
+
+  // Holds `group` of `job` at `hold` (a repeat replaces it) or, with nullopt, releases it
+  // (OK if it was not held).
+  virtual absl::Status SetHold(absl::string_view job, absl::string_view group,
+                               const std::optional<GroupHold>& hold) = 0;
+  // Every hold, sorted by job, then group.
+  virtual absl::StatusOr<std::vector<StoredHold>> ListHolds() = 0;
 };
 
 // The store's contract on input, shared by every implementation. Each returns OK or
@@ -77,17 +93,22 @@ absl::Status ValidatePauseScope(absl::string_view scope);
 // Devices: 1..256 bytes; reasons up to 1024 bytes; `at` finite (cordoning only).
 absl::Status ValidateCordon(absl::string_view device, bool cordoned, absl::string_view reason,
                             absl::Time at);
+// Holds: job and group names as above; the hold as ValidateHold without the group's size
+// (the store does not know it).
+absl::Status ValidateHoldRecord(absl::string_view job, absl::string_view group,
+                                const std::optional<GroupHold>& hold);
 
 // A PolicyStore in one SQLite file (WAL journal, synchronous=FULL: a write that returned
-// OK survives a crash of the process or the machine). Tables `policies`, `paused` and
-// `cordons` hold readable columns (mode by name, durations in milliseconds, times in
-// Unix microseconds), so an operator can inspect them with the sqlite3 shell. The schema
-// version is PRAGMA user_version; a file from a newer Ballast is refused.
+// OK survives a crash of the process or the machine). Tables `policies`, `paused`,
+// `cordons` and (since schema version 2) `holds` hold readable columns (mode by name,
+// durations in milliseconds, times in Unix microseconds), so an operator can inspect them
+// with the sqlite3 shell. The schema version is PRAGMA user_version; a file from a newer
+// Ballast is refused, an older one migrated in place.
 //
 // Thread-safe: one connection, used under a mutex (operator writes are rare).
 class SqlitePolicyStore {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Opens `path`, creating the file and schema if missing. FAILED_PRECONDITION for a
   // schema newer than kSchemaVersion or a file that cannot use WAL; another error (naming

@@ -33,6 +33,9 @@ class GrpcAdminClient final : public AdminClient {
   absl::Status SetCordon(const v1::SetCordonRequest& r) override {
     return Call<v1::SetCordonResponse>(r, &v1::Admin::Stub::SetCordon).status();
   }
+  absl::Status SetHold(const v1::SetHoldRequest& r) override {
+    return Call<v1::SetHoldResponse>(r, &v1::Admin::Stub::SetHold).status();
+  }
   absl::StatusOr<v1::Explanation> Explain(const v1::ExplainRequest& r) override {
     return Call<v1::Explanation>(r, &v1::Admin::Stub::Explain);
   }

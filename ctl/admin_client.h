@@ -25,6 +25,7 @@ class AdminClient {
   virtual absl::StatusOr<v1::Policy> SetPolicy(const v1::SetPolicyRequest& request) = 0;
   virtual absl::Status SetPaused(const v1::SetPausedRequest& request) = 0;
   virtual absl::Status SetCordon(const v1::SetCordonRequest& request) = 0;
+  virtual absl::Status SetHold(const v1::SetHoldRequest& request) = 0;
   virtual absl::StatusOr<v1::Explanation> Explain(const v1::ExplainRequest& request) = 0;
 };
 

@@ -30,7 +30,10 @@ constexpr char kUsageText[] =
     "      straggler_threshold, hysteresis, reshard_after_ms, report_period_ms\n"
     "  pause [JOB] | resume [JOB]\n"
     "  cordon DEVICE [REASON...] | uncordon DEVICE\n"
-    "  explain JOB GROUP\n";
+    "  explain JOB GROUP\n"
+    "  hold JOB GROUP RANK [offload=F] [reshard=F] | release JOB GROUP\n"
+    "      hold a group at a fixed plan: RANK's units resharded and offloaded by\n"
+    "      fractions of its even share (0..1), until released\n";
 
 int Usage(std::ostream& err, const std::string& problem) {
   err << "ballastctl: " << problem << "\n" << kUsageText;
@@ -87,17 +90,23 @@ void PrintStatus(const v1::ClusterStatus& s, std::ostream& out) {
           g.group(), g.size(), g.plan_summary(), 100 * g.pruned_fraction(),
           100 * g.offloaded_fraction(), g.predicted_step_seconds(),
           g.predicted_collective_seconds(), g.measured_step_seconds());
+      if (g.has_hold()) {
+        out << absl::StrFormat(
+            "    HELD at rank %d: offload %g%%, reshard %g%% (ballastctl release %s %s)\n",
+            g.hold().rank(), 100 * g.hold().offload_fraction(), 100 * g.hold().reshard_fraction(),
+            job.job(), g.group());
+      }
       if (g.link_bytes_per_second() > 0) {  // an older coordinator does not say
         out << absl::StrFormat("    link %.4g MB/s (%s)\n", g.link_bytes_per_second() / 1e6,
-                               !g.link_learned()           ? "prior"
+                               !g.link_learned()        ? "prior"
                                : g.link_basis().empty() ? "learned"  // an older coordinator
                                                         : g.link_basis());
       }
-      out << absl::StrFormat("    %-5s %-24s %-16s %-14s %s\n", "RANK", "DEVICE", "NODE",
-                             "S/UNIT", "STATE");
+      out << absl::StrFormat("    %-5s %-24s %-16s %-14s %s\n", "RANK", "DEVICE", "NODE", "S/UNIT",
+                             "STATE");
       for (const v1::RankStatus& r : g.ranks()) {
-        out << absl::StrFormat("    %-5d %-24s %-16s %-14.6g %s\n", r.rank(), r.device(),
-                               r.node(), r.seconds_per_unit(), r.state());
+        out << absl::StrFormat("    %-5d %-24s %-16s %-14.6g %s\n", r.rank(), r.device(), r.node(),
+                               r.seconds_per_unit(), r.state());
       }
     }
   }
@@ -140,7 +149,8 @@ absl::Status ApplyAssignments(const std::vector<std::string>& assignments, v1::P
     std::pair<std::string, std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
     auto it = setters.find(kv.first);
     if (a.find('=') == std::string::npos || it == setters.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("'", a, "' is not KEY=VALUE with a known key"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", a, "' is not KEY=VALUE with a known key"));
     }
     if (!seen.insert(kv.first).second) {  // which one would win is not for us to guess
       return absl::InvalidArgumentError(absl::StrCat("key ", kv.first, " given twice"));
@@ -163,10 +173,35 @@ absl::Status ApplyAssignments(const std::vector<std::string>& assignments, v1::P
   return absl::OkStatus();
 }
 
+// Parses hold's RANK [offload=F] [reshard=F]; the error names what is wrong. The ranges
+// are the coordinator's to check (it knows the group's size).
+absl::Status ParseHold(const std::vector<std::string>& args, v1::Hold& hold) {
+  int32_t rank = 0;
+  if (!absl::SimpleAtoi(args[0], &rank)) {
+    return absl::InvalidArgumentError("hold: RANK '" + args[0] + "' is not an integer");
+  }
+  hold.set_rank(rank);
+  std::set<std::string> seen;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(args[i], absl::MaxSplits('=', 1));
+    double value = 0;
+    if ((kv.first != "offload" && kv.first != "reshard") || !seen.insert(kv.first).second) {
+      return absl::InvalidArgumentError("hold: '" + args[i] +
+                                        "' is not offload=F or reshard=F (each at most once)");
+    }
+    if (!absl::SimpleAtod(kv.second, &value)) {
+      return absl::InvalidArgumentError("hold: " + kv.first + " '" + kv.second +
+                                        "' is not a number");
+    }
+    kv.first == "offload" ? hold.set_offload_fraction(value) : hold.set_reshard_fraction(value);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags,
-               AdminClient& client, std::ostream& out, std::ostream& err) {
+int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags, AdminClient& client,
+               std::ostream& out, std::ostream& err) {
   const bool json = flags.json;
   if (args.empty()) return Usage(err, "no command");
   const std::string& cmd = args[0];
@@ -248,6 +283,32 @@ int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags,
       out << "job " << e->job() << " group " << e->group() << " plan #" << e->plan_number()
           << " (version " << e->plan_version() << ")\n"
           << e->text() << "\n";
+    }
+    return kOk;
+  }
+  if (cmd == "hold" || cmd == "release") {
+    if (cmd == "hold" ? n < 4 : n != 3) {
+      return Usage(err, cmd == "hold" ? "hold needs JOB GROUP RANK [offload=F] [reshard=F]"
+                                      : "release needs JOB GROUP");
+    }
+    v1::SetHoldRequest request;
+    request.set_job(args[1]);
+    request.set_group(args[2]);
+    request.set_release(cmd == "release");
+    if (cmd == "hold") {
+      if (absl::Status s = ParseHold({args.begin() + 3, args.end()}, *request.mutable_hold());
+          !s.ok()) {
+        return Usage(err, std::string(s.message()));
+      }
+    }
+    if (absl::Status s = client.SetHold(request); !s.ok()) return Failed(err, s);
+    if (cmd == "hold") {
+      out << absl::StrFormat("held job %s group %s at rank %d: offload %g%%, reshard %g%%\n",
+                             args[1], args[2], request.hold().rank(),
+                             100 * request.hold().offload_fraction(),
+                             100 * request.hold().reshard_fraction());
+    } else {
+      out << "released job " << args[1] << " group " << args[2] << "\n";
     }
     return kOk;
   }

@@ -7,6 +7,8 @@
 //   pause [JOB] | resume [JOB]       stop / restart balancing (cluster-wide without JOB)
 //   cordon DEVICE [REASON...] | uncordon DEVICE
 //   explain JOB GROUP                the last decision for a group
+//   hold JOB GROUP RANK [offload=F] [reshard=F] | release JOB GROUP
+//                                    hold a group at a fixed plan (held_plan.h)
 //
 // Output is a readable table, or JSON with `json` set. `policy set`, `pause JOB` and
 // `resume JOB` on a job the coordinator does not know fail (NOT_FOUND, exit 1) unless
@@ -28,8 +30,8 @@ struct CommandFlags {
   bool preconfigure = false;  // --preconfigure
 };
 
-int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags,
-               AdminClient& client, std::ostream& out, std::ostream& err);
+int RunCommand(const std::vector<std::string>& args, const CommandFlags& flags, AdminClient& client,
+               std::ostream& out, std::ostream& err);
 
 }  // namespace ballast::ctl
 

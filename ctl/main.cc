@@ -31,9 +31,10 @@ ABSL_FLAG(std::string, token_file, "",
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ballastctl [--coordinator=HOST:PORT] [--json] [--preconfigure] [--tls_ca=CA] [--tls_cert=CRT "
+      "ballastctl [--coordinator=HOST:PORT] [--json] [--preconfigure] [--tls_ca=CA] "
+      "[--tls_cert=CRT "
       "--tls_key=KEY] [--token_file=FILE] status|policy|pause|resume|cordon|uncordon|"
-      "explain ...");
+      "explain|hold|release ...");
   // absl::ParseCommandLine reports a bad flag or value (--timeout=-1) and calls exit(1);
   // ballastctl's usage errors exit 2 (docs/operations.md), so an exit while parsing
   // becomes 2 (after flushing what was printed). --help and its kin exit as abseil says.
@@ -76,8 +77,7 @@ int main(int argc, char** argv) {
     options.token = *std::move(token);
   }
   auto client = ballast::ctl::NewGrpcAdminClient(options);
-  return ballast::ctl::RunCommand(args,
-                                  {.json = absl::GetFlag(FLAGS_json),
-                                   .preconfigure = absl::GetFlag(FLAGS_preconfigure)},
-                                  *client, std::cout, std::cerr);
+  return ballast::ctl::RunCommand(
+      args, {.json = absl::GetFlag(FLAGS_json), .preconfigure = absl::GetFlag(FLAGS_preconfigure)},
+      *client, std::cout, std::cerr);
 }

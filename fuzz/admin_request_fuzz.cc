@@ -75,6 +75,10 @@ grpc::Status Call(coordinator::AdminServiceImpl& service, const AdminCall& call)
       v1::SetCordonResponse resp;
       return service.SetCordon(&context, &call.set_cordon(), &resp);
     }
+    case AdminCall::kSetHold: {
+      v1::SetHoldResponse resp;
+      return service.SetHold(&context, &call.set_hold(), &resp);
+    }
     case AdminCall::kExplain: {
       v1::Explanation resp;
       return service.Explain(&context, &call.explain(), &resp);

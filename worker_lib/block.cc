@@ -197,7 +197,8 @@ absl::Status ParallelBlock::Init() {
     }
     owner_of_unit_ = config_.owner_of_unit;
   }
-  compute_timer_ = compute().NewTimer();
+  // Slowed where the group emulates a slower device: compute only, never collectives.
+  compute_timer_ = group_->ComputeTimer();
   comm_timer_ = compute().NewTimer();
   receive_timer_ = compute().NewTimer();
 

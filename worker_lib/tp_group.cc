@@ -1,10 +1,13 @@
 #include "ballast/tp_group.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker_lib/internal/emulated_slowdown.h"
 
 namespace ballast {
 namespace {
@@ -40,6 +43,25 @@ absl::StatusOr<std::unique_ptr<TpGroup>> TpGroup::Create(const TpGroupOptions& o
   }
   std::unique_ptr<TpGroup> group(new TpGroup(options, backend));
   group->agreement_timer_ = backend->compute().NewTimer();
+  std::string slowdown_file = options.emulated_slowdown_file;
+  if (slowdown_file.empty()) {
+    const char* env = std::getenv(internal::kEmulatedSlowdownFileEnv);
+    if (env != nullptr) slowdown_file = env;
+  }
+  if (!slowdown_file.empty()) {
+    if (std::strcmp(backend->name(), "cpu") != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group ", options.group.value(), ": an emulated slowdown (", slowdown_file,
+          ", from TpGroupOptions or $", internal::kEmulatedSlowdownFileEnv, ") needs the cpu ",
+          "backend, not ", backend->name(), ": it burns host time, which does not slow a GPU"));
+    }
+    group->emulated_slowdown_ = std::make_unique<internal::EmulatedSlowdown>(
+        slowdown_file,
+        absl::StrCat("group=", options.group.value(), " rank=", backend->comm().rank()));
+    BALLAST_LOG(INFO) << "group=" << options.group << " rank=" << backend->comm().rank()
+                      << " emulated slowdown: block compute slowed by the factor in "
+                      << slowdown_file << " (re-read every step; missing = 1x)";
+  }
   return group;
 }
 
@@ -114,6 +136,7 @@ absl::Status TpGroup::BeginStep() {
     return absl::FailedPreconditionError(
         absl::StrCat("group ", options_.group.value(), ": BeginStep twice without EndStep"));
   }
+  if (emulated_slowdown_ != nullptr) emulated_slowdown_->Refresh(step_);
   agreement_timer_->Reset();
   agreement_timer_->Start();
 
@@ -182,6 +205,12 @@ absl::Status TpGroup::BeginStep() {
   BALLAST_RETURN_IF_ERROR(status);
   in_step_ = true;
   return absl::OkStatus();
+}
+
+std::unique_ptr<IntervalTimer> TpGroup::ComputeTimer() {
+  std::unique_ptr<IntervalTimer> timer = backend_->compute().NewTimer();
+  if (emulated_slowdown_ == nullptr) return timer;
+  return emulated_slowdown_->WrapTimer(std::move(timer));
 }
 
 absl::Status TpGroup::ApplyPlan(const WorkloadPlan& plan) {

@@ -94,6 +94,45 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   return out;
 }
 
+GroupDecision DecideHeldGroup(const GroupPlannerInput& input, const std::vector<BlockShape>& shapes,
+                              const std::vector<bool>& cordoned, const GroupHold& hold,
+                              const JobPolicy& policy) {
+  GroupDecision out;
+  out.planned_with = policy;
+  out.notes.push_back(absl::StrCat("held by an operator (ballastctl hold) at ", DescribeHold(hold),
+                                   " of the even split: the planner is not consulted until "
+                                   "the group is released"));
+  WorkloadPlan desired;
+  desired.group = input.group;
+  desired.imputation = policy.imputation;
+  desired.priority = policy.priority;
+  for (const BlockShape& shape : shapes) {
+    const BlockPlan* in_force = nullptr;
+    for (const BlockPlan& bp : input.in_force.blocks) {
+      if (bp.block == shape.block) in_force = &bp;
+    }
+    absl::StatusOr<BlockPlan> held = HeldBlockPlan(hold, shape, cordoned, in_force);
+    if (!held.ok()) {
+      out.failed[shape.block.value()] = std::string(held.status().message());
+      // Rendered from the notes: a held group plans no block for ExplainGroup to walk.
+      out.notes.push_back(absl::StrCat("block ", shape.block.value(), ": ", held.status().message(),
+                                       "; the plan in force stays"));
+      continue;
+    }
+    if (!held->owner_of_unit.empty() && held->owner_of_unit != shape.owner_of_unit) {
+      out.moves_units = true;
+    }
+    if (!Trivial(*held)) desired.blocks.push_back(*std::move(held));
+  }
+  // Half a hold is no hold: the plan in force stays until every block can take it.
+  if (!out.failed.empty() || !IsChange(input, desired)) {
+    out.moves_units = false;
+    return out;
+  }
+  out.change = std::move(desired);
+  return out;
+}
+
 std::vector<std::string> ExplainGroup(const GroupPlannerInput& input,
                                       const GroupDecision& decision) {
   return ExplainGroup(input, decision, decision.blocks);

@@ -25,6 +25,7 @@
 
 #include "absl/time/time.h"
 #include "ballast/plan.h"
+#include "coordinator/planner/held_plan.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/policy.h"
 
@@ -89,6 +90,15 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
 // The same with a workspace of its own for the call (tests, one-off decisions).
 GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
                           const DwellOptions& dwell);
+
+// The decision for a group an operator holds (held_plan.h): every block of `shapes` (with
+// the ownership the workers run) at the hold's plan, whatever the speeds, pushed when it
+// differs from input.in_force as DecideGroup's are; `cordoned` is per rank. A block the
+// hold cannot be applied to is in `failed`, and then nothing changes. Plans no block
+// (`blocks` is empty): its note says why.
+GroupDecision DecideHeldGroup(const GroupPlannerInput& input, const std::vector<BlockShape>& shapes,
+                              const std::vector<bool>& cordoned, const GroupHold& hold,
+                              const JobPolicy& policy);
 
 // Why, for `ballastctl explain`: the notes, then each block's explanation or failure, in
 // the input's order. `input` must be the one `decision` was made from (its blocks; the

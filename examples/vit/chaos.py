@@ -198,7 +198,7 @@ def main(argv=None):
                    help="what to kill, in turn")
     p.add_argument("--contention", default="40-40",
                    help="rank 1 slowed 2x for ON steps, then calm for OFF steps: ON-OFF")
-    p.add_argument("--mechanism", choices=("auto", "quota", "cotenant"), default="auto",
+    p.add_argument("--mechanism", choices=harness.CONTENTION_KINDS, default="auto",
                    help="how rank 1 is slowed (launch.py --contention)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
@@ -228,7 +228,9 @@ def main(argv=None):
         job.run()
         ranks = job.collect()
         result = {"bench": "chaos", "minutes": round((time.time() - began) / 60, 2),
-                  "interval_seconds": a.interval, **check(job, ranks)}
+                  "interval_seconds": a.interval,
+                  "contention": (ranks[0].get("contention") or {}).get("kind"),
+                  **check(job, ranks)}
     except harness.LaunchError as e:
         print(f"chaos.py: {e}", file=sys.stderr)
         return 1

@@ -5,8 +5,11 @@ Starts a coordinator, an agent and one vit_train process per rank on loopback, p
 r to CPU core r, and slows the chosen ranks down with the machine itself: a co-tenant
 process (examples/vit/cotenant.cc) competes for the rank's core, and where cgroups are
 writable the rank is also held to a CPU quota of 1/slowdown of its core (detected;
-otherwise the co-tenant's nice value sets the share). Contention follows a schedule in
-training steps: from the start, from a step on, or on and off.
+otherwise the co-tenant's nice value sets the share). Or, with --contention device, as a
+slower device would: only the rank's block compute takes SLOWDOWN times as long (redundant
+work inside the blocks' compute timers; CPU backend), its collectives untouched.
+Contention follows a schedule in training steps: from the start, from a step on, or on
+and off.
 
 Everything it starts is stopped at the end, when any part fails, and on Ctrl-C / SIGTERM
 (workers first, so they stop at the same step and write their checkpoint), and the run
@@ -15,6 +18,7 @@ directory, cgroups and sockets are removed.
   launch.py --build build --mode auto --straggler 1:2            # the demo
   launch.py --build build --mode off --straggler 1:2@100-300 --out /tmp/run-b
   launch.py --build build --trainer torch --straggler 1:2@100-   # the PyTorch trainer
+  launch.py --build build --straggler 1:2@50- --contention device  # a slower device
   launch.py --build build --netns 0:nodea:10.213.0.1 --netns 1:nodeb:10.213.0.2 ...
                                             # ranks on emulated nodes (namespaces made before)
 
@@ -43,7 +47,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--build", default="build", help="CMake build directory with the binaries")
     p.add_argument("--world", type=int, default=2, help="TP ranks (processes)")
     p.add_argument("--steps", type=int, default=700)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=None,
+                   help="per step (default: the trainer's own: the ViTs 64 images, the GPT 16 "
+                        "sequences as 2 micro-batches of 8)")
     p.add_argument("--mode", choices=harness.MODES, default="auto",
                    help="Ballast's balancing mode")
     p.add_argument("--trainer", choices=harness.TRAINERS, default="cpp",
@@ -53,7 +59,11 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    metavar="RANK:SLOWDOWN[@START-END,...]",
                    help="slow RANK down SLOWDOWN times during the step windows "
                         "(default: whole run)")
-    p.add_argument("--contention", choices=("auto", "quota", "cotenant"), default="auto")
+    p.add_argument("--contention", choices=harness.CONTENTION_KINDS, default="auto",
+                   help="how a straggler is slowed: quota (a co-tenant process and a CPU "
+                        "quota), cotenant (a co-tenant alone), auto (quota where cgroups are "
+                        "writable, else cotenant): its whole core, collectives included; "
+                        "device: an emulated slower device, its block compute only")
     p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us,
                    help="the CPU quota's period (1000-1000000; shorter shows the slowdown in "
                         "shorter compute, see JobConfig; raised where 1/SLOWDOWN of it would "
@@ -72,7 +82,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                         "ADDRESS (C++ trainer only)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: one process per GPU, rank r on the GPU of LOCAL_RANK=r (C++ "
-                        "trainer only; --straggler throttles CPU time, not a GPU)")
+                        "trainer only; --straggler throttles CPU time, not a GPU, and "
+                        "--contention device is refused)")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     return p.parse_args(argv)
 
@@ -91,11 +102,16 @@ def job_config(a: argparse.Namespace) -> harness.JobConfig:
             raise ValueError(f"--coordinator-flag {flag!r} must start with --")
     if a.world < 1 or a.steps < 1:
         raise ValueError("--world and --steps must be >= 1")
+    if a.batch is not None and a.batch < 1:
+        raise ValueError("--batch must be >= 1")
     if not 1000 <= a.quota_period_us <= 1000000:  # the kernel's cfs_period_us range
         raise ValueError(f"--quota-period-us {a.quota_period_us} out of range [1000, 1000000]")
     netns = harness.parse_netns(a.netns, a.world, a.trainer)
     if a.backend == "cuda" and a.trainer != "cpp":
         raise ValueError("--backend cuda needs --trainer cpp")
+    if a.backend == "cuda" and a.contention == "device":
+        raise ValueError("--contention device needs --backend cpu: it burns host time, which "
+                         "does not slow a GPU")
     return harness.JobConfig(build=a.build, world=a.world, steps=a.steps, batch=a.batch,
                              mode=a.mode, stragglers=stragglers, contention=a.contention,
                              quota_period_us=a.quota_period_us, out=a.out,

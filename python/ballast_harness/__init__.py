@@ -19,25 +19,28 @@ Modules, one concern each:
   config.py         JobConfig, Straggler (contention schedules), LaunchError, flag parsing
   processes.py      starting parts in their own sessions, stopping them, waiting on them
   cgroups.py        a CPU quota through cgroup v2 or v1
-  contention.py     co-tenants and quotas on the stragglers' schedules
+  contention.py     co-tenants, quotas or an emulated slower device on the stragglers'
+                    schedules
   control_plane.py  the coordinator, the job's policy and the agent
   job.py            Job (the ranks and the loop that follows them), run_job
-  records.py        the trainers' per-step records, median, the demo's summary
+  records.py        the trainers' per-step records, the run's contention, median, the
+                    demo's summary
 """
 
 from .cgroups import CgroupQuota
-from .config import (JOB_OF_TRAINER, MODES, TORCH_SCRIPT, TRAINERS, JobConfig, LaunchError,
-                     Straggler, log, parse_netns)
-from .contention import Contention
+from .config import (CONTENTION_KINDS, JOB_OF_TRAINER, MODES, TORCH_SCRIPT, TRAINERS, JobConfig,
+                     LaunchError, Straggler, log, parse_netns)
+from .contention import SLOWDOWN_FILE_ENV, Contention
 from .control_plane import ControlPlane
 from .job import Job, run_job
 from .processes import (Processes, binary, describe_exit, free_port, stop_process, tail,
                         wait_until)
-from .records import RankRecords, load_ranks, median, summarize
+from .records import RankRecords, load_contention, load_ranks, median, summarize
 
 __all__ = [
-    "CgroupQuota", "Contention", "ControlPlane", "JOB_OF_TRAINER", "Job", "JobConfig",
-    "LaunchError", "MODES", "Processes", "RankRecords", "Straggler", "TORCH_SCRIPT",
-    "TRAINERS", "binary", "describe_exit", "free_port", "load_ranks", "log", "median",
-    "parse_netns", "run_job", "stop_process", "summarize", "tail", "wait_until",
+    "CONTENTION_KINDS", "CgroupQuota", "Contention", "ControlPlane", "JOB_OF_TRAINER", "Job",
+    "JobConfig", "LaunchError", "MODES", "Processes", "RankRecords", "SLOWDOWN_FILE_ENV",
+    "Straggler", "TORCH_SCRIPT", "TRAINERS", "binary", "describe_exit", "free_port",
+    "load_contention", "load_ranks", "log", "median", "parse_netns", "run_job", "stop_process",
+    "summarize", "tail", "wait_until",
 ]

@@ -17,6 +17,10 @@ MODES = ("auto", "resize", "migrate", "observe", "off")
 TRAINERS = ("cpp", "torch", "gpt")
 JOB_OF_TRAINER = {"cpp": "vit", "torch": "vit", "gpt": "gpt"}
 TORCH_SCRIPT = {"torch": "vit_train.py", "gpt": "gpt_train.py"}
+# How a straggler is slowed (contention.py): auto = quota where cgroups are writable, else
+# cotenant; quota = a co-tenant process plus a CPU quota; cotenant = a co-tenant alone;
+# device = an emulated slower device, the rank's block compute only (CPU backend).
+CONTENTION_KINDS = ("auto", "quota", "cotenant", "device")
 
 # A step window: [first_step, end_step); end None = until the end of the run.
 Window = tuple[int, Optional[int]]
@@ -61,10 +65,12 @@ class JobConfig:
     build: str
     world: int = 2
     steps: int = 700
-    batch: int = 64
+    # Per step; None = the trainer's own default (the ViTs 64 images, the GPT 16 sequences
+    # as 2 micro-batches of 8).
+    batch: Optional[int] = None
     mode: str = "auto"
     stragglers: list[Straggler] = field(default_factory=list)
-    contention: str = "auto"  # auto | quota | cotenant
+    contention: str = "auto"  # one of CONTENTION_KINDS
     # The CPU quota's period. A rank's throttled time lands where it runs out of quota; when
     # its block compute is under ~3 periods, that is mostly outside the compute, and the
     # compute timings the coordinator judges by barely show the slowdown (measured here

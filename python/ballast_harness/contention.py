@@ -1,12 +1,22 @@
-"""Real contention on the stragglers' cores, on their schedules in training steps.
+"""Slowing the stragglers down, on their schedules in training steps. Two families:
 
-A co-tenant process (examples/vit/cotenant.cc) competes for the rank's core; where cgroups
-are writable the rank is also held to 1/slowdown of its core by a CPU quota (cgroups.py);
-otherwise the co-tenant's nice value sets the rank's share.
+Contention for the rank's core (kinds quota, cotenant; auto picks): a co-tenant process
+(examples/vit/cotenant.cc) competes for the core; where cgroups are writable the rank is
+also held to 1/slowdown of it by a CPU quota (cgroups.py); otherwise the co-tenant's nice
+value sets the rank's share. Real, but it slows everything the rank does, its collectives
+and their wake-ups included, which no plan can move off it.
 
-    contention = Contention(cfg, [w.pid for w in workers])
-    contention.update(step)  # as rank 0 advances: co-tenants start and stop
-    contention.close()       # co-tenants stopped, cgroups removed
+An emulated slower device (kind device): the rank's block compute alone runs `slowdown`
+times longer, as on an older GPU, its collectives untouched. The harness writes the factor
+to the rank's slowdown file, named to it by $BALLAST_EMULATED_SLOWDOWN_FILE (rank_env), and
+removes it when the window ends; the worker library re-reads it every step and burns the
+extra time in redundant arithmetic inside the blocks' compute timers
+(worker_lib/internal/emulated_slowdown.h). CPU backend only.
+
+    contention = Contention(cfg, [w.pid for w in workers], run_dir)
+    contention.update(step)  # as rank 0 advances: co-tenants start and stop, files change
+    contention.record()      # the kind and mechanism, for the run's records
+    contention.close()       # co-tenants stopped, cgroups and slowdown files removed
 """
 
 from __future__ import annotations
@@ -16,8 +26,43 @@ import os
 import subprocess
 
 from .cgroups import CgroupQuota
-from .config import JobConfig, LaunchError, Straggler, log
+from typing import Any
+
+from .config import CONTENTION_KINDS, JobConfig, LaunchError, Straggler, log
 from .processes import die_with_launcher, stop_process
+
+# Names a rank's slowdown file (worker_lib/internal/emulated_slowdown.h reads it).
+SLOWDOWN_FILE_ENV = "BALLAST_EMULATED_SLOWDOWN_FILE"
+
+
+def slowdown_file(run_dir: str, rank: int) -> str:
+    """Where the device kind writes rank `rank`'s slowdown factor."""
+    return os.path.join(run_dir, f"rank-{rank}.slowdown")
+
+
+def rank_env(cfg: JobConfig, run_dir: str, rank: int) -> dict[str, str]:
+    """What rank `rank`'s environment needs from the contention: under the device kind, a
+    straggler's slowdown file (absent until its window opens: full speed)."""
+    if cfg.contention == "device" and any(s.rank == rank for s in cfg.stragglers):
+        return {SLOWDOWN_FILE_ENV: slowdown_file(run_dir, rank)}
+    return {}
+
+
+def check_contention(cfg: JobConfig) -> None:
+    """LaunchError for a contention this job cannot have, before anything starts."""
+    if cfg.contention not in CONTENTION_KINDS:
+        raise LaunchError(f"contention {cfg.contention!r} is not one of {CONTENTION_KINDS}")
+    if cfg.contention == "device" and cfg.backend != "cpu":
+        raise LaunchError(f"--contention device needs the cpu backend, not {cfg.backend}: it "
+                          f"burns host time, which does not slow a GPU")
+
+
+def write_factor(path: str, factor: float) -> None:
+    """Replaces the file at once (a rank never reads half a number)."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as f:
+        f.write(f"{factor:g}\n")
+    os.replace(temporary, path)
 
 
 def cotenant_nice(slowdown: float) -> int:
@@ -38,14 +83,23 @@ def quota_period_us(cfg: JobConfig, straggler: Straggler) -> int:
 class Contention:
     """Applies the stragglers' schedules as training advances (driven by rank 0's steps)."""
 
-    def __init__(self, cfg: JobConfig, worker_pids: list[int]) -> None:
+    def __init__(self, cfg: JobConfig, worker_pids: list[int], run_dir: str = "") -> None:
         self.cfg = cfg
         self.worker_pids = worker_pids
+        self.run_dir = run_dir
         self.cotenants: dict[int, subprocess.Popen] = {}  # rank -> co-tenant
         self.quotas: dict[int, CgroupQuota] = {}
+        self.slowed: set[int] = set()  # device kind: ranks whose slowdown file is written
+        self.kind = "cotenant"
         self.mechanism = "cotenant (nice)"
         self.cotenant_bin = os.path.join(cfg.build, "examples", "cotenant")
-        if cfg.contention in ("auto", "quota") and cfg.stragglers:
+        check_contention(cfg)
+        if cfg.contention == "device":
+            if not run_dir:
+                raise LaunchError("--contention device: no run directory for the slowdown files")
+            self.kind = "device"
+            self.mechanism = "emulated slower device (block compute only)"
+        elif cfg.contention in ("auto", "quota") and cfg.stragglers:
             for s in cfg.stragglers:
                 period = quota_period_us(cfg, s)
                 if period != cfg.quota_period_us:
@@ -61,21 +115,38 @@ class Contention:
                 self.quotas[s.rank] = q
             if len(self.quotas) == len(cfg.stragglers):
                 version = self.quotas[cfg.stragglers[0].rank].version
+                self.kind = "quota"
                 self.mechanism = f"co-tenant + cgroup v{version} quota"
             else:
                 for q in self.quotas.values():
                     q.remove()
                 self.quotas = {}
 
+    def record(self) -> dict[str, Any]:
+        """The contention this run ran under, for its records (records.py): the kind applied
+        ("none" without stragglers), the kind asked for, and how it was applied."""
+        return {"kind": self.kind if self.cfg.stragglers else "none",
+                "requested": self.cfg.contention,
+                "mechanism": self.mechanism if self.cfg.stragglers else "",
+                "stragglers": [{"rank": s.rank, "slowdown": s.slowdown}
+                               for s in self.cfg.stragglers]}
+
     def update(self, step: int) -> None:
         for s in self.cfg.stragglers:
             on = s.active(step)
-            if on and s.rank not in self.cotenants:
+            running = s.rank in (self.slowed if self.kind == "device" else self.cotenants)
+            if on and not running:
                 self._start(s, step)
-            elif not on and s.rank in self.cotenants:
+            elif not on and running:
                 self._stop(s, step)
 
     def _start(self, s: Straggler, step: int) -> None:
+        if self.kind == "device":
+            write_factor(slowdown_file(self.run_dir, s.rank), s.slowdown)
+            self.slowed.add(s.rank)
+            log(self.cfg, f"step {step}: contention ON  - rank {s.rank}'s block compute slowed "
+                          f"{s.slowdown:g}x (an emulated slower device)")
+            return
         core = s.rank % (os.cpu_count() or 1)
         nice = cotenant_nice(s.slowdown)
 
@@ -94,12 +165,27 @@ class Contention:
                       f"{core} ({self.mechanism})")
 
     def _stop(self, s: Straggler, step: int) -> None:
+        if self.kind == "device":
+            self._clear(s.rank)
+            log(self.cfg, f"step {step}: contention OFF - rank {s.rank}'s block compute at full "
+                          f"speed")
+            return
         stop_process(self.cotenants.pop(s.rank))
         if s.rank in self.quotas:
             self.quotas[s.rank].set_share(None)
         log(self.cfg, f"step {step}: contention OFF - rank {s.rank} has its core back")
 
+    def _clear(self, rank: int) -> None:
+        """A missing file is full speed."""
+        self.slowed.discard(rank)
+        try:
+            os.remove(slowdown_file(self.run_dir, rank))
+        except FileNotFoundError:
+            pass
+
     def close(self) -> None:
+        for rank in list(self.slowed):
+            self._clear(rank)
         for rank in list(self.cotenants):
             stop_process(self.cotenants.pop(rank))
         for q in self.quotas.values():

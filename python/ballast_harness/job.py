@@ -27,10 +27,10 @@ import time
 from typing import Any, Callable, Optional
 
 from .config import TORCH_SCRIPT, JobConfig, LaunchError, log
-from .contention import Contention
+from .contention import Contention, check_contention, rank_env
 from .control_plane import NODE, ControlPlane
 from .processes import Part, Processes, binary, describe_failures, stop_process
-from .records import RankRecords, load_ranks
+from .records import RankRecords, load_ranks, write_contention
 
 # The repository root: the PyTorch trainers and the ballast package live in it.
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,40 +93,49 @@ class Job:
         script = os.path.join(REPO, "examples", "torch", TORCH_SCRIPT[self.cfg.trainer])
         return ["/usr/bin/python3", script], env
 
+    def rank_flags(self, r: int) -> list[str]:
+        """Rank r's trainer flags. --batch only when the config names one: each trainer has
+        its own default (the GPT's 16 sequences in 2 micro-batches are not the ViT's 64)."""
+        cfg = self.cfg
+        return [f"--rank={r}", f"--world={cfg.world}",
+                f"--rendezvous={os.path.join(self.run_dir, 'rendezvous')}",
+                f"--steps={cfg.steps}",
+                *([f"--batch={cfg.batch}"] if cfg.batch is not None else []),
+                f"--node={NODE}", f"--agent_socket={self.control.socket}",
+                f"--metrics_out={os.path.join(self.out, f'rank-{r}.jsonl')}",
+                f"--progress={cfg.progress if r == 0 else 'none'}",
+                *([f"--backend={cfg.backend}"] if cfg.backend != "cpu" else []),
+                *cfg.trainer_args]
+
     def start_ranks(self, trainer: list[str], trainer_env: Optional[dict[str, str]]) -> None:
         cfg = self.cfg
-        rendezvous = os.path.join(self.run_dir, "rendezvous")
         ncpu = os.cpu_count() or 1
         for r in range(cfg.world):
             metrics = os.path.join(self.out, f"rank-{r}.jsonl")
             if os.path.exists(metrics):
                 os.remove(metrics)
-            flags = [f"--rank={r}", f"--world={cfg.world}", f"--rendezvous={rendezvous}",
-                     f"--steps={cfg.steps}", f"--batch={cfg.batch}", f"--node={NODE}",
-                     f"--agent_socket={self.control.socket}", f"--metrics_out={metrics}",
-                     f"--progress={cfg.progress if r == 0 else 'none'}",
-                     *([f"--backend={cfg.backend}"] if cfg.backend != "cpu" else []),
-                     *cfg.trainer_args]
-            command = trainer + flags
+            command = trainer + self.rank_flags(r)
             if r in cfg.netns:  # `ip netns exec` execs: the pid is still the trainer's
                 namespace, address = cfg.netns[r]
                 command = ["ip", "netns", "exec", namespace, *command,
                            f"--gloo_host={address}", f"--node={namespace}"]
             core = r % ncpu
             # One process per GPU: the CUDA backend takes its device from LOCAL_RANK.
-            rank_env = dict(trainer_env if trainer_env is not None else os.environ,
-                            LOCAL_RANK=str(r))
+            environment = dict(trainer_env if trainer_env is not None else os.environ,
+                               LOCAL_RANK=str(r), **rank_env(cfg, self.run_dir, r))
             proc = self.parts.start(f"rank-{r}", command, to_terminal=(r == 0 and cfg.verbose),
                                     preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}),
-                                    env=rank_env)
+                                    env=environment)
             self.workers.append(proc)
 
     def run(self) -> list[RankRecords]:
+        check_contention(self.cfg)
         self.control.check_built()
         trainer, trainer_env = self.trainer()
         self.control.start()
         self.start_ranks(trainer, trainer_env)
-        self.contention = Contention(self.cfg, [w.pid for w in self.workers])
+        self.contention = Contention(self.cfg, [w.pid for w in self.workers], self.run_dir)
+        write_contention(self.out, self.contention.record())
         self.contention.update(0)
         self.follow()
         return self.collect()

@@ -304,6 +304,83 @@ TEST_F(CoordinatorServiceTest, AdminRejectsBadRequestsNamingTheField) {
   EXPECT_THAT(status.error_message(), HasSubstr("device"));
 }
 
+// A hold needs no speeds: its plan reaches the agent before any report, status shows it,
+// and a hold the group cannot take is refused naming what is wrong.
+TEST_F(CoordinatorServiceTest, AHeldGroupGetsItsPlanUntilReleased) {
+  auto hold_request = [](const std::string& group, int rank, double offload) {
+    v1::SetHoldRequest r;
+    r.set_job("vit");
+    r.set_group(group);
+    r.mutable_hold()->set_rank(rank);
+    r.mutable_hold()->set_offload_fraction(offload);
+    return r;
+  };
+  struct Bad {
+    v1::SetHoldRequest request;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  v1::SetHoldRequest release;
+  release.set_job("vit");
+  release.set_group("tp0");
+  release.set_release(true);
+  v1::SetHoldRequest bad_job = hold_request("tp0", 0, 0.5);
+  bad_job.set_job("");
+  for (const Bad& bad : std::vector<Bad>{
+           {hold_request("tp0", 2, 0.5), grpc::StatusCode::INVALID_ARGUMENT,
+            "rank 2 out of range [0, 2)"},
+           {hold_request("tp0", 1, 1.5), grpc::StatusCode::INVALID_ARGUMENT,
+            "offload_fraction 1.5 out of range [0, 1]"},
+           {hold_request("tp9", 1, 0.5), grpc::StatusCode::NOT_FOUND,
+            "job vit has no group tp9: nothing to hold"},
+           {release, grpc::StatusCode::NOT_FOUND, "is not held"},
+           {bad_job, grpc::StatusCode::INVALID_ARGUMENT, "job"},
+       }) {
+    grpc::ClientContext context;
+    v1::SetHoldResponse out;
+    grpc::Status status = admin_->SetHold(&context, bad.request, &out);
+    EXPECT_EQ(status.error_code(), bad.code) << bad.message;
+    EXPECT_THAT(status.error_message(), HasSubstr(bad.message));
+  }
+
+  {
+    grpc::ClientContext context;
+    v1::SetHoldResponse out;
+    grpc::Status status = admin_->SetHold(&context, hold_request("tp0", 1, 0.5), &out);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  // Rank 1 owns 2 of the 4 units: one of them is offloaded to rank 0.
+  v1::CoordinatorMessage message;
+  bool got = false;
+  while (!got && stream_->Read(&message)) {
+    got = message.has_plan() && message.plan().plan().blocks_size() == 1;
+  }
+  ASSERT_TRUE(got) << "the stream ended without the held plan";
+  const v1::BlockPlan& block = message.plan().plan().blocks(0);
+  ASSERT_EQ(block.offloads_size(), 1);
+  EXPECT_EQ(block.offloads(0).owner(), 1);
+  EXPECT_EQ(block.offloads(0).helper(), 0);
+  EXPECT_EQ(block.offloads(0).units(), 1);
+
+  absl::StatusOr<v1::ClusterStatus> status = coordinator_->coordinator()->Status("vit");
+  ASSERT_TRUE(status.ok());
+  const v1::GroupStatus& group = status->jobs(0).groups(0);
+  ASSERT_TRUE(group.has_hold());
+  EXPECT_EQ(group.hold().rank(), 1);
+  EXPECT_EQ(group.hold().offload_fraction(), 0.5);
+  absl::StatusOr<v1::Explanation> why = coordinator_->coordinator()->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(),
+              HasSubstr("held by an operator (ballastctl hold) at rank 1: offload 50%"));
+
+  grpc::ClientContext context;
+  v1::SetHoldResponse out;
+  ASSERT_TRUE(admin_->SetHold(&context, release, &out).ok());
+  status = coordinator_->coordinator()->Status("vit");
+  ASSERT_TRUE(status.ok());
+  EXPECT_FALSE(status->jobs(0).groups(0).has_hold());
+}
+
 TEST_F(CoordinatorServiceTest, UnknownJobsAreConfiguredOnlyWhenAskedToPreconfigure) {
   grpc::ClientContext c1;
   v1::SetPausedRequest pause;

@@ -216,9 +216,9 @@ TYPED_TEST(PolicyStoreTest, RoundTripsEveryEnumValueAndEdgeValue) {
 }
 
 TYPED_TEST(PolicyStoreTest, NamesOutsideTheCharacterSetAreRefused) {
-  for (const std::string& job : {std::string("unicode-\xc3\xa9t\xc3\xa9"),
-                                std::string("q'; DROP TABLE policies;--"),
-                                std::string("nul\0byte", 8), std::string("a b")}) {
+  for (const std::string& job :
+       {std::string("unicode-\xc3\xa9t\xc3\xa9"), std::string("q'; DROP TABLE policies;--"),
+        std::string("nul\0byte", 8), std::string("a b")}) {
     absl::Status s = this->store_->PutPolicy(job, NonDefaultPolicy());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << job;
     EXPECT_THAT(s.message(), HasSubstr("names take letters, digits")) << job;
@@ -398,6 +398,43 @@ TYPED_TEST(PolicyStoreTest, ConcurrentCallers) {
   EXPECT_DOUBLE_EQ(this->Get("job-3-7")->hysteresis, 0.01 * 7);
 }
 
+TYPED_TEST(PolicyStoreTest, HoldsSetReleaseList) {
+  PolicyStore& s = *this->store_;
+  EXPECT_TRUE(s.ListHolds()->empty());
+  const GroupHold a{.rank = 1, .offload_fraction = 0.25, .reshard_fraction = 0.5};
+  const GroupHold b{.rank = 0, .offload_fraction = 1};
+  ASSERT_TRUE(s.SetHold("vit", "tp1", a).ok());
+  ASSERT_TRUE(s.SetHold("vit", "tp0", b).ok());
+  ASSERT_TRUE(s.SetHold("gpt", "tp0", a).ok());
+  EXPECT_THAT(*s.ListHolds(), ElementsAre(StoredHold{"gpt", "tp0", a}, StoredHold{"vit", "tp0", b},
+                                          StoredHold{"vit", "tp1", a}));
+  // Holding again replaces; releasing one not held is OK (a retry is harmless).
+  ASSERT_TRUE(s.SetHold("vit", "tp0", a).ok());
+  ASSERT_TRUE(s.SetHold("gpt", "tp0", std::nullopt).ok());
+  ASSERT_TRUE(s.SetHold("gpt", "tp0", std::nullopt).ok());
+  this->Reopen();
+  EXPECT_THAT(*this->store_->ListHolds(),
+              ElementsAre(StoredHold{"vit", "tp0", a}, StoredHold{"vit", "tp1", a}));
+
+  struct Bad {
+    std::string job, group;
+    GroupHold hold;
+    const char* message;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"", "tp0", a, "job"},
+           {"vit", "", a, "group"},
+           {"vit", "tp0", {.rank = -1}, "rank -1 must be >= 0"},
+           {"vit", "tp0", {.offload_fraction = 2}, "offload_fraction 2 out of range [0, 1]"},
+           {"vit", "tp0", {.reshard_fraction = NAN}, "reshard_fraction nan"},
+       }) {
+    absl::Status st = this->store_->SetHold(bad.job, bad.group, bad.hold);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad.message;
+    EXPECT_THAT(st.message(), HasSubstr(bad.message));
+  }
+  EXPECT_EQ(this->store_->ListHolds()->size(), 2u);
+}
+
 // ---- SQLite only ----
 
 class SqlitePolicyStoreTest : public ::testing::Test {
@@ -416,7 +453,7 @@ TEST_F(SqlitePolicyStoreTest, FileHoldsReadableColumnsAndSchemaVersion) {
     // While the store is open, another connection sees committed data already.
     EXPECT_EQ(RawQuery(path_, "SELECT mode FROM policies WHERE job = 'vit'"), "migrate");
   }
-  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "2");
   EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path_,
                      "SELECT imputation || ',' || priority || ',' || reshard_after_ms || "
@@ -425,6 +462,57 @@ TEST_F(SqlitePolicyStoreTest, FileHoldsReadableColumnsAndSchemaVersion) {
             "zero,round-robin,90000,2500,0.3");
   EXPECT_EQ(RawQuery(path_, "SELECT reason || ',' || at_unix_us FROM cordons"), "slow,7000000");
   EXPECT_EQ(RawQuery(path_, "SELECT count(*) FROM paused WHERE scope = ''"), "1");
+}
+
+// A file from before holds (schema version 1) is migrated in place: everything it held
+// stays, and holds work.
+TEST_F(SqlitePolicyStoreTest, AVersionOneFileIsMigrated) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE policies (job TEXT PRIMARY KEY NOT NULL, mode TEXT NOT "
+                           "NULL, max_pruned_fraction_rank REAL NOT NULL, "
+                           "max_pruned_fraction_group REAL NOT NULL, imputation TEXT NOT NULL, "
+                           "priority TEXT NOT NULL, accuracy_weight_seconds REAL NOT NULL, "
+                           "straggler_threshold REAL NOT NULL, hysteresis REAL NOT NULL, "
+                           "reshard_after_ms INTEGER NOT NULL, report_period_ms INTEGER NOT NULL) "
+                           "STRICT;"
+                           "CREATE TABLE paused (scope TEXT PRIMARY KEY NOT NULL) STRICT;"
+                           "CREATE TABLE cordons (device TEXT PRIMARY KEY NOT NULL, reason TEXT "
+                           "NOT NULL, at_unix_us INTEGER NOT NULL) STRICT;"
+                           "INSERT INTO cordons VALUES ('n1/g0', 'slow', 7000000);"
+                           "INSERT INTO paused VALUES ('vit');"
+                           "PRAGMA user_version = 1;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto store = SqlitePolicyStore::Open(path_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "2");
+  EXPECT_EQ((*store)->ListCordons()->size(), 1u);
+  EXPECT_TRUE(*(*store)->IsPaused("vit"));
+  ASSERT_TRUE((*store)->SetHold("vit", "tp0", GroupHold{.rank = 1, .offload_fraction = 0.5}).ok());
+  EXPECT_EQ(RawQuery(path_, "SELECT rank || ',' || offload_fraction FROM holds"), "1,0.5");
+}
+
+TEST_F(SqlitePolicyStoreTest, AHandEditedBadHoldIsDataLoss) {
+  {
+    auto store = SqlitePolicyStore::Open(path_);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+  }
+  RawQuery(path_, "UPDATE holds SET offload_fraction = 3");
+  auto store = SqlitePolicyStore::Open(path_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<StoredHold>> holds = (*store)->ListHolds();
+  EXPECT_EQ(holds.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(holds.status().message(), HasSubstr("holds row (vit, tp0)"));
+  EXPECT_THAT(holds.status().message(), HasSubstr("offload_fraction 3"));
+  RawQuery(path_, "UPDATE holds SET offload_fraction = 0, rank = 5000000000");
+  EXPECT_EQ((*store)->ListHolds().status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(SqlitePolicyStoreTest, GarbageFileIsAnErrorNotACrash) {
@@ -468,11 +556,12 @@ TEST_F(SqlitePolicyStoreTest, CorruptPagesAreAnErrorNotACrash) {
 
 TEST_F(SqlitePolicyStoreTest, NewerSchemaVersionIsRefused) {
   ASSERT_TRUE(SqlitePolicyStore::Open(path_).ok());
-  RawQuery(path_, "PRAGMA user_version = 2");
+  const std::string newer = std::to_string(SqlitePolicyStore::kSchemaVersion + 1);
+  RawQuery(path_, "PRAGMA user_version = " + newer);
   absl::StatusOr<std::unique_ptr<PolicyStore>> store = SqlitePolicyStore::Open(path_);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
-  EXPECT_THAT(store.status().message(), HasSubstr("version 2"));
-  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "2");  // left alone
+  EXPECT_THAT(store.status().message(), HasSubstr("version " + newer));
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), newer);  // left alone
 }
 
 TEST_F(SqlitePolicyStoreTest, HandEditedBadRowIsDataLoss) {

@@ -1,7 +1,7 @@
 #include "ctl/commands.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -50,6 +50,53 @@ class CommandsTest : public ::testing::Test {
   std::ostringstream out_, err_;
   bool preconfigure = false;
 };
+
+TEST_F(CommandsTest, HoldAndReleaseSendWhatTheySay) {
+  EXPECT_EQ(Run({"hold", "vit", "tp0", "1", "offload=0.25", "reshard=0.5"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "held job vit group tp0 at rank 1: offload 25%, reshard 50%\n");
+  EXPECT_EQ(Run({"hold", "vit", "tp0", "0"}), 0) << err_.str();
+  EXPECT_EQ(Run({"release", "vit", "tp0"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "released job vit group tp0\n");
+  ASSERT_EQ(client_.holds.size(), 3u);
+  EXPECT_EQ(client_.holds[0].job(), "vit");
+  EXPECT_EQ(client_.holds[0].group(), "tp0");
+  EXPECT_EQ(client_.holds[0].hold().rank(), 1);
+  EXPECT_EQ(client_.holds[0].hold().offload_fraction(), 0.25);
+  EXPECT_EQ(client_.holds[0].hold().reshard_fraction(), 0.5);
+  EXPECT_FALSE(client_.holds[0].release());
+  EXPECT_EQ(client_.holds[1].hold().offload_fraction(), 0);
+  EXPECT_TRUE(client_.holds[2].release());
+
+  struct Bad {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {{"hold", "vit", "tp0"}, "hold needs JOB GROUP RANK"},
+           {{"hold", "vit", "tp0", "one"}, "RANK 'one' is not an integer"},
+           {{"hold", "vit", "tp0", "1", "offload=lots"}, "offload 'lots' is not a number"},
+           {{"hold", "vit", "tp0", "1", "prune=0.1"}, "'prune=0.1' is not offload=F or reshard=F"},
+           {{"hold", "vit", "tp0", "1", "offload=0.1", "offload=0.2"}, "each at most once"},
+           {{"release", "vit"}, "release needs JOB GROUP"},
+       }) {
+    EXPECT_EQ(Run(bad.args), 2) << bad.message;
+    EXPECT_THAT(err_.str(), HasSubstr(bad.message));
+  }
+  EXPECT_EQ(client_.holds.size(), 3u) << "a usage error sent a request";
+
+  client_.fail_next = absl::NotFoundError("job vit group tp0 is not held: nothing to release");
+  EXPECT_EQ(Run({"release", "vit", "tp0"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND: job vit group tp0 is not held"));
+}
+
+TEST_F(CommandsTest, StatusShowsAHold) {
+  v1::Hold& hold = *client_.status.mutable_jobs(0)->mutable_groups(0)->mutable_hold();
+  hold.set_rank(1);
+  hold.set_offload_fraction(0.3);
+  EXPECT_EQ(Run({"status"}), 0);
+  EXPECT_THAT(out_.str(),
+              HasSubstr("HELD at rank 1: offload 30%, reshard 0% (ballastctl release vit tp0)"));
+}
 
 TEST_F(CommandsTest, UnknownJobsAreConfiguredOnlyWhenAskedToPreconfigure) {
   EXPECT_EQ(Run({"policy", "set", "vti", "mode=migrate"}), 1);  // a typo of vit

@@ -3,11 +3,14 @@
 // as threads) with the real AgentClient. Only compute is simulated: each step a worker
 // reports compute seconds = its seconds per unit x the units it computes under the plan
 // in force, so the test controls who straggles.
+#include "testing/control_plane.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -16,8 +19,8 @@
 #include "ballast/ballast.h"
 #include "common/status_macros.h"
 #include "ctl/admin_client.h"
+#include "ctl/commands.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "testing/control_plane.h"
 #include "testing/rank_threads.h"
 
 namespace ballast {
@@ -61,9 +64,9 @@ class ControlPlaneTest : public ::testing::Test {
         testing::InProcessCoordinatorOptions{.store_path = dir_ + "/coordinator.db"});
     ASSERT_TRUE(coordinator_->Start().ok());
     for (int a = 0; a < 2; ++a) {
-      agents_.push_back(std::make_unique<InProcessAgent>(
-          absl::StrCat("agent-", a), absl::StrCat(dir_, "/agent-", a, ".sock"),
-          coordinator_->address()));
+      agents_.push_back(std::make_unique<InProcessAgent>(absl::StrCat("agent-", a),
+                                                         absl::StrCat(dir_, "/agent-", a, ".sock"),
+                                                         coordinator_->address()));
       ASSERT_TRUE(agents_.back()->Start().ok());
     }
     admin_ = ctl::NewGrpcAdminClient(coordinator_->address(), absl::Seconds(5));
@@ -133,7 +136,7 @@ class ControlPlaneTest : public ::testing::Test {
           view.attached = client->stats().connected;
           ++view.steps;
         }
-        absl::SleepFor(kStepPeriod);  // the simulated step's compute
+        absl::SleepFor(kStepPeriod);     // the simulated step's compute
         stop[0] = stop_.load() ? 0 : 1;  // min over ranks: 0 once any rank saw the flag
         BALLAST_RETURN_IF_ERROR(ctx.backend->comm().AllReduceMin(stop.data(), 1));
         if (stop[0] == 0) break;
@@ -232,6 +235,64 @@ TEST_F(ControlPlaneTest, StragglerIsRelievedAndRecoveryReturnsToAllLocal) {
   ASSERT_TRUE(WaitFor([&] { return AllLocalEverywhere(); }, absl::Seconds(10)));
 }
 
+// `ballastctl hold` through the real admin API: the workers run the held plan though no
+// rank straggles (the planner alone would push nothing), it survives a coordinator
+// restart, and after `ballastctl release` the planner takes the group back.
+TEST_F(ControlPlaneTest, AnOperatorHoldsTheGroupAtAStaticPlanUntilReleased) {
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->coordinator()->attached_workers() == kRanks; },
+                      absl::Seconds(10)));
+  std::ostringstream out, err;
+  ASSERT_EQ(ctl::RunCommand({"hold", kJob, kGroup, "3", "reshard=0.5"}, {}, *admin_, out, err), 0)
+      << err.str();
+  // Rank 3 owns 2 of the 8 units: one is resharded to rank 0. (It keeps one to compute, so
+  // it keeps a speed estimate: a rank that computes nothing has none after a restart.)
+  auto runs_the_hold = [](const WorkloadPlan& plan) {
+    if (plan.blocks.size() != 1) return false;
+    const BlockPlan& bp = plan.blocks[0];
+    return std::count(bp.owner_of_unit.begin(), bp.owner_of_unit.end(), RankId(3)) == 1 &&
+           std::count(bp.owner_of_unit.begin(), bp.owner_of_unit.end(), RankId(0)) == 3 &&
+           bp.offloads.empty();
+  };
+  auto every_worker = [&](bool holding) {
+    for (WorkerView& v : views_) {
+      absl::MutexLock lock(&v.mu);
+      if (runs_the_hold(v.applied) != holding) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(WaitFor([&] { return every_worker(true); }, absl::Seconds(10)));
+  ASSERT_EQ(ctl::RunCommand({"status", kJob}, {}, *admin_, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("HELD at rank 3: offload 0%, reshard 50%"));
+  // Held through several decisions: the plan stays, and is not pushed again.
+  const int64_t version = Version(0);
+  const int64_t decisions = coordinator_->coordinator()->counters().decisions;
+  ASSERT_TRUE(
+      WaitFor([&] { return coordinator_->coordinator()->counters().decisions > decisions + 2; },
+              absl::Seconds(10)));
+  EXPECT_EQ(Version(0), version);
+  EXPECT_TRUE(every_worker(true));
+
+  // A hold is an operator's setting: a restarted coordinator keeps it.
+  coordinator_->Stop();
+  ASSERT_TRUE(coordinator_->Start().ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->coordinator()->attached_workers() == kRanks; },
+                      absl::Seconds(10)));
+  out.str("");
+  ASSERT_EQ(ctl::RunCommand({"status", kJob}, {}, *admin_, out, err), 0) << err.str();
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("HELD at rank 3"));
+  const int64_t restarted = coordinator_->coordinator()->counters().decisions;
+  ASSERT_TRUE(
+      WaitFor([&] { return coordinator_->coordinator()->counters().decisions > restarted + 2; },
+              absl::Seconds(10)));
+  EXPECT_TRUE(every_worker(true));
+
+  // Released, the planner takes the group back: with equal speeds it balances the split
+  // the hold left uneven (rank 0 owns 3 units, rank 3 one).
+  ASSERT_EQ(ctl::RunCommand({"release", kJob, kGroup}, {}, *admin_, out, err), 0) << err.str();
+  ASSERT_TRUE(WaitFor([&] { return every_worker(false); }, absl::Seconds(10)));
+  EXPECT_GT(Version(0), version);
+}
+
 TEST_F(ControlPlaneTest, CoordinatorRestartLosesNothing) {
   ASSERT_TRUE(WaitFor([&] { return coordinator_->coordinator()->attached_workers() == kRanks; },
                       absl::Seconds(10)));
@@ -265,8 +326,8 @@ TEST_F(ControlPlaneTest, CoordinatorRestartLosesNothing) {
                       absl::Seconds(10)));
   // The straggler persists, so the restarted coordinator relieves it again, with a plan
   // version newer than the one the workers hold.
-  ASSERT_TRUE(WaitFor([&] { return Version(0) > version && AllRelieveRank3(); },
-                      absl::Seconds(10)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Version(0) > version && AllRelieveRank3(); }, absl::Seconds(10)));
 }
 
 TEST_F(ControlPlaneTest, WorkersKeepTrainingWhileTheirAgentIsAwayAndReattach) {

@@ -58,6 +58,58 @@ class ContentionTest(unittest.TestCase):
         self.assertEqual(contention.quota_period_us(cfg, harness.Straggler(1, 4.0)), 4000)
 
 
+class DeviceContentionTest(unittest.TestCase):
+    """--contention device: the straggler's slowdown file follows its windows (the worker
+    library reads it every step; missing = full speed)."""
+
+    def setUp(self) -> None:
+        self.dir = tempfile.TemporaryDirectory()
+        self.cfg = harness.JobConfig(build="build", contention="device", verbose=False,
+                                     stragglers=[harness.Straggler.parse("1:2.5@3-5,8-")])
+
+    def tearDown(self) -> None:
+        self.dir.cleanup()
+
+    def factor(self) -> str | None:
+        try:
+            with open(contention.slowdown_file(self.dir.name, 1)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def test_only_the_straggler_is_told_its_file(self) -> None:
+        self.assertEqual(contention.rank_env(self.cfg, self.dir.name, 0), {})
+        self.assertEqual(contention.rank_env(self.cfg, self.dir.name, 1),
+                         {"BALLAST_EMULATED_SLOWDOWN_FILE":
+                          os.path.join(self.dir.name, "rank-1.slowdown")})
+        quota = harness.JobConfig(build="build", stragglers=self.cfg.stragglers)
+        self.assertEqual(contention.rank_env(quota, self.dir.name, 1), {})
+
+    def test_the_file_is_written_and_cleared_on_the_schedule(self) -> None:
+        c = harness.Contention(self.cfg, [0, 0], self.dir.name)
+        seen = []
+        for step in range(11):
+            c.update(step)
+            seen.append(self.factor())
+        self.assertEqual(seen, [None] * 3 + ["2.5\n"] * 2 + [None] * 3 + ["2.5\n"] * 3)
+        self.assertEqual(c.cotenants, {})  # nothing else slows the rank
+        self.assertEqual(c.record(), {"kind": "device", "requested": "device",
+                                      "mechanism": "emulated slower device (block compute only)",
+                                      "stragglers": [{"rank": 1, "slowdown": 2.5}]})
+        c.close()
+        self.assertIsNone(self.factor())
+        self.assertEqual(os.listdir(self.dir.name), [])
+
+    def test_refused_on_the_cuda_backend(self) -> None:
+        self.cfg.backend = "cuda"
+        with self.assertRaisesRegex(harness.LaunchError, "needs the cpu backend"):
+            harness.Contention(self.cfg, [0, 0], self.dir.name)
+
+    def test_no_straggler_records_none(self) -> None:
+        cfg = harness.JobConfig(build="build", contention="device", verbose=False)
+        self.assertEqual(harness.Contention(cfg, [0, 0], self.dir.name).record()["kind"], "none")
+
+
 class CgroupQuotaTest(unittest.TestCase):
     def setUp(self) -> None:
         self.dir = tempfile.TemporaryDirectory()
@@ -134,6 +186,15 @@ class RecordsTest(unittest.TestCase):
             ranks = harness.load_ranks(out, 2)
         self.assertEqual([[s["step"] for s in r["steps"]] for r in ranks], [[0, 1, 2]] * 2)
         self.assertEqual(ranks[1]["final"], {"final": True, "steps": 3})
+        self.assertIsNone(ranks[0]["contention"])  # a run from before it was recorded
+
+    def test_load_ranks_names_the_contention(self) -> None:
+        with tempfile.TemporaryDirectory() as out:
+            with open(os.path.join(out, "rank-0.jsonl"), "w") as f:
+                f.write(json.dumps({"step": 0, "wall_s": 0.1}) + "\n")
+            harness.records.write_contention(out, {"kind": "device", "requested": "device"})
+            ranks = harness.load_ranks(out, 1)
+        self.assertEqual(ranks[0]["contention"]["kind"], "device")
 
 
 class ProcessesTest(unittest.TestCase):
@@ -209,6 +270,31 @@ class JobTest(unittest.TestCase):
                     with self.assertRaisesRegex(harness.LaunchError, why or "not found"):
                         harness.run_job(cfg)
                     self.assertEqual(os.listdir(tmp), [])
+            finally:
+                tempfile.tempdir = previous
+
+    def test_batch_is_passed_only_when_given(self) -> None:
+        for batch, want in [(None, []), (32, ["--batch=32"])]:
+            job = harness.Job(harness.JobConfig(build="build", trainer="gpt", batch=batch,
+                                                verbose=False))
+            try:
+                flags = job.rank_flags(1)
+            finally:
+                job.close()
+            self.assertEqual([f for f in flags if f.startswith("--batch")], want)
+            self.assertIn("--rank=1", flags)
+
+    def test_device_contention_is_refused_on_cuda_before_anything_starts(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            previous = tempfile.tempdir
+            tempfile.tempdir = tmp
+            try:
+                cfg = harness.JobConfig(build=os.path.join(tmp, "nobuild"), backend="cuda",
+                                        contention="device", verbose=False,
+                                        stragglers=[harness.Straggler.parse("1:2")])
+                with self.assertRaisesRegex(harness.LaunchError, "needs the cpu backend"):
+                    harness.run_job(cfg)
+                self.assertEqual(os.listdir(tmp), [])
             finally:
                 tempfile.tempdir = previous
 

@@ -20,6 +20,7 @@ class FakeAdminClient final : public ctl::AdminClient {
   std::vector<v1::SetPausedRequest> paused;
   std::vector<v1::SetCordonRequest> cordons;
   std::vector<v1::SetPolicyRequest> policy_sets;
+  std::vector<v1::SetHoldRequest> holds;
   std::optional<absl::Status> fail_next;
 
   absl::StatusOr<v1::ClusterStatus> GetStatus(const v1::GetStatusRequest&) override {
@@ -46,6 +47,11 @@ class FakeAdminClient final : public ctl::AdminClient {
   absl::Status SetCordon(const v1::SetCordonRequest& r) override {
     if (absl::Status s = Fail(); !s.ok()) return s;
     cordons.push_back(r);
+    return absl::OkStatus();
+  }
+  absl::Status SetHold(const v1::SetHoldRequest& r) override {
+    if (absl::Status s = Fail(); !s.ok()) return s;
+    holds.push_back(r);
     return absl::OkStatus();
   }
   absl::StatusOr<v1::Explanation> Explain(const v1::ExplainRequest&) override {

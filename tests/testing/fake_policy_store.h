@@ -42,6 +42,7 @@ class InMemoryPolicyStore final : public coordinator::PolicyStore {
     std::map<std::string, JobPolicy> policies ABSL_GUARDED_BY(mu);
     std::set<std::string> paused ABSL_GUARDED_BY(mu);
     std::map<std::string, Cordon> cordons ABSL_GUARDED_BY(mu);
+    std::map<std::pair<std::string, std::string>, coordinator::GroupHold> holds ABSL_GUARDED_BY(mu);
   };
 
   InMemoryPolicyStore() : InMemoryPolicyStore(std::make_shared<State>()) {}
@@ -140,6 +141,30 @@ class InMemoryPolicyStore final : public coordinator::PolicyStore {
     std::vector<Cordon> out;
     out.reserve(state_->cordons.size());
     for (const auto& [device, cordon] : state_->cordons) out.push_back(cordon);
+    return out;
+  }
+
+  absl::Status SetHold(absl::string_view job, absl::string_view group,
+                       const std::optional<coordinator::GroupHold>& hold) override {
+    if (absl::Status s = Enter(); !s.ok()) return s;
+    if (absl::Status s = coordinator::ValidateHoldRecord(job, group, hold); !s.ok()) return s;
+    absl::MutexLock lock(&state_->mu);
+    const std::pair<std::string, std::string> key{std::string(job), std::string(group)};
+    if (hold.has_value()) {
+      state_->holds[key] = *hold;
+    } else {
+      state_->holds.erase(key);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<coordinator::StoredHold>> ListHolds() override {
+    if (absl::Status s = Enter(); !s.ok()) return s;
+    absl::MutexLock lock(&state_->mu);
+    std::vector<coordinator::StoredHold> out;
+    for (const auto& [key, hold] : state_->holds) {
+      out.push_back({.job = key.first, .group = key.second, .hold = hold});
+    }
     return out;
   }
 

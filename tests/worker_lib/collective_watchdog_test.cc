@@ -220,12 +220,14 @@ TEST_F(WatchdogTest, TheThreadFindsATimeoutByItself) {
   auto a = std::make_shared<FakeState>();
   a->state = State::kRunning;
   w->Watch("ncclAllReduce(sum)", std::make_unique<FakeCollective>(a));
-  // Let the thread see it running, then cross the deadline.
+  // Let the thread see it running, then cross the deadline. Wait for a second poll: the
+  // thread reads the clock after the first Poll returns, so advancing the clock right after
+  // the first could move the deadline along with it (seen once under ASan in CI).
   const absl::Time until = absl::Now() + absl::Seconds(20);
   while ([&] {
     absl::MutexLock l(&a->mu);
     return a->polls;
-  }() == 0 &&
+  }() < 2 &&
          absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(1));
   }

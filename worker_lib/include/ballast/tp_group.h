@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -45,11 +46,19 @@
 #include "ballast/types.h"
 
 namespace ballast {
+namespace internal {
+class EmulatedSlowdown;
+}  // namespace internal
 
 struct TpGroupOptions {
   GroupId group;
   // How many not-yet-applied plans a rank holds (and the agreement window width).
   int32_t plan_history = 16;
+  // A file naming a factor by which this rank's block compute is made slower, emulating a
+  // slower device (worker_lib/internal/emulated_slowdown.h; the harness's --contention
+  // device); re-read at every BeginStep. Empty: $BALLAST_EMULATED_SLOWDOWN_FILE if set,
+  // else none. CPU backend only: Create refuses one on another backend.
+  std::string emulated_slowdown_file;
 };
 
 class TpGroup {
@@ -97,6 +106,8 @@ class TpGroup {
   absl::Status Register(ParallelBlock* block);
   void Unregister(ParallelBlock* block);
   absl::Status ApplyPlan(const WorkloadPlan& plan);
+  // A block's compute timer, slowed when the group emulates a slower device.
+  std::unique_ptr<IntervalTimer> ComputeTimer();
 
   TpGroupOptions options_;
   Backend* backend_;
@@ -107,6 +118,8 @@ class TpGroup {
   absl::Status last_rejection_;
   StepTimings last_timings_;
   std::unique_ptr<IntervalTimer> agreement_timer_;
+  // Null unless options_.emulated_slowdown_file (or the environment) names a file.
+  std::unique_ptr<internal::EmulatedSlowdown> emulated_slowdown_;
   // Activation buffers shared by every block with UnitConfig::recompute (blocks run one at
   // a time on the training thread, and each recomputes its own before its Backward).
   std::vector<Buffer> recompute_cache_;
