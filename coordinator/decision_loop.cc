@@ -135,78 +135,10 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   planner_input.group = GroupId(group.name);
   // Written to the record with the decisions it goes with (their blocks hold the excess).
   std::optional<double> common_fixed;
-  if (policy.mode != BalanceMode::kOff) {
-    // Every block's speeds first: a rank's verdict is pooled over all of them.
-    std::vector<PoolBlock> speeds;
-    for (const BlockSnapshot& block : group.blocks) {
-      absl::StatusOr<GroupSpeeds> s =
-          speeds_->Speeds(group.job, GroupId(group.name), BlockId(block.block), policy);
-      if (!s.ok() || static_cast<int32_t>(s->ranks.size()) < group.size) {
-        lines.push_back(absl::StrCat("block ", block.block, ": not every rank has reported"));
-        record.reasons = {.before = std::move(lines)};
-        return out;
-      }
-      for (const RankSpeed& rs : s->ranks) {
-        if (!rs.has_estimate) {
-          lines.push_back(absl::StrCat("block ", block.block, ": rank ", rs.rank.value(),
-                                       " has no estimate yet"));
-          record.reasons = {.before = std::move(lines)};
-          return out;
-        }
-      }
-      speeds.push_back({.speeds = *std::move(s), .num_units = block.num_units});
-    }
-    absl::StatusOr<PooledGroup> pooled = PoolRankSpeeds(speeds, policy.straggler_threshold);
-    if (!pooled.ok()) {  // the policy was validated when set: only a bug gets here
-      record.reasons = {.before = {std::string(pooled.status().message())}};
-      return out;
-    }
-    std::vector<int32_t> ranks;
-    for (const RankSnapshot& r : group.ranks) ranks.push_back(r.rank);
-    const StragglerJudge::Verdict verdict =
-        judge_->Judge(group.ref, ranks, group.size, *pooled, static_cast<int32_t>(speeds.size()),
-                      policy, group.plan.blocks.empty(), lines);
-    std::string link_line;
-    const double bytes_per_second = LinkBytesPerSecond(group.link, group.link_stale_after,
-                                                       options_.link_bytes_per_second, &link_line);
-    lines.push_back(std::move(link_line));
-    const std::vector<double> fixed_per_step =
-        FixedSecondsPerStep(group, *pooled, lines, common_fixed);
-    // A rank's fixed seconds go to the blocks by their share of the group's reference
-    // compute, so that every block sees the same ratios between ranks.
-    double reference_total = 0;
-    for (const PoolBlock& pb : speeds) {
-      reference_total += pb.speeds.reference_seconds_per_unit * pb.num_units;
-    }
-    size_t b = 0;
-    for (const BlockSnapshot& block : group.blocks) {
-      const double share = reference_total > 0 ? speeds[b].speeds.reference_seconds_per_unit *
-                                                     block.num_units / reference_total
-                                               : 0;
-      const GroupSpeeds& block_speeds = speeds[b++].speeds;
-      GroupBlockInput& in = planner_input.blocks.emplace_back();
-      in.input.block = BlockId(block.block);
-      in.input.owner_of_unit = PlannedOwnership(group.plan, block);
-      in.move_unconfirmed = in.input.owner_of_unit != block.owner_of_unit;
-      // Weights out once a step, gradients back once per micro-batch.
-      in.input.transfer_seconds_per_unit =
-          (1.0 + block.micro_batches) * static_cast<double>(block.unit_bytes) / bytes_per_second;
-      in.input.calm = verdict.calm;
-      in.input.calm_lasted = verdict.calm_lasted;
-      std::vector<int32_t> owned(group.size, 0);
-      for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
-      for (const RankSpeed& rs : block_speeds.ranks) {
-        PlannerRank pr;
-        pr.seconds_per_unit = PooledSecondsPerUnit(rs, block_speeds, *pooled);
-        pr.owned_units = owned[rs.rank.value()];
-        const size_t r = static_cast<size_t>(rs.rank.value());
-        pr.fixed_seconds = r < fixed_per_step.size() ? fixed_per_step[r] * share : 0;
-        pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
-        const RankSnapshot* entry = FindRank(group, rs.rank.value());
-        pr.cordoned = entry != nullptr && settings_->Cordoned(entry->device);
-        in.input.ranks.push_back(pr);
-      }
-    }
+  if (policy.mode != BalanceMode::kOff &&
+      !GatherInputs(group, policy, planner_input, lines, common_fixed)) {
+    record.reasons = {.before = std::move(lines)};
+    return out;
   }
   const WorkersPlan workers = WorkersRun(group);
   planner_input.in_force = group.plan;
@@ -288,14 +220,55 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
     }
   }
   GroupDecision decision = DecideHeldGroup(input, shapes, cordoned, hold, policy);
-  // A held plan is not the planner's: nothing to predict it from (status shows 0).
-  record.decisions.clear();
-  record.common_fixed_seconds.reset();
   std::optional<WorkloadPlan> change = std::move(decision.change);
   decision.change.reset();
   out.moves_units = change.has_value() && decision.moves_units;
+
+  // The held plan priced as the planner prices its own (EvaluatePlan), once every rank has
+  // an estimate: status then predicts held steps too, and the interleaved benchmark's
+  // static segments are predicted as its balancing ones are.
+  record.decisions.clear();
+  record.common_fixed_seconds.reset();
+  std::vector<std::string> lines, after;
+  GroupPlannerInput priced;
+  std::optional<double> common_fixed;
+  if (GatherInputs(group, policy, priced, lines, common_fixed)) {
+    const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
+    JobPolicy pricing = policy;
+    pricing.mode = BalanceMode::kAuto;  // the hold's techniques are not the mode's to refuse
+    for (const GroupBlockInput& block : priced.blocks) {
+      BlockPlan plan;
+      plan.block = block.input.block;
+      for (const BlockPlan& bp : runs.blocks) {
+        if (bp.block == plan.block) plan = bp;
+      }
+      absl::StatusOr<PlanCost> cost = EvaluatePlan(block.input, pricing, plan);
+      if (!cost.ok()) {
+        after.push_back(absl::StrCat("block ", plan.block.value(),
+                                     ": the held plan is not priced: ", cost.status().message()));
+        record.decisions.clear();
+        break;
+      }
+      BlockDecision& d = record.decisions[plan.block.value()];
+      d.plan = std::move(plan);
+      d.predicted_step_seconds = cost->step_seconds;
+      d.objective = cost->objective;
+      d.chosen = CandidateKind::kCurrent;
+    }
+  }
+  if (!record.decisions.empty()) {
+    record.common_fixed_seconds = common_fixed;
+    const StepPrediction p =
+        PredictStep(record.decisions, record.common_fixed_seconds, group.ranks);
+    after.push_back(absl::StrFormat(
+        "step: %.4f s predicted for the held plan = %.4f s of blocks + %.4f s of collectives",
+        p.blocks + p.collectives, p.blocks, p.collectives));
+  }
   input.in_force = WorkloadPlan();  // ExplainGroup reads only the blocks
-  record.reasons = {.planned = std::move(input), .decision = std::move(decision)};
+  record.reasons = {.before = std::move(lines),
+                    .planned = std::move(input),
+                    .decision = std::move(decision),
+                    .after = std::move(after)};
   if (change.has_value()) out.change = Numbered(group, workers, *std::move(change));
   return out;
 }
@@ -319,6 +292,81 @@ WorkloadPlan DecisionLoop::Numbered(const GroupSnapshot& group, const WorkersPla
   plan.version = PlanVersion(std::max(next_version, workers.version + 1));
   plan.number = std::max(group.plan.number, workers.number) + 1;
   return plan;
+}
+
+bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& policy,
+                                GroupPlannerInput& input, std::vector<std::string>& lines,
+                                std::optional<double>& common_fixed) {
+  // Every block's speeds first: a rank's verdict is pooled over all of them.
+  std::vector<PoolBlock> speeds;
+  for (const BlockSnapshot& block : group.blocks) {
+    absl::StatusOr<GroupSpeeds> s =
+        speeds_->Speeds(group.job, GroupId(group.name), BlockId(block.block), policy);
+    if (!s.ok() || static_cast<int32_t>(s->ranks.size()) < group.size) {
+      lines.push_back(absl::StrCat("block ", block.block, ": not every rank has reported"));
+      return false;
+    }
+    for (const RankSpeed& rs : s->ranks) {
+      if (!rs.has_estimate) {
+        lines.push_back(absl::StrCat("block ", block.block, ": rank ", rs.rank.value(),
+                                     " has no estimate yet"));
+        return false;
+      }
+    }
+    speeds.push_back({.speeds = *std::move(s), .num_units = block.num_units});
+  }
+  absl::StatusOr<PooledGroup> pooled = PoolRankSpeeds(speeds, policy.straggler_threshold);
+  if (!pooled.ok()) {  // the policy was validated when set: only a bug gets here
+    lines.push_back(std::string(pooled.status().message()));
+    return false;
+  }
+  std::vector<int32_t> ranks;
+  for (const RankSnapshot& r : group.ranks) ranks.push_back(r.rank);
+  const StragglerJudge::Verdict verdict =
+      judge_->Judge(group.ref, ranks, group.size, *pooled, static_cast<int32_t>(speeds.size()),
+                    policy, group.plan.blocks.empty(), lines);
+  std::string link_line;
+  const double bytes_per_second = LinkBytesPerSecond(group.link, group.link_stale_after,
+                                                     options_.link_bytes_per_second, &link_line);
+  lines.push_back(std::move(link_line));
+  const std::vector<double> fixed_per_step =
+      FixedSecondsPerStep(group, *pooled, lines, common_fixed);
+  // A rank's fixed seconds go to the blocks by their share of the group's reference
+  // compute, so that every block sees the same ratios between ranks.
+  double reference_total = 0;
+  for (const PoolBlock& pb : speeds) {
+    reference_total += pb.speeds.reference_seconds_per_unit * pb.num_units;
+  }
+  size_t b = 0;
+  for (const BlockSnapshot& block : group.blocks) {
+    const double share = reference_total > 0 ? speeds[b].speeds.reference_seconds_per_unit *
+                                                   block.num_units / reference_total
+                                             : 0;
+    const GroupSpeeds& block_speeds = speeds[b++].speeds;
+    GroupBlockInput& in = input.blocks.emplace_back();
+    in.input.block = BlockId(block.block);
+    in.input.owner_of_unit = PlannedOwnership(group.plan, block);
+    in.move_unconfirmed = in.input.owner_of_unit != block.owner_of_unit;
+    // Weights out once a step, gradients back once per micro-batch.
+    in.input.transfer_seconds_per_unit =
+        (1.0 + block.micro_batches) * static_cast<double>(block.unit_bytes) / bytes_per_second;
+    in.input.calm = verdict.calm;
+    in.input.calm_lasted = verdict.calm_lasted;
+    std::vector<int32_t> owned(group.size, 0);
+    for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
+    for (const RankSpeed& rs : block_speeds.ranks) {
+      PlannerRank pr;
+      pr.seconds_per_unit = PooledSecondsPerUnit(rs, block_speeds, *pooled);
+      pr.owned_units = owned[rs.rank.value()];
+      const size_t r = static_cast<size_t>(rs.rank.value());
+      pr.fixed_seconds = r < fixed_per_step.size() ? fixed_per_step[r] * share : 0;
+      pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
+      const RankSnapshot* entry = FindRank(group, rs.rank.value());
+      pr.cordoned = entry != nullptr && settings_->Cordoned(entry->device);
+      in.input.ranks.push_back(pr);
+    }
+  }
+  return true;
 }
 
 std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,

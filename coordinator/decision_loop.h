@@ -112,6 +112,13 @@ class DecisionLoop {
   // the registry's.
   Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, DecisionRecord last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // The planner's input for the group's blocks (`input.blocks`), from the speed model's
+  // estimates pooled per rank, the judge's verdict (which this updates), the link's price,
+  // fixed costs and cordons; says what it found in `lines`. False, with the reason in
+  // `lines`, while some rank has no estimate yet.
+  bool GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, GroupPlannerInput& input,
+                    std::vector<std::string>& lines, std::optional<double>& common_fixed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The same for a group an operator holds (JobSettings::HoldFor): the hold's plan,
   // whatever the speeds (DecideHeldGroup).
   Outcome DecideHeld(const GroupSnapshot& group, const JobPolicy& policy, const GroupHold& hold,

@@ -110,5 +110,48 @@ TEST_F(DecisionLoopTest, AForgottenGroupKeepsNothingAndComesBackFresh) {
   EXPECT_TRUE(Record().reasons.before.empty()) << "the old incarnation's decision shows";
 }
 
+// A held group gets its hold's plan before any speed is known, and once every rank has an
+// estimate the plan is priced as the planner prices its own.
+TEST_F(DecisionLoopTest, AHeldGroupRunsItsHoldAndIsPredictedOnceSpeedsAreKnown) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  ASSERT_TRUE(settings_->SetHold("vit", "tp0", GroupHold{.rank = 1, .offload_fraction = 0.5}).ok());
+  loop_->Tick();
+  ASSERT_EQ(sink_.plans().size(), 1u) << "a hold needs no speeds";
+  ASSERT_EQ(sink_.plans()[0].blocks_size(), 1);
+  const v1::BlockPlan held = sink_.plans()[0].blocks(0);  // plans() is a copy
+  ASSERT_EQ(held.offloads_size(), 1);
+  EXPECT_EQ(held.offloads(0).owner(), 1);
+  EXPECT_EQ(held.offloads(0).units(), 2);
+  EXPECT_EQ(loop_->Prediction(*registry_->Snapshot({"vit", "tp0"}, false)).blocks, 0);
+  EXPECT_THAT(Record().reasons.decision.notes, ElementsAre(HasSubstr("held by an operator")));
+
+  // Rank 1 at 3 ms a unit, rank 0 at 1: with 2 of rank 1's 4 units offloaded, each computes
+  // 6 ms (and sends or receives 2 units, 2 us each at the link's prior).
+  for (int64_t step = 0; step < 10; ++step) {
+    Reports(step, 3e-3);
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  }
+  EXPECT_EQ(sink_.plans().size(), 1u) << "the held plan was pushed again";
+  EXPECT_NEAR(loop_->Prediction(*registry_->Snapshot({"vit", "tp0"}, false)).blocks, 6e-3, 1e-4);
+  EXPECT_THAT(Record().reasons.after, ElementsAre(HasSubstr("predicted for the held plan")));
+
+  // A plan the hold cannot price is said so, and predicts nothing.
+  ASSERT_TRUE(settings_->SetCordon("dev1", true, "").ok());
+  loop_->ReplanNow("vit");
+  loop_->Tick();
+  EXPECT_EQ(loop_->Prediction(*registry_->Snapshot({"vit", "tp0"}, false)).blocks, 0);
+  EXPECT_THAT(Record().reasons.after, ElementsAre(HasSubstr("the held plan is not priced")));
+  ASSERT_TRUE(settings_->SetCordon("dev1", false, "").ok());
+
+  // Released, the planner decides again.
+  ASSERT_TRUE(settings_->SetHold("vit", "tp0", std::nullopt).ok());
+  loop_->ReplanNow("vit");
+  loop_->Tick();
+  EXPECT_THAT(Record().reasons.decision.notes,
+              ::testing::Not(::testing::Contains(HasSubstr("held"))));
+  EXPECT_EQ(Record().decisions.size(), 1u);
+}
+
 }  // namespace
 }  // namespace ballast::coordinator
