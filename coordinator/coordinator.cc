@@ -37,7 +37,11 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
       loop_(DecisionLoopOptions{.link_bytes_per_second = options.link_bytes_per_second,
                                 .dwell = {.plan_dwell = options.plan_dwell,
                                           .dwell_hysteresis = options.dwell_hysteresis},
-                                .fixed_costs = options.fixed_costs},
+                                .fixed_costs = options.fixed_costs,
+                                .step_feedback =
+                                    options.step_feedback
+                                        ? std::optional<StepFeedbackOptions>(StepFeedbackOptions{})
+                                        : std::nullopt},
             clock, &registry_, &judge_, settings_.get(), speeds),
       reads_(options.link_bytes_per_second, clock, &registry_, &judge_, settings_.get(), &loop_,
              speeds) {}

@@ -63,6 +63,10 @@ struct CoordinatorOptions {
   // and on the e2e benchmark, where they do, it measured no gain beyond the noise
   // (docs/benchmarks.md, 2026-11-26).
   bool fixed_costs = false;
+  // Correct each rank's speed by how long the others wait for it at the collectives,
+  // kept while the measured step improves (step_feedback.h). Off by default until the
+  // interleaved benchmark measures it against the best static plan.
+  bool step_feedback = false;
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
   // series). An agent disconnected this long is forgotten too. Policies, pauses and

@@ -54,7 +54,11 @@ DecisionLoop::DecisionLoop(const DecisionLoopOptions& options, Clock* clock,
       registry_(registry),
       judge_(judge),
       settings_(settings),
-      speeds_(speeds) {}
+      speeds_(speeds) {
+  if (options.step_feedback.has_value()) {
+    feedback_ = std::make_unique<StepFeedback>(*options.step_feedback);
+  }
+}
 
 DecisionLoop::Entry& DecisionLoop::EntryOf(const GroupRef& ref) {
   Entry& entry = entries_[ref.key];
@@ -65,7 +69,10 @@ DecisionLoop::Entry& DecisionLoop::EntryOf(const GroupRef& ref) {
 bool DecisionLoop::Tick() {
   absl::MutexLock tick(&tick_mu_);
   const GroupRegistry::Forgotten forgotten = registry_->ForgetIdle();
-  for (const GroupRef& ref : forgotten.groups) judge_->Forget(ref.key);
+  for (const GroupRef& ref : forgotten.groups) {
+    judge_->Forget(ref.key);
+    if (feedback_ != nullptr) feedback_->Forget(ref.key);
+  }
   {
     absl::MutexLock lock(&mu_);
     for (const GroupRef& ref : forgotten.groups) {
@@ -307,11 +314,15 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       return false;
     }
     for (const RankSpeed& rs : s->ranks) {
-      if (!rs.has_estimate) {
-        lines.push_back(absl::StrCat("block ", block.block, ": rank ", rs.rank.value(),
-                                     " has no estimate yet"));
-        return false;
-      }
+      if (rs.has_estimate) continue;
+      // A rank whose plan gives all its units away measures nothing, and would never
+      // measure again if the planner waited for it (after a coordinator restart, under a
+      // cordon or a hold): it is planned at the block's reference speed instead.
+      const RankSnapshot* entry = FindRank(group, rs.rank.value());
+      if (entry != nullptr && entry->attached && entry->last_units_computed == 0) continue;
+      lines.push_back(
+          absl::StrCat("block ", block.block, ": rank ", rs.rank.value(), " has no estimate yet"));
+      return false;
     }
     speeds.push_back({.speeds = *std::move(s), .num_units = block.num_units});
   }
@@ -331,6 +342,10 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   lines.push_back(std::move(link_line));
   const std::vector<double> fixed_per_step =
       FixedSecondsPerStep(group, *pooled, lines, common_fixed);
+  const std::vector<double> correction = StepCorrection(group, lines);
+  // A correction is a straggler the timers do not show: the group is not calm.
+  const bool corrected =
+      std::any_of(correction.begin(), correction.end(), [](double f) { return f != 1.0; });
   // A rank's fixed seconds go to the blocks by their share of the group's reference
   // compute, so that every block sees the same ratios between ranks.
   double reference_total = 0;
@@ -350,16 +365,31 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     // Weights out once a step, gradients back once per micro-batch.
     in.input.transfer_seconds_per_unit =
         (1.0 + block.micro_batches) * static_cast<double>(block.unit_bytes) / bytes_per_second;
-    in.input.calm = verdict.calm;
-    in.input.calm_lasted = verdict.calm_lasted;
+    in.input.calm = verdict.calm && !corrected;
+    in.input.calm_lasted = verdict.calm_lasted && !corrected;
     std::vector<int32_t> owned(group.size, 0);
     for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
     for (const RankSpeed& rs : block_speeds.ranks) {
       PlannerRank pr;
       pr.seconds_per_unit = PooledSecondsPerUnit(rs, block_speeds, *pooled);
+      const size_t rank_index = static_cast<size_t>(rs.rank.value());
+      const bool judged =
+          rank_index < pooled->ranks.size() && pooled->ranks[rank_index].slowdown > 0;
+      if (!rs.has_estimate && !judged) {  // it computes nothing (above)
+        pr.seconds_per_unit = block_speeds.reference_seconds_per_unit;
+        if (!(pr.seconds_per_unit > 0)) {
+          lines.push_back(absl::StrCat("block ", block.block, ": no rank has an estimate yet"));
+          return false;
+        }
+        lines.push_back(absl::StrCat(
+            "block ", block.block, ": rank ", rs.rank.value(),
+            " computes no units under the plan it runs, so it has no estimate: planned at "
+            "the block's reference speed until it reports one"));
+      }
       pr.owned_units = owned[rs.rank.value()];
       const size_t r = static_cast<size_t>(rs.rank.value());
       pr.fixed_seconds = r < fixed_per_step.size() ? fixed_per_step[r] * share : 0;
+      if (r < correction.size()) pr.seconds_per_unit *= correction[r];
       pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
       const RankSnapshot* entry = FindRank(group, rs.rank.value());
       pr.cordoned = entry != nullptr && settings_->Cordoned(entry->device);
@@ -367,6 +397,22 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     }
   }
   return true;
+}
+
+std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group,
+                                                 std::vector<std::string>& lines) {
+  if (feedback_ == nullptr) return {};
+  StepFeedback::Round round;
+  round.compute_seconds.assign(static_cast<size_t>(group.size), 0.0);
+  round.collective_seconds.assign(static_cast<size_t>(group.size), -1.0);
+  round.plan_version = WorkersRun(group).version;
+  for (const RankSnapshot& rank : group.ranks) {
+    if (rank.rank < 0 || rank.rank >= group.size || !rank.attached) continue;
+    round.compute_seconds[rank.rank] = rank.last_compute_seconds;
+    if (rank.collective_samples > 0) round.collective_seconds[rank.rank] = rank.collective_median;
+    round.step_seconds = std::max(round.step_seconds, rank.step_median);
+  }
+  return feedback_->Update(group.ref, round, lines);
 }
 
 std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,

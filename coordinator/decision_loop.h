@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "coordinator/planner/group_planner.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/speed_model.h"
+#include "coordinator/step_feedback.h"
 #include "coordinator/straggler_judge.h"
 
 namespace ballast::coordinator {
@@ -50,6 +52,9 @@ struct DecisionLoopOptions {
   DwellOptions dwell;
   // Balance each rank's collective time beyond the least with its units (fixed_costs.h).
   bool fixed_costs = false;
+  // Correct each rank's speed by how long the others wait for it at the collectives, kept
+  // while the measured step improves (step_feedback.h). Unset: off.
+  std::optional<StepFeedbackOptions> step_feedback;
 };
 
 // A group's last decision, as the admin reads show it.
@@ -133,6 +138,10 @@ class DecisionLoop {
   // `plan` versioned and numbered to follow both ours and the workers'.
   WorkloadPlan Numbered(const GroupSnapshot& group, const WorkersPlan& workers,
                         WorkloadPlan plan) const;
+  // Each rank's factor on its seconds per unit from the step feedback (empty when it is
+  // off), saying what it did in `lines`.
+  std::vector<double> StepCorrection(const GroupSnapshot& group, std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
   // collective times and pooled slowdown, indexed by rank; sets `common` to the least and
   // says what it found in `lines`. Zeros (and `common` untouched) when fixed costs are
@@ -148,6 +157,7 @@ class DecisionLoop {
   GroupRegistry* const registry_;
   StragglerJudge* const judge_;
   const JobSettings* const settings_;
+  std::unique_ptr<StepFeedback> feedback_;  // null: off
   SpeedModel* const speeds_;
 
   absl::Mutex tick_mu_;  // one planning round at a time: the judge's runs are per round

@@ -298,8 +298,10 @@ absl::Status GroupRegistry::Report(const std::string& agent_id, const v1::Worker
 void GroupRegistry::Apply(GroupEntry& group, RankEntry& rank, const v1::WorkerReport& report) {
   const v1::StepReport& step = report.step();
   double compute = 0, collective = step.agreement_seconds();
+  int64_t units = 0;
   for (const v1::BlockTiming& b : step.blocks()) {
     compute += b.compute_seconds();
+    units += b.units_computed();
     collective += b.comm_seconds();
     BlockEntry& block = group.blocks.at(b.block());  // checked against the shape
     // A worker reporting ownership has applied a reshard: later plans count units
@@ -313,6 +315,7 @@ void GroupRegistry::Apply(GroupEntry& group, RankEntry& rank, const v1::WorkerRe
   }
   rank.last_compute_seconds = compute;
   rank.last_collective_seconds = collective;
+  rank.last_units_computed = units;
   rank.collective_seconds.Add(collective);
   rank.step_seconds.Add(compute + collective);
   rank.last_plan_version = step.plan_version();
@@ -403,6 +406,7 @@ GroupSnapshot GroupRegistry::SnapshotOf(const GroupEntry& group, bool with_owner
                        .node = rank.identity.node(),
                        .last_compute_seconds = rank.last_compute_seconds,
                        .last_collective_seconds = rank.last_collective_seconds,
+                       .last_units_computed = rank.last_units_computed,
                        .collective_median = rank.collective_seconds.Median(),
                        .collective_samples = rank.collective_seconds.values.size(),
                        .step_median = rank.step_seconds.Median(),

@@ -86,6 +86,9 @@ struct RankSnapshot {
   // From its latest report, summed over blocks: compute, and collectives (with agreement).
   double last_compute_seconds = 0;
   double last_collective_seconds = 0;
+  // Units its latest report computed, over its blocks; -1 before any report. 0: the plan
+  // it runs gives all its units away (a cordon, a hold), so it measures no speed.
+  int64_t last_units_computed = -1;
   // Medians over its recent reports: collectives alone (of collective_samples), and
   // compute + collectives.
   double collective_median = 0;
@@ -189,6 +192,7 @@ class GroupRegistry {
     bool attached = false;
     double last_compute_seconds = 0;
     double last_collective_seconds = 0;
+    int64_t last_units_computed = -1;
     RecentSeconds collective_seconds;
     RecentSeconds step_seconds;
     int64_t last_plan_version = 0;

@@ -58,6 +58,10 @@ ABSL_FLAG(bool, fixed_costs, false,
           "Balance each rank's collective time beyond the least together with its units, "
           "scaled by its compute slowdown (coordinator/fixed_costs.h); for stragglers whose "
           "collectives slow with them (co-tenants, CPU quotas). False: compute alone");
+ABSL_FLAG(bool, step_feedback, false,
+          "Correct each rank's speed by how long the others wait for it at the collectives, "
+          "kept while the measured step improves and undone when it rises "
+          "(coordinator/step_feedback.h). False: the compute timers alone");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest gRPC message accepted (a hello, a batch of reports, an admin call): with "
           "the shape limits, a bound on what one agent session can make the coordinator "
@@ -135,6 +139,7 @@ int main(int argc, char** argv) {
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
   options.fixed_costs = absl::GetFlag(FLAGS_fixed_costs);
+  options.step_feedback = absl::GetFlag(FLAGS_step_feedback);
   options.forget_after = absl::GetFlag(FLAGS_forget_after);
   options.max_workers_per_agent = absl::GetFlag(FLAGS_max_workers_per_agent);
   options.max_groups_per_agent = absl::GetFlag(FLAGS_max_groups_per_agent);

@@ -5,35 +5,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "testing/fake_clock.h"
-#include "testing/fake_policy_store.h"
-#include "tests/coordinator/coordinator_fixtures.h"
+#include "testing/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
 namespace {
 
-class AdminReadsTest : public ::testing::Test {
+using testing::Hello;
+
+class AdminReadsTest : public testing::CoordinatorPartsTest {
  protected:
   void SetUp() override {
-    speeds_ = *SpeedModel::Create(SpeedModelOptions{}, &clock_);
-    settings_ = *JobSettings::Load(&store_, &clock_);
-    registry_ = std::make_unique<GroupRegistry>(RegistryOptions{}, &clock_, speeds_.get());
-    judge_ = std::make_unique<StragglerJudge>(&clock_, absl::Seconds(3));
-    loop_ = std::make_unique<DecisionLoop>(DecisionLoopOptions{}, &clock_, registry_.get(),
-                                           judge_.get(), settings_.get(), speeds_.get());
+    CoordinatorPartsTest::SetUp();
     reads_ = std::make_unique<AdminReads>(2e9, &clock_, registry_.get(), judge_.get(),
                                           settings_.get(), loop_.get(), speeds_.get());
   }
 
-  testing::FakeClock clock_;
-  testing::InMemoryPolicyStore store_;
-  std::unique_ptr<SpeedModel> speeds_;
-  std::unique_ptr<JobSettings> settings_;
-  std::unique_ptr<GroupRegistry> registry_;
-  std::unique_ptr<StragglerJudge> judge_;
-  std::unique_ptr<DecisionLoop> loop_;
   std::unique_ptr<AdminReads> reads_;
-  RecordingSink sink_;
 };
 
 TEST_F(AdminReadsTest, AJobIsKnownByItsGroupsItsPolicyOrItsPause) {

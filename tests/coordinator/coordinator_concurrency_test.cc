@@ -11,25 +11,25 @@
 
 #include "absl/time/clock.h"
 #include "coordinator/coordinator.h"
+#include "testing/control_plane_messages.h"
+#include "testing/coordinator_fixtures.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
 #include "testing/timeouts.h"
-#include "tests/coordinator/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
 namespace {
 
-v1::WorkerReport StepReport(int rank, int64_t step, double seconds_per_unit) {
-  v1::WorkerReport r;
-  r.set_job("vit");
-  r.set_group("tp0");
-  r.set_rank(rank);
-  r.mutable_step()->set_step(step);
-  v1::BlockTiming* b = r.mutable_step()->add_blocks();
-  b->set_block(0);
-  b->set_units_computed(kUnits / 2);
-  b->set_compute_seconds(seconds_per_unit * kUnits / 2);
-  b->set_comm_seconds(1e-3);
+using testing::Hello;
+using testing::kUnits;
+using testing::RecordingSink;
+
+// Rank `rank` of vit/tp0 reports `step`: half the units at `seconds_per_unit`, 1 ms in
+// collectives.
+v1::WorkerReport RankReport(int rank, int64_t step, double seconds_per_unit) {
+  v1::WorkerReport r =
+      testing::StepReport({}, rank, step, kUnits / 2, seconds_per_unit * kUnits / 2);
+  r.mutable_step()->mutable_blocks(0)->set_comm_seconds(1e-3);
   return r;
 }
 
@@ -54,7 +54,7 @@ TEST(CoordinatorConcurrencyTest, AGroupForgottenAndRegisteredAgainWhileReportsAr
       for (int64_t step = 0; !stop.load(); ++step) {
         const int rank = t % 2;
         absl::Status s =
-            coordinator->Report("agent-1", StepReport(rank, step, rank == 0 ? 1e-3 : 2e-3));
+            coordinator->Report("agent-1", RankReport(rank, step, rank == 0 ? 1e-3 : 2e-3));
         if (s.code() == absl::StatusCode::kNotFound) not_found.fetch_add(1);
         if (step % 8 == 0) std::this_thread::yield();
       }
@@ -105,7 +105,7 @@ TEST(CoordinatorConcurrencyTest, AGroupForgottenAndRegisteredAgainWhileReportsAr
   // And the coordinator still serves: the job comes back whole.
   RecordingSink sink;
   ASSERT_TRUE(coordinator->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink).ok());
-  EXPECT_TRUE(coordinator->Report("agent-1", StepReport(0, 1'000'000, 1e-3)).ok());
+  EXPECT_TRUE(coordinator->Report("agent-1", RankReport(0, 1'000'000, 1e-3)).ok());
   absl::StatusOr<v1::ClusterStatus> status = coordinator->Status("vit");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->workers(), 2);

@@ -10,13 +10,17 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/coordinator.h"
 #include "proto/convert.h"
+#include "testing/control_plane_messages.h"
+#include "testing/coordinator_fixtures.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
-#include "tests/coordinator/coordinator_fixtures.h"
 #include "tests/coordinator/coordinator_test_base.h"
 
 namespace ballast::coordinator {
 namespace {
+
+using testing::Hello;
+using testing::RecordingSink;
 
 TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
   testing::FakeClock clock;
@@ -40,19 +44,14 @@ TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
   EXPECT_THAT(c.status().message(), ::testing::HasSubstr("link_stale_after 0 must be > 0"));
 }
 
-// An agent whose workers come and go: one session announcing `workers` ranks of `job`.
+// An agent whose workers come and go: one session announcing `workers` ranks of `job`,
+// without blocks.
 v1::AgentHello SessionHello(const std::string& agent, const std::string& job, int workers) {
-  v1::AgentHello hello;
-  hello.set_agent_id(agent);
-  for (int rank = 0; rank < workers; ++rank) {
-    v1::WorkerIdentity* w = hello.add_workers();
-    w->set_job(job);
-    w->set_group("tp0");
-    w->set_rank(rank);
-    w->set_group_size(workers);
-    w->set_device(absl::StrCat(agent, "/gpu", rank));
-  }
-  return hello;
+  return testing::GroupHello({.agent_id = agent,
+                              .job = job,
+                              .size = workers,
+                              .owner_of_unit = {},
+                              .device_prefix = absl::StrCat(agent, "/gpu")});
 }
 
 TEST_F(CoordinatorTest, IdleGroupsAndAgentsAreForgottenPoliciesStay) {

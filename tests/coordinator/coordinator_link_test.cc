@@ -9,20 +9,25 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "proto/convert.h"
+#include "testing/control_plane_messages.h"
+#include "testing/coordinator_fixtures.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
-#include "tests/coordinator/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
 namespace {
+
+using testing::Hello;
+using testing::kUnits;
+using testing::RecordingSink;
 
 class CoordinatorLinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
     speeds_ = *SpeedModel::Create(SpeedModelOptions{}, &clock_);
     // The prior: 1 GB/s, so an offload of a 1,000-byte unit looks free at first.
-    coordinator_ = *Coordinator::Create({.link_bytes_per_second = 1e9}, &clock_, &store_,
-                                        speeds_.get());
+    coordinator_ =
+        *Coordinator::Create({.link_bytes_per_second = 1e9}, &clock_, &store_, speeds_.get());
     JobPolicy policy;
     policy.mode = BalanceMode::kMigrate;
     policy.report_period = absl::Milliseconds(100);
@@ -34,15 +39,8 @@ class CoordinatorLinkTest : public ::testing::Test {
   // a transfer sample of `bytes` received from `from` in `seconds`.
   v1::WorkerReport Report(int rank, int64_t step, double seconds_per_unit, int64_t bytes = 0,
                           double seconds = 0, int from = -1) {
-    v1::WorkerReport r;
-    r.set_job("vit");
-    r.set_group("tp0");
-    r.set_rank(rank);
-    r.mutable_step()->set_step(step);
-    v1::BlockTiming* b = r.mutable_step()->add_blocks();
-    b->set_block(0);
-    b->set_units_computed(4);
-    b->set_compute_seconds(4 * seconds_per_unit);
+    v1::WorkerReport r = testing::StepReport({}, rank, step, 4, 4 * seconds_per_unit);
+    v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
     b->set_micro_batches(micro_batches_);
     if (bytes > 0) {
       b->mutable_received()->set_from_rank(from);
@@ -145,8 +143,7 @@ TEST_F(CoordinatorLinkTest, ALinkPricedOutIsPricedAtItsFastestSampleOnceStaleAnd
   EXPECT_NEAR(status->jobs(0).groups(0).link_bytes_per_second(), 1e9, 1e3);
   absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
   ASSERT_TRUE(why.ok());
-  EXPECT_THAT(why->text(), ::testing::HasSubstr(
-                               "link: 1000 MB/s, the fastest of "));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("link: 1000 MB/s, the fastest of "));
   EXPECT_THAT(why->text(), ::testing::HasSubstr(" offload transfers between ranks 0 and 1, the "
                                                 "newest 1m"));
   EXPECT_THAT(why->text(), ::testing::HasSubstr("(stale after 1m: priced at what the link"));
@@ -269,8 +266,9 @@ TEST_F(CoordinatorLinkTest, OffloadsArePricedWithAGradientReturnPerMicroBatch) {
 TEST_F(CoordinatorLinkTest, ASampleFromNoPeerIsRefusedByName) {
   absl::Status s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, 1000, 1.0, 0));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "report.blocks[0].received.from_rank 0 is not a peer of rank 0 in a "
-                         "group of 2");
+  EXPECT_EQ(s.message(),
+            "report.blocks[0].received.from_rank 0 is not a peer of rank 0 in a "
+            "group of 2");
   s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, 1000, 1.0, 2));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   s = coordinator_->Report("agent-1", Report(0, 0, 1e-3, 1000, -1.0, 1));

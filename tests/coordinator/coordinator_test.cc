@@ -11,13 +11,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/convert.h"
+#include "testing/control_plane_messages.h"
+#include "testing/coordinator_fixtures.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
-#include "tests/coordinator/coordinator_fixtures.h"
 #include "tests/coordinator/coordinator_test_base.h"
 
 namespace ballast::coordinator {
 namespace {
+
+using testing::Hello;
+using testing::kUnits;
+using testing::RecordingSink;
 
 TEST_F(CoordinatorTest, ChronicStragglerIsReshardedAndARestartPlansOnTheNewOwnership) {
   // Rank 1 runs 2x slower: once it is chronic the planner reshards.
@@ -292,24 +297,12 @@ TEST_F(CoordinatorTest, AfterAChangeOnlyALargeImprovementChangesThePlanUntilTheD
   EXPECT_EQ(OffloadedUnits(sink.plans()[2]), 4);
 }
 
-// A report of vit/tp0's `rank` for `step` under plan `version`, without block timings.
-v1::WorkerReport StepReport(int rank, int64_t step, int64_t version) {
-  v1::WorkerReport r;
-  r.set_job("vit");
-  r.set_group("tp0");
-  r.set_rank(rank);
-  r.mutable_step()->set_step(step);
-  r.mutable_step()->set_plan_version(version);
-  return r;
-}
-
 // Both ranks of vit/tp0 with `blocks` blocks of 64 units each, split evenly.
 v1::AgentHello HelloWithBlocks(int blocks) {
   std::vector<int> owners(64, 0);
   std::fill(owners.begin() + 32, owners.end(), 1);
   v1::AgentHello hello = Hello(owners);
   for (v1::WorkerIdentity& w : *hello.mutable_workers()) {
-    w.mutable_blocks(0)->set_num_units(64);
     for (int b = 1; b < blocks; ++b) {
       v1::BlockInfo* info = w.add_blocks();
       *info = w.blocks(0);
@@ -340,12 +333,10 @@ TEST_F(CoordinatorTest, CalmRanksWithNoisyBlocksStayAllLocalAStragglerIsBalanced
   auto run = [&](int steps, const std::vector<std::vector<double>>& spu) {
     for (int i = 0; i < steps; ++i, ++step) {
       for (int rank : {0, 1}) {
-        v1::WorkerReport r = StepReport(rank, step, version);
-        for (int b = 0; b < kBlocks; ++b) {
-          v1::BlockTiming* t = r.mutable_step()->add_blocks();
-          t->set_block(b);
-          t->set_units_computed(32);
-          t->set_compute_seconds(32 * spu[rank][b]);
+        v1::WorkerReport r = testing::StepReport({}, rank, step, 32, 32 * spu[rank][0]);
+        r.mutable_step()->set_plan_version(version);
+        for (int b = 1; b < kBlocks; ++b) {
+          *r.mutable_step()->add_blocks() = testing::BlockTime(b, 32, 32 * spu[rank][b]);
         }
         ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
       }
@@ -431,12 +422,10 @@ class TwoRankLockstep {
       const double compute[2] = {units[0] * c[0], units[1] * c[1]};
       const double step_seconds = std::max(compute[0] + own[0], compute[1] + own[1]);
       for (int rank : {0, 1}) {
-        v1::WorkerReport r = StepReport(rank, step_, version);
-        v1::BlockTiming* b = r.mutable_step()->add_blocks();
-        b->set_block(0);
-        b->set_units_computed(units[rank]);
-        b->set_compute_seconds(compute[rank]);
-        b->set_comm_seconds(step_seconds - compute[rank] + (i == 0 ? stall : 0));
+        v1::WorkerReport r = testing::StepReport({}, rank, step_, units[rank], compute[rank]);
+        r.mutable_step()->set_plan_version(version);
+        r.mutable_step()->mutable_blocks(0)->set_comm_seconds(step_seconds - compute[rank] +
+                                                              (i == 0 ? stall : 0));
         ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
       }
       clock_->Advance(absl::Milliseconds(100));

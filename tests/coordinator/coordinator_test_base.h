@@ -1,6 +1,6 @@
 // The fixture of the coordinator's facade tests (coordinator_test.cc,
 // coordinator_lifecycle_test.cc): one coordinator on a fake clock over an in-memory store,
-// restartable as after a crash, with job "vit" group "tp0" (coordinator_fixtures.h).
+// restartable as after a crash, with job "vit" group "tp0" (testing/coordinator_fixtures.h).
 #ifndef BALLAST_TESTS_COORDINATOR_COORDINATOR_TEST_BASE_H_
 #define BALLAST_TESTS_COORDINATOR_COORDINATOR_TEST_BASE_H_
 
@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "testing/control_plane_messages.h"
+#include "testing/coordinator_fixtures.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
-#include "tests/coordinator/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
 
@@ -35,45 +36,38 @@ class CoordinatorTest : public ::testing::Test {
               const std::vector<int>& owners_to_report = {}, int64_t plan_version = 0,
               int64_t plan_number = 0) {
     for (int rank : {0, 1}) {
-      v1::WorkerReport r;
-      r.set_job("vit");
-      r.set_group("tp0");
-      r.set_rank(rank);
-      r.mutable_step()->set_step(step);
+      v1::WorkerReport r =
+          testing::StepReport({}, rank, step, units[rank], spu[rank] * units[rank]);
       r.mutable_step()->set_plan_version(plan_version);
       r.mutable_step()->set_plan_number(plan_number);
-      v1::BlockTiming* b = r.mutable_step()->add_blocks();
-      b->set_block(0);
-      b->set_units_computed(units[rank]);
-      b->set_compute_seconds(spu[rank] * units[rank]);
-      for (int o : owners_to_report) b->add_owner_of_unit(o);
+      for (int o : owners_to_report) r.mutable_step()->mutable_blocks(0)->add_owner_of_unit(o);
       ASSERT_TRUE(coordinator_->Report("agent-1", r).ok());
     }
   }
 
   // A coordinator with `options` and a fast link; job "vit" in migrate mode, planned every
   // 100 ms; the agent connected with the units split evenly, its plans going to `sink`.
-  void StartMigrateJob(const CoordinatorOptions& options, RecordingSink* sink) {
+  void StartMigrateJob(const CoordinatorOptions& options, testing::RecordingSink* sink) {
     Restart();
     coordinator_ = *Coordinator::Create(options, &clock_, &store_, speeds_.get());
     JobPolicy policy;
     policy.mode = BalanceMode::kMigrate;
     policy.report_period = absl::Milliseconds(100);
     ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-    ASSERT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), sink).ok());
+    ASSERT_TRUE(coordinator_->AgentConnected(testing::Hello({0, 0, 0, 0, 1, 1, 1, 1}), sink).ok());
   }
 
   // Job "vit" in migrate mode (reshard_after 2 s, planned every 100 ms) on the slow link,
   // the units split evenly, rank 1 reporting 2x slower until the planner reshards: offloading
   // cannot pay on this link, so nothing happens while the straggler is transient. Returns
   // the next step; the reshard is sink->plans()[0].
-  int64_t ReshardAChronicStraggler(RecordingSink* sink) {
+  int64_t ReshardAChronicStraggler(testing::RecordingSink* sink) {
     JobPolicy policy;
     policy.mode = BalanceMode::kMigrate;
     policy.reshard_after = absl::Seconds(2);
     policy.report_period = absl::Milliseconds(100);
     EXPECT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-    EXPECT_TRUE(coordinator_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), sink).ok());
+    EXPECT_TRUE(coordinator_->AgentConnected(testing::Hello({0, 0, 0, 0, 1, 1, 1, 1}), sink).ok());
     int64_t step = 0;
     for (; step < 60 && sink->plans().empty(); ++step) {
       Report(step, {4, 4}, {1e-3, 2e-3});

@@ -5,26 +5,20 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "testing/fake_clock.h"
-#include "testing/fake_policy_store.h"
-#include "tests/coordinator/coordinator_fixtures.h"
+#include "testing/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::Hello;
 
-class DecisionLoopTest : public ::testing::Test {
+class DecisionLoopTest : public testing::CoordinatorPartsTest {
  protected:
+  DecisionLoopTest() : CoordinatorPartsTest({.forget_after = absl::Seconds(5)}) {}
   void SetUp() override {
-    speeds_ = *SpeedModel::Create(SpeedModelOptions{}, &clock_);
-    settings_ = *JobSettings::Load(&store_, &clock_);
-    registry_ = std::make_unique<GroupRegistry>(RegistryOptions{.forget_after = absl::Seconds(5)},
-                                                &clock_, speeds_.get());
-    judge_ = std::make_unique<StragglerJudge>(&clock_, absl::Seconds(3));
-    loop_ = std::make_unique<DecisionLoop>(DecisionLoopOptions{}, &clock_, registry_.get(),
-                                           judge_.get(), settings_.get(), speeds_.get());
+    CoordinatorPartsTest::SetUp();
     JobPolicy policy;
     policy.mode = BalanceMode::kMigrate;
     policy.report_period = absl::Milliseconds(100);
@@ -33,28 +27,12 @@ class DecisionLoopTest : public ::testing::Test {
   // Both ranks report step `step`: rank 1 at `slow` seconds per unit.
   void Reports(int64_t step, double slow) {
     for (int rank : {0, 1}) {
-      v1::WorkerReport r;
-      r.set_job("vit");
-      r.set_group("tp0");
-      r.set_rank(rank);
-      r.mutable_step()->set_step(step);
-      v1::BlockTiming* b = r.mutable_step()->add_blocks();
-      b->set_block(0);
-      b->set_units_computed(4);
-      b->set_compute_seconds(4 * (rank == 0 ? 1e-3 : slow));
+      const v1::WorkerReport r =
+          testing::StepReport({}, rank, step, 4, 4 * (rank == 0 ? 1e-3 : slow));
       ASSERT_TRUE(registry_->Report("agent-1", r).ok());
     }
   }
   DecisionRecord Record() { return loop_->Record(registry_->Groups().at(0)); }
-
-  testing::FakeClock clock_;
-  testing::InMemoryPolicyStore store_;
-  std::unique_ptr<SpeedModel> speeds_;
-  std::unique_ptr<JobSettings> settings_;
-  std::unique_ptr<GroupRegistry> registry_;
-  std::unique_ptr<StragglerJudge> judge_;
-  std::unique_ptr<DecisionLoop> loop_;
-  RecordingSink sink_;
 };
 
 TEST_F(DecisionLoopTest, WaitsForEveryRankThenPublishesWhatThePlannerDecides) {
@@ -151,6 +129,28 @@ TEST_F(DecisionLoopTest, AHeldGroupRunsItsHoldAndIsPredictedOnceSpeedsAreKnown) 
   EXPECT_THAT(Record().reasons.decision.notes,
               ::testing::Not(::testing::Contains(HasSubstr("held"))));
   EXPECT_EQ(Record().decisions.size(), 1u);
+}
+
+// A rank whose plan gives every unit away measures no speed. After a coordinator restart
+// (a fresh speed model) the loop must not wait for its estimate for ever: it plans it at
+// the block's reference speed, and so replaces the plan the workers run.
+TEST_F(DecisionLoopTest, ARankThatComputesNothingIsPlannedAtTheReferenceSpeed) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  for (int64_t step = 0; step < 10 && sink_.plans().empty(); ++step) {
+    for (int rank : {0, 1}) {
+      // Rank 1's units all offloaded to rank 0.
+      v1::WorkerReport r =
+          testing::StepReport({}, rank, step, rank == 0 ? 8 : 0, rank == 0 ? 8e-3 : 0);
+      r.mutable_step()->set_plan_version(123);  // an earlier coordinator's plan
+      ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+    }
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  }
+  ASSERT_EQ(sink_.plans().size(), 1u) << "the loop waited for rank 1's estimate";
+  EXPECT_GT(sink_.plans()[0].version(), 123);
+  EXPECT_THAT(Record().reasons.before,
+              ::testing::Contains(HasSubstr("rank 1 computes no units under the plan it runs")));
 }
 
 }  // namespace

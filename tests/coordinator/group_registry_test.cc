@@ -8,13 +8,16 @@
 #include <malloc.h>
 
 #include "absl/strings/str_cat.h"
+#include "testing/control_plane_messages.h"
+#include "testing/coordinator_fixtures.h"
 #include "testing/fake_clock.h"
-#include "tests/coordinator/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::Hello;
+using testing::RecordingSink;
 
 class GroupRegistryTest : public ::testing::Test {
  protected:
@@ -25,15 +28,8 @@ class GroupRegistryTest : public ::testing::Test {
     registry_ = std::make_unique<GroupRegistry>(options, &clock_, speeds_.get());
   }
   v1::WorkerReport Report(int rank, int64_t step, int block = 0) {
-    v1::WorkerReport r;
-    r.set_job("vit");
-    r.set_group("tp0");
-    r.set_rank(rank);
-    r.mutable_step()->set_step(step);
-    v1::BlockTiming* b = r.mutable_step()->add_blocks();
-    b->set_block(block);
-    b->set_units_computed(4);
-    b->set_compute_seconds(4e-3);
+    v1::WorkerReport r = testing::StepReport({}, rank, step, 4, 4e-3);
+    r.mutable_step()->mutable_blocks(0)->set_block(block);
     return r;
   }
 

@@ -1,9 +1,11 @@
 // The wire messages control-plane tests and fuzz targets build again and again: a worker's
 // identity with one block, an agent's hello for a whole group, and a rank's report of one
-// step. Header-only (generated protobuf types only).
+// step. Header-only (generated protobuf types only). What a test needs beyond them (a
+// plan version, collective seconds, a transfer sample) it sets on the message returned.
 //
 //   v1::AgentHello hello = GroupHello({.owner_of_unit = {0, 0, 0, 0, 1, 1, 1, 1}});
 //   v1::WorkerReport r = StepReport({}, /*rank=*/1, /*step=*/7, /*units=*/4, /*seconds=*/8e-3);
+//   *r.mutable_step()->add_blocks() = BlockTime(/*block=*/1, /*units=*/4, /*seconds=*/8e-3);
 #ifndef BALLAST_TESTS_TESTING_CONTROL_PLANE_MESSAGES_H_
 #define BALLAST_TESTS_TESTING_CONTROL_PLANE_MESSAGES_H_
 
@@ -15,7 +17,8 @@
 
 namespace ballast::testing {
 
-// One group of ranks with one block (block 0), all on one agent.
+// One group of ranks with one block (block 0), all on one agent. With no owner_of_unit
+// the workers announce no block at all.
 struct GroupSpec {
   std::string agent_id = "agent-1";
   std::string node;  // empty: not set
@@ -36,6 +39,7 @@ inline v1::WorkerIdentity GroupWorker(const GroupSpec& spec, int32_t rank) {
   w.set_rank(rank);
   w.set_group_size(spec.size);
   w.set_device(spec.device_prefix + std::to_string(rank));
+  if (spec.owner_of_unit.empty()) return w;
   v1::BlockInfo* b = w.add_blocks();
   b->set_block(0);
   b->set_num_units(static_cast<int32_t>(spec.owner_of_unit.size()));
@@ -53,6 +57,15 @@ inline v1::AgentHello GroupHello(const GroupSpec& spec) {
   return hello;
 }
 
+// Block `block` computed `units` units in `seconds`.
+inline v1::BlockTiming BlockTime(int32_t block, int32_t units, double seconds) {
+  v1::BlockTiming b;
+  b.set_block(block);
+  b.set_units_computed(units);
+  b.set_compute_seconds(seconds);
+  return b;
+}
+
 // Rank `rank` of `spec` reports `step`: block 0 computed `units` units in `seconds`.
 inline v1::WorkerReport StepReport(const GroupSpec& spec, int32_t rank, int64_t step, int32_t units,
                                    double seconds) {
@@ -61,10 +74,7 @@ inline v1::WorkerReport StepReport(const GroupSpec& spec, int32_t rank, int64_t 
   r.set_group(spec.group);
   r.set_rank(rank);
   r.mutable_step()->set_step(step);
-  v1::BlockTiming* b = r.mutable_step()->add_blocks();
-  b->set_block(0);
-  b->set_units_computed(units);
-  b->set_compute_seconds(seconds);
+  *r.mutable_step()->add_blocks() = BlockTime(0, units, seconds);
   return r;
 }
 
