@@ -10,12 +10,30 @@ one job cycles through segments of SEGMENT steps:
   none    no straggler,        policy mode observe   (the reference)
   plain   rank 1 slowed 2x,    mode observe          (plain tensor parallelism)
   MODE    rank 1 slowed 2x,    mode MODE             (for each of --modes; auto by default)
+  static  rank 1 slowed 2x,    held at a fixed plan  (for each plan of --static)
+
+in this order in even cycles and in reverse in odd ones (a linear drift of the
+machine's speed then biases consecutive cycles in opposite directions).
 
 Observe runs plain TP as off does (it pushes nothing but the end of a plan left in
 force), and predicts the all-local step, so the prediction is sampled in every segment.
 
-in this order in even cycles and in reverse in odd ones (a linear drift of the
-machine's speed then biases consecutive cycles in opposite directions).
+A static segment holds the group at one plan with `ballastctl hold` from its first step
+and releases it at its end (the planner is not consulted while held; the mode is
+observe, so a release ends the plan as plain's segments do): rank 1 keeps (1 - reshard)
+of its even share of units, the rest resharded evenly to the others, and helpers compute
+`offload` of what it keeps. --static offload:0.2,0.3,0.4 runs three such segments
+(repeatable, one kind per flag; kinds offload and reshard; --static none for none). The
+best of a cycle's static plans (the lowest median step) is its oracle: what a fixed plan
+picked with hindsight attains. Each cycle reports MODE / oracle, plain / oracle and the
+share of plain's excess over the oracle that MODE removed, (plain - MODE) / (plain -
+oracle), beside MODE / ideal; the summary judges them against issue 39's targets
+(MODE at most 1.05x the oracle; at least 90% of the plain-to-oracle gain captured).
+A cycle's oracle is the least of several noisy steps, biased low by the noise; the
+summary also judges MODE against the fixed oracle, the one plan best over all cycles
+(the lowest median of its step over plain's), in every cycle.
+A reshard moves units with their optimizer state, back and forth as the cycle goes
+through the plans: the settle steps cover it.
 
 The straggler follows the launcher's step windows (launch.py --straggler 1:2@A-B,...),
 the mode `ballastctl policy set` at each segment's first step. Each segment's first
@@ -31,7 +49,11 @@ confidence interval (distribution-free, from the order statistics) met when it l
 wholly on the target's good side, missed when wholly on the other, else not resolved;
 more cycles narrow it.
 
+--contention (device, quota, cotenant, auto: launch.py --contention) picks how rank 1 is
+slowed; every JSON line names the kind it ran under ("contention").
+
   scripts/bench interleaved [--cycles 8] [--segment 60] [--modes auto,migrate]
+      [--contention device] [--static offload:0.1,0.2,0.3 --static reshard:0.2,0.4]
 """
 
 import argparse
@@ -54,23 +76,55 @@ SLOWDOWN = 2
 # Issue 14's targets for each balancing mode against plain TP and the ideal.
 TARGET_VS_IDEAL = 1.05
 TARGET_PLAIN_OVER_MODE = 1.4
+# Issue 39's targets against the best static plan of the cycle (the oracle).
+TARGET_VS_ORACLE = 1.05
+TARGET_CAPTURED_SHARE = 0.90
+STATIC_KINDS = ("offload", "reshard")
+DEFAULT_STATIC = ("offload:0.2,0.3,0.4", "reshard:0.2,0.3,0.4")
 # The coordinator's measured step is the slowest rank's median over its last 16 reports.
 REPORTS_IN_MEASURED_STEP = 16
 
 
-def schedule(cycles, segment, modes):
-    """The segments in order: dicts with cycle, name, mode, straggler (bool), start and end
-    step. Odd cycles run their segments in reverse (none, plain, auto, then auto, plain,
-    none), so that a drift of the machine's speed across a pair of cycles biases the two
-    alike in opposite directions, and the median over cycles cancels it."""
-    names = ["none", "plain", *modes]
+def parse_static(specs):
+    """--static values -> the static plans in order: dicts with name ("offload 0.3"),
+    offload and reshard fractions. Raises ValueError naming a bad value."""
+    plans = []
+    for spec in specs:
+        if spec == "none":
+            continue
+        kind, _, fractions = spec.partition(":")
+        if kind not in STATIC_KINDS or not fractions:
+            raise ValueError(f"--static {spec!r} is not KIND:F[,F...] with KIND one of "
+                             f"{', '.join(STATIC_KINDS)} (or none)")
+        for text in fractions.split(","):
+            try:
+                f = float(text)
+            except ValueError:
+                raise ValueError(f"--static {spec!r}: {text!r} is not a number") from None
+            if not 0 <= f < 1:
+                raise ValueError(f"--static {spec!r}: {text} out of range [0, 1)")
+            name = f"{kind} {f:g}"
+            if any(p["name"] == name for p in plans):
+                raise ValueError(f"--static: {name} given twice")
+            plans.append({"name": name, "offload": f if kind == "offload" else 0.0,
+                          "reshard": f if kind == "reshard" else 0.0})
+    return plans
+
+
+def schedule(cycles, segment, modes, statics=()):
+    """The segments in order: dicts with cycle, name, mode, straggler (bool), hold (a static
+    plan, or None), start and end step. Odd cycles run their segments in reverse (none,
+    plain, auto, statics, then statics, auto, plain, none), so that a drift of the
+    machine's speed across a pair of cycles biases the two alike in opposite directions,
+    and the median over cycles cancels it."""
+    kinds = [(n, None) for n in ["none", "plain", *modes]] + [(p["name"], p) for p in statics]
     out = []
     for c in range(cycles):
-        for i, name in enumerate(names if c % 2 == 0 else names[::-1]):
-            start = (c * len(names) + i) * segment
-            mode = "observe" if name in ("none", "plain") else name
+        for i, (name, hold) in enumerate(kinds if c % 2 == 0 else kinds[::-1]):
+            start = (c * len(kinds) + i) * segment
+            mode = "observe" if name in ("none", "plain") or hold else name
             out.append({"cycle": c, "name": name, "mode": mode, "straggler": name != "none",
-                        "start": start, "end": start + segment})
+                        "hold": hold, "start": start, "end": start + segment})
     return out
 
 
@@ -88,26 +142,36 @@ def straggler_windows(segments):
 
 
 class ModeSwitcher:
-    """The launcher's per-step hook: sets each segment's policy mode as rank 0 reaches its
-    first step, records the step at which the switch was made, and feeds the status
-    sampler."""
+    """The launcher's per-step hook: as rank 0 reaches each segment's first step, holds the
+    group at the segment's static plan or releases the one before it, and sets its policy
+    mode; records the step at which the switch was made, and feeds the status sampler.
+    A hold goes before the mode (the planner is out of the way while the mode changes),
+    a release after it (the group returns to the new mode)."""
 
-    def __init__(self, segments, job_name, sampler):
-        # (segment, whether its mode differs from the one before it)
-        self.pending = [(s, s["mode"] != before["mode"])
-                        for before, s in zip(segments, segments[1:])]
+    def __init__(self, segments, job_name, sampler, straggler_rank=STRAGGLER_RANK):
+        self.pending = list(zip(segments, segments[1:]))  # (segment before, segment)
         self.job_name = job_name
+        self.group = f"{job_name}/tp0"
+        self.rank = straggler_rank
         self.sampler = sampler
         self.switched_at = {}  # segment start -> step reached when the mode was set
 
+    def _ctl(self, job, *args):
+        r = job.ctl(*args)
+        if r.returncode != 0:
+            raise harness.LaunchError(f"ballastctl {' '.join(args)} failed: {r.stderr.strip()}")
+
     def __call__(self, job, step):
-        while self.pending and step >= self.pending[0][0]["start"]:
-            s, switch = self.pending.pop(0)
-            if switch:
-                r = job.ctl("policy", "set", self.job_name, f"mode={s['mode']}")
-                if r.returncode != 0:
-                    raise harness.LaunchError(f"ballastctl policy set mode={s['mode']} failed: "
-                                             f"{r.stderr.strip()}")
+        while self.pending and step >= self.pending[0][1]["start"]:
+            before, s = self.pending.pop(0)
+            hold = s["hold"]
+            if hold is not None and hold is not before["hold"]:
+                self._ctl(job, "hold", self.job_name, self.group, str(self.rank),
+                          f"offload={hold['offload']:g}", f"reshard={hold['reshard']:g}")
+            if s["mode"] != before["mode"]:
+                self._ctl(job, "policy", "set", self.job_name, f"mode={s['mode']}")
+            if hold is None and before["hold"] is not None:
+                self._ctl(job, "release", self.job_name, self.group)
             self.switched_at[s["start"]] = step
         self.sampler(job, step)
 
@@ -126,7 +190,23 @@ def segment_figures(ranks, segment, settle, switched_at):
         "seconds_per_unit": [e2e.spu([r for r in rank["steps"] if keep(r)]) for rank in ranks],
         "offloaded_fraction": sum(r["offloaded_fraction"] for r in steps0) / len(steps0),
         "pruned_fraction": sum(r["pruned_fraction"] for r in steps0) / len(steps0),
+        # The straggler's share of the units computed (offloaded and resharded units count
+        # where they are computed): what a hold is checked by.
+        "straggler_unit_share": unit_share(ranks, keep),
     }
+
+
+def unit_share(ranks, keep, rank=STRAGGLER_RANK):
+    """The mean over kept steps of `rank`'s units computed over all ranks' (None: none kept)."""
+    by_step = {}
+    for r, records in enumerate(ranks):
+        for rec in records["steps"]:
+            if keep(rec):
+                by_step.setdefault(rec["step"], [0, 0])
+                by_step[rec["step"]][0] += rec["units_computed"] if r == rank else 0
+                by_step[rec["step"]][1] += rec["units_computed"]
+    shares = [mine / total for mine, total in by_step.values() if total > 0]
+    return sum(shares) / len(shares) if shares else None
 
 
 def sample_truth(ranks, step):
@@ -144,8 +224,9 @@ def sample_truth(ranks, step):
     return {"rank_" + k: v for k, v in medians.items()} | {"formula_s": round(formula, 5)}
 
 
-def cycle_ratios(figures, modes):
-    """One cycle's ideal and ratios from its segments' figures (None: a segment is missing)."""
+def cycle_ratios(figures, modes, statics=()):
+    """One cycle's ideal and ratios from its segments' figures (None: a segment is missing).
+    With static plans, the best of them is the cycle's oracle (oracle_ratios)."""
     none, plain = figures.get("none"), figures.get("plain")
     if none is None or plain is None:
         return None
@@ -169,6 +250,34 @@ def cycle_ratios(figures, modes):
         out[f"plain_over_{mode}"] = plain["step_seconds"] / f["step_seconds"]
         out[f"{mode}_offloaded_fraction"] = round(f["offloaded_fraction"], 4)
         out[f"{mode}_pruned_fraction"] = round(f["pruned_fraction"], 4)
+        if f.get("straggler_unit_share") is not None:
+            out[f"{mode}_straggler_unit_share"] = round(f["straggler_unit_share"], 4)
+    out.update(oracle_ratios(figures, modes, statics, ideal))
+    return out
+
+
+def oracle_ratios(figures, modes, statics, ideal):
+    """The static segments' steps, the best of them (the oracle) and each mode against it:
+    MODE / oracle, plain / oracle, and the share of plain's excess over the oracle that
+    MODE removed, (plain - MODE) / (plain - oracle); None where no static plan beat plain
+    (no gain to share)."""
+    static = {p["name"]: figures[p["name"]] for p in statics if p["name"] in figures}
+    if not static:
+        return {}
+    oracle = min(static, key=lambda name: static[name]["step_seconds"])
+    best, plain = static[oracle]["step_seconds"], figures["plain"]["step_seconds"]
+    out = {"static_seconds": {n: f["step_seconds"] for n, f in static.items()},
+           "static_straggler_unit_share": {n: f["straggler_unit_share"] and
+                                           round(f["straggler_unit_share"], 4)
+                                           for n, f in static.items()},
+           "oracle": oracle, "oracle_seconds": best, "oracle_vs_ideal": best / ideal,
+           "plain_over_oracle": plain / best}
+    for mode in modes:
+        if mode in figures:
+            step = figures[mode]["step_seconds"]
+            out[f"{mode}_over_oracle"] = step / best
+            out[f"{mode}_captured_share"] = ((plain - step) / (plain - best)
+                                             if plain > best else None)
     return out
 
 
@@ -237,9 +346,56 @@ def summarize(cycles, modes):
         if own:
             out[f"{mode}_vs_own_speeds_ideal"] = judged(own, TARGET_VS_IDEAL, at_most=True)
         out[f"plain_over_{mode}"] = judged(over, TARGET_PLAIN_OVER_MODE, at_most=False)
+        vs_oracle = [c[f"{mode}_over_oracle"] for c in cycles if f"{mode}_over_oracle" in c]
+        if vs_oracle:
+            out[f"{mode}_over_oracle"] = judged(vs_oracle, TARGET_VS_ORACLE, at_most=True)
+            share = [c[f"{mode}_captured_share"] for c in cycles
+                     if c.get(f"{mode}_captured_share") is not None]
+            if share:
+                out[f"{mode}_captured_share"] = judged(share, TARGET_CAPTURED_SHARE,
+                                                       at_most=False)
+            out[f"{mode}_captured_share_undefined_cycles"] = len(vs_oracle) - len(share)
+    oracles = [c["oracle"] for c in cycles if "oracle" in c]
+    if oracles:
+        out["oracle_vs_ideal"] = spread([c["oracle_vs_ideal"] for c in cycles if "oracle" in c])
+        out["plain_over_oracle"] = spread([c["plain_over_oracle"] for c in cycles
+                                           if "oracle" in c])
+        out["oracle_wins"] = {n: oracles.count(n) for n in sorted(set(oracles))}
+        out.update(fixed_oracle(cycles, modes))
     # plain / MODE is at most plain_vs_ideal unless the mode beats the ideal (pruning can:
     # it computes less), so in a cycle with plain under 1.4x the ideal the plain target
     # asks for a step below the ideal. plain_vs_ideal above says how often that is.
+    return out
+
+
+def fixed_oracle(cycles, modes):
+    """The one static plan that is best over the cycles (the lowest median of its step over
+    plain's in the same cycle), and each mode judged against that plan in every cycle.
+    A cycle's own oracle is the least of several noisy segments, so it is biased low by
+    the noise (the more plans, the more); a plan picked once for the whole run is not,
+    in any one cycle, and that is the fixed plan an operator with hindsight would hold."""
+    relative = {}
+    for c in cycles:
+        for name, step in c.get("static_seconds", {}).items():
+            relative.setdefault(name, []).append(step / c["plain_seconds"])
+    if not relative:
+        return {}
+    best = min(relative, key=lambda name: harness.median(relative[name]))
+    out = {"fixed_oracle": best,
+           "static_over_plain_median": {n: round(harness.median(v), 4)
+                                        for n, v in relative.items()}}
+    with_best = [c for c in cycles if best in c.get("static_seconds", {})]
+    for mode in modes:
+        pairs = [(c[f"{mode}_seconds"], c["static_seconds"][best], c["plain_seconds"])
+                 for c in with_best if f"{mode}_seconds" in c]
+        if not pairs:
+            continue
+        out[f"{mode}_over_fixed_oracle"] = judged([m / o for m, o, _ in pairs],
+                                                  TARGET_VS_ORACLE, at_most=True)
+        share = [(p - m) / (p - o) for m, o, p in pairs if p > o]
+        if share:
+            out[f"{mode}_captured_share_of_fixed_oracle"] = judged(
+                share, TARGET_CAPTURED_SHARE, at_most=False)
     return out
 
 
@@ -254,6 +410,13 @@ def main():
     p.add_argument("--modes", default="auto",
                    help="comma list of balancing modes run after plain in each cycle "
                         "(auto, migrate, resize)")
+    p.add_argument("--static", action="append", default=None, metavar="KIND:F[,F...]",
+                   help="static plans held in segments of their own: KIND offload or reshard, "
+                        "F a fraction of rank 1's even share in [0, 1); repeatable; 'none' "
+                        f"for none (default: {' '.join(DEFAULT_STATIC)})")
+    p.add_argument("--contention", choices=harness.CONTENTION_KINDS, default="auto",
+                   help="how rank 1 is slowed (launch.py --contention); device: an emulated "
+                        "slower device, its block compute only")
     p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us)
     p.add_argument("--out", default="")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
@@ -266,21 +429,28 @@ def main():
         p.error("need --cycles >= 1, --segment >= 2 and 0 <= --settle < --segment")
     if not 1000 <= a.quota_period_us <= 1000000:
         p.error(f"--quota-period-us {a.quota_period_us} out of range [1000, 1000000]")
-    segments = schedule(a.cycles, a.segment, modes)
+    try:
+        statics = parse_static(a.static if a.static is not None else DEFAULT_STATIC)
+    except ValueError as e:
+        p.error(str(e))
+    segments = schedule(a.cycles, a.segment, modes, statics)
     out_dir = a.out or os.path.join(a.build, "bench-e2e-interleaved")
     os.makedirs(out_dir, exist_ok=True)
     cfg = harness.JobConfig(build=a.build, steps=segments[-1]["end"], mode=segments[0]["mode"],
                             stragglers=[harness.Straggler.parse(straggler_windows(segments))],
                             out=os.path.join(out_dir, "job"), verbose=False, progress="none",
-                            trainer_args=a.trainer_args, quota_period_us=a.quota_period_us)
-    print(f"[interleaved] {a.cycles} cycles of none, plain, {', '.join(modes)}; {a.segment} "
-          f"steps a segment ({cfg.steps} steps)", file=sys.stderr, flush=True)
+                            trainer_args=a.trainer_args, quota_period_us=a.quota_period_us,
+                            contention=a.contention)
+    names = ", ".join(["none", "plain", *modes, *(p["name"] for p in statics)])
+    print(f"[interleaved] {a.cycles} cycles of {names}; {a.segment} steps a segment "
+          f"({cfg.steps} steps)", file=sys.stderr, flush=True)
     sampler = e2e.StatusSampler()
     sampler.SAMPLE_EVERY = 5
     switcher = ModeSwitcher(segments, harness.JOB_OF_TRAINER["cpp"], sampler)
     began = time.monotonic()
     ranks = harness.run_job(cfg, on_step=switcher)
     elapsed = time.monotonic() - began
+    contention = (ranks[0].get("contention") or {}).get("kind")
 
     results = []
     for c in range(a.cycles):
@@ -292,13 +462,14 @@ def main():
             f = segment_figures(ranks, s, a.settle, switched_at)
             if f is not None:
                 figures[s["name"]] = f
-        ratios = cycle_ratios(figures, modes)
+        ratios = cycle_ratios(figures, modes, statics)
         if ratios is not None:
-            results.append({"cycle": c, **ratios})
+            results.append({"cycle": c, "contention": contention, **ratios})
             print(json.dumps(results[-1]), flush=True)
     if not results:
         raise harness.LaunchError("no cycle had both a none and a plain segment")
-    summary = {"bench": "e2e_interleaved", **summarize(results, modes),
+    summary = {"bench": "e2e_interleaved", "contention": contention,
+               "static": [p["name"] for p in statics], **summarize(results, modes),
                "segment_steps": a.segment, "settle_steps": a.settle,
                "quota_period_us": a.quota_period_us, "wall_seconds": round(elapsed, 1)}
     # Predicted against measured step, by segment kind (in none and plain, observe's
@@ -309,9 +480,11 @@ def main():
     for s in segments:
         for step in range(s["start"] + a.settle + REPORTS_IN_MEASURED_STEP, s["end"]):
             kind_of[step] = s["name"]
-    for name in ["none", "plain", *modes]:
+    static_names = {p["name"] for p in statics}
+    for name in ["none", "plain", *modes, "static"]:
         errors = sorted(abs(x["predicted"] / x["measured"] - 1) for x in sampler.samples
-                        if kind_of.get(x["step"]) == name)
+                        if kind_of.get(x["step"]) == name
+                        or (name == "static" and kind_of.get(x["step"]) in static_names))
         if errors:
             summary[f"prediction_error_{name}"] = {
                 "samples": len(errors), "median": round(harness.median(errors), 4),
@@ -321,7 +494,8 @@ def main():
     samples = [{**x, "segment": kind_of.get(x["step"]), **sample_truth(ranks, x["step"])}
                for x in sampler.samples]
     with open(os.path.join(out_dir, "e2e_interleaved.json"), "w") as f:
-        json.dump({"cycles": results, "summary": summary, "samples": samples}, f, indent=1)
+        json.dump({"cycles": results, "summary": summary, "samples": samples,
+                   "switched_at": switcher.switched_at}, f, indent=1)
     print(f"[interleaved] wrote {out_dir}/e2e_interleaved.json", file=sys.stderr)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The interleaved benchmark's schedule and arithmetic (bench/e2e_interleaved.py), on
 made-up step records: which steps each segment keeps, the ideal and ratios of a cycle,
-and the verdicts. The job itself is a benchmark (scripts/bench interleaved), not a test."""
+the static plans' segments, holds and oracle, and the verdicts. The job itself is a
+benchmark (scripts/bench interleaved), not a test."""
 
 import os
 import sys
@@ -57,6 +58,66 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual(switcher.switched_at, {10: 11, 20: 24, 30: 31, 40: 45, 50: 52, 60: 61})
         self.assertEqual(sampled, [0, 5, 11, 19, 24, 31, 45, 52, 61])
 
+    def test_static_plans_parse_in_order_and_reject_bad_values(self):
+        plans = il.parse_static(["offload:0.1,0.3", "reshard:0.25"])
+        self.assertEqual([p["name"] for p in plans], ["offload 0.1", "offload 0.3", "reshard 0.25"])
+        self.assertEqual((plans[1]["offload"], plans[1]["reshard"]), (0.3, 0.0))
+        self.assertEqual((plans[2]["offload"], plans[2]["reshard"]), (0.0, 0.25))
+        self.assertEqual(il.parse_static(["none"]), [])
+        for bad in (["prune:0.1"], ["offload"], ["offload:x"], ["reshard:1"], ["offload:-0.1"],
+                    ["offload:0.2", "offload:0.2"]):
+            with self.assertRaises(ValueError, msg=bad):
+                il.parse_static(bad)
+
+    def test_static_segments_follow_the_modes_mirrored(self):
+        plans = il.parse_static(["offload:0.2", "reshard:0.3"])
+        segments = il.schedule(2, 10, ["auto"], plans)
+        self.assertEqual([s["name"] for s in segments],
+                         ["none", "plain", "auto", "offload 0.2", "reshard 0.3",
+                          "reshard 0.3", "offload 0.2", "auto", "plain", "none"])
+        self.assertEqual([s["mode"] for s in segments[:5]],
+                         ["observe", "observe", "auto", "observe", "observe"])
+        self.assertEqual([s["hold"] for s in segments[:5]], [None, None, None, *plans])
+        self.assertEqual(il.straggler_windows(segments), "1:2@10-90")
+
+    def test_the_switcher_holds_static_segments_and_releases_after_them(self):
+        class FakeJob:
+            def __init__(self):
+                self.calls = []
+
+            def ctl(self, *args):
+                self.calls.append(args)
+                return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+        plans = il.parse_static(["offload:0.2", "reshard:0.3"])
+        # none plain auto off0.2 re0.3 | re0.3 off0.2 auto plain none
+        segments = il.schedule(2, 10, ["auto"], plans)
+        switcher = il.ModeSwitcher(segments, "vit", lambda job, step: None)
+        job = FakeJob()
+        for step in range(0, 100, 5):
+            switcher(job, step)
+        self.assertEqual(job.calls, [
+            ("policy", "set", "vit", "mode=auto"),                           # 20: auto
+            ("hold", "vit", "vit/tp0", "1", "offload=0.2", "reshard=0"),    # 30: hold, then
+            ("policy", "set", "vit", "mode=observe"),                        #     observe
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0.3"),    # 40
+            # 50: the same plan again, nothing to do
+            ("hold", "vit", "vit/tp0", "1", "offload=0.2", "reshard=0"),    # 60
+            ("policy", "set", "vit", "mode=auto"),                           # 70: auto, then
+            ("release", "vit", "vit/tp0"),                                   #     release
+            ("policy", "set", "vit", "mode=observe"),                        # 80: plain
+        ])
+
+    def test_a_failed_hold_stops_the_bench(self):
+        class FailingJob:
+            def ctl(self, *args):
+                return type("Failed", (), {"returncode": 1, "stderr": "no group vit/tp0"})()
+
+        segments = il.schedule(1, 10, ["auto"], il.parse_static(["offload:0.2"]))
+        switcher = il.ModeSwitcher(segments[2:], "vit", lambda job, step: None)
+        with self.assertRaisesRegex(il.harness.LaunchError, "hold vit vit/tp0 1.*no group"):
+            switcher(FailingJob(), 30)
+
 
 class ArithmeticTest(unittest.TestCase):
     def ranks(self):
@@ -106,6 +167,77 @@ class ArithmeticTest(unittest.TestCase):
 
     def test_a_cycle_without_its_reference_has_no_ratios(self):
         self.assertIsNone(il.cycle_ratios({"plain": {}}, ["auto"]))
+
+    def test_the_best_static_plan_is_the_oracle_auto_is_judged_against(self):
+        def figure(step, share=0.5, spu=(1e-3, 2e-3)):
+            return {"step_seconds": step, "seconds_per_unit": list(spu),
+                    "offloaded_fraction": 0.0, "pruned_fraction": 0.0,
+                    "straggler_unit_share": share}
+
+        plans = il.parse_static(["offload:0.2,0.4", "reshard:0.3"])
+        figures = {"none": figure(0.10, spu=(1e-3, 1e-3)), "plain": figure(0.20),
+                   "auto": figure(0.15),
+                   "offload 0.2": figure(0.16, 0.42), "offload 0.4": figure(0.17, 0.34),
+                   "reshard 0.3": figure(0.14, 0.35)}
+        ratios = il.cycle_ratios(figures, ["auto"], plans)
+        self.assertEqual(ratios["oracle"], "reshard 0.3")
+        self.assertAlmostEqual(ratios["oracle_seconds"], 0.14)
+        self.assertAlmostEqual(ratios["auto_over_oracle"], 0.15 / 0.14)
+        self.assertAlmostEqual(ratios["plain_over_oracle"], 0.20 / 0.14)
+        # plain 0.20 -> oracle 0.14 is a gain of 0.06; auto took 0.05 of it.
+        self.assertAlmostEqual(ratios["auto_captured_share"], 0.05 / 0.06)
+        self.assertAlmostEqual(ratios["oracle_vs_ideal"], 0.14 / (0.2 / 1.5))
+        self.assertEqual(ratios["static_seconds"]["offload 0.4"], 0.17)
+        self.assertEqual(ratios["static_straggler_unit_share"]["reshard 0.3"], 0.35)
+        # No static plan beats plain: no gain to share.
+        for name in ("offload 0.2", "offload 0.4", "reshard 0.3"):
+            figures[name]["step_seconds"] = 0.25
+        self.assertIsNone(il.cycle_ratios(figures, ["auto"], plans)["auto_captured_share"])
+        # Without static plans, no oracle.
+        self.assertNotIn("oracle", il.cycle_ratios(figures, ["auto"]))
+
+    def test_the_straggler_unit_share_counts_units_where_they_are_computed(self):
+        ranks = [{"steps": [{"step": s, "units_computed": 60} for s in range(4)]},
+                 {"steps": [{"step": s, "units_computed": 30} for s in range(4)]}]
+        self.assertAlmostEqual(il.unit_share(ranks, lambda r: r["step"] >= 2), 1 / 3)
+        self.assertIsNone(il.unit_share(ranks, lambda r: False))
+
+    def test_the_oracle_summary_judges_issue_39s_targets(self):
+        cycles = [{"plain_vs_ideal": 1.4, "auto_vs_ideal": 1.0, "plain_over_auto": 1.4,
+                   "oracle": "reshard 0.3", "oracle_vs_ideal": 0.98, "plain_over_oracle": 1.43,
+                   "auto_over_oracle": 1.02, "auto_captured_share": 0.95},
+                  {"plain_vs_ideal": 1.4, "auto_vs_ideal": 1.1, "plain_over_auto": 1.27,
+                   "oracle": "offload 0.3", "oracle_vs_ideal": 1.0, "plain_over_oracle": 1.4,
+                   "auto_over_oracle": 1.10, "auto_captured_share": 0.75},
+                  {"plain_vs_ideal": 1.4, "auto_vs_ideal": 1.0, "plain_over_auto": 1.4,
+                   "oracle": "reshard 0.3", "oracle_vs_ideal": 1.0, "plain_over_oracle": 1.4,
+                   "auto_over_oracle": 1.0, "auto_captured_share": None}]
+        summary = il.summarize(cycles, ["auto"])
+        self.assertEqual(summary["auto_over_oracle"]["target"], 1.05)
+        self.assertEqual(summary["auto_over_oracle"]["verdict"], "not resolved")
+        self.assertEqual(summary["auto_over_oracle"]["median"], 1.02)
+        self.assertEqual(summary["auto_captured_share"]["target"], 0.9)
+        self.assertEqual(summary["auto_captured_share"]["n"], 2)
+        self.assertEqual(summary["auto_captured_share"]["verdict"], "not resolved")
+        self.assertEqual(summary["auto_captured_share_undefined_cycles"], 1)
+        self.assertEqual(summary["oracle_wins"], {"offload 0.3": 1, "reshard 0.3": 2})
+        self.assertEqual(summary["plain_over_oracle"]["max"], 1.43)
+
+    def test_the_fixed_oracle_is_the_plan_best_over_all_cycles(self):
+        # reshard 0.3 wins one cycle by luck; offload 0.3 is best relative to plain in two.
+        cycles = [{"plain_seconds": 0.20, "auto_seconds": 0.15,
+                   "static_seconds": {"offload 0.3": 0.14, "reshard 0.3": 0.16}},
+                  {"plain_seconds": 0.40, "auto_seconds": 0.30,
+                   "static_seconds": {"offload 0.3": 0.30, "reshard 0.3": 0.26}},
+                  {"plain_seconds": 0.20, "auto_seconds": 0.16,
+                   "static_seconds": {"offload 0.3": 0.15, "reshard 0.3": 0.18}}]
+        out = il.fixed_oracle(cycles, ["auto"])
+        self.assertEqual(out["fixed_oracle"], "offload 0.3")
+        self.assertEqual(out["static_over_plain_median"], {"offload 0.3": 0.75, "reshard 0.3": 0.8})
+        self.assertEqual(out["auto_over_fixed_oracle"]["n"], 3)
+        self.assertAlmostEqual(out["auto_over_fixed_oracle"]["median"], round(0.16 / 0.15, 4))
+        self.assertAlmostEqual(out["auto_captured_share_of_fixed_oracle"]["max"], 1.0)
+        self.assertEqual(il.fixed_oracle([{"plain_seconds": 0.2}], ["auto"]), {})
 
     def test_verdicts_need_every_cycle_or_none(self):
         meets = lambda v: v <= 1.05
