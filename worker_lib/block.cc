@@ -61,9 +61,10 @@ struct ParallelBlock::Storage {
   // fields[p * kFieldsPerParam + kind] for sharded parameter p; then one field for the
   // running mean activations.
   std::vector<Buffer> fields;
-  std::vector<size_t> elems;  // per field, floats per unit
+  std::vector<size_t> elems;   // per field, floats per unit
   std::vector<UnitMeta> meta;  // storage order
-  // Replicated output bias and its gradient and moments.
+  // The replicated parameters (the output bias, then the subclass's replicated extra) and
+  // their gradient and moments: replicated_size() floats each.
   Buffer bias, bias_grad, bias_m, bias_v;
   int64_t bias_step = 0;
 
@@ -81,6 +82,10 @@ struct ParallelBlock::SlabRef {
 struct ParallelBlock::StepLayoutIn {
   int32_t owner;
   int32_t units;
+  // The units' ids, in the owner's storage order (when the subclass asks for them: the
+  // owner sends them with the weights), and their receive buffer.
+  std::vector<int32_t> unit_ids;
+  Buffer ids;
   std::vector<Buffer> params;  // one per sharded parameter
   std::vector<Buffer> grads;
   std::vector<Buffer> cache;
@@ -100,6 +105,9 @@ struct ParallelBlock::StepLayout {
 
   int32_t local = 0;
   std::vector<Out> out;
+  // Per out[i], the offloaded units' ids as floats, sent to the helper with the weights
+  // when the subclass asks for them (SendsUnitIds).
+  std::vector<Buffer> out_ids;
   int32_t pruned_first = 0;
   std::vector<In> in;
 
@@ -144,11 +152,12 @@ absl::string_view UnitFateName(UnitFate fate) {
 
 ParallelBlock::ParallelBlock(TpGroup* group, BlockId id, int32_t num_units, int32_t hidden,
                              std::vector<ShardedParamSpec> sharded, size_t mean_unit_elems,
-                             UnitConfig config)
+                             UnitConfig config, size_t replicated_extra)
     : group_(group),
       id_(id),
       num_units_(num_units),
       hidden_(hidden),
+      replicated_size_(hidden + replicated_extra),
       sharded_(std::move(sharded)),
       mean_unit_elems_(mean_unit_elems),
       config_(std::move(config)),
@@ -163,36 +172,46 @@ ParallelBlock::~ParallelBlock() {
 
 Compute& ParallelBlock::compute() { return group_->backend().compute(); }
 
+const float* ParallelBlock::replicated() const { return storage_->bias.data(); }
+
+float* ParallelBlock::replicated_grad() { return storage_->bias_grad.data(); }
+
+absl::Status ParallelBlock::TimedAllReduceSum(float* data, size_t n) {
+  compute_timer_->Stop();  // hooks run inside the compute timer
+  comm_timer_->Start();
+  absl::Status status = group_->backend().comm().AllReduceSum(data, n);
+  comm_timer_->Stop();
+  compute_timer_->Start();
+  return status;
+}
+
 absl::Status ParallelBlock::Init() {
   const int32_t size = group_->size();
   if (config_.priority_window <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block ", id_.value(), ": priority_window ", config_.priority_window,
-                     " must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": priority_window ",
+                                                   config_.priority_window, " must be > 0"));
   }
   if (config_.mean_interval <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "block ", id_.value(), ": mean_interval ", config_.mean_interval, " must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": mean_interval ",
+                                                   config_.mean_interval, " must be > 0"));
   }
   if (!(config_.mean_decay >= 0.0f && config_.mean_decay < 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "block ", id_.value(), ": mean_decay ", config_.mean_decay, " must be in [0, 1)"));
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": mean_decay ",
+                                                   config_.mean_decay, " must be in [0, 1)"));
   }
   if (config_.owner_of_unit.empty()) {
     owner_of_unit_ = EvenOwnership(num_units_, size);
   } else {
     if (static_cast<int32_t>(config_.owner_of_unit.size()) != num_units_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("block ", id_.value(), ": owner_of_unit has ",
-                       config_.owner_of_unit.size(), " entries, block has ", num_units_,
-                       " units"));
+      return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": owner_of_unit has ",
+                                                     config_.owner_of_unit.size(),
+                                                     " entries, block has ", num_units_, " units"));
     }
     for (size_t u = 0; u < config_.owner_of_unit.size(); ++u) {
       const int32_t r = config_.owner_of_unit[u].value();
       if (r < 0 || r >= size) {
-        return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": owner_of_unit[",
-                                                       u, "] = ", r, " out of range [0, ", size,
-                                                       ")"));
+        return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": owner_of_unit[", u,
+                                                       "] = ", r, " out of range [0, ", size, ")"));
       }
     }
     owner_of_unit_ = config_.owner_of_unit;
@@ -216,7 +235,7 @@ absl::Status ParallelBlock::Init() {
     BALLAST_ASSIGN_OR_RETURN(st.fields[f], compute().Allocate(st.units() * st.elems[f]));
   }
   for (Buffer* b : {&st.bias, &st.bias_grad, &st.bias_m, &st.bias_v}) {
-    BALLAST_ASSIGN_OR_RETURN(*b, compute().Allocate(hidden_));
+    BALLAST_ASSIGN_OR_RETURN(*b, compute().Allocate(replicated_size_));
   }
   // A block made after a plan named the job's priority ranks by it, as its peers do (its
   // initial scores, set by the load below, depend on the policy).
@@ -233,9 +252,9 @@ absl::Status ParallelBlock::Init() {
 
 absl::Status ParallelBlock::LoadDenseVector(const std::vector<float>& dense) {
   if (dense.size() != DenseSize()) {
-    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": dense parameters have ",
-                                                   dense.size(), " floats, expected ",
-                                                   DenseSize()));
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(),
+                                                   ": dense parameters have ", dense.size(),
+                                                   " floats, expected ", DenseSize()));
   }
   ScatterDense(kValue, dense, storage_->bias);
   return ResetState();
@@ -256,9 +275,9 @@ void ParallelBlock::ScatterDense(int field_kind, const std::vector<float>& dense
                              sharded_[p].unit_elems);
     }
   }
-  std::vector<float> bias_host(hidden_);
+  std::vector<float> bias_host(replicated_size_);
   DenseToUnit(-1, dense.data(), slabs, bias_host.data());
-  compute().CopyFromHost(bias_host.data(), bias.data(), hidden_);
+  compute().CopyFromHost(bias_host.data(), bias.data(), replicated_size_);
 }
 
 absl::Status ParallelBlock::ResetState() {
@@ -272,7 +291,9 @@ absl::Status ParallelBlock::ResetState() {
                    st.fields[p * kFieldsPerParam + kSnapshot].data(), n);
   }
   compute().Fill(st.fields.back().data(), 0.0f, st.units() * mean_unit_elems_);
-  for (Buffer* b : {&st.bias_grad, &st.bias_m, &st.bias_v}) compute().Fill(b->data(), 0.0f, hidden_);
+  for (Buffer* b : {&st.bias_grad, &st.bias_m, &st.bias_v}) {
+    compute().Fill(b->data(), 0.0f, replicated_size_);
+  }
   st.bias_step = 0;
   // Never-measured units rank first under kChange, so units pruned before their first
   // measurement rotate back in once the others have a (finite) score.
@@ -324,7 +345,7 @@ BlockShape ParallelBlock::Shape() const {
 }
 
 absl::Status ParallelBlock::ApplyPlan(const BlockPlan* plan, Imputation imputation,
-                                     std::optional<Priority> priority) {
+                                      std::optional<Priority> priority) {
   if (plan != nullptr && !plan->owner_of_unit.empty() && plan->owner_of_unit != owner_of_unit_) {
     comm_timer_->Start();
     absl::Status status = Reshard(plan->owner_of_unit);
@@ -471,12 +492,14 @@ absl::Status ParallelBlock::OffloadExchange(const std::vector<PeerTransfer>& sen
 }
 
 ParallelBlock::UnitRange ParallelBlock::StorageRange(int32_t first, int32_t count,
-                                                     std::vector<Buffer>* cache,
-                                                     float* mean_out) {
+                                                     std::vector<Buffer>* cache, float* mean_out) {
   UnitRange range;
   range.units = count;
   range.cache = cache;
   range.mean_out = mean_out;
+  for (int32_t pos = first; pos < first + count; ++pos) {
+    range.unit_ids.push_back(static_cast<int32_t>(storage_->meta[pos].unit));
+  }
   for (size_t p = 0; p < sharded_.size(); ++p) {
     range.params.push_back(storage_->slab(p * kFieldsPerParam + kValue, first));
     range.grads.push_back(storage_->slab(p * kFieldsPerParam + kGrad, first));
@@ -488,6 +511,7 @@ ParallelBlock::UnitRange ParallelBlock::HelperRange(size_t index) {
   StepLayoutIn& in = layout_->in[index];
   UnitRange range;
   range.units = in.units;
+  range.unit_ids = in.unit_ids;
   range.cache = RangeCache(static_cast<int>(index));
   for (auto& b : in.params) range.params.push_back(b.data());
   for (auto& b : in.grads) range.grads.push_back(b.data());
@@ -538,8 +562,8 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
     return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": x or y is null"));
   }
   if (batch <= 0 || seq <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": batch ", batch,
-                                                   " and seq ", seq, " must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", id_.value(), ": batch ", batch, " and seq ", seq, " must be > 0"));
   }
   BALLAST_RETURN_IF_ERROR(PrepareShape(batch, seq));
   const int32_t tokens = batch * seq;
@@ -563,33 +587,58 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
   // once per step: later micro-batches reuse them.
   absl::Status status;
   if (!l.weights_sent) {
+    const bool ids = SendsUnitIds();
     std::vector<PeerTransfer> sends, recvs;
-    for (const auto& o : l.out) {
+    if (ids) l.out_ids.resize(l.out.size());
+    for (size_t i = 0; i < l.out.size(); ++i) {
+      const auto& o = l.out[i];
       for (size_t p = 0; p < sharded_.size(); ++p) {
         sends.push_back({o.helper, storage_->slab(p * kFieldsPerParam + kValue, o.first),
                          o.units * sharded_[p].unit_elems});
+      }
+      if (ids) {  // exact as floats: unit ids are far below 2^24
+        std::vector<float> host(o.units);
+        for (int32_t u = 0; u < o.units; ++u) host[u] = storage_->meta[o.first + u].unit;
+        BALLAST_RETURN_IF_ERROR(EnsureSize(l.out_ids[i], o.units));
+        c.CopyFromHost(host.data(), l.out_ids[i].data(), o.units);
+        sends.push_back({o.helper, l.out_ids[i].data(), static_cast<size_t>(o.units)});
       }
     }
     for (auto& in : l.in) {
       for (size_t p = 0; p < sharded_.size(); ++p) {
         recvs.push_back({in.owner, in.params[p].data(), in.params[p].size()});
       }
+      if (ids) {
+        BALLAST_RETURN_IF_ERROR(EnsureSize(in.ids, in.units));
+        recvs.push_back({in.owner, in.ids.data(), static_cast<size_t>(in.units)});
+      }
     }
     BALLAST_RETURN_IF_ERROR(OffloadExchange(sends, recvs, /*owners_send=*/true));
+    for (auto& in : l.in) {
+      if (!ids) break;
+      std::vector<float> host(in.units);
+      c.CopyToHost(in.ids.data(), host.data(), in.units);
+      in.unit_ids.assign(host.begin(), host.end());
+    }
     l.weights_sent = true;
   }
 
   compute_timer_->Start();
   l.x = x;
+  status = BeginForward(x, batch, seq);
+  if (!status.ok()) {
+    compute_timer_->Stop();
+    return status;
+  }
   const size_t n = static_cast<size_t>(tokens) * hidden_;
   // The running means are a full pass over the activations: sampled, not every step (and
   // from the step's first micro-batch only).
   const bool sample_means = l.step % config_.mean_interval == 0 && !l.forward_done;
   float beta = 0.0f;  // the first range computed overwrites y
   if (l.local > 0) {
-    ForwardRange(StorageRange(0, l.local, RangeCache(-1),
-                              sample_means ? l.local_means.data() : nullptr),
-                 x, batch, seq, beta, y);
+    ForwardRange(
+        StorageRange(0, l.local, RangeCache(-1), sample_means ? l.local_means.data() : nullptr), x,
+        batch, seq, beta, y);
     beta = 1.0f;
   }
   for (size_t i = 0; i < l.in.size(); ++i) {
@@ -630,8 +679,8 @@ absl::Status ParallelBlock::UpdateMeans(int32_t units, const float* batch_means)
   int32_t run_start = 0;
   for (int32_t pos = 0; pos <= units; ++pos) {
     const bool boundary =
-        pos == units || (pos > run_start && (st.meta[pos].mean_obs == 0) !=
-                                                (st.meta[run_start].mean_obs == 0));
+        pos == units ||
+        (pos > run_start && (st.meta[pos].mean_obs == 0) != (st.meta[run_start].mean_obs == 0));
     if (!boundary) continue;
     if (pos > run_start) {
       const size_t n = (pos - run_start) * mean_unit_elems_;
@@ -653,11 +702,11 @@ absl::Status ParallelBlock::UpdateMeans(int32_t units, const float* batch_means)
 absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   StepLayout& l = *layout_;
   if (!l.forward_pending) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "block ", id_.value(), ": Backward without a Forward to differentiate (",
-        l.forward_done ? "the step's latest Forward already had its Backward"
-                       : "no Forward in this step",
-        "; each Backward differentiates the latest Forward, once)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", id_.value(), ": Backward without a Forward to differentiate (",
+                     l.forward_done ? "the step's latest Forward already had its Backward"
+                                    : "no Forward in this step",
+                     "; each Backward differentiates the latest Forward, once)"));
   }
   if (dy == nullptr || dx == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": dy or dx is null"));
@@ -697,7 +746,9 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   }
   if (beta == 0.0f) c.Fill(dx, 0.0f, n);
   c.ColumnSum(dy, tokens, hidden_, hidden_, 1.0f, grad_beta, st.bias_grad.data());
+  absl::Status status = FinishBackward(dy, dx, grad_beta);
   compute_timer_->Stop();
+  BALLAST_RETURN_IF_ERROR(status);
 
   // Helpers return the offloaded units' weight gradients: straight into the owners'
   // storage on a first Backward, into a receive buffer (sized for this step's offloads)
@@ -724,15 +775,14 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   }
   BALLAST_RETURN_IF_ERROR(OffloadExchange(sends, recvs, /*owners_send=*/false));
   comm_timer_->Start();
-  absl::Status status = comm.AllReduceSum(dx, n);
+  status = comm.AllReduceSum(dx, n);
   comm_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
   if (accumulate) {
     compute_timer_->Start();
     for (size_t i = 0; i < l.out.size(); ++i) {
       for (size_t p = 0; p < sharded_.size(); ++p) {
-        c.Axpy(1.0f, l.grad_recv[i][p].data(),
-               st.slab(p * kFieldsPerParam + kGrad, l.out[i].first),
+        c.Axpy(1.0f, l.grad_recv[i][p].data(), st.slab(p * kFieldsPerParam + kGrad, l.out[i].first),
                l.out[i].units * sharded_[p].unit_elems);
       }
     }
@@ -763,9 +813,9 @@ absl::StatusOr<double> GroupGradSquaredNorm(absl::Span<ParallelBlock* const> blo
                        "group than block ", blocks.front()->id_.value()));
     }
     if (!block->has_gradients()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("block ", block->id_.value(), ": GradSquaredNorm without a Backward ",
-                       NoGradientsSince(block->config_)));
+      return absl::FailedPreconditionError(absl::StrCat("block ", block->id_.value(),
+                                                        ": GradSquaredNorm without a Backward ",
+                                                        NoGradientsSince(block->config_)));
     }
   }
   if (blocks.empty()) return 0.0;
@@ -795,7 +845,9 @@ void ParallelBlock::AddLocalGradSquaredNorm(float* sum) {
     compute().AddSquaredNorm(st.fields[p * kFieldsPerParam + kGrad].data(),
                              st.units() * sharded_[p].unit_elems, sum);
   }
-  if (group_->rank().value() == 0) compute().AddSquaredNorm(st.bias_grad.data(), hidden_, sum);
+  if (group_->rank().value() == 0) {
+    compute().AddSquaredNorm(st.bias_grad.data(), replicated_size_, sum);
+  }
 }
 
 absl::Status ParallelBlock::ScaleGradients(float alpha) {
@@ -808,7 +860,7 @@ absl::Status ParallelBlock::ScaleGradients(float alpha) {
     compute().Scale(alpha, st.fields[p * kFieldsPerParam + kGrad].data(),
                     st.units() * sharded_[p].unit_elems);
   }
-  compute().Scale(alpha, st.bias_grad.data(), hidden_);
+  compute().Scale(alpha, st.bias_grad.data(), replicated_size_);
   return compute().Synchronize();
 }
 
@@ -858,7 +910,7 @@ absl::Status ParallelBlock::AdamWStep(const AdamWOptions& options) {
     ++st.meta[pos].active_steps;
   }
   c.AdamW(options, ++st.bias_step, st.bias.data(), st.bias_grad.data(), st.bias_m.data(),
-          st.bias_v.data(), hidden_);
+          st.bias_v.data(), replicated_size_);
   compute_timer_->Stop();
   // The gradients are consumed, unless torch's contract keeps them until zero_grad. Either
   // way helpers need the new weights for any further Forward.
@@ -897,7 +949,8 @@ absl::Status ParallelBlock::RollWindow(int64_t step) {
       case Priority::kRandom:
         m.score = static_cast<double>(
             Mix(config_.seed ^ Mix(window ^ Mix(static_cast<uint64_t>(id_.value()) ^
-                                                Mix(static_cast<uint64_t>(m.unit))))) >> 11);
+                                                Mix(static_cast<uint64_t>(m.unit))))) >>
+            11);
         break;
       case Priority::kRoundRobin:
         m.score = static_cast<double>(m.last_pruned);
@@ -1066,8 +1119,8 @@ absl::StatusOr<std::vector<float>> ParallelBlock::GatherDense(ParamField field) 
     c.CopyToHost(st.fields[p * kFieldsPerParam + kind].data(), host[p].data(), host[p].size());
   }
   // Rank 0 alone contributes the replicated bias, so the sum below counts it once.
-  std::vector<float> bias_host(hidden_, 0.0f);
-  if (group_->rank().value() == 0) c.CopyToHost(bias->data(), bias_host.data(), hidden_);
+  std::vector<float> bias_host(replicated_size_, 0.0f);
+  if (group_->rank().value() == 0) c.CopyToHost(bias->data(), bias_host.data(), replicated_size_);
   std::vector<const float*> slabs(sharded_.size());
   for (int32_t pos = 0; pos < st.units(); ++pos) {
     for (size_t p = 0; p < sharded_.size(); ++p) {
@@ -1115,14 +1168,14 @@ absl::Status ParallelBlock::RestoreCheckpoint(const BlockCheckpoint& checkpoint)
   BALLAST_RETURN_IF_ERROR(check("unit_steps", checkpoint.unit_steps.size(), num_units_));
   for (int32_t u = 0; u < num_units_; ++u) {
     if (checkpoint.unit_steps[u] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": checkpoint unit ",
-                                                     u, " has negative step count ",
+      return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": checkpoint unit ", u,
+                                                     " has negative step count ",
                                                      checkpoint.unit_steps[u]));
     }
   }
   if (checkpoint.bias_step < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "block ", id_.value(), ": checkpoint bias_step ", checkpoint.bias_step, " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("block ", id_.value(), ": checkpoint bias_step ",
+                                                   checkpoint.bias_step, " is negative"));
   }
   if (group_->in_step_) {
     return absl::FailedPreconditionError(

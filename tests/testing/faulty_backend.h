@@ -47,7 +47,9 @@ class FaultyCompute final : public Compute {
     real_.GemmStridedBatched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
                              batch);
   }
-  void Axpy(float alpha, const float* x, float* y, size_t n) override { real_.Axpy(alpha, x, y, n); }
+  void Axpy(float alpha, const float* x, float* y, size_t n) override {
+    real_.Axpy(alpha, x, y, n);
+  }
   void Scale(float alpha, float* x, size_t n) override { real_.Scale(alpha, x, n); }
   void AddRowVector(float* x, int rows, int cols, int ld, const float* v) override {
     real_.AddRowVector(x, rows, cols, ld, v);
@@ -77,9 +79,21 @@ class FaultyCompute final : public Compute {
                      int unit_size) override {
     real_.SwiGluForward(gate_up, out, rows, units, unit_size);
   }
-  void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
-                      int units, int unit_size) override {
+  void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows, int units,
+                      int unit_size) override {
     real_.SwiGluBackward(gate_up, dout, dgate_up, rows, units, unit_size);
+  }
+  void GatherRows(const float* src, int src_rows, int ld_src, const int32_t* rows,
+                  const float* scale, int n, int cols, float* dst, int ld_dst) override {
+    real_.GatherRows(src, src_rows, ld_src, rows, scale, n, cols, dst, ld_dst);
+  }
+  void ScatterAddRows(const float* src, int ld_src, const int32_t* rows, const float* scale, int n,
+                      int cols, float* dst, int dst_rows, int ld_dst) override {
+    real_.ScatterAddRows(src, ld_src, rows, scale, n, cols, dst, dst_rows, ld_dst);
+  }
+  void RowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+               float* out) override {
+    real_.RowDots(a, lda, b, ldb, n, cols, out);
   }
   void LayerNormForward(const float* x, const float* gamma, const float* beta, int rows, int cols,
                         float eps, float* y, float* mean, float* rstd) override {

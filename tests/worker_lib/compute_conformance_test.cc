@@ -312,6 +312,174 @@ TEST_P(ComputeConformanceTest, SwiGluAndItsGradientMatchHostReference) {
   ExpectClose(Download(dgu), want_grad);
 }
 
+// The mixture-of-experts kernels: a gather of token rows into an expert's batch, the
+// weighted scatter-add back, and row dots (router gradients). Strides wider than the rows
+// throughout: the padding of every output must come back untouched.
+TEST_P(ComputeConformanceTest, GatherRowsMatchesHostReference) {
+  const int src_rows = 9, ld_src = 16, n = 12, cols = 13, ld_dst = 15;
+  const std::vector<float> src = Random(static_cast<size_t>(src_rows) * ld_src, -1, 1, 70);
+  const std::vector<float> sentinel = Random(static_cast<size_t>(n) * ld_dst, -1, 1, 71);
+  // Repeats and the last row: a gather may read a row more than once.
+  const std::vector<int32_t> rows = {3, 0, 8, 3, 5, 1, 8, 2, 7, 4, 6, 0};
+  const std::vector<float> scale = Random(n, -2, 2, 72);
+  Buffer dsrc = Upload(src);
+  for (bool scaled : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("scaled=", scaled));
+    Buffer dst = Upload(sentinel);
+    // The host tables may be reused as soon as the call returns: overwrite them before the
+    // backend has necessarily run the gather.
+    std::vector<int32_t> rows_arg = rows;
+    std::vector<float> scale_arg = scale;
+    compute().GatherRows(dsrc.data(), src_rows, ld_src, rows_arg.data(),
+                         scaled ? scale_arg.data() : nullptr, n, cols, dst.data(), ld_dst);
+    std::fill(rows_arg.begin(), rows_arg.end(), 0);
+    std::fill(scale_arg.begin(), scale_arg.end(), 0.0f);
+    ExpectSynchronized();
+    std::vector<double> want = ToDouble(sentinel);
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < cols; ++c) {
+        const double v = src[static_cast<size_t>(rows[i]) * ld_src + c];
+        want[static_cast<size_t>(i) * ld_dst + c] = scaled ? scale[i] * v : v;
+      }
+    }
+    ExpectClose(Download(dst), want);
+  }
+  // n = 0 (even without tables) and cols = 0 write nothing.
+  Buffer dst = Upload(sentinel);
+  compute().GatherRows(dsrc.data(), src_rows, ld_src, nullptr, nullptr, 0, cols, dst.data(),
+                       ld_dst);
+  compute().GatherRows(dsrc.data(), src_rows, ld_src, rows.data(), scale.data(), n, 0, dst.data(),
+                       ld_dst);
+  ExpectSynchronized();
+  EXPECT_EQ(Download(dst), sentinel);
+}
+
+TEST_P(ComputeConformanceTest, ScatterAddRowsMatchesHostReference) {
+  const int dst_rows = 10, ld_dst = 17, n = 6, cols = 11, ld_src = 14;
+  const std::vector<float> src = Random(static_cast<size_t>(n) * ld_src, -1, 1, 73);
+  const std::vector<float> initial = Random(static_cast<size_t>(dst_rows) * ld_dst, -1, 1, 74);
+  const std::vector<int32_t> rows = {7, 0, 9, 2, 5, 3};  // distinct, unsorted, both ends
+  const std::vector<float> scale = Random(n, -2, 2, 75);
+  Buffer dsrc = Upload(src);
+  for (bool scaled : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("scaled=", scaled));
+    Buffer dst = Upload(initial);
+    std::vector<int32_t> rows_arg = rows;
+    std::vector<float> scale_arg = scale;
+    compute().ScatterAddRows(dsrc.data(), ld_src, rows_arg.data(),
+                             scaled ? scale_arg.data() : nullptr, n, cols, dst.data(), dst_rows,
+                             ld_dst);
+    std::fill(rows_arg.begin(), rows_arg.end(), 1);  // reused on return, as the contract allows
+    std::fill(scale_arg.begin(), scale_arg.end(), 0.0f);
+    ExpectSynchronized();
+    std::vector<double> want = ToDouble(initial);
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < cols; ++c) {
+        const double v = src[static_cast<size_t>(i) * ld_src + c];
+        want[static_cast<size_t>(rows[i]) * ld_dst + c] += scaled ? scale[i] * v : v;
+      }
+    }
+    ExpectClose(Download(dst), want);
+  }
+  Buffer dst = Upload(initial);
+  compute().ScatterAddRows(dsrc.data(), ld_src, nullptr, nullptr, 0, cols, dst.data(), dst_rows,
+                           ld_dst);
+  compute().ScatterAddRows(dsrc.data(), ld_src, rows.data(), nullptr, n, 0, dst.data(), dst_rows,
+                           ld_dst);
+  ExpectSynchronized();
+  EXPECT_EQ(Download(dst), initial);
+}
+
+TEST_P(ComputeConformanceTest, RowDotsMatchesHostReference) {
+  // Several block passes per row on CUDA (1300 columns), a single column, and no columns
+  // (zeros, still written).
+  for (const auto& [n, cols] :
+       {std::pair{7, 37}, std::pair{3, 1300}, std::pair{5, 1}, std::pair{4, 0}, std::pair{0, 8}}) {
+    SCOPED_TRACE(absl::StrCat("n=", n, " cols=", cols));
+    const int lda = cols + 3, ldb = cols + 1;
+    const std::vector<float> a = Random(static_cast<size_t>(n) * lda + 1, -1, 1, 76);
+    const std::vector<float> b = Random(static_cast<size_t>(n) * ldb + 1, -1, 1, 77);
+    const std::vector<float> sentinel = Random(n + 1, -1, 1, 78);  // one past the end too
+    Buffer da = Upload(a), db = Upload(b), out = Upload(sentinel), squares = Upload(sentinel);
+    compute().RowDots(da.data(), lda, db.data(), ldb, n, cols, out.data());
+    compute().RowDots(da.data(), lda, da.data(), lda, n, cols, squares.data());  // a and b alias
+    ExpectSynchronized();
+    std::vector<double> want = ToDouble(sentinel), want_squares = ToDouble(sentinel);
+    for (int i = 0; i < n; ++i) {
+      double dot = 0, sq = 0;
+      for (int c = 0; c < cols; ++c) {
+        const double x = a[static_cast<size_t>(i) * lda + c];
+        dot += x * b[static_cast<size_t>(i) * ldb + c];
+        sq += x * x;
+      }
+      want[i] = dot;
+      want_squares[i] = sq;
+    }
+    ExpectClose(Download(out), want);
+    ExpectClose(Download(squares), want_squares);
+  }
+}
+
+// What the contract refuses of the three: a refused call names itself, reaches Synchronize,
+// and writes nothing.
+TEST_P(ComputeConformanceTest, GatherScatterAndRowDotsRefuseBadArgumentsAndWriteNothing) {
+  const int rows_n = 6, cols = 5, ld = 7;
+  const size_t size = static_cast<size_t>(rows_n) * ld;
+  const std::vector<float> a_host = Random(size, -1, 1, 80), b_host = Random(size, -1, 1, 81);
+  Buffer a = Upload(a_host), b = Upload(b_host);
+  const std::vector<float> scale = {1.0f, 2.0f, 3.0f};
+
+  const std::vector<int32_t> too_far = {1, 6, 2};
+  compute().GatherRows(a.data(), rows_n, ld, too_far.data(), nullptr, 3, cols, b.data(), ld);
+  ExpectRefused("GatherRows: rows[1] = 6 is out of range [0, 6)");
+  EXPECT_EQ(Download(b), b_host);
+  const std::vector<int32_t> negative = {0, 1, -1};
+  compute().GatherRows(a.data(), rows_n, ld, negative.data(), scale.data(), 3, cols, b.data(), ld);
+  ExpectRefused("GatherRows: rows[2] = -1 is out of range [0, 6)");
+  EXPECT_EQ(Download(b), b_host);
+  const std::vector<int32_t> fine = {5, 0, 2};
+  compute().GatherRows(a.data(), rows_n, ld, fine.data(), nullptr, 3, cols, a.data() + 2, ld);
+  ExpectRefused("GatherRows: dst overlaps src");
+  EXPECT_EQ(Download(a), a_host);
+  compute().GatherRows(a.data(), rows_n, ld, fine.data(), nullptr, 3, cols, b.data(), cols - 1);
+  ExpectRefused("GatherRows: invalid shape");
+  compute().GatherRows(a.data(), rows_n, ld, fine.data(), nullptr, -1, cols, b.data(), ld);
+  ExpectRefused("GatherRows: invalid shape");
+  compute().GatherRows(a.data(), rows_n, ld, nullptr, nullptr, 3, cols, b.data(), ld);
+  ExpectRefused("GatherRows: null rows");
+  EXPECT_EQ(Download(b), b_host);
+
+  const std::vector<int32_t> repeated = {4, 1, 3, 1};
+  const std::vector<float> scale4 = {1.0f, 2.0f, 3.0f, 4.0f};
+  compute().ScatterAddRows(a.data(), ld, repeated.data(), scale4.data(), 4, cols, b.data(), rows_n,
+                           ld);
+  ExpectRefused("ScatterAddRows: row 1 appears twice (rows[1] and rows[3])");
+  EXPECT_EQ(Download(b), b_host);
+  compute().ScatterAddRows(a.data(), ld, too_far.data(), nullptr, 3, cols, b.data(), rows_n, ld);
+  ExpectRefused("ScatterAddRows: rows[1] = 6 is out of range [0, 6)");
+  EXPECT_EQ(Download(b), b_host);
+  compute().ScatterAddRows(a.data() + ld, ld, fine.data(), nullptr, 3, cols, a.data(), rows_n, ld);
+  ExpectRefused("ScatterAddRows: dst overlaps src");
+  EXPECT_EQ(Download(a), a_host);
+  compute().ScatterAddRows(a.data(), cols - 1, fine.data(), nullptr, 3, cols, b.data(), rows_n, ld);
+  ExpectRefused("ScatterAddRows: invalid shape");
+  compute().ScatterAddRows(nullptr, ld, fine.data(), nullptr, 3, cols, b.data(), rows_n, ld);
+  ExpectRefused("ScatterAddRows: null src");
+  EXPECT_EQ(Download(b), b_host);
+
+  compute().RowDots(a.data(), ld, b.data(), ld, rows_n, cols, a.data() + ld + 1);
+  ExpectRefused("RowDots: out overlaps a");
+  EXPECT_EQ(Download(a), a_host);
+  compute().RowDots(a.data(), ld, b.data(), ld, rows_n, cols, b.data() + size - rows_n);
+  ExpectRefused("RowDots: out overlaps b");
+  EXPECT_EQ(Download(b), b_host);
+  compute().RowDots(a.data(), cols - 1, b.data(), ld, rows_n, cols, b.data());
+  ExpectRefused("RowDots: invalid shape");
+  compute().RowDots(a.data(), ld, b.data(), ld, rows_n, cols, nullptr);
+  ExpectRefused("RowDots: null out");
+  EXPECT_EQ(Download(b), b_host);
+}
+
 TEST_P(ComputeConformanceTest, LayerNormMatchesHostReference) {
   const float eps = 1e-5f;
   // 97 rows x 70 columns: several row passes and a partial column block on CUDA.

@@ -108,8 +108,7 @@ void CpuCompute::GemmStridedBatched(bool trans_a, bool trans_b, int m, int n, in
                                     const float* a, int lda, int64_t stride_a, const float* b,
                                     int ldb, int64_t stride_b, float beta, float* c, int ldc,
                                     int64_t stride_c, int batch) {
-  if (!failure_->Defer(CheckGemm("GemmStridedBatched", trans_a, trans_b, m, n, k, lda, ldb,
-                                 ldc)) ||
+  if (!failure_->Defer(CheckGemm("GemmStridedBatched", trans_a, trans_b, m, n, k, lda, ldb, ldc)) ||
       !failure_->Defer(CheckBatch("GemmStridedBatched", batch))) {
     return;
   }
@@ -157,8 +156,8 @@ void CpuCompute::GeluForward(const float* pre, float* out, int rows, int cols, i
   }
 }
 
-void CpuCompute::GeluBackward(const float* pre, const float* dout, float* dpre, int rows,
-                              int cols, int ld) {
+void CpuCompute::GeluBackward(const float* pre, const float* dout, float* dpre, int rows, int cols,
+                              int ld) {
   if (!failure_->Defer(CheckRowMajor("GeluBackward", rows, cols, ld))) return;
   for (int r = 0; r < rows; ++r) {
     const int64_t off = static_cast<int64_t>(r) * ld;
@@ -190,8 +189,7 @@ void CpuCompute::SoftmaxRows(float* x, int rows, int cols, float scale, bool cau
 }
 
 void CpuCompute::Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
-                        int heads, int head_dim, const float* cos, const float* sin,
-                        bool inverse) {
+                        int heads, int head_dim, const float* cos, const float* sin, bool inverse) {
   if (!failure_->Defer(CheckRotary(rows, seq, ld, groups, group_stride, heads, head_dim))) return;
   const int half = head_dim / 2;
   const float sign = inverse ? -1.0f : 1.0f;
@@ -226,8 +224,8 @@ void CpuCompute::SwiGluForward(const float* gate_up, float* out, int rows, int u
   }
 }
 
-void CpuCompute::SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up,
-                                int rows, int units, int unit_size) {
+void CpuCompute::SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
+                                int units, int unit_size) {
   if (!failure_->Defer(CheckSwiGlu("SwiGluBackward", rows, units, unit_size))) return;
   const int64_t n = static_cast<int64_t>(units) * unit_size;
   for (int r = 0; r < rows; ++r) {
@@ -245,6 +243,52 @@ void CpuCompute::SwiGluBackward(const float* gate_up, const float* dout, float* 
         dg[i] = d[i] * upi * sig * (1.0f + gi * (1.0f - sig));
       }
     }
+  }
+}
+
+void CpuCompute::GatherRows(const float* src, int src_rows, int ld_src, const int32_t* rows,
+                            const float* scale, int n, int cols, float* dst, int ld_dst) {
+  if (!failure_->Defer(CheckGatherRows(src, src_rows, ld_src, rows, n, cols, dst, ld_dst))) {
+    return;
+  }
+  if (cols == 0) return;
+  for (int i = 0; i < n; ++i) {
+    const float* s = src + static_cast<int64_t>(rows[i]) * ld_src;
+    float* d = dst + static_cast<int64_t>(i) * ld_dst;
+    if (scale == nullptr) {
+      std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
+    } else {
+      const float f = scale[i];
+      for (int c = 0; c < cols; ++c) d[c] = f * s[c];
+    }
+  }
+}
+
+void CpuCompute::ScatterAddRows(const float* src, int ld_src, const int32_t* rows,
+                                const float* scale, int n, int cols, float* dst, int dst_rows,
+                                int ld_dst) {
+  if (!failure_->Defer(CheckScatterAddRows(src, ld_src, rows, n, cols, dst, dst_rows, ld_dst))) {
+    return;
+  }
+  if (cols == 0) return;
+  for (int i = 0; i < n; ++i) {
+    const float* s = src + static_cast<int64_t>(i) * ld_src;
+    float* d = dst + static_cast<int64_t>(rows[i]) * ld_dst;
+    const float f = scale == nullptr ? 1.0f : scale[i];
+    for (int c = 0; c < cols; ++c) d[c] += f * s[c];
+  }
+}
+
+void CpuCompute::RowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+                         float* out) {
+  if (!failure_->Defer(CheckRowDots(a, lda, b, ldb, n, cols, out))) return;
+  for (int i = 0; i < n; ++i) {
+    const float* ar = a + static_cast<int64_t>(i) * lda;
+    const float* br = b + static_cast<int64_t>(i) * ldb;
+    // In double, as AddSquaredNorm: the CPU backend is the reference the others meet.
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) sum += static_cast<double>(ar[c]) * br[c];
+    out[i] = static_cast<float>(sum);
   }
 }
 
@@ -316,10 +360,10 @@ void CpuCompute::AdamW(const AdamWOptions& o, int64_t step, float* w, const floa
   if (!failure_->Defer(CheckAdamWStep(step))) return;
   // In double, as on CUDA: beta2^step for beta2 = 0.999 loses most of its float precision
   // in 1 - beta2^step for small steps.
-  const float bc1 = static_cast<float>(
-      1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(step)));
-  const float bc2 = static_cast<float>(
-      1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(step)));
+  const float bc1 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(step)));
+  const float bc2 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(step)));
   for (size_t i = 0; i < n; ++i) {
     m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * g[i];
     v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * g[i] * g[i];

@@ -40,10 +40,15 @@ class CpuCompute final : public Compute {
   void SoftmaxRows(float* x, int rows, int cols, float scale, bool causal) override;
   void Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride, int heads,
               int head_dim, const float* cos, const float* sin, bool inverse) override;
-  void SwiGluForward(const float* gate_up, float* out, int rows, int units,
-                     int unit_size) override;
-  void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
-                      int units, int unit_size) override;
+  void SwiGluForward(const float* gate_up, float* out, int rows, int units, int unit_size) override;
+  void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows, int units,
+                      int unit_size) override;
+  void GatherRows(const float* src, int src_rows, int ld_src, const int32_t* rows,
+                  const float* scale, int n, int cols, float* dst, int ld_dst) override;
+  void ScatterAddRows(const float* src, int ld_src, const int32_t* rows, const float* scale, int n,
+                      int cols, float* dst, int dst_rows, int ld_dst) override;
+  void RowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+               float* out) override;
   void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) override;
   void LayerNormForward(const float* x, const float* gamma, const float* beta, int rows, int cols,
                         float eps, float* y, float* mean, float* rstd) override;

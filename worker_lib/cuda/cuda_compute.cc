@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,12 +27,15 @@ cublasOperation_t ToCublasOp(bool transpose) { return transpose ? CUBLAS_OP_T : 
 using ::ballast::internal::CheckAdamWStep;
 using ::ballast::internal::CheckBatch;
 using ::ballast::internal::CheckCopy;
+using ::ballast::internal::CheckGatherRows;
 using ::ballast::internal::CheckGemm;
 using ::ballast::internal::CheckLayerNormBackward;
 using ::ballast::internal::CheckRotary;
+using ::ballast::internal::CheckRowDots;
 using ::ballast::internal::CheckRowMajor;
-using ::ballast::internal::CheckSwiGlu;
+using ::ballast::internal::CheckScatterAddRows;
 using ::ballast::internal::CheckSquaredNorm;
+using ::ballast::internal::CheckSwiGlu;
 using ::ballast::internal::CheckUnitL1;
 
 class CudaCompute : public Compute {
@@ -228,6 +233,43 @@ class CudaCompute : public Compute {
         LaunchSwiGluBackward(gate_up, dout, dgate_up, rows, units, unit_size, stream())));
   }
 
+  void GatherRows(const float* src, int src_rows, int ld_src, const int32_t* rows,
+                  const float* scale, int n, int cols, float* dst, int ld_dst) override {
+    const ScopedDevice scoped(ctx_->device());
+    if (!Defer(scoped.status()) ||
+        !Defer(CheckGatherRows(src, src_rows, ld_src, rows, n, cols, dst, ld_dst)) || n == 0 ||
+        cols == 0) {
+      return;
+    }
+    RowTable table;
+    if (!Defer(StageRowTable(rows, scale, n, table))) return;
+    Defer(BALLAST_CUDA_STATUS(
+        LaunchGatherRows(src, ld_src, table.rows, table.scale, n, cols, dst, ld_dst, stream())));
+    ctx_->FreeBytes(table.memory);
+  }
+
+  void ScatterAddRows(const float* src, int ld_src, const int32_t* rows, const float* scale, int n,
+                      int cols, float* dst, int dst_rows, int ld_dst) override {
+    const ScopedDevice scoped(ctx_->device());
+    if (!Defer(scoped.status()) ||
+        !Defer(CheckScatterAddRows(src, ld_src, rows, n, cols, dst, dst_rows, ld_dst)) || n == 0 ||
+        cols == 0) {
+      return;
+    }
+    RowTable table;
+    if (!Defer(StageRowTable(rows, scale, n, table))) return;
+    Defer(BALLAST_CUDA_STATUS(LaunchScatterAddRows(src, ld_src, table.rows, table.scale, n, cols,
+                                                   dst, ld_dst, stream())));
+    ctx_->FreeBytes(table.memory);
+  }
+
+  void RowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+               float* out) override {
+    const ScopedDevice scoped(ctx_->device());
+    if (!Defer(scoped.status()) || !Defer(CheckRowDots(a, lda, b, ldb, n, cols, out))) return;
+    Defer(BALLAST_CUDA_STATUS(LaunchRowDots(a, lda, b, ldb, n, cols, out, stream())));
+  }
+
   void SoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale) override {
     const ScopedDevice scoped(ctx_->device());
     if (!Defer(scoped.status()) || !Defer(CheckRowMajor("SoftmaxBackwardRows", rows, cols, cols)))
@@ -330,6 +372,39 @@ class CudaCompute : public Compute {
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;
 
   cudaStream_t stream() const { return ctx_->stream(); }
+
+  // The device copy of a GatherRows / ScatterAddRows host table: n row indices, then n
+  // scales when the caller gave them, in one stream-ordered allocation.
+  struct RowTable {
+    void* memory = nullptr;
+    const int32_t* rows = nullptr;
+    const float* scale = nullptr;  // null: every scale is 1
+  };
+
+  // Copies the caller's host table into device memory, ordered on the stream. The table
+  // is first packed into a pageable vector of our own: cudaMemcpyAsync from pageable
+  // memory returns once the bytes are staged, which is what lets the caller reuse its
+  // arrays on return (compute.h), whereas from pinned memory it would read them later, as
+  // the DMA runs. The caller frees `table.memory` (stream-ordered) after its launch.
+  absl::Status StageRowTable(const int32_t* rows, const float* scale, int n, RowTable& table) {
+    static_assert(sizeof(int32_t) == sizeof(float));
+    const size_t count = static_cast<size_t>(n);
+    std::vector<int32_t> packed(scale == nullptr ? count : 2 * count);
+    std::memcpy(packed.data(), rows, count * sizeof(int32_t));
+    if (scale != nullptr) std::memcpy(packed.data() + count, scale, count * sizeof(float));
+    const size_t bytes = packed.size() * sizeof(int32_t);
+    BALLAST_ASSIGN_OR_RETURN(void* memory, ctx_->AllocateBytes(bytes));
+    if (absl::Status copied = BALLAST_CUDA_STATUS(
+            cudaMemcpyAsync(memory, packed.data(), bytes, cudaMemcpyHostToDevice, stream()));
+        !copied.ok()) {
+      ctx_->FreeBytes(memory);
+      return copied;
+    }
+    table.memory = memory;
+    table.rows = static_cast<const int32_t*>(memory);
+    table.scale = scale == nullptr ? nullptr : reinterpret_cast<const float*>(table.rows + count);
+    return absl::OkStatus();
+  }
 
   // Keeps the first failure of a void method for Synchronize() (and the next collective);
   // returns whether `status` is OK.

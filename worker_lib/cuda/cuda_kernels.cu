@@ -289,7 +289,7 @@ constexpr int kParamRowSplit = 32;
 
 // 1024 threads a block: the bound keeps the compiler within the registers that allows,
 // in any build (a -G debug build would otherwise fail the launch for lack of them).
-__global__ void __launch_bounds__(kParamCols * kParamRowSplit)
+__global__ void __launch_bounds__(kParamCols* kParamRowSplit)
     LayerNormBackwardParamsKernel(const float* x, const float* mean, const float* rstd,
                                   const float* dy, int rows, int cols, float* dgamma,
                                   float* dbeta) {
@@ -391,6 +391,41 @@ __global__ void AddSquaredNormKernel(const float* x, size_t n, float* sum) {
   if (threadIdx.x == 0) atomicAdd(sum, block);
 }
 
+// One thread per element of the n x cols output, walked linearly (coalesced columns).
+__global__ void GatherRowsKernel(const float* src, int ld_src, const int32_t* rows,
+                                 const float* scale, int n, int cols, float* dst, int ld_dst) {
+  const size_t total = static_cast<size_t>(n) * cols;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const size_t r = i / cols, c = i % cols;
+    const float v = src[static_cast<size_t>(rows[r]) * ld_src + c];
+    dst[r * ld_dst + c] = scale == nullptr ? v : scale[r] * v;
+  }
+}
+
+// Distinct rows: each destination element has exactly one writer.
+__global__ void ScatterAddRowsKernel(const float* src, int ld_src, const int32_t* rows,
+                                     const float* scale, int n, int cols, float* dst, int ld_dst) {
+  const size_t total = static_cast<size_t>(n) * cols;
+  for (size_t i = GlobalThread(); i < total; i += GridStride()) {
+    const size_t r = i / cols, c = i % cols;
+    const float f = scale == nullptr ? 1.0f : scale[r];
+    dst[static_cast<size_t>(rows[r]) * ld_dst + c] += f * src[r * ld_src + c];
+  }
+}
+
+__global__ void RowDotsKernel(const float* a, int lda, const float* b, int ldb, int n, int cols,
+                              float* out) {
+  __shared__ float shared[32];
+  for (int row = blockIdx.x; row < n; row += gridDim.x) {
+    const float* ar = a + static_cast<size_t>(row) * lda;
+    const float* br = b + static_cast<size_t>(row) * ldb;
+    float local = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) local += ar[c] * br[c];
+    const float dot = BlockReduce(local, SumOp(), 0.0f, shared);
+    if (threadIdx.x == 0) out[row] = dot;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchFill(float* x, float value, size_t n, cudaStream_t stream) {
@@ -455,8 +490,8 @@ cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, bool ca
 }
 
 cudaError_t LaunchRotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
-                         int heads, int head_dim, const float* cos, const float* sin,
-                         bool inverse, cudaStream_t stream) {
+                         int heads, int head_dim, const float* cos, const float* sin, bool inverse,
+                         cudaStream_t stream) {
   if (rows <= 0 || groups <= 0 || heads <= 0 || head_dim < 2 || seq <= 0) return cudaSuccess;
   const size_t total = static_cast<size_t>(rows) * groups * heads * (head_dim / 2);
   RotaryKernel<<<BlocksFor(total), kThreads, 0, stream>>>(
@@ -473,8 +508,8 @@ cudaError_t LaunchSwiGluForward(const float* gate_up, float* out, int rows, int 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSwiGluBackward(const float* gate_up, const float* dout, float* dgate_up,
-                                 int rows, int units, int unit_size, cudaStream_t stream) {
+cudaError_t LaunchSwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
+                                 int units, int unit_size, cudaStream_t stream) {
   if (rows <= 0 || units <= 0 || unit_size <= 0) return cudaSuccess;
   const size_t total = static_cast<size_t>(rows) * units * unit_size;
   SwiGluBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(gate_up, dout, dgate_up, rows,
@@ -496,7 +531,7 @@ cudaError_t LaunchLayerNormForward(const float* x, const float* gamma, const flo
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const int blocks = std::min(rows, kMaxRowBlocks);
   LayerNormForwardKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, gamma, beta, rows, cols, eps,
-                                                                   y, mean, rstd);
+                                                                  y, mean, rstd);
   return cudaGetLastError();
 }
 
@@ -508,7 +543,7 @@ cudaError_t LaunchLayerNormBackward(const float* x, const float* gamma, const fl
   if (rows > 0) {
     const int blocks = std::min(rows, kMaxRowBlocks);
     LayerNormBackwardDxKernel<<<blocks, RowThreads(cols), 0, stream>>>(x, gamma, mean, rstd, dy,
-                                                                        rows, cols, dx);
+                                                                       rows, cols, dx);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -546,6 +581,35 @@ cudaError_t LaunchUnitL1(const float* a, const float* b, int units, size_t unit_
   const cudaError_t partial_status = cudaGetLastError();
   if (partial_status != cudaSuccess) return partial_status;
   UnitL1FinalKernel<<<units, 32, 0, stream>>>(scratch, parts, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const float* src, int ld_src, const int32_t* rows, const float* scale,
+                             int n, int cols, float* dst, int ld_dst, cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(n) * cols;
+  GatherRowsKernel<<<BlocksFor(total), kThreads, 0, stream>>>(src, ld_src, rows, scale, n, cols,
+                                                              dst, ld_dst);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScatterAddRows(const float* src, int ld_src, const int32_t* rows,
+                                 const float* scale, int n, int cols, float* dst, int ld_dst,
+                                 cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return cudaSuccess;
+  const size_t total = static_cast<size_t>(n) * cols;
+  ScatterAddRowsKernel<<<BlocksFor(total), kThreads, 0, stream>>>(src, ld_src, rows, scale, n, cols,
+                                                                  dst, ld_dst);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+                          float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  // cols == 0 still launches: the outputs are zeros.
+  const int safe_cols = cols < 0 ? 0 : cols;
+  const int blocks = std::min(n, kMaxRowBlocks);
+  RowDotsKernel<<<blocks, RowThreads(safe_cols), 0, stream>>>(a, lda, b, ldb, n, safe_cols, out);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ballast::cuda_internal {
 
@@ -44,14 +45,27 @@ cudaError_t LaunchSoftmaxRows(float* x, int rows, int cols, float scale, bool ca
                               cudaStream_t stream);
 // RoPE on head slices, in place (see Compute::Rotary); head_dim even.
 cudaError_t LaunchRotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
-                         int heads, int head_dim, const float* cos, const float* sin,
-                         bool inverse, cudaStream_t stream);
+                         int heads, int head_dim, const float* cos, const float* sin, bool inverse,
+                         cudaStream_t stream);
 // SwiGLU over unit tiles and its gradient (see Compute::SwiGluForward / SwiGluBackward);
 // dgate_up may alias gate_up.
 cudaError_t LaunchSwiGluForward(const float* gate_up, float* out, int rows, int units,
                                 int unit_size, cudaStream_t stream);
-cudaError_t LaunchSwiGluBackward(const float* gate_up, const float* dout, float* dgate_up,
-                                 int rows, int units, int unit_size, cudaStream_t stream);
+cudaError_t LaunchSwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
+                                 int units, int unit_size, cudaStream_t stream);
+// Row gather, scatter-add and row dots (see Compute::GatherRows / ScatterAddRows /
+// RowDots). Here `rows` and `scale` (n entries each; scale may be null, meaning 1) are
+// DEVICE memory: the compute stages the caller's host tables before launching. Scatter
+// rows are distinct, so every output element has one writer and needs no atomics.
+cudaError_t LaunchGatherRows(const float* src, int ld_src, const int32_t* rows, const float* scale,
+                             int n, int cols, float* dst, int ld_dst, cudaStream_t stream);
+cudaError_t LaunchScatterAddRows(const float* src, int ld_src, const int32_t* rows,
+                                 const float* scale, int n, int cols, float* dst, int ld_dst,
+                                 cudaStream_t stream);
+// One block per row, fp32 partial sums reduced in a fixed order (deterministic); with
+// cols == 0 the n outputs are still written (zeros).
+cudaError_t LaunchRowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+                          float* out, cudaStream_t stream);
 // In place: dx[r, :] = scale * p[r, :] * (dx[r, :] - <dx[r, :], p[r, :]>).
 cudaError_t LaunchSoftmaxBackwardRows(const float* p, float* dx, int rows, int cols, float scale,
                                       cudaStream_t stream);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,6 +17,24 @@ bool Overlap(const float* a, size_t na, const float* b, size_t nb) {
   if (na == 0 || nb == 0 || a == nullptr || b == nullptr) return false;
   const std::less<const float*> before;
   return before(a, b + nb) && before(b, a + na);
+}
+
+// Floats from the first element of a rows x cols matrix of row stride ld to its last
+// (0 when empty). The arguments are already checked: none negative, ld >= cols.
+size_t Span(int rows, int cols, int ld) {
+  if (rows == 0 || cols == 0) return 0;
+  return static_cast<size_t>(rows - 1) * static_cast<size_t>(ld) + static_cast<size_t>(cols);
+}
+
+// Every rows[i] in [0, bound).
+absl::Status CheckRowIndices(const char* op, const int32_t* rows, int n, int bound) {
+  for (int i = 0; i < n; ++i) {
+    if (rows[i] < 0 || rows[i] >= bound) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": rows[", i, "] = ", rows[i], " is out of range [0, ", bound, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -129,6 +149,85 @@ absl::Status CheckLayerNormBackward(const float* x, const float* gamma, const fl
           absl::StrCat("LayerNormBackward: ", ranges[w].name, " overlaps ", ranges[other].name,
                        "; the outputs must not alias the inputs or each other"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGatherRows(const float* src, int src_rows, int ld_src, const int32_t* rows, int n,
+                             int cols, const float* dst, int ld_dst) {
+  if (n < 0 || cols < 0 || src_rows < 0 || ld_src < cols || ld_dst < cols) {
+    return absl::InvalidArgumentError(absl::StrCat("GatherRows: invalid shape n=", n,
+                                                   " cols=", cols, " src_rows=", src_rows,
+                                                   " ld_src=", ld_src, " ld_dst=", ld_dst));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (cols > 0 && (src == nullptr || rows == nullptr || dst == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("GatherRows: null ", src == nullptr    ? "src"
+                                                                        : rows == nullptr ? "rows"
+                                                                                          : "dst"));
+  }
+  // The table is checked even with no columns to move: a bad index is a bug either way.
+  if (rows != nullptr) {
+    if (absl::Status s = CheckRowIndices("GatherRows", rows, n, src_rows); !s.ok()) return s;
+  }
+  if (Overlap(dst, Span(n, cols, ld_dst), src, Span(src_rows, cols, ld_src))) {
+    return absl::InvalidArgumentError("GatherRows: dst overlaps src");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckScatterAddRows(const float* src, int ld_src, const int32_t* rows, int n, int cols,
+                                 const float* dst, int dst_rows, int ld_dst) {
+  if (n < 0 || cols < 0 || dst_rows < 0 || ld_src < cols || ld_dst < cols) {
+    return absl::InvalidArgumentError(absl::StrCat("ScatterAddRows: invalid shape n=", n,
+                                                   " cols=", cols, " dst_rows=", dst_rows,
+                                                   " ld_src=", ld_src, " ld_dst=", ld_dst));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (cols > 0 && (src == nullptr || rows == nullptr || dst == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("ScatterAddRows: null ", src == nullptr ? "src"
+                                                                            : rows == nullptr
+                                                                                ? "rows"
+                                                                                : "dst"));
+  }
+  if (rows != nullptr) {
+    if (absl::Status s = CheckRowIndices("ScatterAddRows", rows, n, dst_rows); !s.ok()) return s;
+    // Sorted (row, position) pairs: O(n log n) whatever dst_rows is, and a repeat is
+    // named with both of its positions.
+    std::vector<std::pair<int32_t, int>> sorted(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) sorted[static_cast<size_t>(i)] = {rows[i], i};
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 1; i < sorted.size(); ++i) {
+      if (sorted[i].first != sorted[i - 1].first) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ScatterAddRows: row ", sorted[i].first, " appears twice (rows[", sorted[i - 1].second,
+          "] and rows[", sorted[i].second, "]); the rows must be distinct"));
+    }
+  }
+  if (Overlap(dst, Span(dst_rows, cols, ld_dst), src, Span(n, cols, ld_src))) {
+    return absl::InvalidArgumentError("ScatterAddRows: dst overlaps src");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+                          const float* out) {
+  if (n < 0 || cols < 0 || lda < cols || ldb < cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RowDots: invalid shape n=", n, " cols=", cols, " lda=", lda, " ldb=", ldb));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (out == nullptr || (cols > 0 && (a == nullptr || b == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat("RowDots: null ", out == nullptr ? "out"
+                                                                     : a == nullptr ? "a"
+                                                                                    : "b"));
+  }
+  const size_t m = static_cast<size_t>(n);
+  if (Overlap(out, m, a, Span(n, cols, lda))) {
+    return absl::InvalidArgumentError("RowDots: out overlaps a");
+  }
+  if (Overlap(out, m, b, Span(n, cols, ldb))) {
+    return absl::InvalidArgumentError("RowDots: out overlaps b");
   }
   return absl::OkStatus();
 }

@@ -39,6 +39,21 @@ absl::Status CheckLayerNormBackward(const float* x, const float* gamma, const fl
                                     const float* rstd, const float* dy, int rows, int cols,
                                     const float* dx, const float* dgamma, const float* dbeta);
 
+// GatherRows / ScatterAddRows: n, cols and the matrix row counts not negative, strides
+// >= cols; src, rows and dst non-null when n > 0 and cols > 0; every rows[i] (a host
+// array, checked even with cols = 0) inside the indexed matrix, named with its bound when
+// not; for ScatterAddRows the rows distinct (two adds to one row would race on CUDA), the
+// repeated one named; dst's span not overlapping src's (a span runs from a matrix's first
+// element to its last, padding included, so interleaved matrices count as overlapping).
+absl::Status CheckGatherRows(const float* src, int src_rows, int ld_src, const int32_t* rows, int n,
+                             int cols, const float* dst, int ld_dst);
+absl::Status CheckScatterAddRows(const float* src, int ld_src, const int32_t* rows, int n, int cols,
+                                 const float* dst, int dst_rows, int ld_dst);
+// n and cols not negative, strides >= cols; a and b non-null when n > 0 and cols > 0, out
+// when n > 0 (cols = 0 writes zeros); out not overlapping a or b (a and b may overlap).
+absl::Status CheckRowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+                          const float* out);
+
 // The first failure of a void compute call since it was last taken. Synchronize() takes it;
 // so does the next collective, which must not run on what the failed call left behind
 // (its peers would get garbage, and the error would read as a communication failure).

@@ -7,6 +7,7 @@
 #include "ballast/ownership.h"
 #include "ballast/parallel_attention.h"
 #include "ballast/parallel_mlp.h"
+#include "ballast/parallel_moe.h"
 #include "ballast/plan.h"
 #include "ballast/step_timings.h"
 #include "ballast/tp_group.h"

@@ -184,24 +184,58 @@ class ParallelBlock {
   struct UnitRange {
     std::vector<float*> params;
     std::vector<float*> grads;
+    // The range's unit ids, in slab order (helper ranges have them when the subclass
+    // asks: SendsUnitIds).
+    std::vector<int32_t> unit_ids;
     std::vector<Buffer>* cache = nullptr;  // subclass activations for backward
     float* mean_out = nullptr;  // batch-mean activation per unit, or null (helper ranges)
     int32_t units = 0;
   };
 
   // The replicated part of every block is its output bias (`hidden` floats), added after
-  // the all-reduce on every rank.
+  // the all-reduce on every rank, then `replicated_extra` floats of the subclass's own
+  // replicated parameters (a router: ParallelMoe). Every rank holds and updates them
+  // alike; the subclass computes their gradient identically on every rank (EndBackward).
   ParallelBlock(TpGroup* group, BlockId id, int32_t num_units, int32_t hidden,
-                std::vector<ShardedParamSpec> sharded, size_t mean_unit_elems, UnitConfig config);
+                std::vector<ShardedParamSpec> sharded, size_t mean_unit_elems, UnitConfig config,
+                size_t replicated_extra = 0);
   // Allocates storage for the initial ownership and registers with the group.
   absl::Status Init();
 
   Compute& compute();
   uint64_t config_seed() const { return config_.seed; }
+  // The replicated parameters (output bias first, then the extra) and their gradient, in
+  // backend memory: replicated_size() floats each.
+  size_t replicated_size() const { return replicated_size_; }
+  const float* replicated() const;
+  float* replicated_grad();
+  // An all-reduce (sum) inside a subclass hook, timed as communication, not compute.
+  absl::Status TimedAllReduceSum(float* data, size_t n);
+  // (Re)allocates `buffer` to exactly n floats unless it has that size.
+  absl::Status EnsureSize(Buffer& buffer, size_t n);
+
+  // --- Hooks a subclass may override. ---
+  // Whether helpers need the ids of the units they compute (UnitRange::unit_ids): the
+  // owner then sends them with the weights, once a step.
+  virtual bool SendsUnitIds() const { return false; }
+  // Runs in Forward before any range, on every rank, with the forward's input (routing,
+  // say). May run its own collectives (TimedAllReduceSum); every rank calls it alike.
+  virtual absl::Status BeginForward(const float* /*x*/, int32_t /*batch*/, int32_t /*seq*/) {
+    return absl::OkStatus();
+  }
+  // Runs in Backward after every range, before dx's all-reduce, with dx this rank's
+  // partial sum: writes the extra replicated parameters' gradient (grad_beta 0: overwrite,
+  // 1: add), and on rank 0 alone adds replicated contributions to dx (the all-reduce then
+  // counts them once, and dx stays bitwise the same on every rank). May run its own
+  // collectives (TimedAllReduceSum); every rank calls it alike.
+  virtual absl::Status FinishBackward(const float* /*dy*/, float* /*dx*/, float /*grad_beta*/) {
+    return absl::OkStatus();
+  }
 
   // --- Implemented by subclasses. ---
   // Dense layout <-> unit slabs. `dense` holds every parameter, concatenated. `unit` < 0
-  // means no unit (only the bias); a null `replicated` means no bias.
+  // means no unit (only the replicated parameters: replicated_size() floats, the bias
+  // first); a null `replicated` means none.
   virtual size_t DenseSize() const = 0;
   virtual void UnitToDense(int32_t unit, const std::vector<const float*>& slabs,
                            const float* replicated, float* dense) const = 0;
@@ -263,7 +297,6 @@ class ParallelBlock {
   UnitRange StorageRange(int32_t first, int32_t count, std::vector<Buffer>* cache, float* mean_out);
   // Helper range `index` (this step's l.in[index]) over its receive buffers.
   UnitRange HelperRange(size_t index);
-  absl::Status EnsureSize(Buffer& buffer, size_t n);
   // Sizes `cache` for a range; with `at_least`, keeps buffers that are already big enough
   // (the group's shared recompute buffers serve blocks of different shapes).
   absl::Status EnsureCache(std::vector<Buffer>& cache, int32_t units, int32_t batch, int32_t seq,
@@ -281,6 +314,7 @@ class ParallelBlock {
   BlockId id_;
   int32_t num_units_;
   int32_t hidden_;
+  size_t replicated_size_;
   std::vector<ShardedParamSpec> sharded_;
   size_t mean_unit_elems_;
   UnitConfig config_;

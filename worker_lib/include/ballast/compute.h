@@ -2,6 +2,8 @@
 //
 // Every pointer passed to a Compute method lives in the backend's memory: host memory for
 // the CPU backend (OpenBLAS), device memory for the CUDA backend (cuBLAS + own kernels).
+// The exceptions say so: the row tables of GatherRows / ScatterAddRows and UnitL1's result
+// are host arrays.
 // Calls are stream-ordered: they may run asynchronously and complete in call order;
 // `Synchronize()` waits and reports any deferred failure. Host <-> backend copies are
 // the only way data crosses, so block code is written once for both backends; they are
@@ -114,9 +116,8 @@ class Compute {
   // (a, b) = (x[j], x[j + head_dim/2]) -> (a cos - b sin, b cos + a sin), by the angle of
   // position r % seq and frequency j; `cos` and `sin` hold seq x head_dim/2 values. With
   // `inverse`, rotates by minus the angle: the transpose, which is the backward pass.
-  virtual void Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride,
-                      int heads, int head_dim, const float* cos, const float* sin,
-                      bool inverse) = 0;
+  virtual void Rotary(float* x, int rows, int seq, int ld, int groups, int group_stride, int heads,
+                      int head_dim, const float* cos, const float* sin, bool inverse) = 0;
   // SwiGLU over unit tiles. Each row of gate_up holds, per unit u < units, unit_size gate
   // columns then unit_size up columns (row stride 2 * units * unit_size); out[r, u *
   // unit_size + i] = silu(gate) * up, row stride units * unit_size.
@@ -125,6 +126,22 @@ class Compute {
   // dgate_up (gate_up's layout) from dout (out's layout); dgate_up may be gate_up itself.
   virtual void SwiGluBackward(const float* gate_up, const float* dout, float* dgate_up, int rows,
                               int units, int unit_size) = 0;
+  // Row gather: dst[i, :] = scale[i] * src[rows[i], :] for i < n, `cols` columns (scale null:
+  // a plain copy). src has src_rows rows of stride ld_src, dst stride ld_dst. `rows` and
+  // `scale` are HOST arrays of n entries (the only host inputs in this interface): the
+  // backend copies them as it queues the call, so the caller may reuse them on return.
+  // Every rows[i] in [0, src_rows); dst must not overlap src.
+  virtual void GatherRows(const float* src, int src_rows, int ld_src, const int32_t* rows,
+                          const float* scale, int n, int cols, float* dst, int ld_dst) = 0;
+  // Row scatter-add: dst[rows[i], :] += scale[i] * src[i, :] for i < n (scale null: 1).
+  // `rows` and `scale` are host arrays as in GatherRows; rows distinct and in
+  // [0, dst_rows); dst must not overlap src.
+  virtual void ScatterAddRows(const float* src, int ld_src, const int32_t* rows, const float* scale,
+                              int n, int cols, float* dst, int dst_rows, int ld_dst) = 0;
+  // out[i] = sum_c a[i, c] * b[i, c] for i < n (row strides lda, ldb); out: n floats, not
+  // overlapping a or b.
+  virtual void RowDots(const float* a, int lda, const float* b, int ldb, int n, int cols,
+                       float* out) = 0;
   // Row-wise layer normalisation of `rows` contiguous rows of `cols`:
   // y = (x - mean) * rstd * gamma + beta, with rstd = 1 / sqrt(var + eps) and the biased
   // variance. Writes mean and rstd (rows floats each), which the backward pass reuses.
@@ -138,8 +155,8 @@ class Compute {
                                  float* dgamma, float* dbeta) = 0;
   // Decoupled AdamW on n parameters that all have taken `step` steps (step >= 1):
   // w -= lr * (weight_decay * w + m_hat / (sqrt(v_hat) + eps)).
-  virtual void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g,
-                     float* m, float* v, size_t n) = 0;
+  virtual void AdamW(const AdamWOptions& options, int64_t step, float* w, const float* g, float* m,
+                     float* v, size_t n) = 0;
   // out_host[u] = sum_i |a[u * unit_elems + i] - b[...]| for u < units (b may be null: |a|).
   // Synchronous; used by the priority policies once per window.
   virtual absl::Status UnitL1(const float* a, const float* b, int units, size_t unit_elems,

@@ -1,0 +1,325 @@
+// ParallelMoe on real ranks (threads, Gloo over loopback) against the dense double
+// reference (testing/moe_reference.h): every micro-batch's output and input gradient,
+// every step's gathered gradients, and the weights after AdamW, under empty, replica
+// (offload), reshard and prune plans, with top-1 and top-2 routing.
+#include "ballast/parallel_moe.h"
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ballast/tp_group.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+#include "testing/dense_reference.h"
+#include "testing/moe_reference.h"
+#include "testing/rank_threads.h"
+
+namespace ballast {
+namespace {
+
+using ::ballast::testing::DenseMoe;
+using ::ballast::testing::DenseMoeAdamW;
+using ::ballast::testing::MaxRelError;
+using ::ballast::testing::RandomNormal;
+using ::ballast::testing::RankContext;
+using ::ballast::testing::RunRanks;
+using ::ballast::testing::ToDouble;
+
+constexpr BlockId kBlock(7);
+constexpr double kTolerance = 2e-4;
+
+enum class PlanKind { kNone, kReplica, kReshard, kPrune };
+
+struct MoeCase {
+  std::string name;
+  int ranks = 2;
+  int top_k = 2;
+  bool pre_softmax = false;
+  float aux_loss_coeff = 0.01f;
+  PlanKind plan = PlanKind::kNone;
+  int micro_batches = 1;
+  bool recompute = false;
+};
+
+void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
+
+MoeConfig ConfigFor(const MoeCase& c) {
+  MoeConfig config;
+  config.id = kBlock;
+  config.hidden = 8;
+  config.ffn = 12;
+  config.num_experts = 6;
+  config.top_k = c.top_k;
+  config.pre_softmax = c.pre_softmax;
+  config.aux_loss_coeff = c.aux_loss_coeff;
+  config.units.recompute = c.recompute;
+  config.units.priority = Priority::kRandom;
+  config.units.seed = 5;
+  return config;
+}
+
+// The plan offered before step 1 (nullopt: none).
+std::optional<WorkloadPlan> PlanFor(const MoeCase& c) {
+  WorkloadPlan plan;
+  plan.group = GroupId("test/tp");
+  plan.version = PlanVersion(1);
+  BlockPlan& b = plan.blocks.emplace_back();
+  b.block = kBlock;
+  const int last = c.ranks - 1;
+  switch (c.plan) {
+    case PlanKind::kNone:
+      return std::nullopt;
+    case PlanKind::kReplica:  // the last rank's experts computed by rank 0 (a chain on 3)
+      b.offloads.push_back({RankId(last), RankId(0), 2});
+      if (c.ranks == 3) b.offloads.push_back({RankId(1), RankId(2), 1});
+      break;
+    case PlanKind::kReshard: {  // expert 0 moves to the last rank, which then offloads one
+      b.owner_of_unit = EvenOwnership(6, c.ranks);
+      b.owner_of_unit[0] = RankId(last);
+      b.offloads.push_back({RankId(last), RankId(0), 1});
+      break;
+    }
+    case PlanKind::kPrune:  // rank 0 drops one expert's tokens; the last offloads one
+      b.pruned_units.assign(c.ranks, 0);
+      b.pruned_units[0] = 1;
+      b.offloads.push_back({RankId(last), RankId(0), 1});
+      break;
+  }
+  return plan;
+}
+
+struct Recorded {
+  // [step][micro] per rank.
+  std::map<int, std::vector<std::vector<std::vector<float>>>> y, dx;
+  std::vector<std::vector<bool>> pruned;  // [step][expert], union over ranks
+  std::vector<std::vector<float>> grad;   // [step], rank 0's gather
+  std::vector<std::vector<double>> aux;   // [step][micro], rank 0
+  std::vector<float> final_values;        // after the last AdamW
+};
+
+void RunAndCompare(const MoeCase& c) {
+  const MoeConfig config = ConfigFor(c);
+  constexpr int kSteps = 3, kBatch = 2, kSeq = 5, kTokens = kBatch * kSeq;
+  const size_t n = static_cast<size_t>(kTokens) * config.hidden;
+  DenseMoe dense{.config = config};
+  const size_t experts = static_cast<size_t>(config.hidden) * config.ffn * config.num_experts;
+  const std::vector<float> params0 =
+      RandomNormal(3 * experts + config.hidden * (config.num_experts + 1), 11, 0.3);
+  // [step][micro] inputs.
+  std::vector<std::vector<std::vector<float>>> xs(kSteps), dys(kSteps);
+  for (int s = 0; s < kSteps; ++s) {
+    for (int m = 0; m < c.micro_batches; ++m) {
+      xs[s].push_back(RandomNormal(n, 100 + 10 * s + m, 1.0));
+      dys[s].push_back(RandomNormal(n, 500 + 10 * s + m, 1.0));
+    }
+  }
+  const AdamWOptions adamw{.lr = 0.02f, .weight_decay = 0.1f};
+  const std::optional<WorkloadPlan> plan = PlanFor(c);
+
+  std::mutex mu;
+  Recorded rec;
+  rec.pruned.assign(kSteps, std::vector<bool>(config.num_experts, false));
+  rec.grad.resize(kSteps);
+  rec.aux.assign(kSteps, {});
+  for (int s = 0; s < kSteps; ++s) {
+    rec.y[s].assign(c.micro_batches, std::vector<std::vector<float>>(c.ranks));
+    rec.dx[s].assign(c.micro_batches, std::vector<std::vector<float>>(c.ranks));
+  }
+  absl::Status status = RunRanks(c.ranks, [&](RankContext& ctx) -> absl::Status {
+    BALLAST_ASSIGN_OR_RETURN(auto moe, ParallelMoe::Create(ctx.group.get(), config));
+    BALLAST_RETURN_IF_ERROR(moe->LoadDense(MoeParams::Split(params0, config)));
+    moe->set_aux_loss_scale(1.0f / c.micro_batches);
+    Compute& compute = ctx.backend->compute();
+    BALLAST_ASSIGN_OR_RETURN(Buffer x, compute.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer y, compute.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer dy, compute.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer dx, compute.Allocate(n));
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == 1 && plan.has_value()) BALLAST_RETURN_IF_ERROR(ctx.group->OfferPlan(*plan));
+      BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+      if (s >= 1 && plan.has_value() && ctx.group->applied_version() != plan->version) {
+        return absl::InternalError("the plan was not applied at step 1");
+      }
+      {
+        const std::vector<int32_t> units = moe->LocalUnits();
+        const std::vector<UnitFate> fates = moe->LocalFates();
+        std::lock_guard<std::mutex> lock(mu);
+        for (size_t i = 0; i < units.size(); ++i) {
+          if (fates[i] == UnitFate::kPruned) rec.pruned[s][units[i]] = true;
+        }
+      }
+      for (int m = 0; m < c.micro_batches; ++m) {
+        compute.CopyFromHost(xs[s][m].data(), x.data(), n);
+        compute.CopyFromHost(dys[s][m].data(), dy.data(), n);
+        BALLAST_RETURN_IF_ERROR(moe->Forward(x.data(), kBatch, kSeq, y.data()));
+        BALLAST_RETURN_IF_ERROR(moe->Backward(dy.data(), dx.data()));
+        std::vector<float> y_host = testing::ToHost(compute, y.data(), n);
+        std::vector<float> dx_host = testing::ToHost(compute, dx.data(), n);
+        std::lock_guard<std::mutex> lock(mu);
+        rec.y[s][m][ctx.rank] = std::move(y_host);
+        rec.dx[s][m][ctx.rank] = std::move(dx_host);
+        if (ctx.rank == 0) rec.aux[s].push_back(moe->aux_loss());
+      }
+      BALLAST_ASSIGN_OR_RETURN(std::vector<float> grad, moe->GatherDense(ParamField::kGrad));
+      BALLAST_RETURN_IF_ERROR(moe->AdamWStep(adamw));
+      BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
+      if (ctx.rank == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        rec.grad[s] = std::move(grad);
+      }
+    }
+    BALLAST_ASSIGN_OR_RETURN(std::vector<float> values, moe->GatherDense(ParamField::kValue));
+    if (ctx.rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      rec.final_values = std::move(values);
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+
+  dense.params = ToDouble(params0);
+  DenseMoeAdamW adam;
+  int pruned_seen = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    SCOPED_TRACE(absl::StrCat("step ", s));
+    for (bool p : rec.pruned[s]) pruned_seen += p;
+    std::vector<double> grad(dense.params.size(), 0.0);
+    for (int m = 0; m < c.micro_batches; ++m) {
+      SCOPED_TRACE(absl::StrCat("micro-batch ", m));
+      const DenseMoe::Result want = dense.Run(ToDouble(xs[s][m]), ToDouble(dys[s][m]), kTokens,
+                                              rec.pruned[s], 1.0 / c.micro_batches);
+      for (int r = 0; r < c.ranks; ++r) {
+        EXPECT_LE(MaxRelError(rec.y[s][m][r], want.y), kTolerance) << "y on rank " << r;
+        EXPECT_LE(MaxRelError(rec.dx[s][m][r], want.dx), kTolerance) << "dx on rank " << r;
+      }
+      EXPECT_NEAR(rec.aux[s][m], want.aux_loss, 1e-6 + 1e-5 * std::abs(want.aux_loss));
+      for (size_t i = 0; i < grad.size(); ++i) grad[i] += want.grad[i];
+    }
+    EXPECT_LE(MaxRelError(rec.grad[s], grad), kTolerance) << "gathered gradients";
+    adam.Step(config, adamw, rec.pruned[s], grad, dense.params);
+  }
+  EXPECT_LE(MaxRelError(rec.final_values, dense.params), kTolerance) << "weights after AdamW";
+  if (c.plan == PlanKind::kPrune) {
+    EXPECT_EQ(pruned_seen, kSteps - 1) << "one expert a step";
+  }
+}
+
+class MoeMatchesDenseTest : public ::testing::TestWithParam<MoeCase> {};
+
+TEST_P(MoeMatchesDenseTest, EveryStepUnderThePlan) { RunAndCompare(GetParam()); }
+
+std::vector<MoeCase> Cases() {
+  std::vector<MoeCase> cases;
+  for (int ranks : {2, 3}) {
+    for (PlanKind plan :
+         {PlanKind::kNone, PlanKind::kReplica, PlanKind::kReshard, PlanKind::kPrune}) {
+      const std::string plan_name = plan == PlanKind::kNone      ? "Empty"
+                                    : plan == PlanKind::kReplica ? "Replica"
+                                    : plan == PlanKind::kReshard ? "Reshard"
+                                                                 : "Prune";
+      cases.push_back({.name = absl::StrCat(plan_name, "Top2Ranks", ranks),
+                       .ranks = ranks,
+                       .plan = plan,
+                       .micro_batches = 2});
+      cases.push_back({.name = absl::StrCat(plan_name, "Top1PreSoftmaxRanks", ranks),
+                       .ranks = ranks,
+                       .top_k = 1,
+                       .pre_softmax = true,
+                       .plan = plan});
+    }
+  }
+  cases.push_back({.name = "ReplicaTop2RecomputeNoAux",
+                   .ranks = 3,
+                   .aux_loss_coeff = 0.0f,
+                   .plan = PlanKind::kReplica,
+                   .micro_batches = 2,
+                   .recompute = true});
+  cases.push_back({.name = "Top1PostSoftmaxLearnsOnlyFromAux",
+                   .ranks = 2,
+                   .top_k = 1,
+                   .aux_loss_coeff = 0.1f,
+                   .plan = PlanKind::kReplica});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, MoeMatchesDenseTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<MoeCase>& info) {
+                           return info.param.name;
+                         });
+
+TEST(MoeCreateTest, RejectsBadConfigsNamingTheField) {
+  absl::Status status = RunRanks(1, [](RankContext& ctx) -> absl::Status {
+    MoeConfig good = ConfigFor({});
+    const std::vector<std::pair<std::string, MoeConfig>> bad = [&] {
+      std::vector<std::pair<std::string, MoeConfig>> out;
+      MoeConfig c = good;
+      c.hidden = 0;
+      out.push_back({"hidden 0", c});
+      c = good;
+      c.ffn = -3;
+      out.push_back({"ffn -3", c});
+      c = good;
+      c.num_experts = 0;
+      out.push_back({"num_experts 0", c});
+      c = good;
+      c.top_k = 0;
+      out.push_back({"top_k 0", c});
+      c = good;
+      c.top_k = 7;
+      out.push_back({"top_k 7", c});
+      c = good;
+      c.aux_loss_coeff = -1;
+      out.push_back({"aux_loss_coeff -1", c});
+      return out;
+    }();
+    for (const auto& [field, config] : bad) {
+      auto moe = ParallelMoe::Create(ctx.group.get(), config);
+      if (moe.ok()) return absl::InternalError(absl::StrCat("accepted ", field));
+      if (moe.status().message().find(field) == std::string::npos) {
+        return absl::InternalError(
+            absl::StrCat("error for ", field, " does not name it: ", moe.status().message()));
+      }
+    }
+    BALLAST_ASSIGN_OR_RETURN(auto moe, ParallelMoe::Create(ctx.group.get(), good));
+    MoeParams params = MoeParams::Split(std::vector<float>(10), good);
+    absl::Status load = moe->LoadDense(params);
+    if (load.ok() || load.message().find("router") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("LoadDense of wrong sizes: ", load.ToString()));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(MoePlanTest, MalformedExpertPlansAreRefusedByName) {
+  absl::Status status = RunRanks(2, [](RankContext& ctx) -> absl::Status {
+    BALLAST_ASSIGN_OR_RETURN(auto moe, ParallelMoe::Create(ctx.group.get(), ConfigFor({})));
+    WorkloadPlan plan;
+    plan.group = GroupId("test/tp");
+    plan.version = PlanVersion(1);
+    BlockPlan& b = plan.blocks.emplace_back();
+    b.block = kBlock;
+    b.offloads.push_back({RankId(1), RankId(0), 4});  // rank 1 owns 3 experts
+    absl::Status offered = ctx.group->OfferPlan(plan);
+    if (offered.ok()) return absl::InternalError("offloading 4 of 3 experts was accepted");
+    b.offloads.clear();
+    b.owner_of_unit = {RankId(0), RankId(0), RankId(0), RankId(1), RankId(1), RankId(5)};
+    plan.version = PlanVersion(2);
+    absl::Status resharded = ctx.group->OfferPlan(plan);
+    if (resharded.ok()) return absl::InternalError("an expert owned by rank 5 was accepted");
+    if (resharded.message().find("owner_of_unit") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("does not name the field: ", resharded.message()));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+}  // namespace
+}  // namespace ballast
