@@ -1,6 +1,8 @@
 #include "ballast/plan.h"
 
+#include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +57,58 @@ absl::Status BlockError(const BlockPlan& block, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("block ", block.block.value(), ": ", what));
 }
 
+}  // namespace
+
+namespace {
+// BlockPlan::replicas against the ownership the plan leaves (`owners`) and what each rank
+// prunes or offloads by count (`removed`).
+absl::Status ValidateReplicas(const BlockPlan& bp, const BlockShape& shape,
+                              const std::vector<RankId>& owners,
+                              const std::vector<int64_t>& removed, int32_t size) {
+  if (bp.replicas.empty()) return absl::OkStatus();
+  if (!shape.units_divide) {
+    return BlockError(bp,
+                      "replicas need a block whose units' work divides (a mixture of "
+                      "experts); this block's units are computed whole");
+  }
+  std::map<int32_t, double> shares;
+  std::set<std::pair<int32_t, int32_t>> pairs;
+  for (size_t i = 0; i < bp.replicas.size(); ++i) {
+    const Replica& r = bp.replicas[i];
+    const std::string field = absl::StrCat("replicas[", i, "]");
+    if (r.unit < 0 || r.unit >= shape.num_units) {
+      return BlockError(
+          bp, absl::StrCat(field, ".unit ", r.unit, " out of range [0, ", shape.num_units, ")"));
+    }
+    if (r.helper.value() < 0 || r.helper.value() >= size) {
+      return BlockError(
+          bp, absl::StrCat(field, ".helper ", r.helper.value(), " out of range [0, ", size, ")"));
+    }
+    const int32_t owner = owners[r.unit].value();
+    if (r.helper.value() == owner) {
+      return BlockError(
+          bp, absl::StrCat(field, ".helper equals the owner ", owner, " of unit ", r.unit));
+    }
+    if (!(r.share > 0.0 && r.share <= 1.0)) {
+      return BlockError(bp, absl::StrCat(field, ".share ", r.share, " out of range (0, 1]"));
+    }
+    if (!pairs.insert({r.unit, r.helper.value()}).second) {
+      return BlockError(
+          bp, absl::StrCat(field, " repeats unit ", r.unit, " on helper ", r.helper.value()));
+    }
+    // A little slack: shares computed as fractions that sum to 1 may round above it.
+    if ((shares[r.unit] += r.share) > 1.0 + 1e-9) {
+      return BlockError(bp, absl::StrCat(field, ": unit ", r.unit, "'s shares sum to ",
+                                         shares[r.unit], ", over 1"));
+    }
+    if (removed[owner] > 0) {
+      return BlockError(bp, absl::StrCat(field, ": unit ", r.unit, "'s owner ", owner,
+                                         " also prunes or offloads units by count in this "
+                                         "block, which could take this unit too"));
+    }
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::Status ValidateBlockPlan(const BlockPlan& bp, const BlockShape& shape, int32_t size) {
@@ -122,7 +176,7 @@ absl::Status ValidateBlockPlan(const BlockPlan& bp, const BlockShape& shape, int
                                          " units but owns ", owned[r]));
     }
   }
-  return absl::OkStatus();
+  return ValidateReplicas(bp, shape, *owners, removed, size);
 }
 
 absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
@@ -183,6 +237,9 @@ std::string PlanSummary(const WorkloadPlan& plan) {
     }
     for (const Offload& o : bp.offloads) {
       absl::StrAppend(&out, " offload ", o.owner.value(), "->", o.helper.value(), " x", o.units);
+    }
+    for (const Replica& r : bp.replicas) {
+      absl::StrAppend(&out, " replica ", r.unit, "->", r.helper.value(), " x", r.share);
     }
     if (!bp.owner_of_unit.empty()) absl::StrAppend(&out, " reshard");
     absl::StrAppend(&out, ";");

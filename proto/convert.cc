@@ -38,6 +38,12 @@ v1::WorkloadPlan ToProto(const WorkloadPlan& plan) {
       po->set_units(o.units);
     }
     for (RankId r : b.owner_of_unit) pb->add_owner_of_unit(r.value());
+    for (const Replica& r : b.replicas) {
+      v1::Replica* pr = pb->add_replicas();
+      pr->set_unit(r.unit);
+      pr->set_helper(r.helper.value());
+      pr->set_share(r.share);
+    }
   }
   return out;
 }
@@ -87,6 +93,9 @@ absl::StatusOr<WorkloadPlan> FromProto(const v1::WorkloadPlan& in) {
       b.offloads.push_back({RankId(o.owner()), RankId(o.helper()), o.units()});
     }
     for (int32_t r : pb.owner_of_unit()) b.owner_of_unit.push_back(RankId(r));
+    for (const v1::Replica& r : pb.replicas()) {
+      b.replicas.push_back({r.unit(), RankId(r.helper()), r.share()});
+    }
   }
   return plan;
 }

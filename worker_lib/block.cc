@@ -78,10 +78,13 @@ struct ParallelBlock::SlabRef {
   UnitMeta meta;
 };
 
-// What this rank computes for one owner, as its helper, this step.
+// What this rank computes for one owner, as its helper, this step: offloaded units, or
+// a slice of one unit's work (a replica, BlockPlan::replicas).
 struct ParallelBlock::StepLayoutIn {
   int32_t owner;
   int32_t units;
+  bool replica = false;
+  std::pair<double, double> span{0.0, 1.0};  // a replica's slice of its unit's work
   // The units' ids, in the owner's storage order (when the subclass asks for them: the
   // owner sends them with the weights), and their receive buffer.
   std::vector<int32_t> unit_ids;
@@ -105,6 +108,17 @@ struct ParallelBlock::StepLayout {
 
   int32_t local = 0;
   std::vector<Out> out;
+  // This rank's units split with helpers (BlockPlan::replicas), in plan order: the
+  // unit's storage position, the helper, and per sharded parameter a buffer for the
+  // helper's gradients, which are added to the owner's.
+  struct ReplicaOut {
+    int32_t pos;
+    int32_t helper;
+    std::vector<Buffer> grads;
+  };
+  std::vector<ReplicaOut> replicas_out;
+  // Per local storage position, the slice of its work computed here (empty: all whole).
+  std::vector<std::pair<double, double>> local_spans;
   // Per out[i], the offloaded units' ids as floats, sent to the helper with the weights
   // when the subclass asks for them (SendsUnitIds).
   std::vector<Buffer> out_ids;
@@ -341,7 +355,10 @@ absl::StatusOr<std::vector<float>> ParallelBlock::UnitMean(int32_t unit) const {
 }
 
 BlockShape ParallelBlock::Shape() const {
-  return BlockShape{.block = id_, .num_units = num_units_, .owner_of_unit = owner_of_unit_};
+  return BlockShape{.block = id_,
+                    .num_units = num_units_,
+                    .owner_of_unit = owner_of_unit_,
+                    .units_divide = UnitsDivide()};
 }
 
 absl::Status ParallelBlock::ApplyPlan(const BlockPlan* plan, Imputation imputation,
@@ -373,34 +390,75 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   const int32_t owned = storage_->units();
   int32_t pruned = 0;
   l.out.clear();
+  l.local_spans.clear();
   std::vector<StepLayout::In> in;
+  // Receive buffers for `units` of `owner`'s units: last step's while the plan keeps them.
+  auto receive = [&](int32_t owner, int32_t units) -> absl::StatusOr<StepLayout::In> {
+    auto same = std::find_if(l.in.begin(), l.in.end(), [&](const StepLayoutIn& old) {
+      return old.owner == owner && old.units == units && !old.params.empty();
+    });
+    if (same != l.in.end()) {
+      StepLayout::In entry = std::move(*same);
+      same->params.clear();
+      entry.replica = false;
+      entry.span = {0.0, 1.0};
+      return entry;
+    }
+    StepLayout::In entry;
+    entry.owner = owner;
+    entry.units = units;
+    for (const ShardedParamSpec& spec : sharded_) {
+      BALLAST_ASSIGN_OR_RETURN(entry.params.emplace_back(),
+                               compute().Allocate(units * spec.unit_elems));
+      BALLAST_ASSIGN_OR_RETURN(entry.grads.emplace_back(),
+                               compute().Allocate(units * spec.unit_elems));
+    }
+    return entry;
+  };
+  std::vector<StepLayout::ReplicaOut> replicas_out;
   if (l.plan.has_value()) {
     if (!l.plan->pruned_units.empty()) pruned = l.plan->pruned_units[me];
     for (const Offload& o : l.plan->offloads) {
       if (o.owner.value() == me) l.out.push_back({o.helper.value(), 0, o.units});
       if (o.helper.value() == me) {
-        // Reuse last step's receive buffers while the plan keeps this (owner, units).
-        auto same = std::find_if(l.in.begin(), l.in.end(), [&](const StepLayoutIn& old) {
-          return old.owner == o.owner.value() && old.units == o.units && !old.params.empty();
-        });
-        if (same != l.in.end()) {
-          in.push_back(std::move(*same));
-          same->params.clear();
-          continue;
+        BALLAST_ASSIGN_OR_RETURN(in.emplace_back(), receive(o.owner.value(), o.units));
+      }
+    }
+    // Replicas after the offloads, in plan order, on both sides of every pair (Exchange
+    // matches one pair's messages in order). A unit's slices: the owner's [0, 1 - sum of
+    // its shares), then each replica's in plan order; every rank computes the same
+    // boundaries, so the slices tile the unit's work exactly.
+    std::map<int32_t, double> first;  // unit -> where its next replica's slice begins
+    for (const Replica& r : l.plan->replicas) first[r.unit] -= r.share;
+    for (auto& [unit, at] : first) at += 1.0;
+    std::map<int32_t, int32_t> remaining;
+    for (const Replica& r : l.plan->replicas) ++remaining[r.unit];
+    for (const Replica& r : l.plan->replicas) {
+      const double begin = first[r.unit];
+      const double end = --remaining[r.unit] == 0 ? 1.0 : begin + r.share;
+      first[r.unit] = end;
+      const int32_t owner = owner_of_unit_[r.unit].value();
+      if (owner == me) {
+        int32_t pos = 0;
+        while (storage_->meta[pos].unit != r.unit) ++pos;
+        if (l.local_spans.empty()) l.local_spans.assign(owned, {0.0, 1.0});
+        l.local_spans[pos].second = std::min(l.local_spans[pos].second, begin);
+        StepLayout::ReplicaOut out{.pos = pos, .helper = r.helper.value(), .grads = {}};
+        if (static_cast<size_t>(replicas_out.size()) < l.replicas_out.size()) {
+          out.grads = std::move(l.replicas_out[replicas_out.size()].grads);  // reuse
         }
-        StepLayout::In entry;
-        entry.owner = o.owner.value();
-        entry.units = o.units;
-        for (const ShardedParamSpec& spec : sharded_) {
-          BALLAST_ASSIGN_OR_RETURN(entry.params.emplace_back(),
-                                   compute().Allocate(o.units * spec.unit_elems));
-          BALLAST_ASSIGN_OR_RETURN(entry.grads.emplace_back(),
-                                   compute().Allocate(o.units * spec.unit_elems));
-        }
+        replicas_out.push_back(std::move(out));
+      }
+      if (r.helper.value() == me) {
+        BALLAST_ASSIGN_OR_RETURN(StepLayout::In entry, receive(owner, 1));
+        entry.replica = true;
+        entry.unit_ids = {r.unit};
+        entry.span = {begin, end};
         in.push_back(std::move(entry));
       }
     }
   }
+  l.replicas_out = std::move(replicas_out);
   int32_t offloaded = 0;
   for (const auto& o : l.out) offloaded += o.units;
   l.local = owned - pruned - offloaded;
@@ -428,8 +486,10 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
 absl::Status ParallelBlock::EndStep() {
   BALLAST_ASSIGN_OR_RETURN(timing_.compute_seconds, compute_timer_->Seconds());
   BALLAST_ASSIGN_OR_RETURN(timing_.comm_seconds, comm_timer_->Seconds());
+  // Whole units: a replica's slice of a unit is not one (a unit whose work divides is
+  // measured by its work, not counted).
   int32_t units = layout_->local;
-  for (const auto& in : layout_->in) units += in.units;
+  for (const auto& in : layout_->in) units += in.replica ? 0 : in.units;
   timing_.units_computed = layout_->forward_done ? units : 0;
   timing_.seconds_per_unit =
       timing_.units_computed > 0 ? timing_.compute_seconds / timing_.units_computed : 0.0;
@@ -452,11 +512,13 @@ absl::Status ParallelBlock::OffloadExchange(const std::vector<PeerTransfer>& sen
                                             const std::vector<PeerTransfer>& recvs,
                                             bool owners_send) {
   StepLayout& l = *layout_;
-  // A plan with no offloads moves nothing on any rank, and every rank runs the same plan
-  // in the step: all skip alike, so Gloo's exchange tags stay in step. Nothing is timed
-  // either: on CUDA that is four timer events a step fewer under an empty plan (the plan
-  // machinery's overhead, docs/benchmarks.md).
-  if (!l.plan.has_value() || l.plan->offloads.empty()) return absl::OkStatus();
+  // A plan with no offloads or replicas moves nothing on any rank, and every rank runs the
+  // same plan in the step: all skip alike, so Gloo's exchange tags stay in step. Nothing is
+  // timed either: on CUDA that is four timer events a step fewer under an empty plan (the
+  // plan machinery's overhead, docs/benchmarks.md).
+  if (!l.plan.has_value() || (l.plan->offloads.empty() && l.plan->replicas.empty())) {
+    return absl::OkStatus();
+  }
   Communicator& comm = group_->backend().comm();
   // On its turn the block times the forward's receives (the weights) as a link sample,
   // after a barrier: without it a receiver's timer also runs while a late sender still
@@ -478,6 +540,9 @@ absl::Status ParallelBlock::OffloadExchange(const std::vector<PeerTransfer>& sen
     // transfer measures a share of the link, not the link.
     int32_t sender_flows = 0;
     for (const Offload& o : l.plan->offloads) sender_flows += o.owner.value() == r.peer;
+    for (const Replica& p : l.plan->replicas) {
+      sender_flows += owner_of_unit_[p.unit].value() == r.peer;
+    }
     if (l.received_from == -1) l.received_from = r.peer;
     if (l.received_from != r.peer || sender_flows > 1) l.received_from = -2;
   }
@@ -499,6 +564,7 @@ ParallelBlock::UnitRange ParallelBlock::StorageRange(int32_t first, int32_t coun
   range.mean_out = mean_out;
   for (int32_t pos = first; pos < first + count; ++pos) {
     range.unit_ids.push_back(static_cast<int32_t>(storage_->meta[pos].unit));
+    if (!layout_->local_spans.empty()) range.spans.push_back(layout_->local_spans[pos]);
   }
   for (size_t p = 0; p < sharded_.size(); ++p) {
     range.params.push_back(storage_->slab(p * kFieldsPerParam + kValue, first));
@@ -512,6 +578,7 @@ ParallelBlock::UnitRange ParallelBlock::HelperRange(size_t index) {
   UnitRange range;
   range.units = in.units;
   range.unit_ids = in.unit_ids;
+  if (in.replica) range.spans = {in.span};
   range.cache = RangeCache(static_cast<int>(index));
   for (auto& b : in.params) range.params.push_back(b.data());
   for (auto& b : in.grads) range.grads.push_back(b.data());
@@ -604,18 +671,24 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
         sends.push_back({o.helper, l.out_ids[i].data(), static_cast<size_t>(o.units)});
       }
     }
+    for (const auto& r : l.replicas_out) {
+      for (size_t p = 0; p < sharded_.size(); ++p) {
+        sends.push_back({r.helper, storage_->slab(p * kFieldsPerParam + kValue, r.pos),
+                         sharded_[p].unit_elems});
+      }
+    }
     for (auto& in : l.in) {
       for (size_t p = 0; p < sharded_.size(); ++p) {
         recvs.push_back({in.owner, in.params[p].data(), in.params[p].size()});
       }
-      if (ids) {
+      if (ids && !in.replica) {  // a replica's unit is named by the plan
         BALLAST_RETURN_IF_ERROR(EnsureSize(in.ids, in.units));
         recvs.push_back({in.owner, in.ids.data(), static_cast<size_t>(in.units)});
       }
     }
     BALLAST_RETURN_IF_ERROR(OffloadExchange(sends, recvs, /*owners_send=*/true));
     for (auto& in : l.in) {
-      if (!ids) break;
+      if (!ids || in.replica) continue;
       std::vector<float> host(in.units);
       c.CopyToHost(in.ids.data(), host.data(), in.units);
       in.unit_ids.assign(host.begin(), host.end());
@@ -773,21 +846,36 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
       recvs.push_back({o.helper, into, count});
     }
   }
+  // A replica's gradients always land in a buffer: the owner computed part of the unit
+  // too, so they are added to its own.
+  for (auto& r : l.replicas_out) {
+    r.grads.resize(sharded_.size());
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      BALLAST_RETURN_IF_ERROR(EnsureSize(r.grads[p], sharded_[p].unit_elems));
+      recvs.push_back({r.helper, r.grads[p].data(), sharded_[p].unit_elems});
+    }
+  }
   BALLAST_RETURN_IF_ERROR(OffloadExchange(sends, recvs, /*owners_send=*/false));
   comm_timer_->Start();
   status = comm.AllReduceSum(dx, n);
   comm_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
+  compute_timer_->Start();
   if (accumulate) {
-    compute_timer_->Start();
     for (size_t i = 0; i < l.out.size(); ++i) {
       for (size_t p = 0; p < sharded_.size(); ++p) {
         c.Axpy(1.0f, l.grad_recv[i][p].data(), st.slab(p * kFieldsPerParam + kGrad, l.out[i].first),
                l.out[i].units * sharded_[p].unit_elems);
       }
     }
-    compute_timer_->Stop();
   }
+  for (const auto& r : l.replicas_out) {
+    for (size_t p = 0; p < sharded_.size(); ++p) {
+      c.Axpy(1.0f, r.grads[p].data(), st.slab(p * kFieldsPerParam + kGrad, r.pos),
+             sharded_[p].unit_elems);
+    }
+  }
+  compute_timer_->Stop();
   l.forward_pending = false;
   ++l.backwards;
   ++l.step_backwards;

@@ -34,6 +34,27 @@ struct MoeOffsets {
   }
 };
 
+// The tokens slot `s` of a range computes: all of its expert's, or the range's slice of
+// them (a replica's, or the owner's part). Cut at the same fractions on every rank, so the
+// owner's and the replicas' slices tile the expert's tokens.
+struct TokenSlice {
+  const int32_t* tokens;
+  const float* gates;
+  int n;
+};
+TokenSlice SliceOf(const internal::MoeRouting& routing, const std::vector<int32_t>& unit_ids,
+                   const std::vector<std::pair<double, double>>& spans, int32_t s) {
+  const int32_t e = unit_ids[s];
+  const std::vector<int32_t>& tokens = routing.expert_tokens[e];
+  const size_t n = tokens.size();
+  size_t lo = 0, hi = n;
+  if (!spans.empty()) {
+    lo = static_cast<size_t>(std::llround(n * spans[s].first));
+    hi = static_cast<size_t>(std::llround(n * spans[s].second));
+  }
+  return {tokens.data() + lo, routing.expert_gates[e].data() + lo, static_cast<int>(hi - lo)};
+}
+
 internal::MoeRouterOptions RouterOptions(const MoeConfig& c) {
   return {.experts = c.num_experts,
           .top_k = c.top_k,
@@ -226,9 +247,7 @@ void ParallelMoe::ForwardRange(const UnitRange& r, const float* x, int32_t batch
   if (z != nullptr && beta == 0.0f) c.Fill(z, 0.0f, static_cast<size_t>(t) * h);
   size_t row = 0;  // the range's caches hold its experts' tokens one after another
   for (int32_t s = 0; s < r.units; ++s) {
-    const int32_t e = r.unit_ids[s];
-    const std::vector<int32_t>& tokens = routing_->expert_tokens[e];
-    const int n = static_cast<int>(tokens.size());
+    const auto [tokens, gates, n] = SliceOf(*routing_, r.unit_ids, r.spans, s);
     if (n == 0) continue;
     const float* w13 = r.params[kW13t] + static_cast<size_t>(s) * 2 * f * h;
     const float* w2 = r.params[kW2] + static_cast<size_t>(s) * f * h;
@@ -236,12 +255,12 @@ void ParallelMoe::ForwardRange(const UnitRange& r, const float* x, int32_t batch
     float* act = cache[kAct].data() + row * f;
     float* out = cache[kOut].data() + row * h;
     float* xs = cache[kScratchA].data();
-    c.GatherRows(x, t, h, tokens.data(), nullptr, n, h, xs, h);
+    c.GatherRows(x, t, h, tokens, nullptr, n, h, xs, h);
     c.Gemm(false, true, n, 2 * f, h, 1.0f, xs, h, w13, h, 0.0f, pre, 2 * f);
     c.SwiGluForward(pre, act, n, 1, f);
     c.Gemm(false, false, n, h, f, 1.0f, act, f, w2, h, 0.0f, out, h);
     if (z != nullptr) {
-      c.ScatterAddRows(out, h, tokens.data(), routing_->expert_gates[e].data(), n, h, z, t, h);
+      c.ScatterAddRows(out, h, tokens, gates, n, h, z, t, h);
     }
     row += n;
   }
@@ -259,8 +278,7 @@ void ParallelMoe::BackwardRange(const UnitRange& r, const float* x, const float*
   size_t row = 0;
   for (int32_t s = 0; s < r.units; ++s) {
     const int32_t e = r.unit_ids[s];
-    const std::vector<int32_t>& tokens = routing_->expert_tokens[e];
-    const int n = static_cast<int>(tokens.size());
+    const auto [tokens, gates, n] = SliceOf(*routing_, r.unit_ids, r.spans, s);
     const float* w13 = r.params[kW13t] + static_cast<size_t>(s) * 2 * f * h;
     const float* w2 = r.params[kW2] + static_cast<size_t>(s) * f * h;
     float* g13 = r.grads[kW13t] + static_cast<size_t>(s) * 2 * f * h;
@@ -276,18 +294,18 @@ void ParallelMoe::BackwardRange(const UnitRange& r, const float* x, const float*
     float* act = cache[kAct].data() + row * f;
     const float* out = cache[kOut].data() + row * h;
     // dL/d gate = dy . E_e(x), into the tokens x experts matrix (column e).
-    c.GatherRows(dz, t, h, tokens.data(), nullptr, n, h, a, h);
+    c.GatherRows(dz, t, h, tokens, nullptr, n, h, a, h);
     c.RowDots(out, h, a, h, n, h, dots);
-    c.ScatterAddRows(dots, 1, tokens.data(), nullptr, n, 1, dgate_.data() + e, t, e_count);
+    c.ScatterAddRows(dots, 1, tokens, nullptr, n, 1, dgate_.data() + e, t, e_count);
     // The expert's own backward, from gate * dy.
-    c.GatherRows(dz, t, h, tokens.data(), routing_->expert_gates[e].data(), n, h, a, h);
+    c.GatherRows(dz, t, h, tokens, gates, n, h, a, h);
     c.Gemm(true, false, f, h, n, 1.0f, act, f, a, h, grad_beta, g2, h);
     c.Gemm(false, true, n, f, h, 1.0f, a, h, w2, h, 0.0f, act, f);  // d act, in place
     c.SwiGluBackward(pre, act, pre, n, 1, f);                       // d pre, in place
-    c.GatherRows(x, t, h, tokens.data(), nullptr, n, h, b, h);
+    c.GatherRows(x, t, h, tokens, nullptr, n, h, b, h);
     c.Gemm(true, false, 2 * f, h, n, 1.0f, pre, 2 * f, b, h, grad_beta, g13, h);
     c.Gemm(false, false, n, h, 2 * f, 1.0f, pre, 2 * f, w13, h, 0.0f, b, h);
-    c.ScatterAddRows(b, h, tokens.data(), nullptr, n, h, dx, t, h);
+    c.ScatterAddRows(b, h, tokens, nullptr, n, h, dx, t, h);
     row += n;
   }
 }

@@ -131,6 +131,63 @@ TEST(ValidatePlanTest, RejectsBadOwnership) {
   ExpectInvalid(plan, "owner_of_unit[5] = 4 out of range");
 }
 
+// Rank 1's unit 3 split with ranks 0 and 2, rank 0's unit 0 with rank 2.
+WorkloadPlan ReplicaPlan() {
+  WorkloadPlan plan;
+  plan.group = GroupId("job/tp0");
+  plan.version = PlanVersion(5);
+  BlockPlan& bp = plan.blocks.emplace_back();
+  bp.block = BlockId(7);
+  bp.replicas = {{3, RankId(0), 0.25}, {3, RankId(2), 0.75}, {0, RankId(2), 0.5}};
+  return plan;
+}
+
+GroupShape DividingShape() {
+  GroupShape shape = Shape();
+  shape.blocks[0].units_divide = true;
+  return shape;
+}
+
+TEST(ValidatePlanTest, AcceptsReplicasOfUnitsThatDivide) {
+  EXPECT_TRUE(ValidatePlan(ReplicaPlan(), DividingShape()).ok());
+  absl::Status whole = ValidatePlan(ReplicaPlan(), Shape());
+  EXPECT_THAT(std::string(whole.message()), HasSubstr("replicas need a block whose units"));
+}
+
+TEST(ValidatePlanTest, RejectsBadReplicasNamingTheField) {
+  auto expect = [](WorkloadPlan plan, const std::string& field) {
+    absl::Status status = ValidatePlan(plan, DividingShape());
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(field));
+  };
+  WorkloadPlan plan = ReplicaPlan();
+  plan.blocks[0].replicas[1].unit = 8;
+  expect(plan, "replicas[1].unit 8 out of range [0, 8)");
+  plan = ReplicaPlan();
+  plan.blocks[0].replicas[0].helper = RankId(3);
+  expect(plan, "replicas[0].helper 3 out of range [0, 3)");
+  plan = ReplicaPlan();
+  plan.blocks[0].replicas[0].helper = RankId(1);
+  expect(plan, "replicas[0].helper equals the owner 1 of unit 3");
+  plan = ReplicaPlan();
+  plan.blocks[0].replicas[2].share = 0;
+  expect(plan, "replicas[2].share 0 out of range (0, 1]");
+  plan = ReplicaPlan();
+  plan.blocks[0].replicas[1].share = 0.8;
+  expect(plan, "replicas[1]: unit 3's shares sum to 1.05, over 1");
+  plan = ReplicaPlan();
+  plan.blocks[0].replicas.push_back({0, RankId(2), 0.1});
+  expect(plan, "replicas[3] repeats unit 0 on helper 2");
+  plan = ReplicaPlan();
+  plan.blocks[0].pruned_units = {0, 1, 0};
+  expect(plan, "replicas[0]: unit 3's owner 1 also prunes or offloads");
+  // Owners after the plan's reshard: unit 3 moved to rank 2 cannot be replicated on it.
+  plan = ReplicaPlan();
+  plan.blocks[0].owner_of_unit = Shape().blocks[0].owner_of_unit;
+  plan.blocks[0].owner_of_unit[3] = RankId(2);
+  expect(plan, "replicas[1].helper equals the owner 2 of unit 3");
+}
+
 TEST(ValidatePlanTest, RejectsUnknownImputation) {
   WorkloadPlan plan = ValidPlan();
   plan.imputation = static_cast<Imputation>(9);
@@ -174,6 +231,8 @@ TEST(PlanSummaryTest, DescribesPlan) {
   WorkloadPlan plan = ValidPlan();
   plan.priority = Priority::kRoundRobin;
   EXPECT_EQ(PlanSummary(plan), "v4 (zero, round-robin): block 7 pruned {0,1,0} offload 1->0 x2;");
+  EXPECT_EQ(PlanSummary(ReplicaPlan()),
+            "v5 (zero): block 7 replica 3->0 x0.25 replica 3->2 x0.75 replica 0->2 x0.5;");
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ WorkloadPlan SomePlan() {
                          .pruned_units = {0, 2},
                          .offloads = {{RankId(1), RankId(0), 3}},
                          .owner_of_unit = {RankId(0), RankId(1), RankId(1)}});
+  plan.blocks.push_back(
+      {.block = BlockId(2), .replicas = {{0, RankId(1), 0.25}, {0, RankId(2), 0.5}}});
   return plan;
 }
 

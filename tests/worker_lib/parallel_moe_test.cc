@@ -1,7 +1,8 @@
 // ParallelMoe on real ranks (threads, Gloo over loopback) against the dense double
 // reference (testing/moe_reference.h): every micro-batch's output and input gradient,
-// every step's gathered gradients, and the weights after AdamW, under empty, replica
-// (offload), reshard and prune plans, with top-1 and top-2 routing.
+// every step's gathered gradients, and the weights after AdamW, under empty, offload (a
+// whole expert on a helper), reshard, prune and split plans (an expert's tokens shared
+// with replicas: BlockPlan::replicas), with top-1 and top-2 routing.
 #include "ballast/parallel_moe.h"
 
 #include <map>
@@ -34,7 +35,7 @@ using ::ballast::testing::ToDouble;
 constexpr BlockId kBlock(7);
 constexpr double kTolerance = 2e-4;
 
-enum class PlanKind { kNone, kReplica, kReshard, kPrune };
+enum class PlanKind { kNone, kReplica, kReshard, kPrune, kSplit, kSplitReshard };
 
 struct MoeCase {
   std::string name;
@@ -89,6 +90,18 @@ std::optional<WorkloadPlan> PlanFor(const MoeCase& c) {
       b.pruned_units.assign(c.ranks, 0);
       b.pruned_units[0] = 1;
       b.offloads.push_back({RankId(last), RankId(0), 1});
+      break;
+    case PlanKind::kSplit:  // expert 0's tokens split three ways (or two); expert 5's all
+                            // computed by rank 0, its owner computing none
+      b.replicas.push_back({0, RankId(1), 0.3});
+      if (c.ranks == 3) b.replicas.push_back({0, RankId(2), 0.3});
+      b.replicas.push_back({5, RankId(0), 1.0});
+      break;
+    case PlanKind::kSplitReshard:  // expert 1 moves to the last rank and is split back
+      b.owner_of_unit = EvenOwnership(6, c.ranks);
+      b.owner_of_unit[1] = RankId(last);
+      b.replicas.push_back({1, RankId(0), 0.45});
+      b.replicas.push_back({3, RankId(0), 0.5});
       break;
   }
   return plan;
@@ -217,12 +230,14 @@ TEST_P(MoeMatchesDenseTest, EveryStepUnderThePlan) { RunAndCompare(GetParam()); 
 std::vector<MoeCase> Cases() {
   std::vector<MoeCase> cases;
   for (int ranks : {2, 3}) {
-    for (PlanKind plan :
-         {PlanKind::kNone, PlanKind::kReplica, PlanKind::kReshard, PlanKind::kPrune}) {
+    for (PlanKind plan : {PlanKind::kNone, PlanKind::kReplica, PlanKind::kReshard, PlanKind::kPrune,
+                          PlanKind::kSplit, PlanKind::kSplitReshard}) {
       const std::string plan_name = plan == PlanKind::kNone      ? "Empty"
                                     : plan == PlanKind::kReplica ? "Replica"
                                     : plan == PlanKind::kReshard ? "Reshard"
-                                                                 : "Prune";
+                                    : plan == PlanKind::kPrune   ? "Prune"
+                                    : plan == PlanKind::kSplit   ? "Split"
+                                                                 : "SplitReshard";
       cases.push_back({.name = absl::StrCat(plan_name, "Top2Ranks", ranks),
                        .ranks = ranks,
                        .plan = plan,
@@ -234,6 +249,11 @@ std::vector<MoeCase> Cases() {
                        .plan = plan});
     }
   }
+  cases.push_back({.name = "SplitTop2RecomputeRanks3",
+                   .ranks = 3,
+                   .plan = PlanKind::kSplit,
+                   .micro_batches = 2,
+                   .recompute = true});
   cases.push_back({.name = "ReplicaTop2RecomputeNoAux",
                    .ranks = 3,
                    .aux_loss_coeff = 0.0f,
@@ -315,6 +335,18 @@ TEST(MoePlanTest, MalformedExpertPlansAreRefusedByName) {
     if (resharded.ok()) return absl::InternalError("an expert owned by rank 5 was accepted");
     if (resharded.message().find("owner_of_unit") == std::string::npos) {
       return absl::InternalError(absl::StrCat("does not name the field: ", resharded.message()));
+    }
+    b.owner_of_unit.clear();
+    b.replicas = {{0, RankId(1), 0.5}, {0, RankId(1), 0.25}};
+    plan.version = PlanVersion(3);
+    absl::Status twice = ctx.group->OfferPlan(plan);
+    if (twice.message().find("replicas[1] repeats unit 0 on helper 1") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("a repeated replica: ", twice.ToString()));
+    }
+    b.replicas = {{2, RankId(1), 1.5}};
+    absl::Status over = ctx.group->OfferPlan(plan);
+    if (over.message().find("replicas[0].share 1.5 out of range (0, 1]") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("a share over 1: ", over.ToString()));
     }
     return absl::OkStatus();
   });

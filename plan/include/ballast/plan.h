@@ -1,13 +1,16 @@
 // Workload plans: what each rank of a TP group computes for each block, and how a plan is
 // checked before it may be applied.
 //
-// A block is a sum over independent units (MLP neuron tiles, attention heads); each rank
-// owns a set of units. A plan gives every unit a fate for the steps it is in force:
+// A block is a sum over independent units (MLP neuron tiles, attention heads, experts);
+// each rank owns a set of units. A plan gives every unit a fate for the steps it is in
+// force:
 //
 //   local      its owner computes it (the default)
 //   pruned     nobody computes it; its contribution is imputed (ZERO-resizing)
 //   offloaded  a helper rank computes it this step, exactly, merging the result into the
 //              all-reduce that already exists (migration)
+//   replicated helpers compute slices of its work, the owner the rest (units whose work
+//              divides: a mixture-of-experts expert's tokens; named by id, see Replica)
 //   resharded  it gets a new owner, permanently, with its optimizer state
 //
 // The plan states *how many* of each rank's units are pruned or offloaded, and the new
@@ -63,6 +66,18 @@ struct Offload {
   friend bool operator==(const Offload&, const Offload&) = default;
 };
 
+// Part of one unit's work computed by a helper this step, for blocks whose units' work
+// divides (BlockShape::units_divide: a mixture-of-experts expert's tokens). The helper
+// gets the unit's weights, as an offload's helper does, computes `share` of its work and
+// returns the gradients, which the owner adds to its own. A unit's replicas take
+// consecutive slices of its work in plan order, after the owner's 1 - (sum of shares).
+struct Replica {
+  int32_t unit = 0;
+  RankId helper;
+  double share = 0;  // in (0, 1]; a unit's shares sum to at most 1
+  friend bool operator==(const Replica&, const Replica&) = default;
+};
+
 struct BlockPlan {
   BlockId block;
   // Per rank (size = group size, or empty for none): how many of its units are pruned.
@@ -72,6 +87,10 @@ struct BlockPlan {
   // units whose owner differs from the current one move, with their optimizer state,
   // when the plan is applied. Prune and offload counts refer to this new ownership.
   std::vector<RankId> owner_of_unit;
+  // Units split with helpers by id (blocks whose units divide). A rank whose units have
+  // replicas neither prunes nor offloads in the same block plan: those take units by
+  // count from the owner's priority order, and one unit must not be both.
+  std::vector<Replica> replicas;
   friend bool operator==(const BlockPlan&, const BlockPlan&) = default;
 };
 
@@ -96,6 +115,9 @@ struct BlockShape {
   BlockId block;
   int32_t num_units = 0;
   std::vector<RankId> owner_of_unit;  // current ownership
+  // Whether a unit's work divides between ranks (BlockPlan::replicas), as a mixture-of-
+  // experts expert's tokens do; a tile of MLP neurons or an attention head does not.
+  bool units_divide = false;
 };
 struct GroupShape {
   GroupId group;

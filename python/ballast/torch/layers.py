@@ -372,3 +372,127 @@ class ParallelSelfAttention(_BallastLayer):
                  ("linear_v.weight", (h, kv)), ("linear_q.bias", (a,)),
                  ("linear_k.bias", (kv,)), ("linear_v.bias", (kv,))] +
                 [("linear_proj.weight", (a, h)), ("linear_proj.bias", (h,))])
+
+
+class ParallelMoE(_BallastLayer):
+    """A mixture-of-experts layer with Megatron-core's ``MoELayer`` contract: a router
+    (``x @ router.weight.T`` logits, top-``moe_router_topk`` experts per token) and SwiGLU
+    experts without biases, ``linear_fc2(silu(gate) * up)`` with ``gate, up =
+    linear_fc1(x).chunk(2)`` (Megatron's gated linear unit), each token's output the
+    gate-weighted sum of its experts' plus one output ``bias``.
+
+    The experts are the block's units: plans offload an expert to a helper rank for a step
+    (the helper computes all of its tokens), move its ownership, or prune it (it drops its
+    tokens). The router and its input are replicated, so routing costs no dispatch traffic;
+    the combine is the block's one all-reduce. Gates follow Megatron's router:
+    ``moe_router_pre_softmax=False`` (default) is the softmax over the top-k logits,
+    ``True`` the top-k of the softmax over every expert; ties go to the lower expert index.
+    There is no capacity factor: no token is dropped.
+
+    Aux loss: with ``moe_aux_loss_coeff > 0``, the Switch load-balancing loss
+    ``coeff * E / (T^2 k) * sum_e P_e c_e`` (T the tokens of the forward, P_e the sum of the
+    full softmax's column e, c_e the tokens routed to expert e) is computed in forward and
+    its gradient is added to the router's by the block itself in backward, scaled by
+    :meth:`set_aux_loss_scale` (Megatron's ``MoEAuxLossAutoScaler``). **Do not add**
+    :attr:`aux_loss` **to your loss**: it is a float for logging, and its gradient is
+    already in. Set the scale to ``1 / micro_batches`` when the main loss is averaged over
+    micro-batches (the default 1 fits a single micro-batch).
+
+    Forward ``[s, b, h]`` (or ``[b, s, h]``; tokens are independent) returns
+    ``(output, bias)`` as :class:`ParallelMLP`. State-dict keys (Megatron-core's):
+    ``router.weight`` [E, h]; per expert i ``experts.local_experts.{i}.linear_fc1.weight``
+    [2*ffn, h] (gate rows, then up rows) and ``experts.local_experts.{i}.linear_fc2.weight``
+    [h, ffn]; and ``bias`` [h], Ballast's output bias (zero at start; Megatron's MoE with
+    ``add_bias_linear=False`` has none).
+    """
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, num_moe_experts: int, *,
+                 moe_router_topk: int = 2, moe_router_pre_softmax: bool = False,
+                 moe_aux_loss_coeff: float = 0.0, recompute: bool = False,
+                 skip_bias_add: bool = False, batch_first: bool = False,
+                 block_id: Optional[int] = None, seed: Optional[int] = None,
+                 priority: str = "change", priority_window: int = 50,
+                 owner_of_unit: Optional[List[int]] = None) -> None:
+        s = _session()
+        block = _C.Block.moe(hidden=hidden_size, ffn=ffn_hidden_size,
+                             num_experts=num_moe_experts, top_k=moe_router_topk,
+                             pre_softmax=bool(moe_router_pre_softmax),
+                             aux_loss_coeff=float(moe_aux_loss_coeff),
+                             **_block_args(s, block_id, seed, priority, priority_window,
+                                           owner_of_unit, recompute))
+        super().__init__(s, block, skip_bias_add, batch_first)
+        self.hidden_size = hidden_size
+        self.ffn_hidden_size = ffn_hidden_size
+        self.num_moe_experts = num_moe_experts
+        self.moe_router_topk = moe_router_topk
+        self.moe_router_pre_softmax = bool(moe_router_pre_softmax)
+        self.moe_aux_loss_coeff = float(moe_aux_loss_coeff)
+        self.recompute = recompute
+
+    def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
+                                                             Optional[torch.Tensor]]:
+        _check_input(hidden_states, self.hidden_size, self._name(),
+                     self._session.compute_device)
+        a, b, _ = hidden_states.shape
+        # Routing is per token, so [s, b, h] is (s*b) rows as it stands.
+        return self._run(hidden_states, a * b, 1)
+
+    @property
+    def aux_loss(self) -> float:
+        """The load-balancing loss of the latest forward (0.0 before any, or with
+        ``moe_aux_loss_coeff=0``), unscaled. For logging only: its gradient is already
+        added in backward."""
+        return float(self._block.aux_loss)
+
+    @property
+    def tokens_per_expert(self) -> List[int]:
+        """Tokens routed to each expert by the latest forward (zeros before any)."""
+        return list(self._block.expert_tokens)
+
+    def set_aux_loss_scale(self, scale: float) -> None:
+        """Scales the aux loss's gradient in every later backward, as Megatron's
+        ``MoEAuxLossAutoScaler.set_loss_scale``: ``1 / micro_batches`` when the main loss
+        is averaged over micro-batches (times the loss scale under loss scaling)."""
+        if not math.isfinite(float(scale)):
+            raise ValueError(f"{self._name()}: aux loss scale {scale} is not finite")
+        self._block.set_aux_loss_scale(float(scale))
+
+    # The dense order is MoeParams': w1, w3 (E x h x ffn each), w2 (E x ffn x h), router
+    # (h x E), b2 (h), stored as x @ W; Megatron's keys are nn.Linear's transposes, with
+    # each expert's w1 and w3 stacked into one linear_fc1.
+    def _layout(self):
+        """State-dict keys and their (torch) shapes, in state-dict order."""
+        h, f, n = self.hidden_size, self.ffn_hidden_size, self.num_moe_experts
+        experts = []
+        for i in range(n):
+            experts += [(f"experts.local_experts.{i}.linear_fc1.weight", (2 * f, h)),
+                        (f"experts.local_experts.{i}.linear_fc2.weight", (h, f))]
+        return [("router.weight", (n, h))] + experts + [("bias", (h,))]
+
+    def _dense_parts(self, dense: torch.Tensor):
+        h, f, n = self.hidden_size, self.ffn_hidden_size, self.num_moe_experts
+        w1, w3, w2, router, b2 = torch.split(dense, [n * h * f] * 3 + [h * n, h])
+        return (w1.view(n, h, f), w3.view(n, h, f), w2.view(n, f, h), router.view(h, n), b2)
+
+    def _to_named(self, dense: torch.Tensor) -> List[Tuple[str, torch.Tensor]]:
+        w1, w3, w2, router, b2 = self._dense_parts(dense)
+        named = [("router.weight", router.t().contiguous())]
+        for i in range(self.num_moe_experts):
+            named += [(f"experts.local_experts.{i}.linear_fc1.weight",
+                       torch.cat([w1[i].t(), w3[i].t()])),
+                      (f"experts.local_experts.{i}.linear_fc2.weight", w2[i].t().contiguous())]
+        return named + [("bias", b2.clone())]
+
+    def _from_named(self, named: dict) -> torch.Tensor:
+        for key, shape in self._layout():
+            if tuple(named[key].shape) != shape:
+                raise ValueError(f"{key} has shape {tuple(named[key].shape)}, expected "
+                                 f"{list(shape)}")
+        f = self.ffn_hidden_size
+        prefix = "experts.local_experts"
+        fc1 = [named[f"{prefix}.{i}.linear_fc1.weight"] for i in range(self.num_moe_experts)]
+        parts = ([w[:f].t() for w in fc1] + [w[f:].t() for w in fc1] +
+                 [named[f"{prefix}.{i}.linear_fc2.weight"].t()
+                  for i in range(self.num_moe_experts)] +
+                 [named["router.weight"].t(), named["bias"]])
+        return torch.cat([p.detach().to("cpu", torch.float32).reshape(-1) for p in parts])

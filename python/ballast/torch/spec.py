@@ -13,7 +13,7 @@ layer spec swaps in Ballast in two lines::
 
     spec = get_gpt_layer_local_spec()
     spec.submodules.self_attention = bspec.self_attention_spec()
-    spec.submodules.mlp = bspec.mlp_spec()
+    spec.submodules.mlp = bspec.mlp_spec()        # or bspec.moe_spec() for a MoE layer
 
 Megatron is not needed to use them: :class:`ModuleSpec` and :func:`build_module` here
 have the same shape as Megatron's (duck-typed: either side's spec works with the other's
@@ -29,6 +29,15 @@ group size. Megatron's default activation is the erf GELU; Ballast's is the tanh
 approximation (about 2e-4 relative apart): set ``config.activation_func`` accordingly
 when comparing runs. Megatron fuses SwiGLU's gate and up projections into one
 ``linear_fc1``; Ballast's state dict keeps them as ``linear_fc1`` and ``linear_fc1_up``.
+
+A mixture-of-experts layer (``moe_spec()``, in place of Megatron's ``MoELayer``) reads
+``num_moe_experts``, ``moe_router_topk``, ``moe_router_pre_softmax``,
+``moe_aux_loss_coeff`` and ``moe_ffn_hidden_size`` (``ffn_hidden_size`` when unset), and
+keeps Megatron's state-dict keys. Its experts are SwiGLU without biases, so it wants
+``gated_linear_unit=True`` with ``F.silu`` and ``add_bias_linear=False``; it refuses a
+capacity factor, the z-loss, input jitter, shared experts, load balancing other than
+``aux_loss``/``none``, and ``expert_model_parallel_size`` above 1 (Ballast spreads the
+experts over its TP group itself).
 """
 from __future__ import annotations
 
@@ -39,7 +48,7 @@ import torch
 from torch.nn import functional as F
 
 from ballast.torch.session import session as _session
-from ballast.torch.layers import ParallelMLP, ParallelSelfAttention
+from ballast.torch.layers import ParallelMLP, ParallelMoE, ParallelSelfAttention
 
 
 @dataclass
@@ -76,7 +85,11 @@ def _check_config(config: Any, what: str) -> None:
     for refused, message in refusals:
         if refused:
             raise ValueError(f"{what}: config.{message}")
-    tp = get("tensor_model_parallel_size", None)
+    _check_group_size(config, what)
+
+
+def _check_group_size(config: Any, what: str) -> None:
+    tp = getattr(config, "tensor_model_parallel_size", None)
     size = _session().size
     if tp is not None and tp != size:
         raise ValueError(f"{what}: config.tensor_model_parallel_size {tp} is not Ballast's TP "
@@ -90,11 +103,63 @@ class MegatronMLP(ParallelMLP):
                  input_size: Optional[int] = None, **ballast_options: Any) -> None:
         _check_config(config, "Ballast MLP")
         if is_expert:
-            raise ValueError("Ballast MLP: mixture-of-experts layers are not supported")
+            raise ValueError("Ballast MLP: is_expert=True: Ballast's mixture-of-experts layer "
+                             "is built whole, by moe_spec() in place of Megatron's MoELayer")
         hidden = input_size if input_size is not None else config.hidden_size
         gated = getattr(config, "gated_linear_unit", False)
         super().__init__(hidden, config.ffn_hidden_size, skip_bias_add=True,
                          activation="swiglu" if gated else "gelu", **ballast_options)
+
+
+def _moe_options(config: Any, what: str) -> dict:
+    """ParallelMoE's options from a Megatron MoE config; refuses what it cannot honour."""
+    def get(name: str, default: Any = None) -> Any:
+        return getattr(config, name, default)
+
+    balancing = get("moe_router_load_balancing_type", "aux_loss")
+    refusals = [
+        (not get("num_moe_experts"), "num_moe_experts is not set"),
+        (not get("gated_linear_unit", False) or get("activation_func") is not F.silu,
+         "gated_linear_unit=True with activation_func=F.silu is required: Ballast's experts "
+         "are SwiGLU"),
+        (get("add_bias_linear", True), "add_bias_linear=True: Ballast's experts have no biases"),
+        (get("sequence_parallel", False), "sequence_parallel is not supported"),
+        (get("moe_expert_capacity_factor") is not None,
+         "moe_expert_capacity_factor: Ballast's MoE drops no tokens (no capacity)"),
+        (get("moe_z_loss_coeff"), "moe_z_loss_coeff: the router z-loss is not supported"),
+        (get("moe_input_jitter_eps"), "moe_input_jitter_eps is not supported"),
+        (get("moe_shared_expert_intermediate_size"), "shared experts are not supported"),
+        (get("moe_router_topk_scaling_factor") not in (None, 1, 1.0),
+         "moe_router_topk_scaling_factor is not supported"),
+        (balancing not in ("aux_loss", "none"),
+         f"moe_router_load_balancing_type '{balancing}': only aux_loss (or none)"),
+        (get("expert_model_parallel_size", 1) != 1,
+         "expert_model_parallel_size > 1: Ballast spreads the experts over its TP group"),
+    ]
+    for refused, message in refusals:
+        if refused:
+            raise ValueError(f"{what}: config.{message}")
+    _check_group_size(config, what)
+    ffn = get("moe_ffn_hidden_size")
+    return dict(ffn_hidden_size=config.ffn_hidden_size if ffn is None else ffn,
+                num_moe_experts=config.num_moe_experts,
+                moe_router_topk=get("moe_router_topk", 2),
+                moe_router_pre_softmax=bool(get("moe_router_pre_softmax", False)),
+                moe_aux_loss_coeff=(0.0 if balancing == "none"
+                                    else float(get("moe_aux_loss_coeff", 0.0))))
+
+
+class MegatronMoE(ParallelMoE):
+    """Ballast's MoE with Megatron-core's ``MoELayer(config, submodules, layer_number)``
+    signature; forward returns ``(output, bias)`` with the bias left out for the layer's
+    bias-dropout-add. Megatron's ``MoEAuxLossAutoScaler.set_loss_scale`` is this layer's
+    :meth:`set_aux_loss_scale` (Ballast adds the aux loss's gradient itself)."""
+
+    def __init__(self, config: Any, submodules: Any = None, layer_number: Optional[int] = None,
+                 **ballast_options: Any) -> None:
+        options = _moe_options(config, "Ballast MoE")
+        super().__init__(config.hidden_size, skip_bias_add=True, **options, **ballast_options)
+        self.layer_number = layer_number
 
 
 class MegatronSelfAttention(ParallelSelfAttention):
@@ -158,3 +223,8 @@ def mlp_spec(**ballast_options: Any) -> ModuleSpec:
 def self_attention_spec(**ballast_options: Any) -> ModuleSpec:
     """A spec for a layer's ``self_attention`` submodule."""
     return ModuleSpec(module=MegatronSelfAttention, params=dict(ballast_options))
+
+
+def moe_spec(**ballast_options: Any) -> ModuleSpec:
+    """A spec for a MoE layer's ``mlp`` submodule (Megatron's ``MoELayer``)."""
+    return ModuleSpec(module=MegatronMoE, params=dict(ballast_options))

@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -187,6 +188,10 @@ class ParallelBlock {
     // The range's unit ids, in slab order (helper ranges have them when the subclass
     // asks: SendsUnitIds).
     std::vector<int32_t> unit_ids;
+    // Per unit, the slice [begin, end) of its work this range computes, when a plan
+    // splits units (BlockPlan::replicas; only blocks whose UnitsDivide). Empty: every
+    // unit whole. The subclass cuts a unit's work at the same fractions on every rank.
+    std::vector<std::pair<double, double>> spans;
     std::vector<Buffer>* cache = nullptr;  // subclass activations for backward
     float* mean_out = nullptr;  // batch-mean activation per unit, or null (helper ranges)
     int32_t units = 0;
@@ -215,6 +220,9 @@ class ParallelBlock {
   absl::Status EnsureSize(Buffer& buffer, size_t n);
 
   // --- Hooks a subclass may override. ---
+  // Whether a unit's work divides between ranks (plans may give it replicas that compute
+  // slices of it: UnitRange::spans), as a mixture-of-experts expert's tokens do.
+  virtual bool UnitsDivide() const { return false; }
   // Whether helpers need the ids of the units they compute (UnitRange::unit_ids): the
   // owner then sends them with the weights, once a step.
   virtual bool SendsUnitIds() const { return false; }

@@ -10,12 +10,15 @@
 // rank gathers its experts' tokens locally, and the combine is the block's one
 // all-reduce: Megatron's "allgather" token dispatcher, with no dispatch traffic at all.
 //
-// An expert is a unit, so ParallelBlock's plans apply unchanged: an offloaded expert is a
-// replica for the step (its weights go to the helper, which computes all of its tokens and
-// returns its gradients), a reshard moves an expert's ownership for good, and a pruned
-// expert drops its tokens (it contributes nothing to them and receives no gradient,
-// whatever the plan's imputation). Helpers learn which experts they compute from the owner
-// (SendsUnitIds).
+// An expert is a unit, so ParallelBlock's plans apply unchanged: an offloaded expert is
+// computed whole by its helper for the step (its weights go there, its gradients come
+// back; helpers learn which experts from the owner: SendsUnitIds), a reshard moves an
+// expert's ownership for good, and a pruned expert drops its tokens (it contributes
+// nothing to them and receives no gradient, whatever the plan's imputation). An expert's
+// work divides (UnitsDivide), so a plan may also give a hot expert replicas
+// (BlockPlan::replicas): each computes its share of the expert's tokens (consecutive
+// slices in token order, cut alike on every rank) with the expert's weights, and the
+// owner adds the replicas' gradients to its own.
 //
 // Backward: each rank adds dL/d(gate) of its experts' tokens into a tokens x experts
 // matrix; one all-reduce of it (tokens x experts floats, small) lets every rank compute
@@ -92,6 +95,7 @@ class ParallelMoe final : public ParallelBlock {
   absl::Status PrepareShape(int32_t batch, int32_t seq) override;
   std::vector<size_t> CacheSizes(int32_t units, int32_t batch, int32_t seq) const override;
   bool SendsUnitIds() const override { return true; }
+  bool UnitsDivide() const override { return true; }
   absl::Status BeginForward(const float* x, int32_t batch, int32_t seq) override;
   void ForwardRange(const UnitRange& range, const float* x, int32_t batch, int32_t seq, float beta,
                     float* z) override;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "ballast/parallel_attention.h"
 #include "ballast/parallel_mlp.h"
+#include "ballast/parallel_moe.h"
 #include "session.h"
 
 namespace py = pybind11;
@@ -212,8 +213,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& process_group,
                        const std::string& group, int32_t plan_history, int blas_threads,
                        const std::string& collectives, const py::object& store,
-                       double timeout_seconds, int cuda_device, bool nccl,
-                       uintptr_t cuda_stream, const std::string& gemm_precision) {
+                       double timeout_seconds, int cuda_device, bool nccl, uintptr_t cuda_stream,
+                       const std::string& gemm_precision) {
              SessionOptions options{.group = group,
                                     .plan_history = plan_history,
                                     .blas_threads = blas_threads,
@@ -226,8 +227,8 @@ PYBIND11_MODULE(_C, m) {
              if (collectives == "ballast") {
                options.collectives = Collectives::kBallast;
              } else if (collectives != "torch") {
-               throw py::value_error(absl::StrCat("collectives '", collectives,
-                                                  "' is not one of torch, ballast"));
+               throw py::value_error(
+                   absl::StrCat("collectives '", collectives, "' is not one of torch, ballast"));
              }
              return std::shared_ptr<Session>(Value(Released([&] {
                return Session::Create(process_group, options);  // the mesh connects: no GIL
@@ -337,6 +338,47 @@ PYBIND11_MODULE(_C, m) {
           py::arg("owner_of_unit"), py::arg("num_query_groups") = 0, py::arg("causal") = false,
           py::arg("rotary") = false, py::arg("rotary_base") = 10000.0f,
           py::arg("recompute") = false, py::arg("keep_gradients") = false)
+      .def_static(
+          "moe",
+          [](std::shared_ptr<Session> session, int32_t id, int32_t hidden, int32_t ffn,
+             int32_t num_experts, int32_t top_k, bool pre_softmax, float aux_loss_coeff,
+             int64_t seed, const std::string& priority, int32_t priority_window,
+             const std::vector<int32_t>& owner_of_unit, bool recompute, bool keep_gradients) {
+            MoeConfig config;
+            config.id = BlockId(id);
+            config.hidden = hidden;
+            config.ffn = ffn;
+            config.num_experts = num_experts;
+            config.top_k = top_k;
+            config.pre_softmax = pre_softmax;
+            config.aux_loss_coeff = aux_loss_coeff;
+            config.units = ParseUnits(seed, priority, priority_window, owner_of_unit, recompute,
+                                      keep_gradients);
+            return Value(Block::CreateMoe(std::move(session), config));
+          },
+          py::arg("session"), py::arg("id"), py::arg("hidden"), py::arg("ffn"),
+          py::arg("num_experts"), py::arg("top_k"), py::arg("pre_softmax"),
+          py::arg("aux_loss_coeff"), py::arg("seed"), py::arg("priority"),
+          py::arg("priority_window"), py::arg("owner_of_unit"), py::arg("recompute") = false,
+          py::arg("keep_gradients") = false)
+      // MoE only. A block of another kind has no aux loss (0.0) and no experts ([]); setting
+      // its aux-loss scale is refused (ValueError), since it could only be a mistake.
+      .def_property_readonly("aux_loss",
+                             [](Block& b) { return b.moe() ? b.moe()->aux_loss() : 0.0; })
+      .def_property_readonly(
+          "expert_tokens",
+          [](Block& b) { return b.moe() ? b.moe()->expert_tokens() : std::vector<int32_t>(); })
+      .def(
+          "set_aux_loss_scale",
+          [](Block& b, float scale) {
+            if (b.moe() == nullptr) {
+              throw py::value_error(absl::StrCat("block ", b.block().id().value(),
+                                                 ": set_aux_loss_scale on a block that is not "
+                                                 "a mixture of experts"));
+            }
+            b.moe()->set_aux_loss_scale(scale);
+          },
+          py::arg("scale"))
       .def(
           "forward",
           [](Block& b, const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,

@@ -3,7 +3,6 @@
 #include <map>
 #include <utility>
 
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "c10d_gloo_store.h"
@@ -178,6 +177,14 @@ absl::StatusOr<std::unique_ptr<Block>> Block::CreateAttention(std::shared_ptr<Se
       new Block(std::move(session), *std::move(attn), BlockKind::kAttention));
 }
 
+absl::StatusOr<std::unique_ptr<Block>> Block::CreateMoe(std::shared_ptr<Session> session,
+                                                        const MoeConfig& config) {
+  if (absl::Status s = CheckCanCreate(*session); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<ParallelMoe>> moe = ParallelMoe::Create(&session->group(), config);
+  if (!moe.ok()) return moe.status();
+  return std::unique_ptr<Block>(new Block(std::move(session), *std::move(moe), BlockKind::kMoe));
+}
+
 absl::Status Block::CheckTensor(const at::Tensor& t, const char* name, int64_t numel) const {
   const std::string where = absl::StrCat("block ", block_->id().value(), ": ", name);
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(where, " is undefined"));
@@ -187,8 +194,8 @@ absl::Status Block::CheckTensor(const at::Tensor& t, const char* name, int64_t n
         "; Ballast's layers take float32 (bf16/fp16 GEMMs: the gemm_precision option)"));
   }
   const int device = session_->cuda_device();
-  const bool right_device = device < 0 ? t.device().is_cpu()
-                                       : t.device().is_cuda() && t.device().index() == device;
+  const bool right_device =
+      device < 0 ? t.device().is_cpu() : t.device().is_cuda() && t.device().index() == device;
   if (!right_device) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, " is on ", t.device().str(), "; this session's layers take ",
@@ -233,11 +240,16 @@ absl::Status Block::LoadDense(const at::Tensor& dense) {
   const int64_t n = static_cast<int64_t>(block_->dense_size());
   if (dense.scalar_type() != at::kFloat || !dense.device().is_cpu() || !dense.is_contiguous() ||
       dense.numel() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block ", block_->id().value(), ": dense parameters must be a contiguous "
-                     "float32 CPU tensor of ", n, " elements"));
+    return absl::InvalidArgumentError(absl::StrCat("block ", block_->id().value(),
+                                                   ": dense parameters must be a contiguous "
+                                                   "float32 CPU tensor of ",
+                                                   n, " elements"));
   }
   std::vector<float> values(dense.data_ptr<float>(), dense.data_ptr<float>() + n);
+  if (kind_ == BlockKind::kMoe) {
+    auto& moe = static_cast<ParallelMoe&>(*block_);
+    return moe.LoadDense(MoeParams::Split(values, moe.config()));
+  }
   if (kind_ == BlockKind::kMlp) {
     auto& mlp = static_cast<ParallelMlp&>(*block_);
     return mlp.LoadDense(

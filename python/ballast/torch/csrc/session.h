@@ -28,6 +28,7 @@
 #include "ballast/block.h"
 #include "ballast/parallel_attention.h"
 #include "ballast/parallel_mlp.h"
+#include "ballast/parallel_moe.h"
 #include "ballast/plan.h"
 #include "ballast/tp_group.h"
 
@@ -99,7 +100,7 @@ class Session {
   bool in_step_ = false;
 };
 
-enum class BlockKind { kMlp, kAttention };
+enum class BlockKind { kMlp, kAttention, kMoe };
 
 // One Ballast layer's block. Keeps its session alive (blocks unregister from the group
 // when they go).
@@ -109,6 +110,8 @@ class Block {
                                                           const MlpConfig& config);
   static absl::StatusOr<std::unique_ptr<Block>> CreateAttention(std::shared_ptr<Session> session,
                                                                 const AttentionConfig& config);
+  static absl::StatusOr<std::unique_ptr<Block>> CreateMoe(std::shared_ptr<Session> session,
+                                                          const MoeConfig& config);
 
   // x and y: contiguous float32 tensors of batch * seq * hidden elements on the session's
   // device (CPU, or its CUDA device); x must stay alive and unchanged until Backward (the
@@ -116,13 +119,18 @@ class Block {
   absl::Status Forward(const at::Tensor& x, int32_t batch, int32_t seq, const at::Tensor& y,
                        bool add_output_bias);
   absl::Status Backward(const at::Tensor& dy, const at::Tensor& dx);
-  // Every rank passes the same dense parameters (MlpParams / AttentionParams order);
+  // Every rank passes the same dense parameters (MlpParams / AttentionParams / MoeParams
+  // order);
   // resets optimizer state.
   absl::Status LoadDense(const at::Tensor& dense);
 
   // Everything else (AdamW, gathers, checkpoints, gradient norms) is the block's own API.
   ParallelBlock& block() { return *block_; }
   BlockKind kind() const { return kind_; }
+  // The MoE block, or null for the other kinds.
+  ParallelMoe* moe() {
+    return kind_ == BlockKind::kMoe ? static_cast<ParallelMoe*>(block_.get()) : nullptr;
+  }
 
  private:
   Block(std::shared_ptr<Session> session, std::unique_ptr<ParallelBlock> block, BlockKind kind);
