@@ -151,6 +151,27 @@ std::vector<int32_t> ParallelMoe::expert_tokens() const {
   return counts;
 }
 
+absl::Status ParallelMoe::SetRouterBias(const std::vector<float>& bias) {
+  if (bias.empty()) {
+    router_bias_ = Buffer();
+    return absl::OkStatus();
+  }
+  if (bias.size() != static_cast<size_t>(config_.num_experts)) {
+    return absl::InvalidArgumentError(absl::StrCat("moe block ", id().value(), ": router bias has ",
+                                                   bias.size(), " values, expected ",
+                                                   config_.num_experts, " (one per expert)"));
+  }
+  for (size_t e = 0; e < bias.size(); ++e) {
+    if (!std::isfinite(bias[e])) {
+      return absl::InvalidArgumentError(absl::StrCat("moe block ", id().value(), ": router bias[",
+                                                     e, "] = ", bias[e], " is not finite"));
+    }
+  }
+  BALLAST_RETURN_IF_ERROR(EnsureSize(router_bias_, bias.size()));
+  compute().CopyFromHost(bias.data(), router_bias_.data(), bias.size());
+  return absl::OkStatus();
+}
+
 size_t ParallelMoe::DenseSize() const { return MoeOffsets(config_).end; }
 
 // The replicated parameters are [b2 (hidden) | router (hidden x experts)].
@@ -226,6 +247,9 @@ absl::Status ParallelMoe::BeginForward(const float* x, int32_t batch, int32_t se
   if (group_->rank().value() == 0) {
     c.Gemm(false, false, t, e_count, h, 1.0f, x, h, replicated() + h, e_count, 0.0f, logits_.data(),
            e_count);
+    if (!router_bias_.empty()) {
+      c.AddRowVector(logits_.data(), t, e_count, e_count, router_bias_.data());
+    }
   } else {
     c.Fill(logits_.data(), 0.0f, n);
   }

@@ -9,6 +9,12 @@ vit_train.py), so the launcher runs it under real contention and bench/e2e.py me
 it::
 
   examples/vit/launch.py --build build --trainer gpt --straggler 1:2 --steps 400
+  examples/vit/launch.py --build build --trainer gpt-moe ...   # 8 experts, top-2
+
+With ``--moe_experts E`` every decoder layer's MLP is a mixture of E SwiGLU experts
+(``ballast.torch.ParallelMoE``, top-``--moe_topk`` routing, the Switch load-balancing loss
+at ``--moe_aux_coeff``); the experts are the block's units, which Ballast's plans move,
+offload and prune as they do the dense MLP's columns.
 
 With ``--device cuda`` the same model trains on GPUs (scripts/gpu-check compares its
 losses with the CPU's).
@@ -19,6 +25,7 @@ to '?'); the last 5% is held out for validation. Every rank reads the same batch
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -58,16 +65,31 @@ def load_corpus(data_dir: str) -> torch.Tensor:
     return torch.where(codes < VOCAB, codes, torch.full_like(codes, ord("?")))
 
 
+def moe_ffn(a) -> int:
+    """Each expert's SwiGLU size: --moe_ffn, else --ffn / --moe_topk rounded up, so that a
+    token's top-k experts cost what the dense MLP does (the same step time, with E/k times
+    the MLP parameters)."""
+    return a.moe_ffn or -(-a.ffn // a.moe_topk)
+
+
 def decoder_layer(a) -> training.PreNormLayer:
-    """A pre-norm decoder layer; attention and MLP are Ballast's TP blocks."""
+    """A pre-norm decoder layer; attention and MLP (dense, or a mixture of experts) are
+    Ballast's TP blocks."""
+    if a.moe_experts:
+        mlp = bt.ParallelMoE(a.hidden, moe_ffn(a), a.moe_experts, moe_router_topk=a.moe_topk,
+                             moe_aux_loss_coeff=a.moe_aux_coeff, recompute=a.recompute,
+                             batch_first=True, skip_bias_add=True, seed=a.seed,
+                             priority=a.priority)
+    else:
+        mlp = bt.ParallelMLP(a.hidden, a.ffn, unit_size=a.mlp_unit_size, activation="swiglu",
+                             recompute=a.recompute, batch_first=True, skip_bias_add=True,
+                             seed=a.seed, priority=a.priority)
     return training.PreNormLayer(
         a.hidden,
         bt.ParallelSelfAttention(a.hidden, a.heads, num_query_groups=a.kv_groups, causal=True,
                                  rotary=True, recompute=a.recompute, batch_first=True,
                                  seed=a.seed, priority=a.priority),
-        bt.ParallelMLP(a.hidden, a.ffn, unit_size=a.mlp_unit_size, activation="swiglu",
-                       recompute=a.recompute, batch_first=True, skip_bias_add=True,
-                       seed=a.seed, priority=a.priority))
+        mlp)
 
 
 class GPT(nn.Module):
@@ -124,31 +146,51 @@ def train(a) -> None:
     model = GPT(a).to(a.torch_device)
     opt, sched, start, out = training.start_training(a, model, session)
     micro_batches = a.batch // a.micro_batch
+    moes = [layer.mlp for layer in model.layers] if a.moe_experts else []
+    for moe in moes:  # the main loss is averaged over the micro-batches; so is the aux loss
+        moe.set_aux_loss_scale(1.0 / micro_batches)
+    mlp = (f"{a.moe_experts} SwiGLU experts of {moe_ffn(a)}, top-{a.moe_topk}, aux loss "
+           f"x{a.moe_aux_coeff:g}" if a.moe_experts else f"SwiGLU {a.ffn}")
     out.event(f"GPT (PyTorch + ballast.torch) {a.layers} layers x {a.hidden} wide, {a.heads} "
-              f"heads in {a.kv_groups} KV groups, SwiGLU {a.ffn}; {len(train_text) / 1e6:.1f} "
+              f"heads in {a.kv_groups} KV groups, {mlp}; {len(train_text) / 1e6:.1f} "
               f"MB of fortunes; {a.world} ranks; {micro_batches} micro-batches of "
               f"{a.micro_batch} x {a.seq} characters{'; recompute' if a.recompute else ''}; "
               f"{'balanced by Ballast' if a.agent_socket else 'plain TP (no agent)'}"
               f"{f'; resumed at step {start}' if start else ''}")
     generator = torch.Generator()
+    aux_ema = load_ema = 0.0
     step = start
     while step < a.steps and training.keep_going():
         begin = time.perf_counter()
         generator.manual_seed(a.seed * 1000003 + step)  # the same windows on every rank
         starts = torch.randint(0, len(train_text) - a.seq - 1, (a.batch,), generator=generator)
-        total = 0.0
+        total, aux = 0.0, 0.0
+        routed = [0] * a.moe_experts  # the last layer's tokens per expert over the step
         for i in range(micro_batches):  # forward and backward per micro-batch; grads add up
             x, y = (t.to(a.torch_device) for t in batch_at(
                 train_text, starts[i * a.micro_batch:(i + 1) * a.micro_batch], a.seq))
+            # The MoE blocks add their aux loss's gradient themselves: not part of `loss`.
             loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1)) / micro_batches
             loss.backward()
             total += loss.item()
+            if moes:
+                aux += sum(m.aux_loss for m in moes) / (len(moes) * micro_batches)
+                routed = [r + t for r, t in zip(routed, moes[-1].tokens_per_expert)]
         bt.clip_grad_norm_(model.parameters(), 1.0)
         lr = opt.param_groups[0]["lr"]
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
-        out.step(step, time.perf_counter() - begin, total, lr)
+        extra, note = None, ""
+        if moes:
+            # Load imbalance: the busiest expert's tokens over the mean (1 = even).
+            load = max(routed) * a.moe_experts / max(sum(routed), 1)
+            extra = {"aux_loss": aux, "expert_load_ratio": load}
+            # Smoothed as the loss on the log line is.
+            aux_ema = aux if aux_ema == 0 else 0.95 * aux_ema + 0.05 * aux
+            load_ema = load if load_ema == 0 else 0.95 * load_ema + 0.05 * load
+            note = f"aux {aux_ema:.4f}  experts max/mean {load_ema:.2f}"
+        out.step(step, time.perf_counter() - begin, total, lr, extra=extra, note=note)
         step += 1
     def validate_all() -> dict:
         val_loss, accuracy = validate(model, val_text, a)
@@ -177,6 +219,15 @@ def parse(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--recompute", action="store_true",
                    help="recompute the blocks' activations in backward instead of keeping them")
     p.add_argument("--val_windows", type=int, default=256)
+    p.add_argument("--moe_experts", type=int, default=0,
+                   help="experts per MoE MLP (ballast.torch.ParallelMoE); 0 = the dense "
+                        "SwiGLU MLP")
+    p.add_argument("--moe_topk", type=int, default=2, help="experts each token is routed to")
+    p.add_argument("--moe_aux_coeff", type=float, default=0.01,
+                   help="the load-balancing (aux) loss's coefficient; 0 = none")
+    p.add_argument("--moe_ffn", type=int, default=0,
+                   help="each expert's SwiGLU intermediate size (default: --ffn / --moe_topk "
+                        "rounded up: a token's experts then cost what the dense MLP does)")
     return training.parse(p, argv, lambda a: [
         (2 <= a.seq <= 4096, f"--seq={a.seq} out of range [2, 4096]"),
         (a.micro_batch >= 1 and a.batch % a.micro_batch == 0,
@@ -189,6 +240,13 @@ def parse(argv: List[str]) -> argparse.Namespace:
         (a.mlp_unit_size >= 1 and a.ffn % a.mlp_unit_size == 0,
          f"--mlp_unit_size={a.mlp_unit_size} must divide --ffn={a.ffn}"),
         (a.val_windows >= 1, "--val_windows must be >= 1"),
+        (0 <= a.moe_experts <= 1024, f"--moe_experts={a.moe_experts} out of range [0, 1024] "
+                                     f"(0 = dense MLP)"),
+        (not a.moe_experts or 1 <= a.moe_topk <= a.moe_experts,
+         f"--moe_topk={a.moe_topk} out of range [1, --moe_experts={a.moe_experts}]"),
+        (a.moe_aux_coeff >= 0 and math.isfinite(a.moe_aux_coeff),
+         f"--moe_aux_coeff={a.moe_aux_coeff} must be finite and >= 0"),
+        (a.moe_ffn >= 0, f"--moe_ffn={a.moe_ffn} < 0 (0 = --ffn / --moe_topk)"),
     ])
 
 

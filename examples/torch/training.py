@@ -10,7 +10,7 @@ A trainer supplies its model and data, and calls these in its loop::
     opt, sched, step, out = start_training(a, model, session)
     while step < a.steps and keep_going():
         ...forward, backward, opt.step()...
-        out.step(step, wall, loss, lr, extra={...})
+        out.step(step, wall, loss, lr, extra={...}, note="...")
     finish(a, out, model, opt, sched, step, evaluate)
 """
 from __future__ import annotations
@@ -195,7 +195,8 @@ class Reporter:
             print(("\r\033[K" if self.progress == "bar" else "") + text, flush=True)
 
     def step(self, step: int, wall: float, loss: float, lr: float,
-             extra: Optional[Dict[str, float]] = None) -> None:
+             extra: Optional[Dict[str, float]] = None, note: str = "") -> None:
+        """One step's record; `extra` joins the JSON record, `note` the progress line."""
         a, session = self.a, self.session
         version, number = session.applied_version, session.applied_plan_number
         if version != self.shown_version:
@@ -206,7 +207,7 @@ class Reporter:
         self.ema = wall if self.ema == 0 else 0.9 * self.ema + 0.1 * wall
         self.loss_ema = loss if self.loss_ema == 0 else 0.95 * self.loss_ema + 0.05 * loss
         line = (f"{1e3 * self.ema:6.1f} ms/step  loss {self.loss_ema:.3f}  "
-                f"plan #{number}: {describe(self.view)}")
+                f"{note + '  ' if note else ''}plan #{number}: {describe(self.view)}")
         if self.progress == "bar":
             filled = 24 * (step + 1) // a.steps
             print(f"\r[{'#' * filled}{'.' * (24 - filled)}] {step + 1:5d}/{a.steps}  {line}\033[K",

@@ -18,6 +18,7 @@ directory, cgroups and sockets are removed.
   launch.py --build build --mode auto --straggler 1:2            # the demo
   launch.py --build build --mode off --straggler 1:2@100-300 --out /tmp/run-b
   launch.py --build build --trainer torch --straggler 1:2@100-   # the PyTorch trainer
+  launch.py --build build --trainer gpt-moe --straggler 1:2@100-  # GPT, 8 experts top-2
   launch.py --build build --straggler 1:2@50- --contention device  # a slower device
   launch.py --build build --netns 0:nodea:10.213.0.1 --netns 1:nodeb:10.213.0.2 ...
                                             # ranks on emulated nodes (namespaces made before)
@@ -54,7 +55,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    help="Ballast's balancing mode")
     p.add_argument("--trainer", choices=harness.TRAINERS, default="cpp",
                    help="cpp: examples/vit/vit_train; torch: examples/torch/vit_train.py; "
-                        "gpt: examples/torch/gpt_train.py")
+                        "gpt: examples/torch/gpt_train.py; gpt-moe: the same GPT with "
+                        "mixture-of-experts MLPs (--moe_experts=8 --moe_topk=2)")
     p.add_argument("--straggler", action="append", default=[],
                    metavar="RANK:SLOWDOWN[@START-END,...]",
                    help="slow RANK down SLOWDOWN times during the step windows "

@@ -28,8 +28,8 @@ Modules, one concern each:
 """
 
 from .cgroups import CgroupQuota
-from .config import (CONTENTION_KINDS, JOB_OF_TRAINER, MODES, TORCH_SCRIPT, TRAINERS, JobConfig,
-                     LaunchError, Straggler, log, parse_netns)
+from .config import (CONTENTION_KINDS, JOB_OF_TRAINER, MODES, TORCH_SCRIPT, TRAINER_FLAGS,
+                     TRAINERS, JobConfig, LaunchError, Straggler, log, parse_netns)
 from .contention import SLOWDOWN_FILE_ENV, Contention
 from .control_plane import ControlPlane
 from .job import Job, run_job
@@ -40,7 +40,7 @@ from .records import RankRecords, load_contention, load_ranks, median, summarize
 __all__ = [
     "CONTENTION_KINDS", "CgroupQuota", "Contention", "ControlPlane", "JOB_OF_TRAINER", "Job",
     "JobConfig", "LaunchError", "MODES", "Processes", "RankRecords", "SLOWDOWN_FILE_ENV",
-    "Straggler", "TORCH_SCRIPT", "TRAINERS", "binary", "describe_exit", "free_port",
-    "load_contention", "load_ranks", "log", "median", "parse_netns", "run_job", "stop_process",
-    "summarize", "tail", "wait_until",
+    "Straggler", "TORCH_SCRIPT", "TRAINER_FLAGS", "TRAINERS", "binary", "describe_exit",
+    "free_port", "load_contention", "load_ranks", "log", "median", "parse_netns", "run_job",
+    "stop_process", "summarize", "tail", "wait_until",
 ]

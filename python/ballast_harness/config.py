@@ -12,11 +12,14 @@ from typing import Optional
 
 MODES = ("auto", "resize", "migrate", "observe", "off")
 # The trainers, with the same flags and per-step records: the ViT in C++ on worker_lib's
-# API and in PyTorch on ballast.torch (examples/torch/vit_train.py), and a character-level
-# GPT in PyTorch (examples/torch/gpt_train.py). Each trainer's job name, for its policy.
-TRAINERS = ("cpp", "torch", "gpt")
-JOB_OF_TRAINER = {"cpp": "vit", "torch": "vit", "gpt": "gpt"}
-TORCH_SCRIPT = {"torch": "vit_train.py", "gpt": "gpt_train.py"}
+# API and in PyTorch on ballast.torch (examples/torch/vit_train.py), a character-level GPT
+# in PyTorch (examples/torch/gpt_train.py), and the same GPT with mixture-of-experts MLPs
+# (8 experts, top-2). Each trainer's job name, for its policy; its script; and the flags it
+# always gets (before the caller's trainer_args, which win).
+TRAINERS = ("cpp", "torch", "gpt", "gpt-moe")
+JOB_OF_TRAINER = {"cpp": "vit", "torch": "vit", "gpt": "gpt", "gpt-moe": "gpt-moe"}
+TORCH_SCRIPT = {"torch": "vit_train.py", "gpt": "gpt_train.py", "gpt-moe": "gpt_train.py"}
+TRAINER_FLAGS = {"gpt-moe": ["--job=gpt-moe", "--moe_experts=8", "--moe_topk=2"]}
 # How a straggler is slowed (contention.py): auto = quota where cgroups are writable, else
 # cotenant; quota = a co-tenant process plus a CPU quota; cotenant = a co-tenant alone;
 # device = an emulated slower device, the rank's block compute only (CPU backend).

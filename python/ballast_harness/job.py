@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from .config import TORCH_SCRIPT, JobConfig, LaunchError, log
+from .config import TORCH_SCRIPT, TRAINER_FLAGS, JobConfig, LaunchError, log
 from .contention import Contention, check_contention, rank_env
 from .control_plane import NODE, ControlPlane
 from .processes import Part, Processes, binary, describe_failures, stop_process
@@ -95,7 +95,8 @@ class Job:
 
     def rank_flags(self, r: int) -> list[str]:
         """Rank r's trainer flags. --batch only when the config names one: each trainer has
-        its own default (the GPT's 16 sequences in 2 micro-batches are not the ViT's 64)."""
+        its own default (the GPT's 16 sequences in 2 micro-batches are not the ViT's 64).
+        The trainer's own flags (TRAINER_FLAGS) come before the caller's, which win."""
         cfg = self.cfg
         return [f"--rank={r}", f"--world={cfg.world}",
                 f"--rendezvous={os.path.join(self.run_dir, 'rendezvous')}",
@@ -105,7 +106,7 @@ class Job:
                 f"--metrics_out={os.path.join(self.out, f'rank-{r}.jsonl')}",
                 f"--progress={cfg.progress if r == 0 else 'none'}",
                 *([f"--backend={cfg.backend}"] if cfg.backend != "cpu" else []),
-                *cfg.trainer_args]
+                *TRAINER_FLAGS.get(cfg.trainer, []), *cfg.trainer_args]
 
     def start_ranks(self, trainer: list[str], trainer_env: Optional[dict[str, str]]) -> None:
         cfg = self.cfg

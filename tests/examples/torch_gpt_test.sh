@@ -2,7 +2,8 @@
 # The PyTorch GPT (examples/torch/gpt_train.py: causal GQA attention with RoPE, SwiGLU,
 # micro-batches, recompute) under the launcher with a real coordinator, agent and
 # contention: its timings reach the coordinator, the plans that come back are applied,
-# and it learns (validation loss well under the uniform guess's ln 128 = 4.85).
+# and it learns (validation loss well under the uniform guess's ln 128 = 4.85). Then the
+# mixture-of-experts variant (--trainer gpt-moe) briefly.
 #   torch_gpt_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -34,4 +35,32 @@ loss=$(grep '"final"' "$dir/run/rank-0.jsonl" | sed 's/.*"val_loss": \([0-9.e-]*
 /usr/bin/python3 -c "import sys; sys.exit(0 if float('$loss') < 3.5 else 1)" ||
   fail "validation loss $loss: the GPT did not learn"
 echo "ok: the GPT trained under Ballast ($plans plans received, validation loss $loss)"
+
+# The mixture-of-experts variant (--trainer gpt-moe: every MLP 8 SwiGLU experts, top-2,
+# with the load-balancing loss), briefly and calm: it trains, its training loss falls, and
+# its log line and records carry the aux loss and the experts' load imbalance.
+/usr/bin/python3 "$src/examples/vit/launch.py" --build "$build" --trainer gpt-moe \
+  --steps 40 --batch 16 --out "$dir/moe" --progress lines -- "${small[@]}" --log_every=10 \
+  >"$dir/moe.log" 2>&1 || fail "gpt-moe launcher run exited with $?"
+for want in "8 SwiGLU experts of 192, top-2, aux loss x0.01" "finished 40 steps" \
+            "experts max/mean"; do
+  grep -q "$want" "$dir/moe.log" || fail "gpt-moe: no '$want'"
+done
+/usr/bin/python3 - "$dir/moe/rank-0.jsonl" <<'PY' || fail "gpt-moe: bad records (above)"
+import json, math, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+steps = [r for r in records if "step" in r]
+final = [r for r in records if r.get("final")][0]
+first = sum(r["loss"] for r in steps[:5]) / 5
+last = sum(r["loss"] for r in steps[-5:]) / 5
+ok = (len(steps) == 40 and all(math.isfinite(r["loss"]) for r in steps) and last < first - 0.5
+      and all(math.isfinite(r["aux_loss"]) and r["aux_loss"] > 0 for r in steps)
+      and all(1 <= r["expert_load_ratio"] <= 8 for r in steps)
+      and final["val_loss"] < math.log(128))
+print(f"gpt-moe: training loss {first:.3f} -> {last:.3f}, aux loss {steps[-1]['aux_loss']:.4f}, "
+      f"expert load max/mean {steps[-1]['expert_load_ratio']:.2f}, validation loss "
+      f"{final['val_loss']:.3f}")
+sys.exit(0 if ok else 1)
+PY
+echo "ok: the GPT with mixture-of-experts MLPs trained under Ballast"
 echo "PASS"

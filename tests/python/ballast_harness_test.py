@@ -284,6 +284,23 @@ class JobTest(unittest.TestCase):
             self.assertEqual([f for f in flags if f.startswith("--batch")], want)
             self.assertIn("--rank=1", flags)
 
+    def test_gpt_moe_is_the_gpt_script_with_its_experts_and_job(self) -> None:
+        self.assertIn("gpt-moe", harness.TRAINERS)
+        self.assertEqual(harness.TORCH_SCRIPT["gpt-moe"], harness.TORCH_SCRIPT["gpt"])
+        self.assertEqual(harness.JOB_OF_TRAINER["gpt-moe"], "gpt-moe")
+        for trainer, want in [("gpt", []),
+                              ("gpt-moe", ["--job=gpt-moe", "--moe_experts=8", "--moe_topk=2"])]:
+            job = harness.Job(harness.JobConfig(build="build", trainer=trainer, verbose=False,
+                                                trainer_args=["--moe_topk=1"]))
+            try:
+                flags = job.rank_flags(0)
+            finally:
+                job.close()
+            moe = [f for f in flags if f.startswith(("--moe", "--job"))]
+            # The trainer's own flags first; the caller's (argparse: the last wins) after.
+            self.assertEqual(moe, want + ["--moe_topk=1"], trainer)
+            self.assertEqual(flags[-1], "--moe_topk=1")
+
     def test_device_contention_is_refused_on_cuda_before_anything_starts(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             previous = tempfile.tempdir

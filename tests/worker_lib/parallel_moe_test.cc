@@ -5,6 +5,7 @@
 // with replicas: BlockPlan::replicas), with top-1 and top-2 routing.
 #include "ballast/parallel_moe.h"
 
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -311,6 +312,40 @@ TEST(MoeCreateTest, RejectsBadConfigsNamingTheField) {
     absl::Status load = moe->LoadDense(params);
     if (load.ok() || load.message().find("router") == std::string::npos) {
       return absl::InternalError(absl::StrCat("LoadDense of wrong sizes: ", load.ToString()));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(MoeRouterBiasTest, SkewsRoutingAndIsRefusedByNameWhenMalformed) {
+  absl::Status status = RunRanks(2, [](RankContext& ctx) -> absl::Status {
+    const MoeConfig config = ConfigFor({});
+    BALLAST_ASSIGN_OR_RETURN(auto moe, ParallelMoe::Create(ctx.group.get(), config));
+    absl::Status size = moe->SetRouterBias({1.0f, 2.0f});
+    if (size.message().find("router bias has 2 values, expected 6") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("a short bias: ", size.ToString()));
+    }
+    absl::Status nan = moe->SetRouterBias({0, 0, std::nanf(""), 0, 0, 0});
+    if (nan.message().find("router bias[2]") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("a NaN bias: ", nan.ToString()));
+    }
+    // A bias far above the logits' spread sends every token's first choice to expert 4
+    // (on rank 1) and its second to expert 1.
+    BALLAST_RETURN_IF_ERROR(moe->SetRouterBias({0, 50, 0, 0, 100, 0}));
+    constexpr int kBatch = 2, kSeq = 5;
+    const size_t n = static_cast<size_t>(kBatch) * kSeq * config.hidden;
+    Compute& c = ctx.backend->compute();
+    BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
+    BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
+    const std::vector<float> xs = RandomNormal(n, 9, 1.0);
+    c.CopyFromHost(xs.data(), x.data(), n);
+    BALLAST_RETURN_IF_ERROR(ctx.group->BeginStep());
+    BALLAST_RETURN_IF_ERROR(moe->Forward(x.data(), kBatch, kSeq, y.data()));
+    BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
+    const std::vector<int32_t> want = {0, kBatch * kSeq, 0, 0, kBatch * kSeq, 0};
+    if (moe->expert_tokens() != want) {
+      return absl::InternalError("the bias did not route every token to experts 4 and 1");
     }
     return absl::OkStatus();
   });

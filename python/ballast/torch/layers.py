@@ -154,6 +154,15 @@ class _BallastLayer(nn.Module):
         bias = self._block.output_bias().to(x.device) if self.skip_bias_add else None
         return y, bias
 
+    def _run_tokens(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
+                                                                 Optional[torch.Tensor]]:
+        """The forward of a layer whose tokens are independent (the MLP; the MoE, whose
+        routing is per token): [s, b, h] is already (s*b) rows, no copy."""
+        _check_input(hidden_states, self.hidden_size, self._name(),
+                     self._session.compute_device)
+        a, b, _ = hidden_states.shape
+        return self._run(hidden_states, a * b, 1)
+
     # --- Torch's gradient contract, through the handle's gradient. ---
     def _sync_zero_grad(self) -> None:
         """Drops the block's gradients if a zero_grad() reached the handle since the last
@@ -295,11 +304,7 @@ class ParallelMLP(_BallastLayer):
 
     def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
                                                              Optional[torch.Tensor]]:
-        _check_input(hidden_states, self.hidden_size, self._name(),
-                     self._session.compute_device)
-        a, b, _ = hidden_states.shape
-        # Tokens are independent in an MLP: [s, b, h] is already (s*b) rows, no copy.
-        return self._run(hidden_states, a * b, 1)
+        return self._run_tokens(hidden_states)
 
     def _layout(self):
         h, f = self.hidden_size, self.ffn_hidden_size
@@ -431,11 +436,7 @@ class ParallelMoE(_BallastLayer):
 
     def forward(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor,
                                                              Optional[torch.Tensor]]:
-        _check_input(hidden_states, self.hidden_size, self._name(),
-                     self._session.compute_device)
-        a, b, _ = hidden_states.shape
-        # Routing is per token, so [s, b, h] is (s*b) rows as it stands.
-        return self._run(hidden_states, a * b, 1)
+        return self._run_tokens(hidden_states)
 
     @property
     def aux_loss(self) -> float:

@@ -85,6 +85,11 @@ class ParallelMoe final : public ParallelBlock {
   void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
   // Tokens routed to each expert by the latest Forward (top-k choices counted once each).
   std::vector<int32_t> expert_tokens() const;
+  // A fixed, untrained bias added to every token's router logits from the next Forward on
+  // (num_experts floats; empty: none): how a benchmark dials routing skew (log of a Zipf
+  // distribution makes a few experts hot). Rank 0's is the group's, as its logits are.
+  // INVALID_ARGUMENT for a wrong size or a value that is not finite.
+  absl::Status SetRouterBias(const std::vector<float>& bias);
 
  protected:
   size_t DenseSize() const override;
@@ -114,6 +119,7 @@ class ParallelMoe final : public ParallelBlock {
   Buffer logits_;                                  // tokens x experts
   Buffer dgate_;              // tokens x experts: dL/d gate, summed over ranks in FinishBackward
   Buffer dlogits_;            // tokens x experts
+  Buffer router_bias_;        // experts, or empty
   const float* x_ = nullptr;  // the latest Forward's input (the caller keeps it to Backward)
 };
 

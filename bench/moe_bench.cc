@@ -1,0 +1,278 @@
+// Mixture-of-experts balancing, one JSON object per line on stdout.
+//
+// A ParallelMoe block (top-k SwiGLU experts) on N ranks (threads, Gloo over loopback),
+// its router skewed by a fixed logit bias log(p_e) with p Zipf(s) over the experts (the
+// hot experts drift: the bias rotates by one expert every --drift_every steps). Four
+// variants run interleaved, --steps steps each, --cycles times:
+//   static          experts where EvenOwnership puts them, no plan
+//   ballast         replicas each step from the last step's tokens per expert
+//                   (coordinator/planner/expert_balance.h: BalanceExperts)
+//   ideal           uniform routing (no bias), no plan: the same tokens and expert work,
+//                   spread evenly: the balanced ideal
+//   uniform-ballast uniform routing with the balancer on: its overhead when nothing is hot
+// Reported per cycle: median step time per variant and the ratios static/ballast,
+// ballast/ideal and uniform-ballast/ideal; then their median and range over cycles, with
+// static/ideal: the most any balancing could gain here (the step's non-expert work, the
+// router, gathers, collectives and AdamW, does not move).
+// Issue 40's targets: static/ballast >= 1.5, ballast/ideal <= 1.15, uniform overhead <= 2%.
+//
+// Ranks are threads of one process: more ranks than cores share them, and a rank that
+// waits at a collective lends its core to the others, which hides imbalance. Compare
+// ranks <= cores, or read the ideal measured in the same run as the bound.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "ballast/ballast.h"
+#include "common/status_macros.h"
+#include "coordinator/planner/expert_balance.h"
+
+ABSL_FLAG(std::string, ranks, "2,4", "Comma-separated group sizes to run");
+ABSL_FLAG(int, experts, 8, "Experts");
+ABSL_FLAG(int, topk, 2, "Experts per token");
+ABSL_FLAG(int, hidden, 512, "Hidden size");
+ABSL_FLAG(int, ffn, 1024, "Each expert's SwiGLU intermediate size");
+ABSL_FLAG(int, batch, 8, "Sequences per step");
+ABSL_FLAG(int, seq, 128, "Tokens per sequence");
+ABSL_FLAG(double, zipf, 1.2, "Zipf exponent s of the routing skew");
+ABSL_FLAG(int, drift_every, 8, "Steps between rotations of the hot experts (0: never)");
+ABSL_FLAG(int, steps, 8, "Timed steps per variant per cycle (after one warm-up step)");
+ABSL_FLAG(int, cycles, 3, "Interleaved cycles");
+ABSL_FLAG(double, replica_cost_tokens, 16,
+          "What one replica's transfers cost, in tokens of expert work (the planner's "
+          "price of a replica; one expert's weights over loopback here)");
+
+namespace ballast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct Variant {
+  std::string name;
+  bool skewed;
+  bool balance;
+};
+const std::vector<Variant>& Variants() {
+  static const auto* v = new std::vector<Variant>{{"static", true, false},
+                                                  {"ballast", true, true},
+                                                  {"ideal", false, false},
+                                                  {"uniform-ballast", false, true}};
+  return *v;
+}
+
+// log p_e for p Zipf(s), rotated by `shift` experts (the hot expert is `shift`).
+std::vector<float> ZipfBias(int experts, double s, int shift) {
+  std::vector<float> bias(experts);
+  double sum = 0;
+  for (int i = 0; i < experts; ++i) sum += 1.0 / std::pow(i + 1, s);
+  for (int i = 0; i < experts; ++i) {
+    bias[(i + shift) % experts] = static_cast<float>(std::log(1.0 / std::pow(i + 1, s) / sum));
+  }
+  return bias;
+}
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Step times of rank 0 per (cycle, variant); max-over-mean token loads per variant.
+struct Results {
+  std::map<std::pair<int, std::string>, std::vector<double>> times;
+  std::map<std::string, std::vector<double>> imbalance;
+  std::map<std::string, std::vector<double>> replicas;
+};
+
+absl::Status RunGroup(int size, Results& out) {
+  const int experts = absl::GetFlag(FLAGS_experts), hidden = absl::GetFlag(FLAGS_hidden);
+  const int batch = absl::GetFlag(FLAGS_batch), seq = absl::GetFlag(FLAGS_seq);
+  const size_t n = static_cast<size_t>(batch) * seq * hidden;
+  MoeConfig config;
+  config.id = BlockId(1);
+  config.hidden = hidden;
+  config.ffn = absl::GetFlag(FLAGS_ffn);
+  config.num_experts = experts;
+  config.top_k = absl::GetFlag(FLAGS_topk);
+  config.units.seed = 3;
+  RendezvousStore store = RendezvousStore::InProcess();
+  std::vector<absl::Status> status(size);
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      status[r] = [&]() -> absl::Status {
+        CpuBackendOptions options;
+        options.rank = r;
+        options.size = size;
+        options.store = store;
+        options.prefix = absl::StrCat("bench-moe-", size);
+        BALLAST_ASSIGN_OR_RETURN(auto backend, CreateCpuBackend(options));
+        BALLAST_ASSIGN_OR_RETURN(auto group,
+                                 TpGroup::Create({.group = GroupId("bench")}, backend.get()));
+        BALLAST_ASSIGN_OR_RETURN(auto moe, ParallelMoe::Create(group.get(), config));
+        // Router logits with a spread of about 1 per token (x ~ N(0, 1)): the bias then
+        // skews routing the way a learned router's preferences would.
+        BALLAST_ASSIGN_OR_RETURN(std::vector<float> dense, moe->GatherDense(ParamField::kValue));
+        MoeParams params = MoeParams::Split(dense, config);
+        params.router = Random(params.router.size(), 7);  // the same on every rank
+        for (float& w : params.router) w /= std::sqrt(static_cast<float>(hidden));
+        BALLAST_RETURN_IF_ERROR(moe->LoadDense(params));
+        Compute& c = backend->compute();
+        BALLAST_ASSIGN_OR_RETURN(Buffer x, c.Allocate(n));
+        BALLAST_ASSIGN_OR_RETURN(Buffer y, c.Allocate(n));
+        BALLAST_ASSIGN_OR_RETURN(Buffer dy, c.Allocate(n));
+        BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
+        int64_t version = 0, global_step = 0;
+        std::vector<int32_t> last_tokens;
+        const AdamWOptions adamw{.lr = 1e-4f};
+        for (int cycle = 0; cycle < absl::GetFlag(FLAGS_cycles); ++cycle) {
+          for (const Variant& v : Variants()) {
+            for (int step = 0; step <= absl::GetFlag(FLAGS_steps); ++step, ++global_step) {
+              const int drift = absl::GetFlag(FLAGS_drift_every);
+              const int shift = drift > 0 ? static_cast<int>(global_step / drift) : 0;
+              BALLAST_RETURN_IF_ERROR(
+                  moe->SetRouterBias(v.skewed ? ZipfBias(experts, absl::GetFlag(FLAGS_zipf), shift)
+                                              : std::vector<float>{}));
+              // The plan for this step, from the last step's loads (every rank computes
+              // the same from the same counts); none at a segment's first step.
+              WorkloadPlan plan{.group = GroupId("bench"), .version = PlanVersion(++version)};
+              std::vector<Replica> applied;
+              if (v.balance && step > 0) {
+                coordinator::ExpertLoads loads{
+                    .owner_of_unit = moe->owner_of_unit(),
+                    .speed = std::vector<double>(size, 1.0),
+                    .replica_cost = absl::GetFlag(FLAGS_replica_cost_tokens)};
+                for (int32_t t : last_tokens) loads.work.push_back(t);
+                BALLAST_ASSIGN_OR_RETURN(std::vector<Replica> replicas,
+                                         coordinator::BalanceExperts(loads));
+                if (!replicas.empty()) {
+                  plan.blocks.push_back({.block = config.id, .replicas = replicas});
+                }
+                applied = replicas;
+                if (r == 0 && step > 0) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  out.replicas[v.name].push_back(replicas.size());
+                }
+              }
+              BALLAST_RETURN_IF_ERROR(group->OfferPlan(plan));
+              const std::vector<float> xs = Random(n, 1000 + global_step);
+              const std::vector<float> dys = Random(n, 5000 + global_step);
+              c.CopyFromHost(xs.data(), x.data(), n);
+              c.CopyFromHost(dys.data(), dy.data(), n);
+              BALLAST_RETURN_IF_ERROR(c.Synchronize());
+              const Clock::time_point start = Clock::now();
+              BALLAST_RETURN_IF_ERROR(group->BeginStep());
+              BALLAST_RETURN_IF_ERROR(moe->Forward(x.data(), batch, seq, y.data()));
+              BALLAST_RETURN_IF_ERROR(moe->Backward(dy.data(), dx.data()));
+              BALLAST_RETURN_IF_ERROR(moe->AdamWStep(adamw));
+              BALLAST_RETURN_IF_ERROR(group->EndStep());
+              const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+              last_tokens = moe->expert_tokens();
+              if (r == 0 && step > 0) {  // step 0 warms up (and runs without a plan)
+                // Tokens each rank computed: its experts' less what replicas took, plus
+                // the replicas it ran.
+                coordinator::ExpertLoads now{.owner_of_unit = moe->owner_of_unit(),
+                                             .speed = std::vector<double>(size, 1.0)};
+                for (int32_t t : last_tokens) now.work.push_back(t);
+                const std::vector<double> rank_tokens = coordinator::RankTimes(now, applied);
+                const double mean =
+                    static_cast<double>(batch) * seq * absl::GetFlag(FLAGS_topk) / size;
+                std::lock_guard<std::mutex> lock(mu);
+                out.times[{cycle, v.name}].push_back(seconds);
+                out.imbalance[v.name].push_back(
+                    *std::max_element(rank_tokens.begin(), rank_tokens.end()) / mean);
+              }
+            }
+          }
+        }
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : status) BALLAST_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+std::string Spread(const std::vector<double>& v) {
+  return absl::StrCat("{\"median\":", Median(v), ",\"min\":", *std::min_element(v.begin(), v.end()),
+                      ",\"max\":", *std::max_element(v.begin(), v.end()), "}");
+}
+
+int Main() {
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
+    int size = 0;
+    if (!absl::SimpleAtoi(part, &size) || size < 1) {
+      std::fprintf(stderr, "--ranks: '%s' is not a group size\n", std::string(part).c_str());
+      return 2;
+    }
+    Results results;
+    if (absl::Status s = RunGroup(size, results); !s.ok()) {
+      std::fprintf(stderr, "moe bench on %d ranks: %s\n", size, s.ToString().c_str());
+      return 1;
+    }
+    std::vector<double> speedup, to_ideal, overhead, bound;
+    for (int cycle = 0; cycle < absl::GetFlag(FLAGS_cycles); ++cycle) {
+      std::map<std::string, double> median;
+      for (const Variant& v : Variants()) median[v.name] = Median(results.times[{cycle, v.name}]);
+      speedup.push_back(median["static"] / median["ballast"]);
+      to_ideal.push_back(median["ballast"] / median["ideal"]);
+      overhead.push_back(median["uniform-ballast"] / median["ideal"]);
+      bound.push_back(median["static"] / median["ideal"]);  // the most balancing can gain
+      std::printf(
+          "{\"bench\":\"moe\",\"ranks\":%d,\"cycle\":%d,\"static_s\":%.4f,\"ballast_s\":%.4f,"
+          "\"ideal_s\":%.4f,\"uniform_ballast_s\":%.4f,\"static_over_ballast\":%.3f,"
+          "\"ballast_over_ideal\":%.3f,\"uniform_overhead\":%.3f}\n",
+          size, cycle, median["static"], median["ballast"], median["ideal"],
+          median["uniform-ballast"], speedup.back(), to_ideal.back(), overhead.back());
+      std::fflush(stdout);
+    }
+    std::vector<std::string> loads;
+    for (const Variant& v : Variants()) {
+      loads.push_back(absl::StrCat("\"", v.name, "\":", Median(results.imbalance[v.name])));
+    }
+    std::printf(
+        "{\"bench\":\"moe\",\"ranks\":%d,\"summary\":true,\"experts\":%d,\"topk\":%d,"
+        "\"zipf\":%.2f,\"tokens\":%d,\"static_over_ballast\":%s,\"static_over_ideal\":%s,"
+        "\"ballast_over_ideal\":%s,"
+        "\"uniform_overhead\":%s,\"rank_tokens_max_over_mean\":{%s},"
+        "\"replicas_per_step\":{\"ballast\":%.1f,\"uniform-ballast\":%.1f}}\n",
+        size, absl::GetFlag(FLAGS_experts), absl::GetFlag(FLAGS_topk), absl::GetFlag(FLAGS_zipf),
+        absl::GetFlag(FLAGS_batch) * absl::GetFlag(FLAGS_seq), Spread(speedup).c_str(),
+        Spread(bound).c_str(), Spread(to_ideal).c_str(), Spread(overhead).c_str(),
+        absl::StrJoin(loads, ",").c_str(), Median(results.replicas["ballast"]),
+        Median(results.replicas["uniform-ballast"]));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ballast
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ballast::Main();
+}
