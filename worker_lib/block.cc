@@ -120,7 +120,7 @@ struct ParallelBlock::StepLayout {
   // Per local storage position, the slice of its work computed here (empty: all whole).
   std::vector<std::pair<double, double>> local_spans;
   // Per out[i], the offloaded units' ids as floats, sent to the helper with the weights
-  // when the subclass asks for them (SendsUnitIds).
+  // when the subclass reads them (ReadsUnitIds).
   std::vector<Buffer> out_ids;
   int32_t pruned_first = 0;
   std::vector<In> in;
@@ -563,7 +563,7 @@ ParallelBlock::UnitRange ParallelBlock::StorageRange(int32_t first, int32_t coun
   range.cache = cache;
   range.mean_out = mean_out;
   for (int32_t pos = first; pos < first + count; ++pos) {
-    range.unit_ids.push_back(static_cast<int32_t>(storage_->meta[pos].unit));
+    if (ReadsUnitIds()) range.unit_ids.push_back(static_cast<int32_t>(storage_->meta[pos].unit));
     if (!layout_->local_spans.empty()) range.spans.push_back(layout_->local_spans[pos]);
   }
   for (size_t p = 0; p < sharded_.size(); ++p) {
@@ -654,7 +654,7 @@ absl::Status ParallelBlock::Forward(const float* x, int32_t batch, int32_t seq, 
   // once per step: later micro-batches reuse them.
   absl::Status status;
   if (!l.weights_sent) {
-    const bool ids = SendsUnitIds();
+    const bool ids = ReadsUnitIds();
     std::vector<PeerTransfer> sends, recvs;
     if (ids) l.out_ids.resize(l.out.size());
     for (size_t i = 0; i < l.out.size(); ++i) {
@@ -819,7 +819,7 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   }
   if (beta == 0.0f) c.Fill(dx, 0.0f, n);
   c.ColumnSum(dy, tokens, hidden_, hidden_, 1.0f, grad_beta, st.bias_grad.data());
-  absl::Status status = FinishBackward(dy, dx, grad_beta);
+  absl::Status status = FinishBackward(l.x, dy, dx, grad_beta);
   compute_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
 
@@ -860,7 +860,10 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
   status = comm.AllReduceSum(dx, n);
   comm_timer_->Stop();
   BALLAST_RETURN_IF_ERROR(status);
-  compute_timer_->Start();
+  // Timed only when there is something to add: on CUDA a start and stop are two events,
+  // which an empty plan's step does without (docs/benchmarks.md, the plan overhead).
+  const bool add = (accumulate && !l.out.empty()) || !l.replicas_out.empty();
+  if (add) compute_timer_->Start();
   if (accumulate) {
     for (size_t i = 0; i < l.out.size(); ++i) {
       for (size_t p = 0; p < sharded_.size(); ++p) {
@@ -875,7 +878,7 @@ absl::Status ParallelBlock::Backward(const float* dy, float* dx) {
              sharded_[p].unit_elems);
     }
   }
-  compute_timer_->Stop();
+  if (add) compute_timer_->Stop();
   l.forward_pending = false;
   ++l.backwards;
   ++l.step_backwards;

@@ -259,7 +259,6 @@ absl::Status ParallelMoe::BeginForward(const float* x, int32_t batch, int32_t se
   routing_ = std::make_unique<internal::MoeRouting>(
       internal::Route(host.data(), t, RouterOptions(config_)));
   c.Fill(dgate_.data(), 0.0f, n);
-  x_ = x;
   return absl::OkStatus();
 }
 
@@ -334,7 +333,8 @@ void ParallelMoe::BackwardRange(const UnitRange& r, const float* x, const float*
   }
 }
 
-absl::Status ParallelMoe::FinishBackward(const float* /*dy*/, float* dx, float grad_beta) {
+absl::Status ParallelMoe::FinishBackward(const float* x, const float* /*dy*/, float* dx,
+                                         float grad_beta) {
   Compute& c = compute();
   const int32_t t = routing_->tokens, h = config_.hidden, e_count = config_.num_experts;
   const size_t n = static_cast<size_t>(t) * e_count;
@@ -346,7 +346,7 @@ absl::Status ParallelMoe::FinishBackward(const float* /*dy*/, float* dx, float g
                            dlogits.data());
   c.CopyFromHost(dlogits.data(), dlogits_.data(), n);
   // The router's gradient, alike on every rank: x^T dlogits.
-  c.Gemm(true, false, h, e_count, t, 1.0f, x_, h, dlogits_.data(), e_count, grad_beta,
+  c.Gemm(true, false, h, e_count, t, 1.0f, x, h, dlogits_.data(), e_count, grad_beta,
          replicated_grad() + h, e_count);
   // Its share of dx, once (rank 0), before dx's all-reduce.
   if (group_->rank().value() == 0) {

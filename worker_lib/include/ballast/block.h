@@ -185,8 +185,8 @@ class ParallelBlock {
   struct UnitRange {
     std::vector<float*> params;
     std::vector<float*> grads;
-    // The range's unit ids, in slab order (helper ranges have them when the subclass
-    // asks: SendsUnitIds).
+    // The range's unit ids, in slab order, for subclasses that read them (ReadsUnitIds);
+    // empty otherwise.
     std::vector<int32_t> unit_ids;
     // Per unit, the slice [begin, end) of its work this range computes, when a plan
     // splits units (BlockPlan::replicas; only blocks whose UnitsDivide). Empty: every
@@ -223,20 +223,21 @@ class ParallelBlock {
   // Whether a unit's work divides between ranks (plans may give it replicas that compute
   // slices of it: UnitRange::spans), as a mixture-of-experts expert's tokens do.
   virtual bool UnitsDivide() const { return false; }
-  // Whether helpers need the ids of the units they compute (UnitRange::unit_ids): the
-  // owner then sends them with the weights, once a step.
-  virtual bool SendsUnitIds() const { return false; }
+  // Whether the subclass reads UnitRange::unit_ids: ranges then carry them, and an owner
+  // sends its offloaded units' ids to their helper with the weights, once a step.
+  virtual bool ReadsUnitIds() const { return false; }
   // Runs in Forward before any range, on every rank, with the forward's input (routing,
   // say). May run its own collectives (TimedAllReduceSum); every rank calls it alike.
   virtual absl::Status BeginForward(const float* /*x*/, int32_t /*batch*/, int32_t /*seq*/) {
     return absl::OkStatus();
   }
-  // Runs in Backward after every range, before dx's all-reduce, with dx this rank's
-  // partial sum: writes the extra replicated parameters' gradient (grad_beta 0: overwrite,
-  // 1: add), and on rank 0 alone adds replicated contributions to dx (the all-reduce then
-  // counts them once, and dx stays bitwise the same on every rank). May run its own
+  // Runs in Backward after every range, before dx's all-reduce, with the Forward's input
+  // x and dx this rank's partial sum: writes the extra replicated parameters' gradient (grad_beta
+  // 0: overwrite, 1: add), and on rank 0 alone adds replicated contributions to dx (the all-reduce
+  // then counts them once, and dx stays bitwise the same on every rank). May run its own
   // collectives (TimedAllReduceSum); every rank calls it alike.
-  virtual absl::Status FinishBackward(const float* /*dy*/, float* /*dx*/, float /*grad_beta*/) {
+  virtual absl::Status FinishBackward(const float* /*x*/, const float* /*dy*/, float* /*dx*/,
+                                      float /*grad_beta*/) {
     return absl::OkStatus();
   }
 

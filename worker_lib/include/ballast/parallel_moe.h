@@ -12,7 +12,7 @@
 //
 // An expert is a unit, so ParallelBlock's plans apply unchanged: an offloaded expert is
 // computed whole by its helper for the step (its weights go there, its gradients come
-// back; helpers learn which experts from the owner: SendsUnitIds), a reshard moves an
+// back; helpers learn which experts from the owner: ReadsUnitIds), a reshard moves an
 // expert's ownership for good, and a pruned expert drops its tokens (it contributes
 // nothing to them and receives no gradient, whatever the plan's imputation). An expert's
 // work divides (UnitsDivide), so a plan may also give a hot expert replicas
@@ -99,14 +99,14 @@ class ParallelMoe final : public ParallelBlock {
                    float* replicated) const override;
   absl::Status PrepareShape(int32_t batch, int32_t seq) override;
   std::vector<size_t> CacheSizes(int32_t units, int32_t batch, int32_t seq) const override;
-  bool SendsUnitIds() const override { return true; }
+  bool ReadsUnitIds() const override { return true; }
   bool UnitsDivide() const override { return true; }
   absl::Status BeginForward(const float* x, int32_t batch, int32_t seq) override;
   void ForwardRange(const UnitRange& range, const float* x, int32_t batch, int32_t seq, float beta,
                     float* z) override;
   void BackwardRange(const UnitRange& range, const float* x, const float* dz, int32_t batch,
                      int32_t seq, float beta, float grad_beta, float* dx) override;
-  absl::Status FinishBackward(const float* dy, float* dx, float grad_beta) override;
+  absl::Status FinishBackward(const float* x, const float* dy, float* dx, float grad_beta) override;
   void ImputeRange(const UnitRange& range, const float* means, float* out) override;
   void InitDense(std::vector<float>& dense) const override;
 
@@ -117,10 +117,9 @@ class ParallelMoe final : public ParallelBlock {
   float aux_loss_scale_ = 1.0f;
   std::unique_ptr<internal::MoeRouting> routing_;  // the latest Forward's
   Buffer logits_;                                  // tokens x experts
-  Buffer dgate_;              // tokens x experts: dL/d gate, summed over ranks in FinishBackward
-  Buffer dlogits_;            // tokens x experts
-  Buffer router_bias_;        // experts, or empty
-  const float* x_ = nullptr;  // the latest Forward's input (the caller keeps it to Backward)
+  Buffer dgate_;        // tokens x experts: dL/d gate, summed over ranks in FinishBackward
+  Buffer dlogits_;      // tokens x experts
+  Buffer router_bias_;  // experts, or empty
 };
 
 }  // namespace ballast
