@@ -5,8 +5,9 @@
 // hot experts drift: the bias rotates by one expert every --drift_every steps). Four
 // variants run interleaved, --steps steps each, --cycles times:
 //   static          experts where EvenOwnership puts them, no plan
-//   ballast         replicas each step from the last step's tokens per expert
-//                   (coordinator/planner/expert_balance.h: BalanceExperts)
+//   ballast         each step, the coordinator's decision on the last step's tokens per
+//                   expert (PlanBlock on the loads, coordinator/planner/expert_plan.h:
+//                   BalanceExperts' replicas, kept while within the hysteresis)
 //   ideal           uniform routing (no bias), no plan: the same tokens and expert work,
 //                   spread evenly: the balanced ideal
 //   uniform-ballast uniform routing with the balancer on: its overhead when nothing is hot
@@ -39,6 +40,7 @@
 #include "ballast/ballast.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/expert_balance.h"
+#include "coordinator/planner/planner.h"
 
 ABSL_FLAG(std::string, ranks, "2,4", "Comma-separated group sizes to run");
 ABSL_FLAG(int, experts, 8, "Experts");
@@ -145,6 +147,9 @@ absl::Status RunGroup(int size, Results& out) {
         BALLAST_ASSIGN_OR_RETURN(Buffer dy, c.Allocate(n));
         BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
         int64_t version = 0, global_step = 0;
+        coordinator::JobPolicy policy;
+        policy.mode = coordinator::BalanceMode::kAuto;
+        BlockPlan in_force;  // the block's plan in force (all-local at a segment's start)
         std::vector<int32_t> last_tokens;
         const AdamWOptions adamw{.lr = 1e-4f};
         for (int cycle = 0; cycle < absl::GetFlag(FLAGS_cycles); ++cycle) {
@@ -159,14 +164,24 @@ absl::Status RunGroup(int size, Results& out) {
               // the same from the same counts); none at a segment's first step.
               WorkloadPlan plan{.group = GroupId("bench"), .version = PlanVersion(++version)};
               std::vector<Replica> applied;
+              if (step == 0) in_force = BlockPlan{.block = config.id};
               if (v.balance && step > 0) {
-                coordinator::ExpertLoads loads{
-                    .owner_of_unit = moe->owner_of_unit(),
-                    .speed = std::vector<double>(size, 1.0),
-                    .replica_cost = absl::GetFlag(FLAGS_replica_cost_tokens)};
-                for (int32_t t : last_tokens) loads.work.push_back(t);
-                BALLAST_ASSIGN_OR_RETURN(std::vector<Replica> replicas,
-                                         coordinator::BalanceExperts(loads));
+                // What the coordinator decides (its unit of work: a token at 1 s).
+                coordinator::PlannerInput in;
+                in.block = config.id;
+                in.owner_of_unit = moe->owner_of_unit();
+                for (int32_t q = 0; q < size; ++q) {
+                  in.ranks.push_back(
+                      {.seconds_per_unit = 1,
+                       .owned_units = static_cast<int32_t>(std::count(
+                           in.owner_of_unit.begin(), in.owner_of_unit.end(), RankId(q)))});
+                }
+                in.transfer_seconds_per_unit = absl::GetFlag(FLAGS_replica_cost_tokens);
+                for (int32_t t : last_tokens) in.unit_work.push_back(t);
+                BALLAST_ASSIGN_OR_RETURN(coordinator::BlockDecision d,
+                                         coordinator::PlanBlock(in, policy, &in_force));
+                in_force = d.plan;
+                const std::vector<Replica>& replicas = d.plan.replicas;
                 if (!replicas.empty()) {
                   plan.blocks.push_back({.block = config.id, .replicas = replicas});
                 }

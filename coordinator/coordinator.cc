@@ -38,10 +38,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                 .dwell = {.plan_dwell = options.plan_dwell,
                                           .dwell_hysteresis = options.dwell_hysteresis},
                                 .fixed_costs = options.fixed_costs,
-                                .step_feedback =
-                                    options.step_feedback
-                                        ? std::optional<StepFeedbackOptions>(StepFeedbackOptions{})
-                                        : std::nullopt},
+                                .step_feedback = options.step_feedback},
             clock, &registry_, &judge_, settings_.get(), speeds),
       reads_(options.link_bytes_per_second, clock, &registry_, &judge_, settings_.get(), &loop_,
              speeds) {}
@@ -68,6 +65,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   if (options.plan_dwell < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("plan_dwell ", absl::FormatDuration(options.plan_dwell), " must be >= 0"));
+  }
+  if (options.step_feedback.has_value()) {
+    BALLAST_RETURN_IF_ERROR(ValidateStepFeedbackOptions(*options.step_feedback));
   }
   if (!(options.dwell_hysteresis >= 0 && options.dwell_hysteresis <= 1)) {
     return absl::InvalidArgumentError(

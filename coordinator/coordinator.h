@@ -65,8 +65,9 @@ struct CoordinatorOptions {
   bool fixed_costs = false;
   // Correct each rank's speed by how long the others wait for it at the collectives,
   // kept while the measured step improves (step_feedback.h). Off by default until the
-  // interleaved benchmark measures it against the best static plan.
-  bool step_feedback = false;
+  // interleaved benchmark measures it against the best static plan. Checked by Create
+  // (ValidateStepFeedbackOptions).
+  std::optional<StepFeedbackOptions> step_feedback;
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
   // series). An agent disconnected this long is forgotten too. Policies, pauses and

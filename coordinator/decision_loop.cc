@@ -1,6 +1,8 @@
 #include "coordinator/decision_loop.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +38,23 @@ const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
     if (bp.block.value() == block.block && !bp.owner_of_unit.empty()) return bp.owner_of_unit;
   }
   return block.owner_of_unit;
+}
+
+// Why a group cannot be planned yet (empty: it can): not every rank has registered.
+std::string WaitingForRanks(const GroupSnapshot& group) {
+  if (static_cast<int32_t>(group.ranks.size()) >= group.size) return "";
+  return absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ", group.size, " registered");
+}
+
+// Under the job's capacity cap an expert computes at most max(1, ceil(factor x T x top_k /
+// experts)) tokens a Forward (BlockPlan::capacity_factor): its predicted work is its
+// tokens, capped at that over the step's Forwards (T x top_k taken as their mean).
+void CapUnitWork(double factor, int32_t forwards, std::vector<double>& work) {
+  if (!(factor > 0) || forwards <= 0 || work.empty()) return;
+  const double routed = std::accumulate(work.begin(), work.end(), 0.0) / forwards;
+  const double cap =
+      forwards * std::max(1.0, std::ceil(factor * routed / static_cast<double>(work.size())));
+  for (double& w : work) w = std::min(w, cap);
 }
 
 const RankSnapshot* FindRank(const GroupSnapshot& group, int32_t rank) {
@@ -133,9 +152,8 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   Outcome out{.record = std::move(last)};
   DecisionRecord& record = out.record;
   std::vector<std::string> lines;
-  if (static_cast<int32_t>(group.ranks.size()) < group.size) {
-    record.reasons = {.before = {absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ",
-                                              group.size, " registered")}};
+  if (std::string waiting = WaitingForRanks(group); !waiting.empty()) {
+    record.reasons = {.before = {std::move(waiting)}};
     return out;
   }
   GroupPlannerInput planner_input;
@@ -204,9 +222,8 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
                                                const GroupHold& hold, DecisionRecord last) {
   Outcome out{.record = std::move(last)};
   DecisionRecord& record = out.record;
-  if (static_cast<int32_t>(group.ranks.size()) < group.size) {
-    record.reasons = {.before = {absl::StrCat("held, waiting for ranks: ", group.ranks.size(),
-                                              " of ", group.size, " registered")}};
+  if (std::string waiting = WaitingForRanks(group); !waiting.empty()) {
+    record.reasons = {.before = {absl::StrCat("held, ", waiting)}};
     return out;
   }
   GroupPlannerInput input;
@@ -218,15 +235,10 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   for (const BlockSnapshot& block : group.blocks) {
     shapes.push_back({.block = BlockId(block.block),
                       .num_units = block.num_units,
-                      .owner_of_unit = block.owner_of_unit});
+                      .owner_of_unit = block.owner_of_unit,
+                      .units_divide = block.units_divide});
   }
-  std::vector<bool> cordoned(static_cast<size_t>(group.size), false);
-  for (const RankSnapshot& rank : group.ranks) {
-    if (rank.rank >= 0 && rank.rank < group.size) {
-      cordoned[rank.rank] = settings_->Cordoned(rank.device);
-    }
-  }
-  GroupDecision decision = DecideHeldGroup(input, shapes, cordoned, hold, policy);
+  GroupDecision decision = DecideHeldGroup(input, shapes, CordonedRanks(group), hold, policy);
   std::optional<WorkloadPlan> change = std::move(decision.change);
   decision.change.reset();
   out.moves_units = change.has_value() && decision.moves_units;
@@ -278,6 +290,16 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
                     .after = std::move(after)};
   if (change.has_value()) out.change = Numbered(group, workers, *std::move(change));
   return out;
+}
+
+std::vector<bool> DecisionLoop::CordonedRanks(const GroupSnapshot& group) const {
+  std::vector<bool> cordoned(static_cast<size_t>(group.size), false);
+  for (const RankSnapshot& rank : group.ranks) {
+    if (rank.rank >= 0 && rank.rank < group.size) {
+      cordoned[rank.rank] = settings_->Cordoned(rank.device);
+    }
+  }
+  return cordoned;
 }
 
 DecisionLoop::WorkersPlan DecisionLoop::WorkersRun(const GroupSnapshot& group) {
@@ -347,15 +369,25 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const bool corrected =
       std::any_of(correction.begin(), correction.end(), [](double f) { return f != 1.0; });
   // A rank's fixed seconds go to the blocks by their share of the group's reference
-  // compute, so that every block sees the same ratios between ranks.
-  double reference_total = 0;
-  for (const PoolBlock& pb : speeds) {
-    reference_total += pb.speeds.reference_seconds_per_unit * pb.num_units;
+  // compute, so that every block sees the same ratios between ranks. A block whose units
+  // divide is timed per token (group_registry.h), so its work is its tokens; the others'
+  // is their units.
+  std::vector<double> block_work;
+  for (const BlockSnapshot& block : group.blocks) {
+    block_work.push_back(
+        block.units_divide && !block.unit_tokens.empty()
+            ? std::accumulate(block.unit_tokens.begin(), block.unit_tokens.end(), 0.0)
+            : block.num_units);
   }
+  double reference_total = 0;
+  for (size_t i = 0; i < speeds.size(); ++i) {
+    reference_total += speeds[i].speeds.reference_seconds_per_unit * block_work[i];
+  }
+  const std::vector<bool> cordoned = CordonedRanks(group);
   size_t b = 0;
   for (const BlockSnapshot& block : group.blocks) {
     const double share = reference_total > 0 ? speeds[b].speeds.reference_seconds_per_unit *
-                                                   block.num_units / reference_total
+                                                   block_work[b] / reference_total
                                              : 0;
     const GroupSpeeds& block_speeds = speeds[b++].speeds;
     GroupBlockInput& in = input.blocks.emplace_back();
@@ -365,6 +397,12 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     // Weights out once a step, gradients back once per micro-batch.
     in.input.transfer_seconds_per_unit =
         (1.0 + block.micro_batches) * static_cast<double>(block.unit_bytes) / bytes_per_second;
+    // Routing load is predictable from step to step (Pro-Prophet): the last step's
+    // tokens are the next one's prediction.
+    if (block.units_divide) {
+      in.input.unit_work.assign(block.unit_tokens.begin(), block.unit_tokens.end());
+      CapUnitWork(policy.expert_capacity_factor, block.token_forwards, in.input.unit_work);
+    }
     in.input.calm = verdict.calm && !corrected;
     in.input.calm_lasted = verdict.calm_lasted && !corrected;
     std::vector<int32_t> owned(group.size, 0);
@@ -391,8 +429,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       pr.fixed_seconds = r < fixed_per_step.size() ? fixed_per_step[r] * share : 0;
       if (r < correction.size()) pr.seconds_per_unit *= correction[r];
       pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
-      const RankSnapshot* entry = FindRank(group, rs.rank.value());
-      pr.cordoned = entry != nullptr && settings_->Cordoned(entry->device);
+      pr.cordoned = r < cordoned.size() && cordoned[r];
       in.input.ranks.push_back(pr);
     }
   }

@@ -135,6 +135,8 @@ class DecisionLoop {
     int64_t number = 0;
   };
   static WorkersPlan WorkersRun(const GroupSnapshot& group);
+  // Per rank in [0, size): whether an operator cordoned its device (JobSettings).
+  std::vector<bool> CordonedRanks(const GroupSnapshot& group) const;
   // `plan` versioned and numbered to follow both ours and the workers'.
   WorkloadPlan Numbered(const GroupSnapshot& group, const WorkersPlan& workers,
                         WorkloadPlan plan) const;

@@ -116,6 +116,7 @@ void GroupRegistry::RegisterWorker(const std::string& agent_id, const v1::Worker
     if (inserted) {
       it->second.num_units = b.num_units();
       it->second.unit_bytes = b.unit_bytes();
+      it->second.units_divide = b.units_divide();
       it->second.owner_of_unit.reserve(b.owner_of_unit_size());
       for (int32_t r : b.owner_of_unit()) it->second.owner_of_unit.push_back(RankId(r));
     }
@@ -281,8 +282,12 @@ absl::Status GroupRegistry::Report(const std::string& agent_id, const v1::Worker
         if (!status.ok()) break;
         SpeedKey key{report.job(), GroupId(report.group()), RankId(report.rank()),
                      BlockId(b.block())};
-        status = speeds_->Report(key, b.compute_seconds(), b.units_computed(), report.step().step(),
-                                 now);
+        // A block whose units divide is timed by the tokens it computed (an expert's
+        // seconds follow its tokens, which change every step), the others by their units.
+        const bool by_tokens = blocks.at(b.block()).units_divide;
+        status = speeds_->Report(key, b.compute_seconds(),
+                                 by_tokens ? b.tokens_computed() : b.units_computed(),
+                                 report.step().step(), now);
       }
       if (status.ok()) Apply(group->second, rank->second, report);
     }
@@ -312,6 +317,20 @@ void GroupRegistry::Apply(GroupEntry& group, RankEntry& rank, const v1::WorkerRe
     }
     // The blocks' micro-batches price their offloads.
     if (b.micro_batches() > 0) block.micro_batches = b.micro_batches();
+    // Token loads, smoothed (BlockSnapshot::unit_tokens). All ranks route alike, so each
+    // step's are taken once; checked against the shape. Not only newer steps: a restarted
+    // job counts its steps from 0 again.
+    if (block.units_divide && b.unit_tokens_size() > 0 && step.step() != block.tokens_step) {
+      const int32_t n = block.num_units;
+      std::vector<double> step_tokens(n, 0.0);
+      for (int i = 0; i < b.unit_tokens_size(); ++i) step_tokens[i % n] += b.unit_tokens(i);
+      if (block.unit_tokens.size() != step_tokens.size()) block.unit_tokens = step_tokens;
+      for (int32_t u = 0; u < n; ++u) {
+        block.unit_tokens[u] = 0.5 * block.unit_tokens[u] + 0.5 * step_tokens[u];
+      }
+      block.token_forwards = b.unit_tokens_size() / n;
+      block.tokens_step = step.step();
+    }
   }
   rank.last_compute_seconds = compute;
   rank.last_collective_seconds = collective;
@@ -420,6 +439,9 @@ GroupSnapshot GroupRegistry::SnapshotOf(const GroupEntry& group, bool with_owner
          .num_units = block.num_units,
          .unit_bytes = block.unit_bytes,
          .micro_batches = block.micro_batches,
+         .units_divide = block.units_divide,
+         .unit_tokens = block.unit_tokens,
+         .token_forwards = block.token_forwards,
          .owner_of_unit = with_ownership ? block.owner_of_unit : std::vector<RankId>()});
   }
   s.plan = group.plan;

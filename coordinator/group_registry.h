@@ -105,6 +105,16 @@ struct BlockSnapshot {
   // Micro-batches a step, from the latest report that ran a Backward: an offloaded unit
   // moves its bytes out once a step and back this many times (1 until a report says).
   int32_t micro_batches = 1;
+  // Its units' work divides (BlockInfo.units_divide: a mixture of experts' experts).
+  bool units_divide = false;
+  // Such a block's token loads, the next step's prediction: per unit, the tokens a step's
+  // Forwards route there, smoothed over the steps reported (each step's counts summed over
+  // its Forwards, then averaged with the prediction so far, half and half: a learned
+  // router's loads jitter from step to step, and planning on one step's flapped replicas
+  // on and off), and how many Forwards the last step had. Every rank routes alike, so any
+  // rank's report is the group's. Empty: none yet.
+  std::vector<double> unit_tokens;
+  int32_t token_forwards = 0;
   // What the workers run (empty unless the snapshot was taken with_ownership).
   std::vector<RankId> owner_of_unit;
 };
@@ -204,6 +214,11 @@ class GroupRegistry {
     int32_t num_units = 0;
     int64_t unit_bytes = 0;
     int32_t micro_batches = 1;
+    bool units_divide = false;
+    // The smoothed token loads (BlockSnapshot::unit_tokens).
+    std::vector<double> unit_tokens;
+    int32_t token_forwards = 0;
+    int64_t tokens_step = -1;
     // What the workers run: set by the first worker to register the block, then by the
     // reports that follow a reshard (their only writers).
     std::vector<RankId> owner_of_unit;

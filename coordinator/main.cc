@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
   options.fixed_costs = absl::GetFlag(FLAGS_fixed_costs);
-  options.step_feedback = absl::GetFlag(FLAGS_step_feedback);
+  if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
   options.forget_after = absl::GetFlag(FLAGS_forget_after);
   options.max_workers_per_agent = absl::GetFlag(FLAGS_max_workers_per_agent);
   options.max_groups_per_agent = absl::GetFlag(FLAGS_max_groups_per_agent);

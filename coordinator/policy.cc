@@ -66,6 +66,13 @@ absl::Status ValidatePolicy(const JobPolicy& p) {
     return absl::InvalidArgumentError(absl::StrCat(
         "accuracy_weight_seconds ", p.accuracy_weight_seconds, " must be finite and >= 0"));
   }
+  // Past 1000 x the even share a cap drops nothing on any real router: a typo, not a policy.
+  if (!std::isfinite(p.expert_capacity_factor) || p.expert_capacity_factor < 0 ||
+      p.expert_capacity_factor > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("expert_capacity_factor ",
+                                                   p.expert_capacity_factor,
+                                                   " out of range [0, 1000] (0: no cap)"));
+  }
   if (!std::isfinite(p.straggler_threshold) || p.straggler_threshold < 0 ||
       p.straggler_threshold > 10) {
     return absl::InvalidArgumentError(

@@ -56,6 +56,11 @@ struct JobPolicy {
   absl::Duration reshard_after = absl::Seconds(60);
   // How often workers report timings.
   absl::Duration report_period = absl::Seconds(1);
+  // Mixture-of-experts blocks: each expert takes at most this factor times its even
+  // share of a Forward's tokens (T * top_k / experts), the rest dropped (BlockPlan::
+  // capacity_factor, the resize analog for experts: faster, not exact). 0: no cap, the
+  // default; carried by every plan for blocks whose units divide once their loads are known.
+  double expert_capacity_factor = 0;
   friend bool operator==(const JobPolicy&, const JobPolicy&) = default;
 };
 

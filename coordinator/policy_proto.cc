@@ -16,6 +16,7 @@ v1::Policy PolicyToProto(const JobPolicy& p) {
   out.set_hysteresis(p.hysteresis);
   out.set_reshard_after_ms(absl::ToInt64Milliseconds(p.reshard_after));
   out.set_report_period_ms(absl::ToInt64Milliseconds(p.report_period));
+  out.set_expert_capacity_factor(p.expert_capacity_factor);
   return out;
 }
 
@@ -31,6 +32,7 @@ absl::StatusOr<JobPolicy> PolicyFromProto(const v1::Policy& in) {
   p.hysteresis = in.hysteresis();
   p.reshard_after = absl::Milliseconds(in.reshard_after_ms());
   p.report_period = absl::Milliseconds(in.report_period_ms());
+  p.expert_capacity_factor = in.expert_capacity_factor();
   BALLAST_RETURN_IF_ERROR(ValidatePolicy(p));
   return p;
 }

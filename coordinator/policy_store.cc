@@ -1,3 +1,6 @@
+// SqlitePolicyStore (policy_store.h). Past the usual ~600 lines on purpose: the schema and
+// its migrations, the prepared statements and the row codecs all work on one private
+// connection and its lock, and split apart they would need that connection in a header.
 #include "coordinator/policy_store.h"
 
 #include <fcntl.h>
@@ -22,7 +25,7 @@ namespace ballast::coordinator {
 // Every JobPolicy field has a column below. A field added to JobPolicy would silently not
 // survive a restart; this trips first, so whoever adds one also adds its column (and a
 // schema version).
-static_assert(sizeof(JobPolicy) == 88,
+static_assert(sizeof(JobPolicy) == 96,
               "JobPolicy changed: add the new field to the policies table (and bump "
               "kSchemaVersion), then update this size");
 
@@ -119,12 +122,17 @@ CREATE TABLE IF NOT EXISTS holds (
 ) STRICT;
 PRAGMA user_version = 2;
 )sql";
-static_assert(SqlitePolicyStore::kSchemaVersion == 2, "add the migration to the new version");
+// Version 3: the experts' capacity factor (0, no cap, for the policies stored before it).
+constexpr char kSchemaV3[] = R"sql(
+ALTER TABLE policies ADD COLUMN expert_capacity_factor REAL NOT NULL DEFAULT 0;
+PRAGMA user_version = 3;
+)sql";
+static_assert(SqlitePolicyStore::kSchemaVersion == 3, "add the migration to the new version");
 
 constexpr char kPolicyColumns[] =
     "mode, max_pruned_fraction_rank, max_pruned_fraction_group, imputation, priority, "
     "accuracy_weight_seconds, straggler_threshold, hysteresis, reshard_after_ms, "
-    "report_period_ms";
+    "report_period_ms, expert_capacity_factor";
 
 absl::StatusCode CodeForSqlite(int rc) {
   switch (rc & 0xff) {
@@ -238,6 +246,7 @@ class SqliteStore final : public PolicyStore {
           created = true;
         }
         if (locked_version <= 1) BALLAST_RETURN_IF_ERROR(Exec(kSchemaV2, "migrate to schema v2"));
+        if (locked_version <= 2) BALLAST_RETURN_IF_ERROR(Exec(kSchemaV3, "migrate to schema v3"));
         return Exec("COMMIT", "commit migration");
       }();
       if (!migrated.ok()) {
@@ -253,7 +262,7 @@ class SqliteStore final : public PolicyStore {
         absl::StrCat("SELECT job, ", cols, " FROM policies ORDER BY job"), &list_policies_));
     BALLAST_RETURN_IF_ERROR(
         Prepare(absl::StrCat("INSERT OR REPLACE INTO policies (job, ", cols,
-                             ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+                             ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                 &put_policy_));
     BALLAST_RETURN_IF_ERROR(Prepare("DELETE FROM policies WHERE job = ?1", &delete_policy_));
     BALLAST_RETURN_IF_ERROR(
@@ -314,6 +323,7 @@ class SqliteStore final : public PolicyStore {
         Check(sqlite3_bind_int64(s, 10, absl::ToInt64Milliseconds(p.reshard_after)), op));
     BALLAST_RETURN_IF_ERROR(
         Check(sqlite3_bind_int64(s, 11, absl::ToInt64Milliseconds(p.report_period)), op));
+    BALLAST_RETURN_IF_ERROR(Check(sqlite3_bind_double(s, 12, p.expert_capacity_factor), op));
     return StepDone(s, op);
   }
 
@@ -542,6 +552,7 @@ class SqliteStore final : public PolicyStore {
     p.hysteresis = sqlite3_column_double(s, first + 7);
     p.reshard_after = absl::Milliseconds(sqlite3_column_int64(s, first + 8));
     p.report_period = absl::Milliseconds(sqlite3_column_int64(s, first + 9));
+    p.expert_capacity_factor = sqlite3_column_double(s, first + 10);
     if (absl::Status valid = ValidatePolicy(p); !valid.ok()) return bad(valid);
     return p;
   }

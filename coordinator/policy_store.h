@@ -108,7 +108,7 @@ absl::Status ValidateHoldRecord(absl::string_view job, absl::string_view group,
 // Thread-safe: one connection, used under a mutex (operator writes are rare).
 class SqlitePolicyStore {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens `path`, creating the file and schema if missing. FAILED_PRECONDITION for a
   // schema newer than kSchemaVersion or a file that cannot use WAL; another error (naming

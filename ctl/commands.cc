@@ -27,7 +27,8 @@ constexpr char kUsageText[] =
     "  policy get JOB\n"
     "  policy set JOB KEY=VALUE...   keys: mode, max_pruned_fraction_rank,\n"
     "      max_pruned_fraction_group, imputation, priority, accuracy_weight_seconds,\n"
-    "      straggler_threshold, hysteresis, reshard_after_ms, report_period_ms\n"
+    "      straggler_threshold, hysteresis, reshard_after_ms, report_period_ms,\n"
+    "      expert_capacity_factor (0: no cap)\n"
     "  pause [JOB] | resume [JOB]\n"
     "  cordon DEVICE [REASON...] | uncordon DEVICE\n"
     "  explain JOB GROUP\n"
@@ -67,10 +68,11 @@ void PrintPolicy(const v1::Policy& p, std::ostream& out) {
       "straggler_threshold        %g\n"
       "hysteresis                 %g\n"
       "reshard_after_ms           %d\n"
-      "report_period_ms           %d\n",
+      "report_period_ms           %d\n"
+      "expert_capacity_factor     %g\n",
       p.mode(), p.max_pruned_fraction_rank(), p.max_pruned_fraction_group(), p.imputation(),
       p.priority(), p.accuracy_weight_seconds(), p.straggler_threshold(), p.hysteresis(),
-      p.reshard_after_ms(), p.report_period_ms());
+      p.reshard_after_ms(), p.report_period_ms(), p.expert_capacity_factor());
 }
 
 void PrintStatus(const v1::ClusterStatus& s, std::ostream& out) {
@@ -129,7 +131,7 @@ absl::Status ApplyAssignments(const std::vector<std::string>& assignments, v1::P
   };
   double rank_f = p.max_pruned_fraction_rank(), group_f = p.max_pruned_fraction_group(),
          weight = p.accuracy_weight_seconds(), threshold = p.straggler_threshold(),
-         hysteresis = p.hysteresis();
+         hysteresis = p.hysteresis(), capacity = p.expert_capacity_factor();
   int64_t reshard = p.reshard_after_ms(), period = p.report_period_ms();
   std::string mode = p.mode(), imputation = p.imputation(), priority = p.priority();
   const std::map<std::string, Setter> setters = {
@@ -143,6 +145,7 @@ absl::Status ApplyAssignments(const std::vector<std::string>& assignments, v1::P
       {"hysteresis", number(&hysteresis)},
       {"reshard_after_ms", integer(&reshard)},
       {"report_period_ms", integer(&period)},
+      {"expert_capacity_factor", number(&capacity)},
   };
   std::set<std::string> seen;
   for (const std::string& a : assignments) {
@@ -170,6 +173,7 @@ absl::Status ApplyAssignments(const std::vector<std::string>& assignments, v1::P
   p.set_hysteresis(hysteresis);
   p.set_reshard_after_ms(reshard);
   p.set_report_period_ms(period);
+  p.set_expert_capacity_factor(capacity);
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 #include "ballast/plan.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -176,6 +177,16 @@ absl::Status ValidateBlockPlan(const BlockPlan& bp, const BlockShape& shape, int
                                          " units but owns ", owned[r]));
     }
   }
+  // Written to refuse NaN as well as negatives.
+  if (!(bp.capacity_factor >= 0.0) || !std::isfinite(bp.capacity_factor)) {
+    return BlockError(bp, absl::StrCat("capacity_factor ", bp.capacity_factor,
+                                       " must be finite and >= 0 (0: no cap)"));
+  }
+  if (bp.capacity_factor > 0.0 && !shape.units_divide) {
+    return BlockError(bp, absl::StrCat("capacity_factor ", bp.capacity_factor,
+                                       " needs a block whose units' work divides (a mixture of "
+                                       "experts); this block's units are computed whole"));
+  }
   return ValidateReplicas(bp, shape, *owners, removed, size);
 }
 
@@ -241,6 +252,7 @@ std::string PlanSummary(const WorkloadPlan& plan) {
     for (const Replica& r : bp.replicas) {
       absl::StrAppend(&out, " replica ", r.unit, "->", r.helper.value(), " x", r.share);
     }
+    if (bp.capacity_factor > 0.0) absl::StrAppend(&out, " capacity x", bp.capacity_factor);
     if (!bp.owner_of_unit.empty()) absl::StrAppend(&out, " reshard");
     absl::StrAppend(&out, ";");
   }

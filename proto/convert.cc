@@ -44,6 +44,7 @@ v1::WorkloadPlan ToProto(const WorkloadPlan& plan) {
       pr->set_helper(r.helper.value());
       pr->set_share(r.share);
     }
+    pb->set_capacity_factor(b.capacity_factor);
   }
   return out;
 }
@@ -96,6 +97,7 @@ absl::StatusOr<WorkloadPlan> FromProto(const v1::WorkloadPlan& in) {
     for (const v1::Replica& r : pb.replicas()) {
       b.replicas.push_back({r.unit(), RankId(r.helper()), r.share()});
     }
+    b.capacity_factor = pb.capacity_factor();
   }
   return plan;
 }
@@ -113,6 +115,8 @@ v1::StepReport ToProto(const StepTimings& timings) {
     pb->set_comm_seconds(b.comm_seconds);
     pb->set_units_computed(b.units_computed);
     pb->set_micro_batches(b.micro_batches);
+    pb->mutable_unit_tokens()->Assign(b.unit_tokens.begin(), b.unit_tokens.end());
+    pb->set_tokens_computed(b.tokens_computed);
     if (b.received_from >= 0) {
       v1::TransferSample* received = pb->mutable_received();
       received->set_from_rank(b.received_from);

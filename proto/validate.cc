@@ -128,6 +128,21 @@ absl::Status ValidateReport(const v1::StepReport& r) {
                                                      b.micro_batches(), " not in [0, ",
                                                      kMaxMicroBatches, "]"));
     }
+    if (b.unit_tokens_size() > kMaxUnitTokenValues) {
+      return absl::InvalidArgumentError(absl::StrCat("report.blocks[", i, "].unit_tokens has ",
+                                                     b.unit_tokens_size(), " values, more than ",
+                                                     kMaxUnitTokenValues));
+    }
+    for (int32_t tokens : b.unit_tokens()) {
+      if (tokens < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("report.blocks[", i, "].unit_tokens has ", tokens, " < 0"));
+      }
+    }
+    if (b.tokens_computed() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("report.blocks[", i, "].tokens_computed ", b.tokens_computed(), " < 0"));
+    }
     if (b.has_received()) {
       // Whether from_rank is in the group and not the reporter: ValidateReportAgainstShape.
       const v1::TransferSample& t = b.received();
@@ -194,10 +209,16 @@ absl::Status ValidateReportAgainstShape(
     }
   }
   for (int i = 0; i < report.blocks_size(); ++i) {
-    const int32_t block = report.blocks(i).block();
-    if (!units_of_block(block).has_value()) {
-      return absl::NotFoundError(absl::StrCat("report.blocks[", i, "]: unknown block ", block,
+    const v1::BlockTiming& b = report.blocks(i);
+    const std::optional<int32_t> units = units_of_block(b.block());
+    if (!units.has_value()) {
+      return absl::NotFoundError(absl::StrCat("report.blocks[", i, "]: unknown block ", b.block(),
                                               " (not announced for the group)"));
+    }
+    if (b.unit_tokens_size() % *units != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "report.blocks[", i, "].unit_tokens has ", b.unit_tokens_size(),
+          " values, not a whole number of Forwards of ", *units, " units (block ", b.block(), ")"));
     }
   }
   return absl::OkStatus();

@@ -32,6 +32,9 @@ inline constexpr double kMaxTransferBytesPerSecond = 1e13;
 // Micro-batches in one step (BlockTiming.micro_batches): beyond any training loop, and
 // small enough that the offload price it multiplies stays finite.
 inline constexpr int32_t kMaxMicroBatches = 1 << 16;
+// Values of one block's token loads in one report (BlockTiming.unit_tokens: forwards x
+// units): 64 experts over 16,384 micro-batches; bounded so one report cannot hold megabytes.
+inline constexpr int kMaxUnitTokenValues = 1 << 20;
 // The longest any one timing in a step report may be (a block's compute or collectives, a
 // transfer sample): an hour, beyond any training step, so that one report cannot weigh
 // more than the rest of a window.

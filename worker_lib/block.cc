@@ -149,6 +149,10 @@ struct ParallelBlock::StepLayout {
   // Backwards run this step, whatever AdamWStep reset: each returned the offloaded units'
   // gradients (BlockTiming::micro_batches).
   int32_t step_backwards = 0;
+  // This step's token loads, counted by the subclass (CountForwardUnitTokens,
+  // CountTokensComputed): BlockTiming::unit_tokens and tokens_computed at EndStep.
+  std::vector<int32_t> unit_tokens;
+  int64_t tokens_computed = 0;
   int64_t step = -1;
 };
 
@@ -479,6 +483,8 @@ absl::Status ParallelBlock::BeginStep(int64_t step) {
   // reshard or the window roll above carried theirs with them (Rebuild moves every field).
   if (!config_.keep_gradients) l.backwards = 0;
   l.step_backwards = 0;
+  l.unit_tokens.clear();
+  l.tokens_computed = 0;
   l.step = step;
   return absl::OkStatus();
 }
@@ -494,6 +500,8 @@ absl::Status ParallelBlock::EndStep() {
   timing_.seconds_per_unit =
       timing_.units_computed > 0 ? timing_.compute_seconds / timing_.units_computed : 0.0;
   timing_.micro_batches = layout_->step_backwards;
+  timing_.unit_tokens = layout_->unit_tokens;
+  timing_.tokens_computed = layout_->tokens_computed;
   timing_.received_from = -1;
   timing_.received_bytes = 0;
   timing_.received_seconds = 0;
@@ -583,6 +591,17 @@ ParallelBlock::UnitRange ParallelBlock::HelperRange(size_t index) {
   for (auto& b : in.params) range.params.push_back(b.data());
   for (auto& b : in.grads) range.grads.push_back(b.data());
   return range;
+}
+
+void ParallelBlock::CountForwardUnitTokens(absl::Span<const int32_t> tokens_per_unit) {
+  layout_->unit_tokens.insert(layout_->unit_tokens.end(), tokens_per_unit.begin(),
+                              tokens_per_unit.end());
+}
+
+void ParallelBlock::CountTokensComputed(int64_t tokens) { layout_->tokens_computed += tokens; }
+
+double ParallelBlock::capacity_factor() const {
+  return layout_->plan.has_value() ? layout_->plan->capacity_factor : 0.0;
 }
 
 absl::Status ParallelBlock::EnsureSize(Buffer& buffer, size_t n) {

@@ -55,11 +55,12 @@ TokenSlice SliceOf(const internal::MoeRouting& routing, const std::vector<int32_
   return {tokens.data() + lo, routing.expert_gates[e].data() + lo, static_cast<int>(hi - lo)};
 }
 
-internal::MoeRouterOptions RouterOptions(const MoeConfig& c) {
+internal::MoeRouterOptions RouterOptions(const MoeConfig& c, double capacity_factor = 0.0) {
   return {.experts = c.num_experts,
           .top_k = c.top_k,
           .pre_softmax = c.pre_softmax,
-          .aux_loss_coeff = c.aux_loss_coeff};
+          .aux_loss_coeff = c.aux_loss_coeff,
+          .capacity_factor = capacity_factor};
 }
 }  // namespace
 
@@ -143,13 +144,10 @@ absl::Status ParallelMoe::LoadDense(const MoeParams& params) {
 double ParallelMoe::aux_loss() const { return routing_ ? routing_->aux_loss : 0.0; }
 
 std::vector<int32_t> ParallelMoe::expert_tokens() const {
-  std::vector<int32_t> counts(config_.num_experts, 0);
-  if (!routing_) return counts;
-  for (int32_t e = 0; e < config_.num_experts; ++e) {
-    counts[e] = static_cast<int32_t>(routing_->expert_tokens[e].size());
-  }
-  return counts;
+  return routing_ ? routing_->routed : std::vector<int32_t>(config_.num_experts, 0);
 }
+
+int64_t ParallelMoe::dropped_tokens() const { return routing_ ? routing_->dropped : 0; }
 
 absl::Status ParallelMoe::SetRouterBias(const std::vector<float>& bias) {
   if (bias.empty()) {
@@ -256,8 +254,15 @@ absl::Status ParallelMoe::BeginForward(const float* x, int32_t batch, int32_t se
   BALLAST_RETURN_IF_ERROR(TimedAllReduceSum(logits_.data(), n));
   std::vector<float> host(n);
   c.CopyToHost(logits_.data(), host.data(), n);
+  // The plan's capacity cap applies here, before ranges are sliced: every rank drops the
+  // same pairs, and the owner's and replicas' slices tile the kept tokens.
   routing_ = std::make_unique<internal::MoeRouting>(
-      internal::Route(host.data(), t, RouterOptions(config_)));
+      internal::Route(host.data(), t, RouterOptions(config_, capacity_factor())));
+  // The router's load, known on the host already: pruned experts' tokens count, as they
+  // were routed, and so do tokens over a capacity cap (the load is what the router chose;
+  // tokens_computed counts what was kept). A recompute runs no BeginForward, so it is
+  // never counted twice.
+  CountForwardUnitTokens(routing_->routed);
   c.Fill(dgate_.data(), 0.0f, n);
   return absl::OkStatus();
 }
@@ -271,6 +276,9 @@ void ParallelMoe::ForwardRange(const UnitRange& r, const float* x, int32_t batch
   size_t row = 0;  // the range's caches hold its experts' tokens one after another
   for (int32_t s = 0; s < r.units; ++s) {
     const auto [tokens, gates, n] = SliceOf(*routing_, r.unit_ids, r.spans, s);
+    // The Forward's work, not a recompute's (null z): the speed signal divides
+    // compute_seconds by the rows one Forward needs, as units_computed does for whole units.
+    if (z != nullptr) CountTokensComputed(n);
     if (n == 0) continue;
     const float* w13 = r.params[kW13t] + static_cast<size_t>(s) * 2 * f * h;
     const float* w2 = r.params[kW2] + static_cast<size_t>(s) * f * h;

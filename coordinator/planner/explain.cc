@@ -2,6 +2,8 @@
 // (`ballastctl explain`).
 #include "coordinator/planner/explain.h"
 
+#include <algorithm>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/planner/expert_plan.h"
 
 namespace ballast::coordinator {
 namespace planner_internal {
@@ -33,6 +36,14 @@ std::string DescribePlan(const BlockPlan& plan, int32_t ranks) {
     }
     parts.push_back(std::move(part));
   }
+  if (!plan.replicas.empty()) {
+    std::string part = "replicate";
+    for (const Replica& r : plan.replicas) {
+      absl::StrAppend(&part, " ", r.unit, "->", r.helper.value(), ":",
+                      absl::StrFormat("%.0f%%", 100 * r.share));
+    }
+    parts.push_back(std::move(part));
+  }
   if (!plan.owner_of_unit.empty()) {
     std::vector<int32_t> counts(ranks, 0);
     for (RankId r : plan.owner_of_unit) {
@@ -47,16 +58,59 @@ std::string DescribePlan(const BlockPlan& plan, int32_t ranks) {
 
 using planner_internal::DescribePlan;
 using planner_internal::Num;
+using planner_internal::RankWork;
+
+namespace {
+
+// The loads' side of a block planned by them (expert_plan.h): the hottest units and where
+// the plan sends their tokens.
+std::string ExplainLoads(const PlannerInput& input, const BlockDecision& d) {
+  const std::vector<double>& work = input.unit_work;
+  const double total = std::accumulate(work.begin(), work.end(), 0.0);
+  const double mean = work.empty() ? 0 : total / static_cast<double>(work.size());
+  std::vector<size_t> order(work.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t shown = std::min<size_t>(3, order.size());
+  std::partial_sort(order.begin(), order.begin() + shown, order.end(),
+                    [&](size_t a, size_t b) { return work[a] > work[b]; });
+  std::string out = absl::StrCat("\n  planned by load: ", Num(total), " tokens over ", work.size(),
+                                 " units; hottest:");
+  for (size_t i = 0; i < shown; ++i) {
+    const size_t u = order[i];
+    absl::StrAppend(&out, " unit ", u, " on rank ", input.owner_of_unit[u].value(), " ",
+                    Num(work[u]),
+                    mean > 0 ? absl::StrCat(" (", Num(work[u] / mean), "x mean)") : "");
+    std::vector<std::string> went;
+    for (const Replica& r : d.plan.replicas) {
+      if (r.unit == static_cast<int32_t>(u)) {
+        went.push_back(absl::StrFormat("%.0f%% to %d", 100 * r.share, r.helper.value()));
+      }
+    }
+    if (!went.empty()) absl::StrAppend(&out, " [", absl::StrJoin(went, ", "), "]");
+    absl::StrAppend(&out, i + 1 < shown ? "," : "");
+  }
+  const std::vector<double> before = RankWork(input, BlockPlan{});
+  const std::vector<double> after = RankWork(input, d.plan);
+  absl::StrAppend(&out, "\n  tokens by rank, all-local -> planned:");
+  for (size_t r = 0; r < before.size(); ++r) {
+    absl::StrAppend(&out, " ", r, ":", Num(before[r]), "->", Num(after[r]));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
                             const BlockDecision& d) {
+  const bool by_loads = PlansByLoads(input, policy);
   std::string out = absl::StrCat(
       "block ", input.block.value(), " mode ", BalanceModeName(policy.mode), ": ",
       input.ranks.size(), " ranks, ", input.owner_of_unit.size(), " units, transfer ",
       Num(input.transfer_seconds_per_unit), " s/unit, accuracy weight ",
       Num(policy.accuracy_weight_seconds), " s, prune budget ",
       Num(policy.max_pruned_fraction_rank), "/rank ", Num(policy.max_pruned_fraction_group),
-      "/group, hysteresis ", Num(policy.hysteresis), "\n  [fixed s +] s/unit x units:");
+      "/group, hysteresis ", Num(policy.hysteresis), "\n  [fixed s +] ",
+      by_loads ? "s/token" : "s/unit", " x units:");
   for (size_t r = 0; r < input.ranks.size(); ++r) {
     const PlannerRank& rank = input.ranks[r];
     absl::StrAppend(&out, " ", r, ":",
@@ -64,13 +118,14 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
                     Num(rank.seconds_per_unit), "x", rank.owned_units,
                     rank.cordoned ? "(cordoned)" : "", rank.chronic ? "(chronic)" : "");
   }
+  if (by_loads) absl::StrAppend(&out, ExplainLoads(input, d));
   absl::StrAppend(&out, "\n  all-local ", Num(d.all_local_step_seconds), " s, ideal ",
                   Num(d.ideal_step_seconds), " s");
   if (d.evens_split) {
     absl::StrAppend(&out,
                     "\n  no rank straggles, but a rank owns more than its share: back to the "
                     "even split");
-  } else if (input.calm && !d.calm) {
+  } else if (input.calm && !d.calm && !by_loads) {
     absl::StrAppend(&out,
                     "\n  no rank straggles, but a rank is cordoned or owns more than its "
                     "share: balancing");
@@ -101,6 +156,10 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
                     CandidateKindName(d.recommended.kind), " (",
                     DescribePlan(d.recommended.plan, p), ") for step ",
                     Num(d.recommended.cost.step_seconds), " s");
+  } else if (d.calm && by_loads) {
+    absl::StrAppend(&out,
+                    "all-local: the loads end within the straggler threshold of the ideal, "
+                    "so splitting experts would move weights for noise");
   } else if (d.calm) {
     absl::StrAppend(&out,
                     "all-local: no rank straggles, so differences between the estimates "

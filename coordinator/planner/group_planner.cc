@@ -11,7 +11,8 @@ namespace ballast::coordinator {
 namespace {
 
 bool Trivial(const BlockPlan& plan) {
-  return plan.offloads.empty() && plan.owner_of_unit.empty() &&
+  return plan.offloads.empty() && plan.owner_of_unit.empty() && plan.replicas.empty() &&
+         plan.capacity_factor == 0 &&
          std::all_of(plan.pruned_units.begin(), plan.pruned_units.end(),
                      [](int32_t n) { return n == 0; });
 }
@@ -67,6 +68,7 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
       if (bp.block == block.input.block) current = bp;
     }
     current.owner_of_unit.clear();  // the input's ownership already has the move
+    current.capacity_factor = 0;    // the policy's, set below, whatever the planner chose
     absl::StatusOr<BlockDecision> decision = PlanBlock(block.input, planning, &current, workspace);
     if (!decision.ok()) {
       out.failed[id] = std::string(decision.status().message());
@@ -79,6 +81,12 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
     }
     if (bp.owner_of_unit.empty() && block.move_unconfirmed) {
       bp.owner_of_unit = block.input.owner_of_unit;
+    }
+    // Experts (loads known: their units divide) take the job's capacity cap, in every mode
+    // that balances: it is the job's choice of speed over exactness, not the planner's.
+    if (!block.input.unit_work.empty() && policy.mode != BalanceMode::kOff &&
+        policy.mode != BalanceMode::kObserve) {
+      bp.capacity_factor = policy.expert_capacity_factor;
     }
     if (!Trivial(bp)) desired.blocks.push_back(std::move(bp));
     out.blocks[id] = *std::move(decision);

@@ -8,10 +8,13 @@
 //   transfer_solver.h  at one step time: coverage, the fewest prunes, the least max load;
 //   knapsack.h         the exact knapsack for those prunes, with its LP bounds;
 //   ownership.h        water-filled and halfway counts, unit moves for a reshard;
+//   expert_plan.h      a block whose units divide, planned by its loads with replicas;
 //   explain.cc         the text operators read.
 #include "coordinator/planner/planner.h"
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
 #include <span>
 #include <utility>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/candidates.h"
+#include "coordinator/planner/expert_plan.h"
 #include "coordinator/planner/plan_cost.h"
 #include "coordinator/planner/problem.h"
 #include "coordinator/planner/search.h"
@@ -97,6 +101,17 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
 absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPolicy& policy,
                                         const BlockPlan* current, PlannerWorkspace* workspace) {
   BALLAST_RETURN_IF_ERROR(ValidateInputs(input, policy));
+  if (PlansByLoads(input, policy)) return planner_internal::PlanExperts(input, policy, current);
+  if (!input.unit_work.empty()) {
+    // Loads given but planned by counts (a cordon, the resize mode): a unit is then the
+    // mean unit's work, so that the step predicted is in seconds.
+    PlannerInput by_count = input;
+    by_count.unit_work.clear();
+    const double mean = std::accumulate(input.unit_work.begin(), input.unit_work.end(), 0.0) /
+                        static_cast<double>(input.unit_work.size());
+    for (PlannerRank& r : by_count.ranks) r.seconds_per_unit *= std::max(mean, 1.0);
+    return PlanBlock(by_count, policy, current, workspace);
+  }
   const std::span<const CandidateEntry> list = CandidateList();
   BlockDecision d;
   // Before the search: the list's room (about 1 KB, a decision's one large allocation)

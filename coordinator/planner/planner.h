@@ -28,6 +28,10 @@
 // read and the text cost from a tenth (the benchmark's stress case) to a third (one
 // straggler) of the planning.
 //
+// A block whose units divide (a mixture of experts) with its loads given
+// (PlannerInput::unit_work) is planned by those loads instead: replicas that split hot
+// experts' tokens, priced on the same terms (expert_plan.h).
+//
 // This header is the planner's interface; its types (PlannerInput, BlockDecision, ...) are
 // in vocabulary.h, which the layers below include instead of this. The search reuses
 // buffers from one decision to the next in a PlannerWorkspace its caller owns.

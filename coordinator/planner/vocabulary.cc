@@ -22,6 +22,8 @@ absl::string_view CandidateKindName(CandidateKind kind) {
       return "reshard";
     case CandidateKind::kCurrent:
       return "current";
+    case CandidateKind::kReplicas:
+      return "replicas";
   }
   return "unknown";
 }
@@ -73,6 +75,17 @@ absl::Status ValidatePlannerInput(const PlannerInput& input) {
           absl::StrCat("owner_of_unit[", u, "] = ", owner, " out of range [0, ", p, ")"));
     }
     ++counted[owner];
+  }
+  if (!input.unit_work.empty() && input.unit_work.size() != input.owner_of_unit.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("unit_work has ", input.unit_work.size(),
+                                                   " values for ", input.owner_of_unit.size(),
+                                                   " units"));
+  }
+  for (size_t u = 0; u < input.unit_work.size(); ++u) {
+    if (!std::isfinite(input.unit_work[u]) || input.unit_work[u] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unit_work[", u, "] ", input.unit_work[u], " must be finite and >= 0"));
+    }
   }
   for (size_t r = 0; r < p; ++r) {
     if (counted[r] != input.ranks[r].owned_units) {

@@ -42,6 +42,12 @@ struct PlannerInput {
   std::vector<PlannerRank> ranks;
   // Seconds one offloaded unit costs each of its owner and helper per step.
   double transfer_seconds_per_unit = 0;
+  // A block whose units divide (BlockShape::units_divide: a mixture of experts) with its
+  // loads measured: the work predicted for each unit next step, in the units the ranks'
+  // seconds_per_unit count (tokens: a rank computes a token of any expert in
+  // seconds_per_unit). Such a block is planned by its loads, with replicas (expert_plan.h).
+  // Empty: every unit is one unit of work (planned by counts).
+  std::vector<double> unit_work;
   // No rank of the group straggles (the speed model's verdict pooled over the group's
   // blocks, rank_speeds.h): with no rank cordoned and the block's ownership even (no rank
   // owning more than 1 + straggler_threshold times its share), the plan is all-local,
@@ -72,6 +78,7 @@ enum class CandidateKind {
   kAuto,      // best plan that prunes and offloads
   kReshard,   // the water-filled ownership (or halfway) plus its best plan
   kCurrent,   // the plan in force, priced under the new inputs
+  kReplicas,  // units split by load between their owner and helpers (expert_plan.h)
 };
 absl::string_view CandidateKindName(CandidateKind kind);
 
@@ -97,7 +104,8 @@ struct BlockDecision {
   // The current plan was kept: the best new plan did not beat it by the hysteresis.
   bool kept_current = false;
   // All-local because the group is calm (PlannerInput::calm, the ownership even, no
-  // cordon).
+  // cordon); for a block planned by its loads (expert_plan.h), because all-local ends
+  // within the straggler threshold of the balanced ideal.
   bool calm = false;
   // The plan is a reshard back to the even split: the group has been calm for a while but
   // its ownership is not even (a straggler it was resharded for has recovered). Never
@@ -121,9 +129,9 @@ int64_t PruneBudget(double fraction, int64_t units);
 // finite and > 0").
 absl::Status ValidatePlannerRanks(const std::vector<PlannerRank>& ranks);
 
-// The ranks (ValidatePlannerRanks), the transfer cost, and owner_of_unit against the
-// ranks' owned_units. Checked once, where planning starts (PlanBlock, BestPlan,
-// EvaluatePlan); the layers below trust it.
+// The ranks (ValidatePlannerRanks), the transfer cost, owner_of_unit against the ranks'
+// owned_units, and unit_work (empty, or one finite value >= 0 per unit). Checked once, where
+// planning starts (PlanBlock, BestPlan, EvaluatePlan); the layers below trust it.
 absl::Status ValidatePlannerInput(const PlannerInput& input);
 
 }  // namespace ballast::coordinator

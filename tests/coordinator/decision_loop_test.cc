@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "testing/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
@@ -33,6 +37,27 @@ class DecisionLoopTest : public testing::CoordinatorPartsTest {
     }
   }
   DecisionRecord Record() { return loop_->Record(registry_->Groups().at(0)); }
+  // Both ranks of a mixture-of-experts block (8 experts, rank 0 owning 0-3) report steps
+  // until a plan is pushed (at most 10): two Forwards a step routing `tokens` each, every
+  // token at 1 us on either rank.
+  void ReportExpertSteps(const testing::GroupSpec& spec, const std::vector<int32_t>& tokens) {
+    for (int64_t step = 0; step < 10 && sink_.plans().empty(); ++step) {
+      for (int rank : {0, 1}) {
+        int64_t computed = 0;
+        for (int e = 0; e < 8; ++e) computed += (e < 4) == (rank == 0) ? 2 * tokens[e] : 0;
+        v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, computed * 1e-6);
+        v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
+        for (int forward = 0; forward < 2; ++forward) {
+          for (int32_t n : tokens) b->add_unit_tokens(n);
+        }
+        b->set_tokens_computed(computed);
+        b->set_micro_batches(2);
+        ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+      }
+      clock_.Advance(absl::Milliseconds(100));
+      loop_->Tick();
+    }
+  }
 };
 
 TEST_F(DecisionLoopTest, WaitsForEveryRankThenPublishesWhatThePlannerDecides) {
@@ -151,6 +176,93 @@ TEST_F(DecisionLoopTest, ARankThatComputesNothingIsPlannedAtTheReferenceSpeed) {
   EXPECT_GT(sink_.plans()[0].version(), 123);
   EXPECT_THAT(Record().reasons.before,
               ::testing::Contains(HasSubstr("rank 1 computes no units under the plan it runs")));
+}
+
+// A mixture-of-experts block (units divide) with Zipf-skewed routing: the registry keeps
+// the newest step's tokens, the speed model times ranks per token, and the loop pushes
+// replicas that split the hot expert, explained by its load.
+TEST_F(DecisionLoopTest, ExpertLoadsArePlannedWithReplicas) {
+  testing::GroupSpec spec;
+  spec.units_divide = true;
+  ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
+  // Per Forward (2 a step), tokens per expert; rank 0 owns experts 0-3, the hot ones.
+  const std::vector<int32_t> tokens = {300, 120, 70, 50, 40, 30, 20, 10};
+  ReportExpertSteps(spec, tokens);
+  const GroupSnapshot group = *registry_->Snapshot({"vit", "tp0"}, false);
+  ASSERT_EQ(group.blocks.size(), 1u);
+  EXPECT_TRUE(group.blocks[0].units_divide);
+  EXPECT_EQ(group.blocks[0].token_forwards, 2);
+  EXPECT_EQ(group.blocks[0].unit_tokens, std::vector<double>({600, 240, 140, 100, 80, 60, 40, 20}));
+  ASSERT_EQ(sink_.plans().size(), 1u) << "the hot experts were not balanced";
+  const v1::WorkloadPlan plan = sink_.plans()[0];
+  ASSERT_EQ(plan.blocks_size(), 1);
+  ASSERT_GT(plan.blocks(0).replicas_size(), 0);
+  EXPECT_EQ(plan.blocks(0).replicas(0).unit(), 0);  // the hottest expert
+  EXPECT_EQ(plan.blocks(0).replicas(0).helper(), 1);
+  EXPECT_EQ(plan.blocks(0).offloads_size(), 0);
+  // Rank 0 had 1,080 of 1,280 tokens a step at 1 us each; the plan evens them within the
+  // balancer's tolerance.
+  const std::map<int32_t, BlockDecision> decisions = Record().decisions;
+  ASSERT_EQ(decisions.size(), 1u);
+  const BlockDecision& d = decisions.begin()->second;
+  EXPECT_NEAR(d.all_local_step_seconds, 1080e-6, 1e-9);
+  EXPECT_LT(d.predicted_step_seconds, 0.7 * d.all_local_step_seconds);
+}
+
+// The job's capacity cap goes with every expert plan, and the planner prices the experts'
+// work capped: 640 tokens a Forward over 8 experts at factor 1 keep at most 80 each.
+TEST_F(DecisionLoopTest, TheJobsCapacityCapGoesWithTheExpertsPlan) {
+  JobPolicy policy = settings_->PolicyFor("vit");
+  policy.expert_capacity_factor = 1.0;
+  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  testing::GroupSpec spec;
+  spec.units_divide = true;
+  ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
+  ReportExpertSteps(spec, {300, 120, 70, 50, 40, 30, 20, 10});
+  ASSERT_EQ(sink_.plans().size(), 1u);
+  const v1::WorkloadPlan plan = sink_.plans()[0];
+  ASSERT_EQ(plan.blocks_size(), 1);
+  EXPECT_EQ(plan.blocks(0).capacity_factor(), 1.0);
+  // Rank 0's experts capped at 160 tokens a step: 160 + 160 + 140 + 100.
+  const BlockDecision& d = Record().decisions.begin()->second;
+  EXPECT_NEAR(d.all_local_step_seconds, 560e-6, 1e-9);
+}
+
+// The loads predicted are the steps' smoothed, each step taken once whichever ranks
+// report it.
+TEST_F(DecisionLoopTest, TokenLoadsAreSmoothedOverSteps) {
+  testing::GroupSpec spec;
+  spec.units_divide = true;
+  ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
+  auto report = [&](int rank, int64_t step, int32_t hot) {
+    v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, 1e-3);
+    for (int e = 0; e < 8; ++e)
+      r.mutable_step()->mutable_blocks(0)->add_unit_tokens(e == 0 ? hot : 10);
+    ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+  };
+  report(0, 1, 100);
+  report(1, 1, 100);
+  report(0, 2, 300);
+  report(1, 2, 300);  // the same step again: not counted twice
+  const std::vector<double> tokens =
+      registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].unit_tokens;
+  ASSERT_EQ(tokens.size(), 8u);
+  EXPECT_DOUBLE_EQ(tokens[0], 200);
+  EXPECT_DOUBLE_EQ(tokens[1], 10);
+  EXPECT_EQ(registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].token_forwards, 1);
+}
+
+// A report's token loads are checked against the block: a whole number of Forwards.
+TEST_F(DecisionLoopTest, TokenLoadsThatDoNotFitTheBlockAreRefused) {
+  testing::GroupSpec spec;
+  spec.units_divide = true;
+  ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
+  v1::WorkerReport r = testing::StepReport(spec, 0, 1, 4, 1e-3);
+  for (int e = 0; e < 7; ++e) r.mutable_step()->mutable_blocks(0)->add_unit_tokens(1);
+  const absl::Status s = registry_->Report("agent-1", r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("unit_tokens has 7 values"));
+  EXPECT_TRUE(registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].unit_tokens.empty());
 }
 
 }  // namespace

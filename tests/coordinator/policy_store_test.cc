@@ -92,6 +92,7 @@ JobPolicy NonDefaultPolicy() {
   p.hysteresis = 0.07;
   p.reshard_after = absl::Seconds(90);
   p.report_period = absl::Milliseconds(2500);
+  p.expert_capacity_factor = 0.5;
   return p;
 }
 
@@ -266,6 +267,8 @@ TYPED_TEST(PolicyStoreTest, InvalidPolicyNamesTheFieldAndStoresNothing) {
       {[](JobPolicy& p) { p.hysteresis = std::nan(""); }, "hysteresis"},
       {[](JobPolicy& p) { p.accuracy_weight_seconds = -1; }, "accuracy_weight_seconds"},
       {[](JobPolicy& p) { p.straggler_threshold = 11; }, "straggler_threshold"},
+      {[](JobPolicy& p) { p.expert_capacity_factor = -1; }, "expert_capacity_factor"},
+      {[](JobPolicy& p) { p.expert_capacity_factor = INFINITY; }, "expert_capacity_factor"},
       {[](JobPolicy& p) { p.mode = static_cast<BalanceMode>(99); }, "mode"},
       {[](JobPolicy& p) { p.imputation = static_cast<Imputation>(99); }, "imputation"},
       {[](JobPolicy& p) { p.priority = static_cast<Priority>(99); }, "priority"},
@@ -453,7 +456,7 @@ TEST_F(SqlitePolicyStoreTest, FileHoldsReadableColumnsAndSchemaVersion) {
     // While the store is open, another connection sees committed data already.
     EXPECT_EQ(RawQuery(path_, "SELECT mode FROM policies WHERE job = 'vit'"), "migrate");
   }
-  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "2");
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "3");
   EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path_,
                      "SELECT imputation || ',' || priority || ',' || reshard_after_ms || "
@@ -491,11 +494,37 @@ TEST_F(SqlitePolicyStoreTest, AVersionOneFileIsMigrated) {
   }
   auto store = SqlitePolicyStore::Open(path_);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "2");
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "3");
   EXPECT_EQ((*store)->ListCordons()->size(), 1u);
   EXPECT_TRUE(*(*store)->IsPaused("vit"));
   ASSERT_TRUE((*store)->SetHold("vit", "tp0", GroupHold{.rank = 1, .offload_fraction = 0.5}).ok());
   EXPECT_EQ(RawQuery(path_, "SELECT rank || ',' || offload_fraction FROM holds"), "1,0.5");
+}
+
+// A file from before the experts' capacity factor (schema version 2) keeps its policies,
+// read with no cap; a cap set afterwards is stored and read back.
+TEST_F(SqlitePolicyStoreTest, AVersionTwoFileIsMigratedWithNoCapacityCap) {
+  {
+    auto store = SqlitePolicyStore::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutPolicy("vit", NonDefaultPolicy()).ok());
+  }
+  // Back to what version 2 wrote: no capacity column.
+  RawQuery(path_, "ALTER TABLE policies DROP COLUMN expert_capacity_factor");
+  RawQuery(path_, "PRAGMA user_version = 2");
+  auto store = SqlitePolicyStore::Open(path_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "3");
+  absl::StatusOr<std::optional<JobPolicy>> read = (*store)->GetPolicy("vit");
+  ASSERT_TRUE(read.ok() && read->has_value()) << read.status();
+  JobPolicy expected = NonDefaultPolicy();
+  expected.expert_capacity_factor = 0;
+  EXPECT_EQ(**read, expected);
+  JobPolicy capped = NonDefaultPolicy();
+  capped.expert_capacity_factor = 1.25;
+  ASSERT_TRUE((*store)->PutPolicy("vit", capped).ok());
+  EXPECT_EQ(RawQuery(path_, "SELECT expert_capacity_factor FROM policies"), "1.25");
+  EXPECT_EQ(*(*store)->GetPolicy("vit"), capped);
 }
 
 TEST_F(SqlitePolicyStoreTest, AHandEditedBadHoldIsDataLoss) {

@@ -137,11 +137,15 @@ TEST_F(CommandsTest, JsonIsParseable) {
 }
 
 TEST_F(CommandsTest, PolicySetChangesOnlyTheNamedFields) {
-  EXPECT_EQ(Run({"policy", "set", "vit", "mode=migrate", "hysteresis=0.2"}), 0) << err_.str();
+  EXPECT_EQ(
+      Run({"policy", "set", "vit", "mode=migrate", "hysteresis=0.2", "expert_capacity_factor=1.5"}),
+      0)
+      << err_.str();
   ASSERT_EQ(client_.policy_sets.size(), 1u);
   const v1::Policy& sent = client_.policy_sets[0].policy();
   EXPECT_EQ(sent.mode(), "migrate");
   EXPECT_EQ(sent.hysteresis(), 0.2);
+  EXPECT_EQ(sent.expert_capacity_factor(), 1.5);
   EXPECT_EQ(sent.imputation(), "mean");  // untouched
   EXPECT_EQ(sent.report_period_ms(), 1000);
   EXPECT_THAT(out_.str(), HasSubstr("migrate"));

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 namespace ballast {
 namespace {
 
@@ -188,6 +191,27 @@ TEST(ValidatePlanTest, RejectsBadReplicasNamingTheField) {
   expect(plan, "replicas[1].helper equals the owner 2 of unit 3");
 }
 
+TEST(ValidatePlanTest, CapacityFactorOnlyWhereUnitsDivideAndFiniteNonNegative) {
+  WorkloadPlan plan = ValidPlan();  // a cap goes with prunes and offloads by count
+  plan.blocks[0].capacity_factor = 1.25;
+  EXPECT_TRUE(ValidatePlan(plan, DividingShape()).ok());
+  // So small that ceil(factor x tokens x top_k / experts) is 1: still a cap, of one token.
+  plan.blocks[0].capacity_factor = 1e-9;
+  EXPECT_TRUE(ValidatePlan(plan, DividingShape()).ok());
+  plan.blocks[0].capacity_factor = 0;  // no cap: fine on any block
+  EXPECT_TRUE(ValidatePlan(plan, Shape()).ok());
+  plan.blocks[0].capacity_factor = 1.25;
+  ExpectInvalid(plan, "block 7: capacity_factor 1.25 needs a block whose units' work divides");
+  const BlockShape dividing = DividingShape().blocks[0];
+  for (double bad : {-0.5, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    plan.blocks[0].capacity_factor = bad;
+    const absl::Status status = ValidateBlockPlan(plan.blocks[0], dividing, 3);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("block 7: capacity_factor "));
+    EXPECT_THAT(std::string(status.message()), HasSubstr("must be finite and >= 0")) << bad;
+  }
+}
+
 TEST(ValidatePlanTest, RejectsUnknownImputation) {
   WorkloadPlan plan = ValidPlan();
   plan.imputation = static_cast<Imputation>(9);
@@ -233,6 +257,9 @@ TEST(PlanSummaryTest, DescribesPlan) {
   EXPECT_EQ(PlanSummary(plan), "v4 (zero, round-robin): block 7 pruned {0,1,0} offload 1->0 x2;");
   EXPECT_EQ(PlanSummary(ReplicaPlan()),
             "v5 (zero): block 7 replica 3->0 x0.25 replica 3->2 x0.75 replica 0->2 x0.5;");
+  plan = ValidPlan();
+  plan.blocks[0].capacity_factor = 1.5;
+  EXPECT_EQ(PlanSummary(plan), "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2 capacity x1.5;");
 }
 
 }  // namespace

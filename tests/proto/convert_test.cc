@@ -22,9 +22,25 @@ WorkloadPlan SomePlan() {
                          .pruned_units = {0, 2},
                          .offloads = {{RankId(1), RankId(0), 3}},
                          .owner_of_unit = {RankId(0), RankId(1), RankId(1)}});
-  plan.blocks.push_back(
-      {.block = BlockId(2), .replicas = {{0, RankId(1), 0.25}, {0, RankId(2), 0.5}}});
+  plan.blocks.push_back({.block = BlockId(2),
+                         .replicas = {{0, RankId(1), 0.25}, {0, RankId(2), 0.5}},
+                         .capacity_factor = 0.75});
   return plan;
+}
+
+// A capacity cap crosses the wire both ways; a block without one sends 0, which reads back
+// as no cap (what a coordinator from before the field sends).
+TEST(ConvertTest, CapacityFactorRoundTrips) {
+  const WorkloadPlan plan = SomePlan();
+  const v1::WorkloadPlan wire = ToProto(plan);
+  ASSERT_EQ(wire.blocks_size(), 2);
+  EXPECT_EQ(wire.blocks(0).capacity_factor(), 0.0);
+  EXPECT_EQ(wire.blocks(1).capacity_factor(), 0.75);
+  absl::StatusOr<WorkloadPlan> back = FromProto(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->blocks[0].capacity_factor, 0.0);
+  EXPECT_EQ(back->blocks[1].capacity_factor, 0.75);
+  EXPECT_EQ(*back, plan);
 }
 
 TEST(ConvertTest, EveryPriorityRoundTrips) {
@@ -78,7 +94,9 @@ TEST(ConvertTest, AStepReportCarriesEveryTiming) {
                             .micro_batches = 2,
                             .received_from = 1,
                             .received_bytes = 4096,
-                            .received_seconds = 0.01});
+                            .received_seconds = 0.01,
+                            .unit_tokens = {3, 0, 5, 2, 1, 4},
+                            .tokens_computed = 9});
   timings.blocks.push_back({.block = BlockId(2)});  // no link sample
   const v1::StepReport wire = ToProto(timings);
   EXPECT_EQ(wire.step(), 7);
@@ -96,7 +114,12 @@ TEST(ConvertTest, AStepReportCarriesEveryTiming) {
   EXPECT_EQ(b.received().from_rank(), 1);
   EXPECT_EQ(b.received().bytes(), 4096);
   EXPECT_EQ(b.received().seconds(), 0.01);
+  EXPECT_THAT(b.unit_tokens(), ::testing::ElementsAre(3, 0, 5, 2, 1, 4));
+  EXPECT_EQ(b.tokens_computed(), 9);
   EXPECT_FALSE(wire.blocks(1).has_received());
+  // A block whose units do not divide reports no token loads.
+  EXPECT_EQ(wire.blocks(1).unit_tokens_size(), 0);
+  EXPECT_EQ(wire.blocks(1).tokens_computed(), 0);
 }
 
 }  // namespace

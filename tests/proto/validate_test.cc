@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace ballast {
 namespace {
 
@@ -51,6 +53,37 @@ TEST(ValidateReportTest, OneBoundForEveryTiming) {
   EXPECT_EQ(ValidateReport(r).message(), "report.blocks[0].comm_seconds 3601 not in [0, 3600]");
 }
 
+TEST(ValidateReportTest, TokenLoadsAreCountsAndBounded) {
+  v1::StepReport r;
+  r.add_blocks();
+  v1::BlockTiming* b = r.add_blocks();
+  for (int tokens : {4, 0, 6}) b->add_unit_tokens(tokens);
+  b->set_tokens_computed(10);
+  EXPECT_TRUE(ValidateReport(r).ok());
+
+  b->set_unit_tokens(1, -2);
+  absl::Status s = ValidateReport(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "report.blocks[1].unit_tokens has -2 < 0");
+  b->set_unit_tokens(1, 0);
+
+  b->set_tokens_computed(-1);
+  s = ValidateReport(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "report.blocks[1].tokens_computed -1 < 0");
+  b->set_tokens_computed(0);
+  EXPECT_TRUE(ValidateReport(r).ok());
+
+  b->mutable_unit_tokens()->Resize(kMaxUnitTokenValues, 1);
+  EXPECT_TRUE(ValidateReport(r).ok());
+  b->add_unit_tokens(1);
+  s = ValidateReport(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("report.blocks[1].unit_tokens has ", kMaxUnitTokenValues + 1,
+                                     " values, more than ", kMaxUnitTokenValues)));
+}
+
 class ReportAgainstShapeTest : public ::testing::Test {
  protected:
   // The agent's view: rank 0 of 2, block 0 of 4 units announced.
@@ -84,6 +117,20 @@ TEST_F(ReportAgainstShapeTest, OwnershipMustFitTheAnnouncedBlock) {
   absl::Status s = Check(r);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("owner_of_unit for block 5, not announced"));
+}
+
+TEST_F(ReportAgainstShapeTest, TokenLoadsAreWholeForwardsOfTheBlocksUnits) {
+  v1::StepReport r = Report(0);
+  for (int i = 0; i < 8; ++i) r.mutable_blocks(0)->add_unit_tokens(1);  // 2 forwards x 4
+  EXPECT_TRUE(Check(r).ok());
+  r.mutable_blocks(0)->add_unit_tokens(1);
+  absl::Status s = Check(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "report.blocks[0].unit_tokens has 9 values, not a whole number of Forwards of 4 units "
+            "(block 0)");
+  r.mutable_blocks(0)->clear_unit_tokens();  // none: a block whose units do not divide
+  EXPECT_TRUE(Check(r).ok());
 }
 
 TEST_F(ReportAgainstShapeTest, ATransferSampleComesFromAPeer) {

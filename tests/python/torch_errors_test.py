@@ -99,6 +99,34 @@ class ErrorsTest(OneRankTestCase):
             s.offer_plan(1000, [{"block": block}], priority="loudest")
         with self.assertRaisesRegex(ValueError, "block 999"):
             s.offer_plan(1000, [{"block": 999}])
+        # Replicas ({unit, helper, share}): the parser names the field of a wrong type, the
+        # plan validator the value that does not fit (an MLP's units are computed whole).
+        for replicas, error in (
+                ({"unit": 0, "helper": 0, "share": 0.5},
+                 r"blocks\[0\]\.replicas must be a list of \{unit, helper, share\} dicts, "
+                 "not dict"),
+                ([(0, 0, 0.5)], r"blocks\[0\]\.replicas\[0\] must be a dict"),
+                ([{"unit": 0, "helper": 0}], r"blocks\[0\]\.replicas\[0\] has no 'share'"),
+                ([{"unit": 0, "helper": 0, "share": 0.5, "owner": 1}],
+                 r"blocks\[0\]\.replicas\[0\] has unknown key 'owner'"),
+                ([{"unit": 0, "helper": 0, "share": 1.0}, {"unit": 1.5, "helper": 0, "share": 1}],
+                 r"blocks\[0\]\.replicas\[1\]\.unit must be a 32-bit int, not 1\.5"),
+                ([{"unit": 0, "helper": "0", "share": 0.5}],
+                 r"blocks\[0\]\.replicas\[0\]\.helper must be a 32-bit int, not '0'"),
+                ([{"unit": 0, "helper": 0, "share": "half"}],
+                 r"blocks\[0\]\.replicas\[0\]\.share must be a number, not 'half'"),
+                ([{"unit": 0, "helper": 0, "share": 0.5}], "replicas need a block whose units")):
+            with self.assertRaisesRegex(ValueError, error):
+                s.offer_plan(1000, [{"block": block, "replicas": replicas}])
+        # A capacity cap: a number, finite and >= 0, on a block whose units divide.
+        for factor, error in (
+                ("1.0", r"blocks\[0\]\.capacity_factor must be a number, not '1\.0'"),
+                (True, r"blocks\[0\]\.capacity_factor must be a number, not True"),
+                (-1.0, r"block \d+: capacity_factor -1 must be finite and >= 0"),
+                (float("nan"), r"block \d+: capacity_factor nan must be finite"),
+                (1.5, r"block \d+: capacity_factor 1\.5 needs a block whose units")):
+            with self.assertRaisesRegex(ValueError, error):
+                s.offer_plan(1000, [{"block": block, "capacity_factor": factor}])
         applied = s.applied_version
         self.mlp(self.good)
         bt.end_step()

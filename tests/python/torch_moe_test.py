@@ -14,11 +14,14 @@ Each case trains a small model (LayerNorm, the MoE with a residual, a classifier
 tokens per expert and every MoE gradient; after the steps, ballast.torch.AdamW against
 torch.optim.AdamW through the state dicts. Cases: top-1 pre-softmax and top-2
 post-softmax (the latter with recompute on 3 ranks), an expert offloaded from rank 1 to
-rank 0 (2 ranks), an exact state-dict round trip onto another ownership, bad configs, and
-the layer built by spec.moe_spec() from a Megatron config.
+rank 0 (2 ranks), replicas splitting an expert's tokens between ranks (2 and 3 ranks), a
+plan's capacity cap with replicas (2 ranks; the reference drops the same tokens), an
+exact state-dict round trip onto another ownership, bad configs, and the layer built by
+spec.moe_spec() from a Megatron config.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -80,16 +83,22 @@ class Experts(nn.Module):
 
 class DenseMoE(nn.Module):
     """Returns (output, bias) as ParallelMoE, and keeps the latest aux loss (a tensor in
-    the graph) and tokens per expert."""
+    the graph), tokens per expert and the pairs the capacity cap dropped. A capacity
+    factor above 0 keeps each expert's first max(1, ceil(factor * T * k / E)) tokens in
+    token order (Megatron's "position" drop policy) without renormalising the gates; the
+    aux loss counts the tokens routed before the drop."""
 
-    def __init__(self, top_k: int, pre_softmax: bool, aux_coeff: float) -> None:
+    def __init__(self, top_k: int, pre_softmax: bool, aux_coeff: float,
+                 capacity_factor: float = 0.0) -> None:
         super().__init__()
         self.router = nn.Linear(HIDDEN, EXPERTS, bias=False)
         self.experts = Experts()
         self.bias = nn.Parameter(torch.zeros(HIDDEN))
         self.top_k, self.pre_softmax, self.aux_coeff = top_k, pre_softmax, aux_coeff
+        self.capacity_factor = capacity_factor
         self.aux_loss: Optional[torch.Tensor] = None
         self.tokens_per_expert: List[int] = []
+        self.dropped = 0
 
     def forward(self, x):
         tokens = x.reshape(-1, HIDDEN)
@@ -103,9 +112,15 @@ class DenseMoE(nn.Module):
             gates = torch.softmax(top, dim=-1)
         out = torch.zeros_like(tokens)
         counts = []
+        cap = t
+        if self.capacity_factor > 0:
+            cap = max(1, math.ceil(self.capacity_factor * t * self.top_k / EXPERTS))
+        self.dropped = 0
         for e, expert in enumerate(self.experts.local_experts):
-            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            rows, slot = (chosen == e).nonzero(as_tuple=True)  # rows ascending
             counts.append(rows.numel())
+            self.dropped += max(0, rows.numel() - cap)
+            rows, slot = rows[:cap], slot[:cap]
             if rows.numel():
                 out = out.index_add(0, rows, gates[rows, slot, None] * expert(tokens[rows]))
         c = torch.tensor(counts, dtype=probs.dtype)
@@ -136,6 +151,10 @@ class Case:
     pre_softmax: bool
     recompute: bool = False
     offload: bool = False
+    # A plan's "replicas" ({unit, helper, share}): expert tokens split between ranks.
+    replicas: Optional[List[Dict[str, float]]] = None
+    # A plan's "capacity_factor" (0: none).
+    capacity: float = 0.0
 
 
 def build(case: Case, owner_of_unit=None):
@@ -143,7 +162,7 @@ def build(case: Case, owner_of_unit=None):
                          moe_router_pre_softmax=case.pre_softmax, moe_aux_loss_coeff=AUX,
                          recompute=case.recompute, owner_of_unit=owner_of_unit, seed=13)
     model = Net(moe)
-    dense = Net(DenseMoE(case.top_k, case.pre_softmax, AUX))
+    dense = Net(DenseMoE(case.top_k, case.pre_softmax, AUX, case.capacity))
     dense.load_state_dict(model.state_dict())
     return model, dense
 
@@ -156,9 +175,17 @@ def data(step: int, micro: int):
 
 def train_case(case: Case, version: int) -> None:
     model, dense = build(case)
+    block = {"block": model.moe.block_id}
     if case.offload:  # one of rank 1's experts computed by rank 0
-        bt.session().offer_plan(version, [{"block": model.moe.block_id,
-                                           "offloads": [(1, 0, 1)]}])
+        block["offloads"] = [(1, 0, 1)]
+    if case.replicas:
+        block["replicas"] = case.replicas
+    if case.capacity:
+        block["capacity_factor"] = case.capacity
+    planned = len(block) > 1
+    if planned:
+        bt.session().offer_plan(version, [block])
+    dropped = 0
     model.moe.set_aux_loss_scale(1.0 / MICRO)  # the loss is averaged over micro-batches
     opt = bt.AdamW(model.parameters(), **ADAMW)
     ref_opt = torch.optim.AdamW(dense.parameters(), **ADAMW)
@@ -188,6 +215,9 @@ def train_case(case: Case, version: int) -> None:
             close(torch.tensor(model.moe.aux_loss), aux, f"{what}: aux loss")
             assert model.moe.tokens_per_expert == dense.moe.tokens_per_expert, (
                 what, model.moe.tokens_per_expert, dense.moe.tokens_per_expert)
+            assert model.moe.dropped_tokens == dense.moe.dropped, (
+                what, model.moe.dropped_tokens, dense.moe.dropped)
+            dropped += dense.moe.dropped
             # Gradients so far (they add up over the micro-batches).
             for key, g in model.moe._to_named(model.moe.dense("grad")):
                 close(g, dense.moe.get_parameter(key).grad, f"{what}: moe.{key} grad")
@@ -199,8 +229,16 @@ def train_case(case: Case, version: int) -> None:
     assert set(got) == set(dense.state_dict()), sorted(set(got) ^ set(dense.state_dict()))
     for key, want in dense.state_dict().items():
         close(got[key], want, f"{case.name}, after 2 AdamW steps: {key}")
-    if case.offload:
+    if planned:
         assert bt.session().applied_version == version, bt.session().last_rejection
+    applied = bt.session().applied_plan_blocks if planned else []
+    if case.replicas:
+        assert [b["replicas"] for b in applied] == [case.replicas], applied
+    if case.capacity:
+        assert [b["capacity_factor"] for b in applied] == [case.capacity], applied
+        assert dropped > 0, f"{case.name}: the cap dropped no token"
+    else:
+        assert dropped == 0, (case.name, dropped)
 
 
 def check_state_dict(size: int) -> None:
@@ -310,6 +348,17 @@ def worker(rank: int, size: int, path: str, collectives: str, out: str) -> None:
              Case("top-2 post-softmax", 2, False, recompute=size == 3)]
     if size == 2:
         cases.append(Case("top-2 post-softmax, offload", 2, False, offload=True))
+        # Rank 0's expert 0 shared with rank 1; rank 1's expert 3 all computed by rank 0.
+        cases.append(Case("top-1 pre-softmax, replicas", 1, True,
+                          replicas=[{"unit": 0, "helper": 1, "share": 0.4},
+                                    {"unit": 3, "helper": 0, "share": 1.0}]))
+        # A cap of ceil(0.75 * 18 * 2 / 4) = 7 tokens an expert, with expert 0 shared.
+        cases.append(Case("top-2 post-softmax, capacity and replicas", 2, False,
+                          replicas=[{"unit": 0, "helper": 1, "share": 0.5}], capacity=0.75))
+    if size == 3:  # rank 0's expert 0 split three ways
+        cases.append(Case("top-2 post-softmax, replicas", 2, False,
+                          replicas=[{"unit": 0, "helper": 1, "share": 0.3},
+                                    {"unit": 0, "helper": 2, "share": 0.3}]))
     try:
         for version, case in enumerate(cases, start=1):
             train_case(case, version)

@@ -27,6 +27,7 @@ struct GroupSpec {
   int32_t size = 2;
   std::vector<int32_t> owner_of_unit = {0, 0, 0, 0, 1, 1, 1, 1};
   int64_t unit_bytes = 1000;
+  bool units_divide = false;  // block 0's units are experts
   // Rank r's device is device_prefix + r.
   std::string device_prefix = "dev";
 };
@@ -45,6 +46,7 @@ inline v1::WorkerIdentity GroupWorker(const GroupSpec& spec, int32_t rank) {
   b->set_num_units(static_cast<int32_t>(spec.owner_of_unit.size()));
   for (int32_t o : spec.owner_of_unit) b->add_owner_of_unit(o);
   b->set_unit_bytes(spec.unit_bytes);
+  b->set_units_divide(spec.units_divide);
   return w;
 }
 

@@ -79,6 +79,19 @@ DenseMoe::Result DenseMoe::Run(const std::vector<double>& x, const std::vector<d
     }
     for (size_t e : chosen[t]) ++r.tokens_per_expert[e];
   }
+  // The cap: an expert's first `capacity` tokens in token order are kept.
+  std::vector<std::vector<bool>> kept(tokens, std::vector<bool>(k, true));
+  r.kept_per_expert.assign(n_e, 0);
+  const double capacity =
+      capacity_factor > 0 ? std::max(1.0, std::ceil(capacity_factor * tokens * k / n_e)) : tokens;
+  for (int32_t t = 0; t < tokens; ++t) {
+    for (size_t j = 0; j < k; ++j) {
+      int32_t& n = r.kept_per_expert[chosen[t][j]];
+      kept[t][j] = n < capacity;
+      n += kept[t][j];
+      r.dropped += !kept[t][j];
+    }
+  }
   double aux = 0;
   for (size_t e = 0; e < n_e; ++e) {
     double p_sum = 0;
@@ -95,7 +108,7 @@ DenseMoe::Result DenseMoe::Run(const std::vector<double>& x, const std::vector<d
     std::vector<double> dgate(k, 0.0);
     for (size_t j = 0; j < k; ++j) {
       const size_t e = chosen[t][j];
-      if (!pruned.empty() && pruned[e]) continue;
+      if ((!pruned.empty() && pruned[e]) || !kept[t][j]) continue;
       const double* w1 = w + o.w1 + e * h * f;
       const double* w3 = w + o.w3 + e * h * f;
       const double* w2 = w + o.w2 + e * f * h;

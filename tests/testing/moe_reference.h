@@ -15,13 +15,20 @@ namespace ballast::testing {
 struct DenseMoe {
   MoeConfig config;
   std::vector<double> params;
+  // A plan's BlockPlan::capacity_factor (0: no cap): each expert keeps the first
+  // max(1, ceil(capacity_factor * tokens * top_k / experts)) of its tokens in token order;
+  // the others contribute nothing and get no gradient, the gates are not renormalised, and
+  // the aux loss counts the tokens routed before the drop.
+  double capacity_factor = 0;
 
   struct Result {
     std::vector<double> y;     // tokens x hidden
     std::vector<double> dx;    // tokens x hidden
     std::vector<double> grad;  // like params
     double aux_loss = 0;
-    std::vector<int32_t> tokens_per_expert;
+    std::vector<int32_t> tokens_per_expert;  // routed, before the cap
+    std::vector<int32_t> kept_per_expert;    // after the cap (pruned experts' included)
+    int64_t dropped = 0;                     // (token, expert) pairs over the cap
   };
   // One forward and backward of `tokens` rows; `pruned[e]` experts drop their tokens
   // (contribute nothing, get no gradient). The aux loss's gradient enters scaled by

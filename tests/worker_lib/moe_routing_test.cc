@@ -2,6 +2,7 @@
 // loss, and RouterBackward against central differences of the loss it differentiates.
 #include "worker_lib/internal/moe_routing.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -39,27 +40,68 @@ TEST(MoeRoutingTest, AuxLossIsTheCoefficientWhenRoutingIsUniform) {
   EXPECT_NEAR(r.aux_loss, 0.3f, 1e-9);  // the coefficient as given, a float
 }
 
+TEST(MoeRoutingTest, CapacityKeepsEachExpertsFirstTokensAndCountsTheRest) {
+  EXPECT_EQ(ExpertCapacity(0.0, 10, 2, 6), 10);  // no cap
+  EXPECT_EQ(ExpertCapacity(1.0, 10, 2, 6), 4);   // ceil(20 / 6)
+  EXPECT_EQ(ExpertCapacity(0.5, 12, 2, 4), 3);   // exactly 3: not rounded up to 4
+  EXPECT_EQ(ExpertCapacity(1e-9, 10, 1, 6), 1);  // at least one token
+  EXPECT_EQ(ExpertCapacity(1e9, 10, 1, 6), 10);  // at most every token
+  // Five tokens all to expert 1 first, expert 0 second; a cap of
+  // max(1, ceil(0.5 * 5 * 2 / 3)) = 2 keeps tokens 0 and 1 on each, drops six pairs.
+  std::vector<float> logits;
+  for (int t = 0; t < 5; ++t) logits.insert(logits.end(), {1.0f, 2.0f, 0.0f});
+  const MoeRouterOptions uncapped = {.experts = 3, .top_k = 2, .aux_loss_coeff = 0.1f};
+  MoeRouterOptions capped = uncapped;
+  capped.capacity_factor = 0.5;
+  const MoeRouting all = Route(logits.data(), 5, uncapped);
+  const MoeRouting r = Route(logits.data(), 5, capped);
+  EXPECT_EQ(r.expert_tokens[1], (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(r.expert_tokens[0], (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(r.expert_gates[1].size(), 2u);
+  EXPECT_EQ(r.routed, (std::vector<int32_t>{5, 5, 0}));  // the router's load, before the cap
+  EXPECT_EQ(r.dropped, 6);
+  EXPECT_EQ(all.dropped, 0);
+  EXPECT_EQ(r.gate, all.gate);          // not renormalised over the kept experts
+  EXPECT_EQ(r.aux_loss, all.aux_loss);  // counts what was routed
+}
+
 // L = sum over chosen (t, e) of w[t, e] * gate + scale * aux; its gradient by central
-// differences (routing fixed: the perturbation is too small to change a choice).
+// differences (routing fixed: the perturbation is too small to change a choice). With a
+// capacity cap, only kept pairs enter L, and dgate is 0 where the cap dropped a pair (as
+// no rank writes one there).
 void ExpectBackwardMatchesDifferences(const MoeRouterOptions& options) {
   constexpr int32_t kTokens = 6;
   const int32_t experts = options.experts;
   std::vector<float> logits = testing::RandomNormal(kTokens * experts, 3, 1.0);
   const std::vector<float> w = testing::RandomNormal(kTokens * experts, 4, 1.0);
   constexpr float kScale = 0.5f;
+  auto kept = [&](const MoeRouting& r, int32_t t, int32_t e) {
+    const std::vector<int32_t>& tokens = r.expert_tokens[e];
+    return std::find(tokens.begin(), tokens.end(), t) != tokens.end();
+  };
   auto loss = [&](const std::vector<float>& z) {
     const MoeRouting r = Route(z.data(), kTokens, options);
     double l = kScale * r.aux_loss;
     for (int32_t t = 0; t < kTokens; ++t) {
       for (int32_t j = 0; j < options.top_k; ++j) {
-        l += w[t * experts + r.expert[t * options.top_k + j]] * r.gate[t * options.top_k + j];
+        const int32_t e = r.expert[t * options.top_k + j];
+        if (kept(r, t, e)) l += w[t * experts + e] * r.gate[t * options.top_k + j];
       }
     }
     return l;
   };
   const MoeRouting r = Route(logits.data(), kTokens, options);
+  if (options.capacity_factor > 0) {
+    EXPECT_GT(r.dropped, 0) << "a cap that drops nothing";
+  }
+  std::vector<float> dgate(w.size(), 0.0f);
+  for (int32_t t = 0; t < kTokens; ++t) {
+    for (int32_t e = 0; e < experts; ++e) {
+      if (kept(r, t, e)) dgate[t * experts + e] = w[t * experts + e];
+    }
+  }
   std::vector<float> dlogits(logits.size());
-  RouterBackward(r, options, w.data(), kScale, dlogits.data());
+  RouterBackward(r, options, dgate.data(), kScale, dlogits.data());
   for (size_t i = 0; i < logits.size(); ++i) {
     const float keep = logits[i];
     constexpr float kStep = 1e-2f;
@@ -74,6 +116,16 @@ void ExpectBackwardMatchesDifferences(const MoeRouterOptions& options) {
 
 TEST(MoeRoutingTest, BackwardMatchesDifferencesPostSoftmaxTop2WithAux) {
   ExpectBackwardMatchesDifferences({.experts = 5, .top_k = 2, .aux_loss_coeff = 0.2f});
+}
+
+TEST(MoeRoutingTest, BackwardMatchesDifferencesUnderACapacityCap) {
+  ExpectBackwardMatchesDifferences(
+      {.experts = 5, .top_k = 2, .aux_loss_coeff = 0.2f, .capacity_factor = 0.5});
+  ExpectBackwardMatchesDifferences({.experts = 4,
+                                    .top_k = 1,
+                                    .pre_softmax = true,
+                                    .aux_loss_coeff = 0.2f,
+                                    .capacity_factor = 0.5});
 }
 
 TEST(MoeRoutingTest, BackwardMatchesDifferencesPreSoftmaxTop1WithAux) {

@@ -2,12 +2,16 @@
 // reference (testing/moe_reference.h): every micro-batch's output and input gradient,
 // every step's gathered gradients, and the weights after AdamW, under empty, offload (a
 // whole expert on a helper), reshard, prune and split plans (an expert's tokens shared
-// with replicas: BlockPlan::replicas), with top-1 and top-2 routing.
+// with replicas: BlockPlan::replicas) and capacity plans (BlockPlan::capacity_factor, alone
+// and with a split and an offload), with top-1 and top-2 routing; and every step's token
+// loads in the block's timing (BlockTiming::unit_tokens, tokens_computed).
 #include "ballast/parallel_moe.h"
 
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -36,7 +40,7 @@ using ::ballast::testing::ToDouble;
 constexpr BlockId kBlock(7);
 constexpr double kTolerance = 2e-4;
 
-enum class PlanKind { kNone, kReplica, kReshard, kPrune, kSplit, kSplitReshard };
+enum class PlanKind { kNone, kReplica, kReshard, kPrune, kSplit, kSplitReshard, kSplitOffload };
 
 struct MoeCase {
   std::string name;
@@ -47,6 +51,7 @@ struct MoeCase {
   PlanKind plan = PlanKind::kNone;
   int micro_batches = 1;
   bool recompute = false;
+  double capacity = 0;  // the plan's capacity_factor (a plan even with PlanKind::kNone)
 };
 
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
@@ -73,10 +78,12 @@ std::optional<WorkloadPlan> PlanFor(const MoeCase& c) {
   plan.version = PlanVersion(1);
   BlockPlan& b = plan.blocks.emplace_back();
   b.block = kBlock;
+  b.capacity_factor = c.capacity;
   const int last = c.ranks - 1;
   switch (c.plan) {
     case PlanKind::kNone:
-      return std::nullopt;
+      if (c.capacity == 0) return std::nullopt;
+      break;
     case PlanKind::kReplica:  // the last rank's experts computed by rank 0 (a chain on 3)
       b.offloads.push_back({RankId(last), RankId(0), 2});
       if (c.ranks == 3) b.offloads.push_back({RankId(1), RankId(2), 1});
@@ -104,6 +111,12 @@ std::optional<WorkloadPlan> PlanFor(const MoeCase& c) {
       b.replicas.push_back({1, RankId(0), 0.45});
       b.replicas.push_back({3, RankId(0), 0.5});
       break;
+    case PlanKind::kSplitOffload:  // expert 0 (rank 0's) split with the others, and one of
+                                   // the last rank's experts computed by rank 0
+      b.replicas.push_back({0, RankId(1), 0.4});
+      if (c.ranks == 3) b.replicas.push_back({0, RankId(2), 0.3});
+      b.offloads.push_back({RankId(last), RankId(0), 1});
+      break;
   }
   return plan;
 }
@@ -111,11 +124,104 @@ std::optional<WorkloadPlan> PlanFor(const MoeCase& c) {
 struct Recorded {
   // [step][micro] per rank.
   std::map<int, std::vector<std::vector<std::vector<float>>>> y, dx;
-  std::vector<std::vector<bool>> pruned;  // [step][expert], union over ranks
-  std::vector<std::vector<float>> grad;   // [step], rank 0's gather
-  std::vector<std::vector<double>> aux;   // [step][micro], rank 0
-  std::vector<float> final_values;        // after the last AdamW
+  std::vector<std::vector<bool>> pruned;                     // [step][expert], union over ranks
+  std::vector<std::vector<float>> grad;                      // [step], rank 0's gather
+  std::vector<std::vector<double>> aux;                      // [step][micro], rank 0
+  std::map<int, std::vector<std::vector<int64_t>>> dropped;  // [step][micro][rank]
+  std::vector<float> final_values;                           // after the last AdamW
+  // [step][rank]: the block's timing after EndStep, and the rank's units and their fates.
+  std::vector<std::vector<BlockTiming>> timing;
+  std::vector<std::vector<std::vector<int32_t>>> units;
+  std::vector<std::vector<std::vector<UnitFate>>> fates;
 };
+
+// The token rows each rank computes in one Forward that routed routed[e] tokens to expert
+// e (`plan` null: none in force): an owner its local experts' tokens less the slices its
+// replicas take, a helper an offloaded expert's tokens whole and a replica's slice, and
+// nobody a pruned expert's. Slices are cut by the split rule (BlockPlan::replicas): the
+// owner keeps [0, 1 - sum of shares), each replica the next share in plan order, the last
+// up to 1, every boundary at llround(tokens x fraction).
+std::vector<int64_t> WantTokensComputed(const BlockPlan* plan,
+                                        const std::vector<std::vector<int32_t>>& units,
+                                        const std::vector<std::vector<UnitFate>>& fates,
+                                        const std::vector<int32_t>& routed) {
+  std::vector<int64_t> want(units.size(), 0);
+  auto cut = [](int32_t n, double fraction) { return std::llround(n * fraction); };
+  std::map<int32_t, double> owner_end;  // unit -> where its owner's slice ends
+  if (plan != nullptr) {
+    for (const Replica& r : plan->replicas) owner_end[r.unit] -= r.share;
+    for (auto& [unit, at] : owner_end) at += 1.0;
+  }
+  for (size_t r = 0; r < units.size(); ++r) {
+    for (size_t i = 0; i < units[r].size(); ++i) {
+      const int32_t e = units[r][i];
+      if (fates[r][i] == UnitFate::kLocal) {
+        const auto split = owner_end.find(e);
+        want[r] += split == owner_end.end() ? routed[e] : cut(routed[e], split->second);
+      } else if (fates[r][i] == UnitFate::kOffloaded) {
+        // These plans offload from each owner to one helper at most.
+        for (const Offload& o : plan->offloads) {
+          if (o.owner.value() == static_cast<int32_t>(r)) want[o.helper.value()] += routed[e];
+        }
+      }
+    }
+  }
+  if (plan != nullptr) {
+    std::map<int32_t, double> begin = owner_end;
+    std::map<int32_t, int> left;
+    for (const Replica& p : plan->replicas) ++left[p.unit];
+    for (const Replica& p : plan->replicas) {
+      const double from = begin[p.unit];
+      const double to = --left[p.unit] == 0 ? 1.0 : from + p.share;
+      begin[p.unit] = to;
+      want[p.helper.value()] += cut(routed[p.unit], to) - cut(routed[p.unit], from);
+    }
+  }
+  return want;
+}
+
+// The step's token loads on every rank (BlockTiming::unit_tokens, tokens_computed), given
+// the reference's routing of each of its Forwards: per expert, the tokens routed to it
+// (`routed`, the load) and those its capacity kept (`kept`, what is computed). Returns the
+// kept tokens pruned experts dropped.
+int64_t CheckTokenLoads(const MoeCase& c, const MoeConfig& config, const BlockPlan* plan, int s,
+                        int32_t tokens, const std::vector<std::vector<int32_t>>& routed,
+                        const std::vector<std::vector<int32_t>>& kept, const Recorded& rec) {
+  const size_t experts = config.num_experts;
+  int64_t pruned_tokens = 0;
+  int64_t kept_all = 0;
+  std::vector<int64_t> want(c.ranks, 0);
+  for (const std::vector<int32_t>& forward : kept) {
+    for (size_t e = 0; e < experts; ++e) pruned_tokens += rec.pruned[s][e] ? forward[e] : 0;
+    kept_all += std::accumulate(forward.begin(), forward.end(), int64_t{0});
+    const std::vector<int64_t> computed =
+        WantTokensComputed(plan, rec.units[s], rec.fates[s], forward);
+    for (int r = 0; r < c.ranks; ++r) want[r] += computed[r];
+  }
+  int64_t computed_sum = 0;
+  for (int r = 0; r < c.ranks; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    const BlockTiming& t = rec.timing[s][r];
+    // One routing per Forward: a recompute's second Forward adds none.
+    EXPECT_EQ(t.unit_tokens.size(), routed.size() * experts) << "forwards x experts values";
+    if (t.unit_tokens.size() != routed.size() * experts) continue;
+    for (size_t m = 0; m < routed.size(); ++m) {
+      const std::vector<int32_t> forward(t.unit_tokens.begin() + m * experts,
+                                         t.unit_tokens.begin() + (m + 1) * experts);
+      EXPECT_EQ(forward, routed[m]) << "the reference's routing, forward " << m;
+      EXPECT_EQ(std::accumulate(forward.begin(), forward.end(), 0), tokens * c.top_k)
+          << "forward " << m;
+    }
+    EXPECT_EQ(t.tokens_computed, want[r]) << "owners, helpers and replicas' slices";
+    computed_sum += t.tokens_computed;
+  }
+  // Every kept token is computed once, on some rank, unless its expert was pruned.
+  EXPECT_EQ(computed_sum, kept_all - pruned_tokens);
+  if (c.plan != PlanKind::kPrune) {
+    EXPECT_EQ(pruned_tokens, 0);
+  }
+  return pruned_tokens;
+}
 
 void RunAndCompare(const MoeCase& c) {
   const MoeConfig config = ConfigFor(c);
@@ -141,9 +247,13 @@ void RunAndCompare(const MoeCase& c) {
   rec.pruned.assign(kSteps, std::vector<bool>(config.num_experts, false));
   rec.grad.resize(kSteps);
   rec.aux.assign(kSteps, {});
+  rec.timing.assign(kSteps, std::vector<BlockTiming>(c.ranks));
+  rec.units.assign(kSteps, std::vector<std::vector<int32_t>>(c.ranks));
+  rec.fates.assign(kSteps, std::vector<std::vector<UnitFate>>(c.ranks));
   for (int s = 0; s < kSteps; ++s) {
     rec.y[s].assign(c.micro_batches, std::vector<std::vector<float>>(c.ranks));
     rec.dx[s].assign(c.micro_batches, std::vector<std::vector<float>>(c.ranks));
+    rec.dropped[s].assign(c.micro_batches, std::vector<int64_t>(c.ranks, -1));
   }
   absl::Status status = RunRanks(c.ranks, [&](RankContext& ctx) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(auto moe, ParallelMoe::Create(ctx.group.get(), config));
@@ -167,6 +277,8 @@ void RunAndCompare(const MoeCase& c) {
         for (size_t i = 0; i < units.size(); ++i) {
           if (fates[i] == UnitFate::kPruned) rec.pruned[s][units[i]] = true;
         }
+        rec.units[s][ctx.rank] = units;
+        rec.fates[s][ctx.rank] = fates;
       }
       for (int m = 0; m < c.micro_batches; ++m) {
         compute.CopyFromHost(xs[s][m].data(), x.data(), n);
@@ -178,15 +290,15 @@ void RunAndCompare(const MoeCase& c) {
         std::lock_guard<std::mutex> lock(mu);
         rec.y[s][m][ctx.rank] = std::move(y_host);
         rec.dx[s][m][ctx.rank] = std::move(dx_host);
+        rec.dropped[s][m][ctx.rank] = moe->dropped_tokens();
         if (ctx.rank == 0) rec.aux[s].push_back(moe->aux_loss());
       }
       BALLAST_ASSIGN_OR_RETURN(std::vector<float> grad, moe->GatherDense(ParamField::kGrad));
       BALLAST_RETURN_IF_ERROR(moe->AdamWStep(adamw));
       BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
-      if (ctx.rank == 0) {
-        std::lock_guard<std::mutex> lock(mu);
-        rec.grad[s] = std::move(grad);
-      }
+      std::lock_guard<std::mutex> lock(mu);
+      rec.timing[s][ctx.rank] = moe->timing();
+      if (ctx.rank == 0) rec.grad[s] = std::move(grad);
     }
     BALLAST_ASSIGN_OR_RETURN(std::vector<float> values, moe->GatherDense(ParamField::kValue));
     if (ctx.rank == 0) {
@@ -200,10 +312,13 @@ void RunAndCompare(const MoeCase& c) {
   dense.params = ToDouble(params0);
   DenseMoeAdamW adam;
   int pruned_seen = 0;
+  int64_t pruned_tokens = 0, dropped = 0;
   for (int s = 0; s < kSteps; ++s) {
     SCOPED_TRACE(absl::StrCat("step ", s));
     for (bool p : rec.pruned[s]) pruned_seen += p;
     std::vector<double> grad(dense.params.size(), 0.0);
+    std::vector<std::vector<int32_t>> routed, kept;  // [micro] tokens per expert
+    dense.capacity_factor = s >= 1 && plan.has_value() ? plan->blocks[0].capacity_factor : 0;
     for (int m = 0; m < c.micro_batches; ++m) {
       SCOPED_TRACE(absl::StrCat("micro-batch ", m));
       const DenseMoe::Result want = dense.Run(ToDouble(xs[s][m]), ToDouble(dys[s][m]), kTokens,
@@ -211,16 +326,30 @@ void RunAndCompare(const MoeCase& c) {
       for (int r = 0; r < c.ranks; ++r) {
         EXPECT_LE(MaxRelError(rec.y[s][m][r], want.y), kTolerance) << "y on rank " << r;
         EXPECT_LE(MaxRelError(rec.dx[s][m][r], want.dx), kTolerance) << "dx on rank " << r;
+        EXPECT_EQ(rec.dropped[s][m][r], want.dropped) << "pairs over the cap on rank " << r;
       }
+      dropped += want.dropped;
       EXPECT_NEAR(rec.aux[s][m], want.aux_loss, 1e-6 + 1e-5 * std::abs(want.aux_loss));
       for (size_t i = 0; i < grad.size(); ++i) grad[i] += want.grad[i];
+      routed.push_back(want.tokens_per_expert);
+      kept.push_back(want.kept_per_expert);
     }
+    pruned_tokens +=
+        CheckTokenLoads(c, config, s >= 1 && plan.has_value() ? &plan->blocks[0] : nullptr, s,
+                        kTokens, routed, kept, rec);
     EXPECT_LE(MaxRelError(rec.grad[s], grad), kTolerance) << "gathered gradients";
     adam.Step(config, adamw, rec.pruned[s], grad, dense.params);
   }
   EXPECT_LE(MaxRelError(rec.final_values, dense.params), kTolerance) << "weights after AdamW";
   if (c.plan == PlanKind::kPrune) {
     EXPECT_EQ(pruned_seen, kSteps - 1) << "one expert a step";
+    EXPECT_GT(pruned_tokens, 0) << "no pruned expert had tokens to drop";
+  }
+  // A cap that drops nothing would test nothing; without one, nothing is dropped.
+  if (c.capacity > 0) {
+    EXPECT_GT(dropped, 0) << "the cap dropped no token";
+  } else {
+    EXPECT_EQ(dropped, 0);
   }
 }
 
@@ -250,6 +379,32 @@ std::vector<MoeCase> Cases() {
                        .plan = plan});
     }
   }
+  // Capacity caps (tight enough that this routing drops tokens, which RunAndCompare
+  // asserts), alone and with an expert split with replicas and another offloaded.
+  for (int ranks : {2, 3}) {
+    for (PlanKind plan : {PlanKind::kNone, PlanKind::kSplitOffload}) {
+      const std::string name =
+          absl::StrCat("Capacity", plan == PlanKind::kNone ? "" : "SplitOffload");
+      cases.push_back({.name = absl::StrCat(name, "Top2Ranks", ranks),
+                       .ranks = ranks,
+                       .plan = plan,
+                       .micro_batches = 2,
+                       .capacity = plan == PlanKind::kNone ? 1.0 : 0.5});
+      cases.push_back({.name = absl::StrCat(name, "Top1PreSoftmaxRanks", ranks),
+                       .ranks = ranks,
+                       .top_k = 1,
+                       .pre_softmax = true,
+                       .plan = plan,
+                       .micro_batches = 2,
+                       .capacity = plan == PlanKind::kNone ? 0.5 : 1.0});
+    }
+  }
+  cases.push_back({.name = "CapacitySplitOffloadTop2RecomputeRanks3",
+                   .ranks = 3,
+                   .plan = PlanKind::kSplitOffload,
+                   .micro_batches = 2,
+                   .recompute = true,
+                   .capacity = 1.0});
   cases.push_back({.name = "SplitTop2RecomputeRanks3",
                    .ranks = 3,
                    .plan = PlanKind::kSplit,

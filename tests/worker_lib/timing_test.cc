@@ -46,8 +46,8 @@ absl::StatusOr<Activations> MakeActivations(Compute& c, const MlpConfig& config)
 // Runs `ranks` ranks of one MLP block under `plan` (null: none) for `steps` steps of
 // `micro_batches` forward-backward pairs; returns each rank's timings of every step.
 absl::StatusOr<std::vector<std::vector<StepTimings>>> RunPlan(int ranks, const MlpConfig& config,
-                                                               const WorkloadPlan* plan,
-                                                               int steps, int micro_batches = 1) {
+                                                              const WorkloadPlan* plan, int steps,
+                                                              int micro_batches = 1) {
   std::vector<std::vector<StepTimings>> seen(ranks);
   absl::Status status = RunRanks(ranks, [&](RankContext& ctx) -> absl::Status {
     BALLAST_ASSIGN_OR_RETURN(auto mlp, ParallelMlp::Create(ctx.group.get(), config));
@@ -62,6 +62,10 @@ absl::StatusOr<std::vector<std::vector<StepTimings>>> RunPlan(int ranks, const M
       BALLAST_RETURN_IF_ERROR(ctx.group->EndStep());
       const StepTimings& t = ctx.group->last_step_timings();
       if (t.blocks.size() != 1 || t.step != step) return absl::InternalError("timings shape");
+      // Token loads are for blocks whose units divide (experts), never an MLP's.
+      if (!t.blocks[0].unit_tokens.empty() || t.blocks[0].tokens_computed != 0) {
+        return absl::InternalError("an MLP block reported token loads");
+      }
       seen[ctx.rank].push_back(t);
     }
     return absl::OkStatus();

@@ -218,6 +218,7 @@ class AgentClientImpl final : public AgentClient {
       v1::BlockInfo* info = hello.add_blocks();
       info->set_block(b.block.value());
       info->set_num_units(b.num_units);
+      info->set_units_divide(b.units_divide);
       for (RankId r : b.owner_of_unit) info->add_owner_of_unit(r.value());
       if (auto it = unit_bytes_.find(b.block.value()); it != unit_bytes_.end()) {
         info->set_unit_bytes(it->second);

@@ -24,6 +24,15 @@ void SoftmaxBackward(const double* p, const double* dp, int32_t n, double* dz) {
 
 }  // namespace
 
+int32_t ExpertCapacity(double capacity_factor, int32_t tokens, int32_t top_k, int32_t experts) {
+  if (capacity_factor <= 0.0) return tokens;
+  // In double and in this order, as the references compute it (tests/testing/
+  // moe_reference.cc, tests/python/torch_moe_test.py), so a cap on an exact integer
+  // rounds alike everywhere.
+  const double cap = std::ceil(capacity_factor * tokens * top_k / experts);
+  return cap >= tokens ? tokens : std::max<int32_t>(1, static_cast<int32_t>(cap));
+}
+
 MoeRouting Route(const float* logits, int32_t tokens, const MoeRouterOptions& options) {
   const int32_t e_count = options.experts, k = options.top_k;
   MoeRouting r;
@@ -56,12 +65,21 @@ MoeRouting Route(const float* logits, int32_t tokens, const MoeRouterOptions& op
       r.gate[static_cast<size_t>(t) * k + j] = static_cast<float>(chosen[j]);
     }
   }
-  // Tokens per expert in ascending token order.
+  // Tokens per expert in ascending token order, up to its capacity: the first tokens in
+  // token order are the ones kept (Megatron's "position" policy), the same on every rank,
+  // so owner and replicas slice the same kept list.
+  const int32_t capacity = ExpertCapacity(options.capacity_factor, tokens, k, e_count);
+  r.routed.assign(e_count, 0);
   for (int32_t t = 0; t < tokens; ++t) {
     for (int32_t j = 0; j < k; ++j) {
       const size_t i = static_cast<size_t>(t) * k + j;
-      r.expert_tokens[r.expert[i]].push_back(t);
-      r.expert_gates[r.expert[i]].push_back(r.gate[i]);
+      const int32_t e = r.expert[i];
+      if (r.routed[e]++ >= capacity) {
+        ++r.dropped;
+        continue;
+      }
+      r.expert_tokens[e].push_back(t);
+      r.expert_gates[e].push_back(r.gate[i]);
     }
   }
   if (options.aux_loss_coeff != 0.0f && tokens > 0) {
@@ -69,7 +87,7 @@ MoeRouting Route(const float* logits, int32_t tokens, const MoeRouterOptions& op
     for (int32_t e = 0; e < e_count; ++e) {
       double p_sum = 0;
       for (int32_t t = 0; t < tokens; ++t) p_sum += r.probs[static_cast<size_t>(t) * e_count + e];
-      sum += p_sum * static_cast<double>(r.expert_tokens[e].size());
+      sum += p_sum * static_cast<double>(r.routed[e]);  // before the cap: see the header
     }
     r.aux_loss =
         options.aux_loss_coeff * e_count * sum / (static_cast<double>(tokens) * tokens * k);
@@ -87,7 +105,7 @@ void RouterBackward(const MoeRouting& r, const MoeRouterOptions& options, const 
   if (aux) {
     const double c = static_cast<double>(aux_scale) * options.aux_loss_coeff * e_count /
                      (static_cast<double>(tokens) * tokens * k);
-    for (int32_t e = 0; e < e_count; ++e) d_aux[e] = c * r.expert_tokens[e].size();
+    for (int32_t e = 0; e < e_count; ++e) d_aux[e] = c * r.routed[e];
   }
   std::vector<double> dz(e_count), dp(e_count), gates(k), dg(k), dtop(k);
   for (int32_t t = 0; t < tokens; ++t) {

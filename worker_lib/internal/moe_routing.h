@@ -11,6 +11,14 @@
 //   aux = coeff * E / (T^2 k) * sum_e P_e c_e,
 // with P_e the sum over tokens of the softmax over every expert, and c_e the tokens routed
 // to expert e (not differentiated).
+//
+// Capacity (MoeRouterOptions::capacity_factor, BlockPlan::capacity_factor): each expert
+// keeps the first ExpertCapacity() of its tokens in token order and drops the rest
+// (Megatron's "position" drop policy). A dropped (token, expert) pair contributes nothing
+// and has no gradient; the other gates are not renormalised (as Megatron's), so the gate
+// of a dropped pair only reaches the router through the softmax it shares with the kept
+// ones. The aux loss counts c_e before the drop: it balances what the router chooses,
+// which is what the cap would otherwise hide from it.
 #ifndef BALLAST_WORKER_LIB_INTERNAL_MOE_ROUTING_H_
 #define BALLAST_WORKER_LIB_INTERNAL_MOE_ROUTING_H_
 
@@ -24,7 +32,14 @@ struct MoeRouterOptions {
   int32_t top_k = 1;
   bool pre_softmax = false;
   float aux_loss_coeff = 0.0f;
+  // 0: no cap; otherwise see ExpertCapacity. Route reads it; RouterBackward does not.
+  double capacity_factor = 0.0;
 };
+
+// The most tokens an expert computes in a Forward of `tokens` tokens:
+// max(1, ceil(capacity_factor * tokens * top_k / experts)), at most `tokens`; `tokens`
+// (no cap) for a capacity_factor of 0.
+int32_t ExpertCapacity(double capacity_factor, int32_t tokens, int32_t top_k, int32_t experts);
 
 struct MoeRouting {
   int32_t tokens = 0;
@@ -33,9 +48,14 @@ struct MoeRouting {
   std::vector<float> gate;
   // Softmax over every expert, tokens x experts (the aux loss's, and pre-softmax gates').
   std::vector<double> probs;
-  // Per expert: the tokens routed to it, ascending, and their gates.
+  // Per expert: the tokens it computes, ascending, and their gates: those routed to it,
+  // less any over its capacity.
   std::vector<std::vector<int32_t>> expert_tokens;
   std::vector<std::vector<float>> expert_gates;
+  // Per expert: the tokens routed to it, before the cap (the router's load, the aux
+  // loss's c_e); and the (token, expert) pairs the cap dropped, summed over experts.
+  std::vector<int32_t> routed;
+  int64_t dropped = 0;
   double aux_loss = 0;
 };
 
@@ -43,8 +63,9 @@ struct MoeRouting {
 MoeRouting Route(const float* logits, int32_t tokens, const MoeRouterOptions& options);
 
 // dlogits (tokens x experts) = the gradient reaching the logits from `dgate` (tokens x
-// experts: dL/d(gate of token t at expert e), read only where e was chosen) through the
-// gates, plus aux_scale times the aux loss's gradient.
+// experts: dL/d(gate of token t at expert e), read only where e was chosen, and 0 where
+// the cap dropped the pair) through the gates, plus aux_scale times the aux loss's
+// gradient.
 void RouterBackward(const MoeRouting& routing, const MoeRouterOptions& options, const float* dgate,
                     float aux_scale, float* dlogits);
 

@@ -91,6 +91,13 @@ struct BlockPlan {
   // replicas neither prunes nor offloads in the same block plan: those take units by
   // count from the owner's priority order, and one unit must not be both.
   std::vector<Replica> replicas;
+  // A cap on each unit's work, for blocks whose units divide (a mixture of experts): 0
+  // (the default) none; otherwise each Forward of T tokens lets an expert compute at most
+  // max(1, ceil(capacity_factor * T * top_k / experts)) of the tokens routed to it, the
+  // first in token order, and drops the rest (Megatron's moe_expert_capacity_factor with
+  // the "position" drop policy). Finite and >= 0. It trades quality (dropped tokens skip
+  // the expert) for a bounded hot expert, so it is off unless a plan asks for it.
+  double capacity_factor = 0;
   friend bool operator==(const BlockPlan&, const BlockPlan&) = default;
 };
 

@@ -33,6 +33,12 @@ struct BlockTiming {
   int32_t received_from = -1;
   int64_t received_bytes = 0;
   double received_seconds = 0;
+  // Blocks whose units divide (BlockShape::units_divide, a mixture of experts) only: the
+  // tokens each Forward of the step routed to each unit, Forward-major (forwards x
+  // num_units values; a recompute's Forward is not counted), and the token rows this rank
+  // computed (the speed signal of such a block: compute_seconds / tokens_computed).
+  std::vector<int32_t> unit_tokens;
+  int64_t tokens_computed = 0;
 };
 
 // Everything a rank measured in one step.

@@ -447,8 +447,15 @@ class ParallelMoE(_BallastLayer):
 
     @property
     def tokens_per_expert(self) -> List[int]:
-        """Tokens routed to each expert by the latest forward (zeros before any)."""
+        """Tokens routed to each expert by the latest forward (zeros before any), before
+        a plan's capacity cap: the router's load."""
         return list(self._block.expert_tokens)
+
+    @property
+    def dropped_tokens(self) -> int:
+        """(token, expert) pairs a plan's capacity cap (``capacity_factor``) dropped in the
+        latest forward, over all experts: 0 without a cap."""
+        return int(self._block.dropped_tokens)
 
     def set_aux_loss_scale(self, scale: float) -> None:
         """Scales the aux loss's gradient in every later backward, as Megatron's

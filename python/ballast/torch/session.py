@@ -124,10 +124,12 @@ class Session:
         """Hands in a plan, as the agent does; applied at a step start once every rank holds it.
 
         ``blocks``: dicts with ``block`` (a layer's ``block_id``), and optionally
-        ``pruned_units`` (per rank), ``offloads`` ([(owner, helper, units)]) and
-        ``owner_of_unit`` (a reshard). ``priority``: the job's priority policy, which the
-        layers adopt at their next priority window (None: each keeps its own). Raises
-        ValueError naming a malformed field.
+        ``pruned_units`` (per rank), ``offloads`` ([(owner, helper, units)]),
+        ``owner_of_unit`` (a reshard) and, for a ParallelMoE, ``replicas``
+        ([{"unit", "helper", "share"}]: the helper computes that share of the expert's
+        tokens, the owner what the shares leave). ``priority``: the job's priority policy,
+        which the layers adopt at their next priority window (None: each keeps its own).
+        Raises ValueError naming a malformed field.
         """
         self._core.offer_plan(version, blocks, imputation, priority)
 

@@ -218,6 +218,16 @@ class ParallelBlock {
   absl::Status TimedAllReduceSum(float* data, size_t n);
   // (Re)allocates `buffer` to exactly n floats unless it has that size.
   absl::Status EnsureSize(Buffer& buffer, size_t n);
+  // Blocks whose units divide (UnitsDivide) count their step's work in tokens, not whole
+  // units (BlockTiming::unit_tokens, tokens_computed): the subclass adds each Forward's
+  // tokens per unit (once per Forward, never for a recompute's) and the token rows it ran
+  // through its ranges. Host counts: the block restarts them at BeginStep and reports them
+  // at EndStep, as it does its timers.
+  void CountForwardUnitTokens(absl::Span<const int32_t> tokens_per_unit);
+  void CountTokensComputed(int64_t tokens);
+  // The plan in force's BlockPlan::capacity_factor (0: no cap, or no plan); only blocks
+  // whose units divide get one past the validator. Fixed for the step, as the plan is.
+  double capacity_factor() const;
 
   // --- Hooks a subclass may override. ---
   // Whether a unit's work divides between ranks (plans may give it replicas that compute

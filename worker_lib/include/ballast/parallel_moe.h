@@ -18,7 +18,10 @@
 // work divides (UnitsDivide), so a plan may also give a hot expert replicas
 // (BlockPlan::replicas): each computes its share of the expert's tokens (consecutive
 // slices in token order, cut alike on every rank) with the expert's weights, and the
-// owner adds the replicas' gradients to its own.
+// owner adds the replicas' gradients to its own. A plan may also cap every expert's
+// tokens (BlockPlan::capacity_factor): the tokens over an expert's capacity are dropped,
+// alike on every rank and before the owner's and replicas' slices are cut, so replicas
+// split the kept tokens (internal/moe_routing.h says how the cap meets the gradients).
 //
 // Backward: each rank adds dL/d(gate) of its experts' tokens into a tokens x experts
 // matrix; one all-reduce of it (tokens x experts floats, small) lets every rank compute
@@ -83,8 +86,16 @@ class ParallelMoe final : public ParallelBlock {
   // to 1 / micro-batches when the main loss is averaged over them).
   double aux_loss() const;
   void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
-  // Tokens routed to each expert by the latest Forward (top-k choices counted once each).
+  // Tokens routed to each expert by the latest Forward (top-k choices counted once each),
+  // before any capacity cap: the router's load, which is what a plan balances.
+  // A step's timing() carries every Forward's (BlockTiming::unit_tokens), and the token
+  // rows this rank computed (tokens_computed: a pruned expert's count none, an offload's
+  // count on its helper, a replica's slice on the rank that computes it).
   std::vector<int32_t> expert_tokens() const;
+  // The (token, expert) pairs the plan's capacity cap (BlockPlan::capacity_factor) dropped
+  // in the latest Forward, over all experts (0 without a cap): what quality is measured
+  // against. Alike on every rank.
+  int64_t dropped_tokens() const;
   // A fixed, untrained bias added to every token's router logits from the next Forward on
   // (num_experts floats; empty: none): how a benchmark dials routing skew (log of a Zipf
   // distribution makes a few experts hot). Rank 0's is the group's, as its logits are.

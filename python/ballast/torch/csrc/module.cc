@@ -79,8 +79,65 @@ MlpActivation ParseActivation(const std::string& name) {
   throw py::value_error("activation '" + name + "' is not one of gelu, swiglu");
 }
 
+// The name of a Python value's type, for errors.
+std::string TypeName(const py::handle& value) {
+  return py::str(value.get_type().attr("__name__")).cast<std::string>();
+}
+
+// A plan block's "replicas": [{"unit", "helper", "share"}] (BlockPlan::replicas). Only the
+// types are checked here, each error naming the field (`where`: "blocks[i].replicas");
+// whether the values fit the block (a unit it has, a share in (0, 1], a helper that is not
+// the owner, ...) is the plan validator's, as for a plan from the agent.
+std::vector<Replica> ParseReplicas(const py::handle& value, const std::string& where) {
+  if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value)) {
+    throw py::value_error(absl::StrCat(
+        where, " must be a list of {unit, helper, share} dicts, not ", TypeName(value)));
+  }
+  std::vector<Replica> replicas;
+  for (const py::handle& item : value) {
+    const std::string at = absl::StrCat(where, "[", replicas.size(), "]");
+    if (!py::isinstance<py::dict>(item)) {
+      throw py::value_error(
+          absl::StrCat(at, " must be a dict {unit, helper, share}, not ", TypeName(item)));
+    }
+    Replica& r = replicas.emplace_back();
+    bool unit = false, helper = false, share = false;
+    for (const auto& [key_handle, field] : item.cast<py::dict>()) {
+      const std::string key = py::str(key_handle);
+      // pybind11's casts refuse a float for an int (and a str for either); its cast_error
+      // would not say which field, so it is turned into one that does.
+      try {
+        if (key == "unit") {
+          r.unit = field.cast<int32_t>();
+          unit = true;
+        } else if (key == "helper") {
+          r.helper = RankId(field.cast<int32_t>());
+          helper = true;
+        } else if (key == "share") {
+          r.share = field.cast<double>();
+          share = true;
+        } else {
+          throw py::value_error(
+              absl::StrCat(at, " has unknown key '", key, "' (unit, helper, share)"));
+        }
+      } catch (const py::cast_error&) {
+        throw py::value_error(absl::StrCat(at, ".", key, " must be ",
+                                           key == "share" ? "a number" : "a 32-bit int", ", not ",
+                                           py::repr(field).cast<std::string>()));
+      }
+    }
+    for (const auto& [name, present] :
+         {std::pair{"unit", unit}, std::pair{"helper", helper}, std::pair{"share", share}}) {
+      if (!present) throw py::value_error(absl::StrCat(at, " has no '", name, "'"));
+    }
+  }
+  return replicas;
+}
+
 // A plan from Python: blocks as dicts {"block", "pruned_units", "offloads": [(owner,
-// helper, units)], "owner_of_unit"}; unknown keys are refused by name.
+// helper, units)], "owner_of_unit", "replicas": [{"unit", "helper", "share"}],
+// "capacity_factor"}; unknown keys are refused by name. As for replicas, only types are
+// checked here; the values are the plan validator's.
 WorkloadPlan ParsePlan(const std::string& group, int64_t version, const std::string& imputation,
                        const std::optional<std::string>& priority, const py::list& blocks) {
   WorkloadPlan plan;
@@ -90,6 +147,7 @@ WorkloadPlan ParsePlan(const std::string& group, int64_t version, const std::str
   if (priority.has_value()) plan.priority = Value(ParsePriority(*priority));
   for (const py::handle& item : blocks) {
     if (!py::isinstance<py::dict>(item)) throw py::value_error("each plan block must be a dict");
+    const size_t index = plan.blocks.size();
     BlockPlan& b = plan.blocks.emplace_back();
     for (const auto& [key_handle, value] : item.cast<py::dict>()) {
       const std::string key = py::str(key_handle);
@@ -104,9 +162,21 @@ WorkloadPlan ParsePlan(const std::string& group, int64_t version, const std::str
         }
       } else if (key == "owner_of_unit") {
         for (int32_t r : value.cast<std::vector<int32_t>>()) b.owner_of_unit.push_back(RankId(r));
+      } else if (key == "replicas") {
+        b.replicas = ParseReplicas(value, absl::StrCat("blocks[", index, "].replicas"));
+      } else if (key == "capacity_factor") {
+        // A bool would cast to 0 or 1, a cap nobody meant; a str does not cast at all.
+        if (py::isinstance<py::bool_>(value) ||
+            !(py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value))) {
+          throw py::value_error(absl::StrCat("blocks[", index,
+                                             "].capacity_factor must be a number, not ",
+                                             py::repr(value).cast<std::string>()));
+        }
+        b.capacity_factor = value.cast<double>();
       } else {
-        throw py::value_error(absl::StrCat("unknown plan block key '", key,
-                                           "' (block, pruned_units, offloads, owner_of_unit)"));
+        throw py::value_error(absl::StrCat(
+            "unknown plan block key '", key,
+            "' (block, pruned_units, offloads, owner_of_unit, replicas, capacity_factor)"));
       }
     }
   }
@@ -170,6 +240,10 @@ py::dict TimingsToDict(const StepTimings& t) {
     bd["units_computed"] = b.units_computed;
     bd["seconds_per_unit"] = b.seconds_per_unit;
     bd["micro_batches"] = b.micro_batches;
+    // Mixture-of-experts blocks only (empty and 0 otherwise): the router's tokens per
+    // expert per Forward, and the token rows this rank computed.
+    bd["unit_tokens"] = b.unit_tokens;
+    bd["tokens_computed"] = b.tokens_computed;
     blocks.append(bd);
   }
   d["blocks"] = blocks;
@@ -195,6 +269,16 @@ py::list PlanBlocksToList(const WorkloadPlan& plan) {
     }
     d["offloads"] = offloads;
     d["owner_of_unit"] = RankValues(b.owner_of_unit);
+    py::list replicas;
+    for (const Replica& r : b.replicas) {
+      py::dict rd;
+      rd["unit"] = r.unit;
+      rd["helper"] = r.helper.value();
+      rd["share"] = r.share;
+      replicas.append(rd);
+    }
+    d["replicas"] = replicas;
+    d["capacity_factor"] = b.capacity_factor;
     blocks.append(d);
   }
   return blocks;
@@ -368,6 +452,9 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "expert_tokens",
           [](Block& b) { return b.moe() ? b.moe()->expert_tokens() : std::vector<int32_t>(); })
+      .def_property_readonly(
+          "dropped_tokens",
+          [](Block& b) { return b.moe() ? b.moe()->dropped_tokens() : int64_t{0}; })
       .def(
           "set_aux_loss_scale",
           [](Block& b, float scale) {

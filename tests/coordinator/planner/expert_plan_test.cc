@@ -1,0 +1,270 @@
+// Planning a mixture-of-experts block by its loads (expert_plan.h), through PlanBlock as
+// the coordinator calls it: Zipf loads and a slow rank get replicas that the workers'
+// validator takes and that bring the step near the balanced ideal; uniform loads stay
+// all-local; the plan in force is kept inside the hysteresis and dropped once it no longer
+// pays; observe only recommends; a cordon and the resize mode fall back to whole units;
+// bad loads are refused by name; the explanation names the hot experts and where their
+// tokens went.
+#include "coordinator/planner/expert_plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "ballast/ownership.h"
+#include "ballast/plan.h"
+#include "coordinator/planner/group_planner.h"
+#include "coordinator/planner/planner.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Whole tokens per expert for Zipf(s) over `experts` experts, `tokens` in all (the
+// rounding's remainder on the coldest).
+std::vector<double> Zipf(int experts, double s, double tokens) {
+  std::vector<double> w(experts);
+  for (int e = 0; e < experts; ++e) w[e] = 1.0 / std::pow(e + 1, s);
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  for (double& v : w) v = std::round(v * tokens / sum);
+  w.back() += tokens - std::accumulate(w.begin(), w.end(), 0.0);
+  return w;
+}
+
+// 8 experts over `ranks` ranks (even split), 1 ms a token on each rank unless `slow` says
+// otherwise, transfers 2 ms.
+PlannerInput Experts(std::vector<double> work, int ranks, std::vector<double> seconds = {}) {
+  PlannerInput in;
+  in.block = BlockId(3);
+  in.owner_of_unit = EvenOwnership(static_cast<int32_t>(work.size()), ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const double s = seconds.empty() ? 1e-3 : seconds[r];
+    in.ranks.push_back({.seconds_per_unit = s,
+                        .owned_units = static_cast<int32_t>(std::count(
+                            in.owner_of_unit.begin(), in.owner_of_unit.end(), RankId(r)))});
+  }
+  in.transfer_seconds_per_unit = 2e-3;
+  in.unit_work = std::move(work);
+  return in;
+}
+
+JobPolicy Auto() {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kAuto;
+  return policy;
+}
+
+void ExpectValid(const PlannerInput& in, const BlockPlan& plan) {
+  const BlockShape shape{.block = in.block,
+                         .num_units = static_cast<int32_t>(in.owner_of_unit.size()),
+                         .owner_of_unit = in.owner_of_unit,
+                         .units_divide = true};
+  EXPECT_TRUE(ValidateBlockPlan(plan, shape, static_cast<int32_t>(in.ranks.size())).ok())
+      << ValidateBlockPlan(plan, shape, static_cast<int32_t>(in.ranks.size()));
+}
+
+TEST(ExpertPlanTest, ZipfLoadsGetReplicasNearTheIdeal) {
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(ranks);
+    const PlannerInput in = Experts(Zipf(8, 1.2, 2048), ranks);
+    ASSERT_TRUE(PlansByLoads(in, Auto()));
+    absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->chosen, CandidateKind::kReplicas);
+    EXPECT_FALSE(d->plan.replicas.empty());
+    EXPECT_TRUE(d->plan.offloads.empty());
+    EXPECT_TRUE(d->plan.pruned_units.empty());
+    ExpectValid(in, d->plan);
+    // All-local is the hottest rank's tokens; the ideal spreads all 2048 evenly.
+    EXPECT_NEAR(d->ideal_step_seconds, 2048e-3 / ranks, 1e-9);
+    EXPECT_GT(d->all_local_step_seconds, 1.3 * d->ideal_step_seconds);
+    // Within the balancer's tolerance, plus a transfer or two per rank.
+    EXPECT_LE(d->predicted_step_seconds, 1.02 * d->ideal_step_seconds + 3 * 2e-3);
+    // The tokens all go somewhere: the planned ranks' work adds up to the loads.
+    const std::vector<double> work = planner_internal::RankWork(in, d->plan);
+    EXPECT_NEAR(std::accumulate(work.begin(), work.end(), 0.0), 2048, 1e-6);
+  }
+}
+
+TEST(ExpertPlanTest, ASlowRankGivesSlicesOfItsExperts) {
+  // Uniform loads, rank 1 twice as slow: its experts' tokens split onto rank 0.
+  const PlannerInput in = Experts(std::vector<double>(8, 128), 2, {1e-3, 2e-3});
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_FALSE(d->plan.replicas.empty());
+  for (const Replica& r : d->plan.replicas) {
+    EXPECT_EQ(in.owner_of_unit[r.unit], RankId(1));
+    EXPECT_EQ(r.helper, RankId(0));
+  }
+  ExpectValid(in, d->plan);
+  // All-local: rank 1's 512 tokens at 2 ms; ideal: 1024 tokens at 1.5 tokens/ms.
+  EXPECT_NEAR(d->all_local_step_seconds, 1.024, 1e-9);
+  EXPECT_NEAR(d->ideal_step_seconds, 1.024 / 1.5, 1e-9);
+  EXPECT_LE(d->predicted_step_seconds, 1.02 * d->ideal_step_seconds + 2 * 2e-3);
+}
+
+TEST(ExpertPlanTest, UniformLoadsOnEqualRanksStayAllLocal) {
+  const PlannerInput in = Experts(std::vector<double>(8, 128), 2);
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kAllLocal);
+  EXPECT_TRUE(d->plan.replicas.empty());
+  EXPECT_DOUBLE_EQ(d->predicted_step_seconds, d->all_local_step_seconds);
+}
+
+// A learned router's loads wander: ranks within the straggler threshold (10%) of the
+// ideal stay all-local even where replicas would shave a little, and such loads end a
+// plan of replicas at once, hysteresis or not.
+TEST(ExpertPlanTest, LoadsWithinTheStragglerThresholdAreBalanced) {
+  // Rank 0 has 540 of 1000 tokens: all-local 0.54 s against the ideal 0.5 s (8%).
+  const PlannerInput in = Experts({150, 140, 130, 120, 120, 120, 110, 110}, 2);
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->calm);
+  EXPECT_TRUE(d->plan.replicas.empty());
+  EXPECT_EQ(d->recommended.kind, CandidateKind::kReplicas);  // it would shave 7%
+  EXPECT_THAT(ExplainDecision(in, Auto(), *d), HasSubstr("within the straggler threshold"));
+  const BlockPlan current{.block = in.block, .replicas = {{0, RankId(1), 0.2}}};
+  absl::StatusOr<BlockDecision> ended = PlanBlock(in, Auto(), &current);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_FALSE(ended->kept_current);
+  EXPECT_TRUE(ended->plan.replicas.empty());
+  // Past the threshold, the same experts are split.
+  JobPolicy tight = Auto();
+  tight.straggler_threshold = 0.05;
+  absl::StatusOr<BlockDecision> split = PlanBlock(in, tight, nullptr);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_FALSE(split->plan.replicas.empty());
+}
+
+TEST(ExpertPlanTest, ThePlanInForceIsKeptInsideTheHysteresisAndDroppedOnceItStopsPaying) {
+  PlannerInput in = Experts(Zipf(8, 1.2, 2048), 2);
+  absl::StatusOr<BlockDecision> first = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_FALSE(first->plan.replicas.empty());
+  // The loads drift by a token here and there: the new split would differ, but not by
+  // the hysteresis (5%), so the plan in force stays.
+  PlannerInput drifted = in;
+  drifted.unit_work[0] += 3;
+  drifted.unit_work[5] -= 2;
+  absl::StatusOr<BlockDecision> again = PlanBlock(drifted, Auto(), &first->plan);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->kept_current);
+  EXPECT_EQ(again->plan.replicas, first->plan.replicas);
+  // The routing evens out: the split now unbalances the ranks, all-local wins.
+  PlannerInput even = Experts(std::vector<double>(8, 256), 2);
+  absl::StatusOr<BlockDecision> after = PlanBlock(even, Auto(), &first->plan);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(after->kept_current);
+  EXPECT_TRUE(after->plan.replicas.empty());
+}
+
+TEST(ExpertPlanTest, APlanInForceThatOffloadsIsReplacedWithItsReason) {
+  const PlannerInput in = Experts(Zipf(8, 1.2, 2048), 2);
+  BlockPlan current{.block = in.block, .offloads = {{RankId(0), RankId(1), 1}}};
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), &current);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReplicas);
+  const PlanCandidate& cur = d->candidates.back();
+  EXPECT_EQ(cur.kind, CandidateKind::kCurrent);
+  EXPECT_FALSE(cur.feasible);
+  EXPECT_THAT(cur.note, HasSubstr("replaced by a plan of replicas"));
+}
+
+TEST(ExpertPlanTest, ObserveRecommendsAndPushesAllLocal) {
+  const PlannerInput in = Experts(Zipf(8, 1.2, 2048), 2);
+  JobPolicy observe = Auto();
+  observe.mode = BalanceMode::kObserve;
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, observe, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->plan.replicas.empty());
+  EXPECT_EQ(d->recommended.kind, CandidateKind::kReplicas);
+  EXPECT_THAT(ExplainDecision(in, observe, *d), HasSubstr("would push replicas"));
+}
+
+TEST(ExpertPlanTest, ACordonOrTheResizeModePlansWholeExpertsInSeconds) {
+  PlannerInput in = Experts(std::vector<double>(8, 100), 2);
+  in.ranks[1].cordoned = true;
+  EXPECT_FALSE(PlansByLoads(in, Auto()));
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->plan.replicas.empty());
+  int32_t offloaded = 0;
+  for (const Offload& o : d->plan.offloads) offloaded += o.units;
+  EXPECT_EQ(offloaded, 4);  // the cordoned rank's four experts, whole
+  // Priced at the mean expert's tokens: 8 experts x 100 tokens x 1 ms on rank 0, plus
+  // four transfers.
+  EXPECT_NEAR(d->predicted_step_seconds, 0.8 + 4 * 2e-3, 1e-9);
+
+  JobPolicy resize = Auto();
+  resize.mode = BalanceMode::kResize;
+  EXPECT_FALSE(PlansByLoads(Experts(Zipf(8, 1.2, 2048), 2), resize));
+}
+
+TEST(ExpertPlanTest, BadLoadsAreRefusedByName) {
+  PlannerInput in = Experts(std::vector<double>(8, 1), 2);
+  in.unit_work.pop_back();
+  EXPECT_THAT(std::string(PlanBlock(in, Auto(), nullptr).status().message()),
+              HasSubstr("unit_work has 7 values for 8 units"));
+  in = Experts(std::vector<double>(8, 1), 2);
+  in.unit_work[2] = std::nan("");
+  EXPECT_THAT(std::string(PlanBlock(in, Auto(), nullptr).status().message()),
+              HasSubstr("unit_work[2] nan must be finite and >= 0"));
+  in.unit_work[2] = -1;
+  EXPECT_FALSE(PlanBlock(in, Auto(), nullptr).ok());
+}
+
+TEST(ExpertPlanTest, TheExplanationNamesTheHotExpertsAndWhereTheirTokensWent) {
+  const PlannerInput in = Experts(Zipf(8, 1.2, 2048), 2);
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const std::string text = ExplainDecision(in, Auto(), *d);
+  // Expert 0 is the hottest (Zipf's first), owned by rank 0, and rank 0 ends last: its
+  // tokens go to rank 1.
+  EXPECT_THAT(text, HasSubstr("planned by load: 2048 tokens over 8 units; hottest: unit 0 on "
+                              "rank 0"));
+  EXPECT_THAT(text, HasSubstr("to 1]"));
+  EXPECT_THAT(text, HasSubstr("tokens by rank, all-local -> planned:"));
+  EXPECT_THAT(text, HasSubstr("replicas: step"));
+  EXPECT_THAT(text, HasSubstr("replicate 0->1:"));
+}
+
+TEST(ExpertPlanTest, TheGroupPushesAPlanOfReplicasOnly) {
+  GroupPlannerInput in;
+  in.group = GroupId("moe");
+  in.blocks.push_back({.input = Experts(Zipf(8, 1.2, 2048), 2)});
+  const GroupDecision d = DecideGroup(in, Auto(), DwellOptions{});
+  ASSERT_TRUE(d.change.has_value());
+  ASSERT_EQ(d.change->blocks.size(), 1u);
+  EXPECT_FALSE(d.change->blocks[0].replicas.empty());
+}
+
+TEST(ExpertPlanTest, TheJobsCapacityCapGoesWithEveryExpertBlockThatBalances) {
+  GroupPlannerInput in;
+  in.group = GroupId("moe");
+  in.blocks.push_back({.input = Experts(std::vector<double>(8, 128), 2)});  // all-local
+  JobPolicy capped = Auto();
+  capped.expert_capacity_factor = 1.25;
+  GroupDecision d = DecideGroup(in, capped, DwellOptions{});
+  ASSERT_TRUE(d.change.has_value());
+  ASSERT_EQ(d.change->blocks.size(), 1u);
+  EXPECT_EQ(d.change->blocks[0].capacity_factor, 1.25);
+  EXPECT_TRUE(d.change->blocks[0].replicas.empty());
+  // In force, the same decision is no change; observe pushes no cap (it ends the plan).
+  in.in_force = *d.change;
+  in.in_force.version = PlanVersion(1);
+  EXPECT_FALSE(DecideGroup(in, capped, DwellOptions{}).change.has_value());
+  capped.mode = BalanceMode::kObserve;
+  d = DecideGroup(in, capped, DwellOptions{});
+  ASSERT_TRUE(d.change.has_value());
+  EXPECT_TRUE(d.change->blocks.empty());
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
