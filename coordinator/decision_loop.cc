@@ -326,6 +326,16 @@ WorkloadPlan DecisionLoop::Numbered(const GroupSnapshot& group, const WorkersPla
 bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& policy,
                                 GroupPlannerInput& input, std::vector<std::string>& lines,
                                 std::optional<double>& common_fixed) {
+  // A block whose units divide is timed per token (group_registry.h), so its work is its
+  // tokens; the others' is their units. It weighs the block in the pooled verdict and in
+  // the fixed seconds' shares alike.
+  std::vector<double> block_work;
+  for (const BlockSnapshot& block : group.blocks) {
+    block_work.push_back(
+        block.units_divide && !block.unit_tokens.empty()
+            ? std::accumulate(block.unit_tokens.begin(), block.unit_tokens.end(), 0.0)
+            : block.num_units);
+  }
   // Every block's speeds first: a rank's verdict is pooled over all of them.
   std::vector<PoolBlock> speeds;
   for (const BlockSnapshot& block : group.blocks) {
@@ -340,13 +350,18 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       // A rank whose plan gives all its units away measures nothing, and would never
       // measure again if the planner waited for it (after a coordinator restart, under a
       // cordon or a hold): it is planned at the block's reference speed instead.
+      // So does one whose experts got no tokens (a block whose units divide is timed per
+      // token): a cold expert must not stall the group it should be balancing.
       const RankSnapshot* entry = FindRank(group, rs.rank.value());
-      if (entry != nullptr && entry->attached && entry->last_units_computed == 0) continue;
+      if (entry != nullptr && entry->attached &&
+          (entry->last_units_computed == 0 || block.units_divide)) {
+        continue;
+      }
       lines.push_back(
           absl::StrCat("block ", block.block, ": rank ", rs.rank.value(), " has no estimate yet"));
       return false;
     }
-    speeds.push_back({.speeds = *std::move(s), .num_units = block.num_units});
+    speeds.push_back({.speeds = *std::move(s), .work = block_work[speeds.size()]});
   }
   absl::StatusOr<PooledGroup> pooled = PoolRankSpeeds(speeds, policy.straggler_threshold);
   if (!pooled.ok()) {  // the policy was validated when set: only a bug gets here
@@ -369,16 +384,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const bool corrected =
       std::any_of(correction.begin(), correction.end(), [](double f) { return f != 1.0; });
   // A rank's fixed seconds go to the blocks by their share of the group's reference
-  // compute, so that every block sees the same ratios between ranks. A block whose units
-  // divide is timed per token (group_registry.h), so its work is its tokens; the others'
-  // is their units.
-  std::vector<double> block_work;
-  for (const BlockSnapshot& block : group.blocks) {
-    block_work.push_back(
-        block.units_divide && !block.unit_tokens.empty()
-            ? std::accumulate(block.unit_tokens.begin(), block.unit_tokens.end(), 0.0)
-            : block.num_units);
-  }
+  // compute, so that every block sees the same ratios between ranks.
   double reference_total = 0;
   for (size_t i = 0; i < speeds.size(); ++i) {
     reference_total += speeds[i].speeds.reference_seconds_per_unit * block_work[i];
@@ -397,11 +403,15 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     // Weights out once a step, gradients back once per micro-batch.
     in.input.transfer_seconds_per_unit =
         (1.0 + block.micro_batches) * static_cast<double>(block.unit_bytes) / bytes_per_second;
-    // Routing load is predictable from step to step (Pro-Prophet): the last step's
-    // tokens are the next one's prediction.
+    // Routing load is predictable from step to step (Pro-Prophet): the smoothed tokens
+    // are the next step's prediction (group_registry.h), capped as the plan will cap
+    // them (none in observe, which pushes no cap).
+    in.units_divide = block.units_divide;
     if (block.units_divide) {
       in.input.unit_work.assign(block.unit_tokens.begin(), block.unit_tokens.end());
-      CapUnitWork(policy.expert_capacity_factor, block.token_forwards, in.input.unit_work);
+      if (Balances(policy.mode)) {
+        CapUnitWork(policy.expert_capacity_factor, block.token_forwards, in.input.unit_work);
+      }
     }
     in.input.calm = verdict.calm && !corrected;
     in.input.calm_lasted = verdict.calm_lasted && !corrected;
@@ -421,8 +431,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
         }
         lines.push_back(absl::StrCat(
             "block ", block.block, ": rank ", rs.rank.value(),
-            " computes no units under the plan it runs, so it has no estimate: planned at "
-            "the block's reference speed until it reports one"));
+            " computes no units (or, for experts, no tokens) under the plan it runs, so it "
+            "has no estimate: planned at the block's reference speed until it reports one"));
       }
       pr.owned_units = owned[rs.rank.value()];
       const size_t r = static_cast<size_t>(rs.rank.value());

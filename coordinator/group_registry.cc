@@ -317,10 +317,16 @@ void GroupRegistry::Apply(GroupEntry& group, RankEntry& rank, const v1::WorkerRe
     }
     // The blocks' micro-batches price their offloads.
     if (b.micro_batches() > 0) block.micro_batches = b.micro_batches();
-    // Token loads, smoothed (BlockSnapshot::unit_tokens). All ranks route alike, so each
-    // step's are taken once; checked against the shape. Not only newer steps: a restarted
-    // job counts its steps from 0 again.
-    if (block.units_divide && b.unit_tokens_size() > 0 && step.step() != block.tokens_step) {
+    // Token loads, smoothed (BlockSnapshot::unit_tokens); checked against the shape. All
+    // ranks route alike, so one rank's reports are taken, each step once (ranks report
+    // out of step with each other, so taking any rank's newest would count some steps
+    // twice); another rank's once that one detaches. Not only newer steps: a restarted job
+    // counts its steps from 0 again.
+    auto source = group.ranks.find(block.tokens_rank);
+    const bool from_source = block.tokens_rank == report.rank() || source == group.ranks.end() ||
+                             !source->second.attached;
+    if (block.units_divide && b.unit_tokens_size() > 0 && from_source &&
+        !(block.tokens_rank == report.rank() && step.step() == block.tokens_step)) {
       const int32_t n = block.num_units;
       std::vector<double> step_tokens(n, 0.0);
       for (int i = 0; i < b.unit_tokens_size(); ++i) step_tokens[i % n] += b.unit_tokens(i);
@@ -330,6 +336,7 @@ void GroupRegistry::Apply(GroupEntry& group, RankEntry& rank, const v1::WorkerRe
       }
       block.token_forwards = b.unit_tokens_size() / n;
       block.tokens_step = step.step();
+      block.tokens_rank = report.rank();
     }
   }
   rank.last_compute_seconds = compute;

@@ -111,8 +111,8 @@ struct BlockSnapshot {
   // Forwards route there, smoothed over the steps reported (each step's counts summed over
   // its Forwards, then averaged with the prediction so far, half and half: a learned
   // router's loads jitter from step to step, and planning on one step's flapped replicas
-  // on and off), and how many Forwards the last step had. Every rank routes alike, so any
-  // rank's report is the group's. Empty: none yet.
+  // on and off), and how many Forwards the last step had. Every rank routes alike, so one
+  // rank's reports give them (another's once it detaches). Empty: none yet.
   std::vector<double> unit_tokens;
   int32_t token_forwards = 0;
   // What the workers run (empty unless the snapshot was taken with_ownership).
@@ -219,6 +219,7 @@ class GroupRegistry {
     std::vector<double> unit_tokens;
     int32_t token_forwards = 0;
     int64_t tokens_step = -1;
+    int32_t tokens_rank = -1;  // whose reports give them (-1: none yet)
     // What the workers run: set by the first worker to register the block, then by the
     // reports that follow a reshard (their only writers).
     std::vector<RankId> owner_of_unit;

@@ -32,6 +32,11 @@ enum class BalanceMode {
 };
 
 absl::string_view BalanceModeName(BalanceMode mode);
+// Whether the mode pushes balancing plans (resize, migrate, auto); off and observe push
+// all-local.
+inline bool Balances(BalanceMode mode) {
+  return mode != BalanceMode::kOff && mode != BalanceMode::kObserve;
+}
 absl::StatusOr<BalanceMode> ParseBalanceMode(absl::string_view name);
 
 struct JobPolicy {

@@ -18,9 +18,9 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
   }
   int32_t size = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
-    if (blocks[b].num_units < 0) {
+    if (!(blocks[b].work >= 0) || !std::isfinite(blocks[b].work)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("blocks[", b, "].num_units ", blocks[b].num_units, " negative"));
+          absl::StrCat("blocks[", b, "].work ", blocks[b].work, " must be finite and >= 0"));
     }
     for (const RankSpeed& r : blocks[b].speeds.ranks) size = std::max(size, r.rank.value() + 1);
   }
@@ -31,8 +31,8 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
     const double ref = block.speeds.reference_seconds_per_unit;
     for (const RankSpeed& r : block.speeds.ranks) {
       if (!(r.slowdown > 0) || !(ref > 0)) continue;  // not judged here (stale, no estimate)
-      own[r.rank.value()] += r.slowdown * ref * block.num_units;
-      reference[r.rank.value()] += ref * block.num_units;
+      own[r.rank.value()] += r.slowdown * ref * block.work;
+      reference[r.rank.value()] += ref * block.work;
       ++out.ranks[r.rank.value()].blocks_judged;
     }
   }
@@ -94,10 +94,9 @@ std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,
     ranks.push_back(absl::StrCat(r, " ", absl::StrFormat("%.2f", rank.slowdown), "x",
                                  rank.straggling ? " straggling" : (rank.fast ? " fast" : "")));
   }
-  std::string out = absl::StrCat("ranks pooled over ", num_blocks, " block",
-                                 num_blocks == 1 ? "" : "s", " (straggler above ",
-                                 absl::StrFormat("%.2f", 1 + straggler_threshold),
-                                 "x): ", absl::StrJoin(ranks, ", "));
+  std::string out = absl::StrCat(
+      "ranks pooled over ", num_blocks, " block", num_blocks == 1 ? "" : "s", " (straggler above ",
+      absl::StrFormat("%.2f", 1 + straggler_threshold), "x): ", absl::StrJoin(ranks, ", "));
   if (group.calm) absl::StrAppend(&out, "; calm");
   return out;
 }

@@ -36,7 +36,9 @@ namespace ballast::coordinator {
 
 struct PoolBlock {
   GroupSpeeds speeds;  // ranks sorted by rank
-  int32_t num_units = 0;
+  // The block's work a step in the units its speeds count: its units, or for a block
+  // whose units divide (timed per token) its tokens. Weighs the block in the pool.
+  double work = 0;
 };
 
 struct PooledRank {

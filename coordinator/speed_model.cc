@@ -12,7 +12,10 @@
 namespace ballast::coordinator {
 namespace {
 
-constexpr int64_t kMaxUnits = 1'000'000;
+// Units, or tokens for a block whose units divide (a mixture of experts counts every
+// Forward's token rows: 64 micro-batches of 16k tokens, top-2, are 2M a step): 2^40 is
+// beyond any step, and a per-unit time stays far above a double's resolution.
+constexpr int64_t kMaxUnits = int64_t{1} << 40;
 // Below this spread (1 ns per unit) a sample's difference from the median is timer noise;
 // it keeps the outlier band open when every sample is 0.
 constexpr double kMinSpreadSeconds = 1e-9;

@@ -142,7 +142,8 @@ class SpeedModel {
 
   // Records one step's compute time for one rank and block. INVALID_ARGUMENT naming the
   // field for an empty job or group, a negative rank, block or step, compute_seconds not
-  // finite or outside [0, kMaxStepSeconds] (proto/validate.h), units_computed outside [0, 1e6], or
+  // finite or outside [0, kMaxStepSeconds] (proto/validate.h), units_computed (units, or
+  // tokens for a block whose units divide) outside [0, 2^40], or
   // an infinite at_time; RESOURCE_EXHAUSTED when a new key would exceed max_keys. A refused report
   // changes nothing. A report with units_computed == 0 only refreshes the key (it carries no
   // speed); one that repeats the key's last step is a resend and is ignored. A step lower

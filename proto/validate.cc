@@ -139,9 +139,10 @@ absl::Status ValidateReport(const v1::StepReport& r) {
             absl::StrCat("report.blocks[", i, "].unit_tokens has ", tokens, " < 0"));
       }
     }
-    if (b.tokens_computed() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("report.blocks[", i, "].tokens_computed ", b.tokens_computed(), " < 0"));
+    if (b.tokens_computed() < 0 || b.tokens_computed() > kMaxTokensComputed) {
+      return absl::InvalidArgumentError(absl::StrCat("report.blocks[", i, "].tokens_computed ",
+                                                     b.tokens_computed(), " not in [0, ",
+                                                     kMaxTokensComputed, "]"));
     }
     if (b.has_received()) {
       // Whether from_rank is in the group and not the reporter: ValidateReportAgainstShape.

@@ -35,6 +35,9 @@ inline constexpr int32_t kMaxMicroBatches = 1 << 16;
 // Values of one block's token loads in one report (BlockTiming.unit_tokens: forwards x
 // units): 64 experts over 16,384 micro-batches; bounded so one report cannot hold megabytes.
 inline constexpr int kMaxUnitTokenValues = 1 << 20;
+// Token rows one rank computes in a step (BlockTiming.tokens_computed): beyond any step,
+// and what the speed model takes as a block's work.
+inline constexpr int64_t kMaxTokensComputed = int64_t{1} << 40;
 // The longest any one timing in a step report may be (a block's compute or collectives, a
 // transfer sample): an hour, beyond any training step, so that one report cannot weigh
 // more than the rest of a window.

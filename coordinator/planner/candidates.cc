@@ -380,8 +380,7 @@ BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
   // A threshold t on speeds is t / (1 + t) on the objective, below 1 for any t.
   block.noise = policy.straggler_threshold / (1 + policy.straggler_threshold);
   block.calm = input.calm && !block.any_cordoned && block.even;
-  block.balances =
-      policy.mode != BalanceMode::kOff && policy.mode != BalanceMode::kObserve && !block.calm;
+  block.balances = Balances(policy.mode) && !block.calm;
   block.plans = SolveMode(problem, block.mode, solver);
   return block;
 }

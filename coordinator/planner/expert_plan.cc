@@ -14,8 +14,16 @@ namespace ballast::coordinator {
 
 bool PlansByLoads(const PlannerInput& input, const JobPolicy& policy) {
   if (input.unit_work.empty() || policy.mode == BalanceMode::kResize) return false;
-  return std::none_of(input.ranks.begin(), input.ranks.end(),
-                      [](const PlannerRank& r) { return r.cordoned; });
+  int32_t most_owned = 0;
+  for (const PlannerRank& r : input.ranks) {
+    if (r.cordoned || r.chronic) return false;
+    most_owned = std::max(most_owned, r.owned_units);
+  }
+  // Even: no rank owns more than its share rounded up. An uneven split (after a hold, or a
+  // reshard for a cordon or a chronic straggler) is the count planner's to keep or to
+  // undo once calm has lasted; replicas alone would work around it every step for good.
+  const size_t ranks = input.ranks.size();
+  return most_owned <= static_cast<int32_t>((input.owner_of_unit.size() + ranks - 1) / ranks);
 }
 
 namespace planner_internal {
@@ -118,7 +126,11 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   // Loads within the straggler threshold of the balanced ideal are balanced: a learned
   // router's loads wander by that much from step to step, and re-splitting for it moved
   // weights for nothing (the GPT-MoE changed plans every other report, and ran slower).
-  d.calm = all_local.cost.step_seconds <= (1 + policy.straggler_threshold) * d.ideal_step_seconds;
+  // Replicas in force end only within half of it: loads hovering at the threshold would
+  // otherwise start and end them on alternate rounds.
+  const bool splitting = current != nullptr && !current->replicas.empty();
+  const double band = splitting ? policy.straggler_threshold / 2 : policy.straggler_threshold;
+  d.calm = all_local.cost.step_seconds <= (1 + band) * d.ideal_step_seconds;
   if (d.calm) {
     replicas.note = absl::StrCat(replicas.note.empty() ? "" : absl::StrCat(replicas.note, "; "),
                                  "not pushed: all-local is within the straggler threshold of the "
@@ -145,8 +157,7 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
       pushed = static_cast<int>(d.candidates.size()) - 1;
     }
   }
-  const bool balancing = policy.mode != BalanceMode::kOff && policy.mode != BalanceMode::kObserve;
-  const PlanCandidate& chosen = balancing ? d.candidates[pushed] : all_local;
+  const PlanCandidate& chosen = Balances(policy.mode) ? d.candidates[pushed] : all_local;
   d.plan = chosen.plan;
   d.predicted_step_seconds = chosen.cost.step_seconds;
   d.objective = chosen.cost.objective;

@@ -8,9 +8,11 @@
 // priced on the new loads, kept unless the new plan is better by the hysteresis. A slow
 // rank is balanced the same way: its seconds per token price its experts.
 //
-// Called by PlanBlock (planner.h) for the inputs PlansByLoads accepts; the others (a
-// cordon, which replicas cannot honour, and the resize mode, which only prunes) go to the
-// count planner, which gives or prunes whole experts.
+// Called by PlanBlock (planner.h) for the inputs PlansByLoads accepts; the others go to
+// the count planner, which gives, prunes or reshards whole experts: a cordon (replicas
+// cannot empty a rank), a chronic straggler (resharded for good), an uneven split (kept
+// balanced, and taken back to even once calm has lasted) and the resize mode (it only
+// prunes).
 #ifndef BALLAST_COORDINATOR_PLANNER_EXPERT_PLAN_H_
 #define BALLAST_COORDINATOR_PLANNER_EXPERT_PLAN_H_
 
@@ -23,8 +25,9 @@
 
 namespace ballast::coordinator {
 
-// Whether `input` is planned by its loads: unit_work is given, no rank is cordoned, and
-// the mode moves work (not resize).
+// Whether `input` is planned by its loads: unit_work is given, no rank is cordoned or
+// chronic, no rank owns more than its even share rounded up, and the mode moves work (not
+// resize).
 bool PlansByLoads(const PlannerInput& input, const JobPolicy& policy);
 
 namespace planner_internal {

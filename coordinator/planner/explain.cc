@@ -110,12 +110,12 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
       Num(policy.accuracy_weight_seconds), " s, prune budget ",
       Num(policy.max_pruned_fraction_rank), "/rank ", Num(policy.max_pruned_fraction_group),
       "/group, hysteresis ", Num(policy.hysteresis), "\n  [fixed s +] ",
-      by_loads ? "s/token" : "s/unit", " x units:");
+      by_loads ? "s/token, experts owned:" : "s/unit x units:");
   for (size_t r = 0; r < input.ranks.size(); ++r) {
     const PlannerRank& rank = input.ranks[r];
     absl::StrAppend(&out, " ", r, ":",
                     rank.fixed_seconds > 0 ? absl::StrCat(Num(rank.fixed_seconds), "+") : "",
-                    Num(rank.seconds_per_unit), "x", rank.owned_units,
+                    Num(rank.seconds_per_unit), by_loads ? ", " : "x", rank.owned_units,
                     rank.cordoned ? "(cordoned)" : "", rank.chronic ? "(chronic)" : "");
   }
   if (by_loads) absl::StrAppend(&out, ExplainLoads(input, d));
@@ -151,7 +151,7 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
     if (!c.note.empty()) absl::StrAppend(&out, "; ", c.note);
   }
   absl::StrAppend(&out, "\n  decision: ");
-  if (policy.mode == BalanceMode::kOff || policy.mode == BalanceMode::kObserve) {
+  if (!Balances(policy.mode)) {
     absl::StrAppend(&out, "mode ", BalanceModeName(policy.mode), " pushes all-local; would push ",
                     CandidateKindName(d.recommended.kind), " (",
                     DescribePlan(d.recommended.plan, p), ") for step ",

@@ -10,6 +10,12 @@
 namespace ballast::coordinator {
 namespace {
 
+// The job's capacity cap for a block: experts (units that divide) take it in the modes
+// that balance; held or planned alike, so a hold does not change what the model drops.
+double CapacityFor(const JobPolicy& policy, bool units_divide) {
+  return units_divide && Balances(policy.mode) ? policy.expert_capacity_factor : 0.0;
+}
+
 bool Trivial(const BlockPlan& plan) {
   return plan.offloads.empty() && plan.owner_of_unit.empty() && plan.replicas.empty() &&
          plan.capacity_factor == 0 &&
@@ -82,12 +88,8 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
     if (bp.owner_of_unit.empty() && block.move_unconfirmed) {
       bp.owner_of_unit = block.input.owner_of_unit;
     }
-    // Experts (loads known: their units divide) take the job's capacity cap, in every mode
-    // that balances: it is the job's choice of speed over exactness, not the planner's.
-    if (!block.input.unit_work.empty() && policy.mode != BalanceMode::kOff &&
-        policy.mode != BalanceMode::kObserve) {
-      bp.capacity_factor = policy.expert_capacity_factor;
-    }
+    // The job's choice of speed over exactness, not the planner's.
+    bp.capacity_factor = CapacityFor(policy, block.units_divide);
     if (!Trivial(bp)) desired.blocks.push_back(std::move(bp));
     out.blocks[id] = *std::move(decision);
   }
@@ -127,6 +129,7 @@ GroupDecision DecideHeldGroup(const GroupPlannerInput& input, const std::vector<
                                        "; the plan in force stays"));
       continue;
     }
+    held->capacity_factor = CapacityFor(policy, shape.units_divide);
     if (!held->owner_of_unit.empty() && held->owner_of_unit != shape.owner_of_unit) {
       out.moves_units = true;
     }

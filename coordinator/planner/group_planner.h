@@ -52,6 +52,9 @@ struct GroupBlockInput {
   // was lost (the workers kept the old ownership while the coordinator planned on the new
   // one). Restated, it is a no-op for ranks that already moved.
   bool move_unconfirmed = false;
+  // Its units divide (BlockShape::units_divide, experts): it takes the job's capacity cap
+  // (JobPolicy::expert_capacity_factor) in the modes that balance, loads known or not.
+  bool units_divide = false;
 };
 
 struct GroupPlannerInput {

@@ -175,11 +175,12 @@ TEST_F(DecisionLoopTest, ARankThatComputesNothingIsPlannedAtTheReferenceSpeed) {
   ASSERT_EQ(sink_.plans().size(), 1u) << "the loop waited for rank 1's estimate";
   EXPECT_GT(sink_.plans()[0].version(), 123);
   EXPECT_THAT(Record().reasons.before,
-              ::testing::Contains(HasSubstr("rank 1 computes no units under the plan it runs")));
+              ::testing::Contains(HasSubstr(
+                  "rank 1 computes no units (or, for experts, no tokens) under the plan it runs")));
 }
 
 // A mixture-of-experts block (units divide) with Zipf-skewed routing: the registry keeps
-// the newest step's tokens, the speed model times ranks per token, and the loop pushes
+// the steps' tokens (smoothed), the speed model times ranks per token, and the loop pushes
 // replicas that split the hot expert, explained by its load.
 TEST_F(DecisionLoopTest, ExpertLoadsArePlannedWithReplicas) {
   testing::GroupSpec spec;
@@ -228,8 +229,8 @@ TEST_F(DecisionLoopTest, TheJobsCapacityCapGoesWithTheExpertsPlan) {
   EXPECT_NEAR(d.all_local_step_seconds, 560e-6, 1e-9);
 }
 
-// The loads predicted are the steps' smoothed, each step taken once whichever ranks
-// report it.
+// The loads predicted are the steps' smoothed, from one rank's reports: each step once,
+// however the ranks' reports interleave.
 TEST_F(DecisionLoopTest, TokenLoadsAreSmoothedOverSteps) {
   testing::GroupSpec spec;
   spec.units_divide = true;
@@ -244,6 +245,7 @@ TEST_F(DecisionLoopTest, TokenLoadsAreSmoothedOverSteps) {
   report(1, 1, 100);
   report(0, 2, 300);
   report(1, 2, 300);  // the same step again: not counted twice
+  report(1, 3, 900);  // rank 1 ahead of rank 0: its steps are not the ones counted
   const std::vector<double> tokens =
       registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].unit_tokens;
   ASSERT_EQ(tokens.size(), 8u);

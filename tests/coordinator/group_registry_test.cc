@@ -61,10 +61,9 @@ TEST_F(GroupRegistryTest, AReportIsCheckedAgainstTheGroupsShapeAndAppliedWhole) 
   bad.mutable_step()->mutable_blocks(0)->add_owner_of_unit(1);  // 1 owner for 8 units
   EXPECT_THAT(registry_->Report("agent-1", bad).message(),
               HasSubstr("owner_of_unit has 1 entries, block has 8 units"));
-  // The speed model refuses a count it cannot hold: the registry keeps nothing of it.
+  // A count past what the speed model holds: the registry keeps nothing of it.
   v1::WorkerReport huge = Report(0, 1);
-  // The speed model takes 1e6 at most.
-  huge.mutable_step()->mutable_blocks(0)->set_units_computed(2'000'000);
+  huge.mutable_step()->mutable_blocks(0)->set_tokens_computed(int64_t{1} << 41);
   EXPECT_FALSE(registry_->Report("agent-1", huge).ok());
   std::optional<GroupSnapshot> g = registry_->Snapshot({"vit", "tp0"}, false);
   ASSERT_TRUE(g.has_value());

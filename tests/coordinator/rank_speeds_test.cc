@@ -1,10 +1,10 @@
 #include "coordinator/rank_speeds.h"
 
-#include <limits>
-#include <optional>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <limits>
+#include <optional>
 
 namespace ballast::coordinator {
 namespace {
@@ -13,7 +13,7 @@ namespace {
 // slowdown against it (0: not judged), and the block's units.
 PoolBlock Block(double reference, const std::vector<double>& slowdowns, int32_t units = 64) {
   PoolBlock b;
-  b.num_units = units;
+  b.work = units;
   b.speeds.reference_seconds_per_unit = reference;
   for (size_t r = 0; r < slowdowns.size(); ++r) {
     RankSpeed& s = b.speeds.ranks.emplace_back();
@@ -143,15 +143,15 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
 }
 
 TEST(RankSpeedsTest, BadInputIsRefusedByName) {
-  for (double t : {-0.1, std::numeric_limits<double>::quiet_NaN(),
-                   std::numeric_limits<double>::infinity()}) {
+  for (double t :
+       {-0.1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     absl::StatusOr<PooledGroup> g = PoolRankSpeeds({Block(1e-3, {1, 1})}, t);
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(g.status().message(), ::testing::HasSubstr("straggler_threshold"));
   }
   absl::StatusOr<PooledGroup> g = PoolRankSpeeds({Block(1e-3, {1, 1}, -4)}, 0.1);
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(g.status().message(), ::testing::HasSubstr("blocks[0].num_units -4"));
+  EXPECT_THAT(g.status().message(), ::testing::HasSubstr("blocks[0].work -4 must be finite"));
 }
 
 }  // namespace

@@ -209,7 +209,7 @@ TEST_F(SpeedModelTest, InvalidReportsNameTheFieldAndChangeNothing) {
       {Key(0), 3601, 8, 100, now, "compute_seconds 3601"},
       {Key(0), 1e300, 8, 100, now, "compute_seconds"},
       {Key(0), 0.01, -1, 100, now, "units_computed -1"},
-      {Key(0), 0.01, 1'000'001, 100, now, "units_computed 1000001"},
+      {Key(0), 0.01, (int64_t{1} << 40) + 1, 100, now, "units_computed 1099511627777"},
       {Key(0), 0.01, 8, -3, now, "step -3"},
       {Key(0), 0.01, 8, 100, absl::InfiniteFuture(), "at_time"},
       {Key(0, 0, ""), 0.01, 8, 100, now, "job is empty"},

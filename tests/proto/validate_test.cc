@@ -70,7 +70,11 @@ TEST(ValidateReportTest, TokenLoadsAreCountsAndBounded) {
   b->set_tokens_computed(-1);
   s = ValidateReport(r);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "report.blocks[1].tokens_computed -1 < 0");
+  EXPECT_EQ(s.message(), "report.blocks[1].tokens_computed -1 not in [0, 1099511627776]");
+  b->set_tokens_computed(kMaxTokensComputed + 1);
+  EXPECT_THAT(std::string(ValidateReport(r).message()), HasSubstr("tokens_computed"));
+  b->set_tokens_computed(2'000'000);  // a large MoE step's rows: taken
+  EXPECT_TRUE(ValidateReport(r).ok());
   b->set_tokens_computed(0);
   EXPECT_TRUE(ValidateReport(r).ok());
 

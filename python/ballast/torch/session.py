@@ -127,7 +127,9 @@ class Session:
         ``pruned_units`` (per rank), ``offloads`` ([(owner, helper, units)]),
         ``owner_of_unit`` (a reshard) and, for a ParallelMoE, ``replicas``
         ([{"unit", "helper", "share"}]: the helper computes that share of the expert's
-        tokens, the owner what the shares leave). ``priority``: the job's priority policy,
+        tokens, the owner what the shares leave) and ``capacity_factor`` (each expert keeps at
+        most that many times its even share of a Forward's tokens). ``priority``: the job's
+        priority policy,
         which the layers adopt at their next priority window (None: each keeps its own).
         Raises ValueError naming a malformed field.
         """

@@ -11,20 +11,14 @@
 #include "ballast/ownership.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/planner/planner_test_util.h"
 
 namespace ballast::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Tokens per expert for Zipf(s) over `experts`, `tokens` choices in all.
-std::vector<double> Zipf(int experts, double s, double tokens) {
-  std::vector<double> w(experts);
-  for (int e = 0; e < experts; ++e) w[e] = 1.0 / std::pow(e + 1, s);
-  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
-  for (double& v : w) v *= tokens / sum;
-  return w;
-}
+using planner_testing::Zipf;
 
 ExpertLoads ZipfLoads(int experts, int ranks) {
   return {.work = Zipf(experts, 1.2, 1.0),

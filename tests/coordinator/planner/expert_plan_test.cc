@@ -20,21 +20,16 @@
 #include "ballast/plan.h"
 #include "coordinator/planner/group_planner.h"
 #include "coordinator/planner/planner.h"
+#include "tests/coordinator/planner/planner_test_util.h"
 
 namespace ballast::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Whole tokens per expert for Zipf(s) over `experts` experts, `tokens` in all (the
-// rounding's remainder on the coldest).
+// Whole tokens per expert, as a router counts them.
 std::vector<double> Zipf(int experts, double s, double tokens) {
-  std::vector<double> w(experts);
-  for (int e = 0; e < experts; ++e) w[e] = 1.0 / std::pow(e + 1, s);
-  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
-  for (double& v : w) v = std::round(v * tokens / sum);
-  w.back() += tokens - std::accumulate(w.begin(), w.end(), 0.0);
-  return w;
+  return planner_testing::Zipf(experts, s, tokens, /*whole=*/true);
 }
 
 // 8 experts over `ranks` ranks (even split), 1 ms a token on each rank unless `slow` says
@@ -119,8 +114,8 @@ TEST(ExpertPlanTest, UniformLoadsOnEqualRanksStayAllLocal) {
 }
 
 // A learned router's loads wander: ranks within the straggler threshold (10%) of the
-// ideal stay all-local even where replicas would shave a little, and such loads end a
-// plan of replicas at once, hysteresis or not.
+// ideal stay all-local even where replicas would shave a little, and loads within half of
+// it end a plan of replicas at once, hysteresis or not.
 TEST(ExpertPlanTest, LoadsWithinTheStragglerThresholdAreBalanced) {
   // Rank 0 has 540 of 1000 tokens: all-local 0.54 s against the ideal 0.5 s (8%).
   const PlannerInput in = Experts({150, 140, 130, 120, 120, 120, 110, 110}, 2);
@@ -130,9 +125,18 @@ TEST(ExpertPlanTest, LoadsWithinTheStragglerThresholdAreBalanced) {
   EXPECT_TRUE(d->plan.replicas.empty());
   EXPECT_EQ(d->recommended.kind, CandidateKind::kReplicas);  // it would shave 7%
   EXPECT_THAT(ExplainDecision(in, Auto(), *d), HasSubstr("within the straggler threshold"));
+  // Replicas in force end only within half the threshold (5%): at 8% they are priced
+  // against the new split as usual, and at 4% they end whatever the hysteresis.
   const BlockPlan current{.block = in.block, .replicas = {{0, RankId(1), 0.2}}};
-  absl::StatusOr<BlockDecision> ended = PlanBlock(in, Auto(), &current);
+  absl::StatusOr<BlockDecision> kept = PlanBlock(in, Auto(), &current);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(kept->calm);
+  EXPECT_FALSE(kept->plan.replicas.empty());
+  // Rank 0 with 520 of 1000 tokens: 4% over the ideal.
+  const PlannerInput closer = Experts({130, 130, 130, 130, 120, 120, 120, 120}, 2);
+  absl::StatusOr<BlockDecision> ended = PlanBlock(closer, Auto(), &current);
   ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_TRUE(ended->calm);
   EXPECT_FALSE(ended->kept_current);
   EXPECT_TRUE(ended->plan.replicas.empty());
   // Past the threshold, the same experts are split.
@@ -248,7 +252,8 @@ TEST(ExpertPlanTest, TheGroupPushesAPlanOfReplicasOnly) {
 TEST(ExpertPlanTest, TheJobsCapacityCapGoesWithEveryExpertBlockThatBalances) {
   GroupPlannerInput in;
   in.group = GroupId("moe");
-  in.blocks.push_back({.input = Experts(std::vector<double>(8, 128), 2)});  // all-local
+  in.blocks.push_back(
+      {.input = Experts(std::vector<double>(8, 128), 2), .units_divide = true});  // all-local
   JobPolicy capped = Auto();
   capped.expert_capacity_factor = 1.25;
   GroupDecision d = DecideGroup(in, capped, DwellOptions{});
@@ -264,6 +269,19 @@ TEST(ExpertPlanTest, TheJobsCapacityCapGoesWithEveryExpertBlockThatBalances) {
   d = DecideGroup(in, capped, DwellOptions{});
   ASSERT_TRUE(d.change.has_value());
   EXPECT_TRUE(d.change->blocks.empty());
+  // A hold keeps the cap: holding a group does not change what its experts drop.
+  capped.mode = BalanceMode::kAuto;
+  in.in_force = WorkloadPlan();
+  const BlockShape shape{.block = BlockId(3),
+                         .num_units = 8,
+                         .owner_of_unit = EvenOwnership(8, 2),
+                         .units_divide = true};
+  const GroupDecision held = DecideHeldGroup(in, {shape}, {false, false},
+                                             GroupHold{.rank = 1, .offload_fraction = 0.5}, capped);
+  ASSERT_TRUE(held.change.has_value());
+  ASSERT_EQ(held.change->blocks.size(), 1u);
+  EXPECT_EQ(held.change->blocks[0].capacity_factor, 1.25);
+  EXPECT_FALSE(held.change->blocks[0].offloads.empty());
 }
 
 }  // namespace

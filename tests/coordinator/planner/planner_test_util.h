@@ -236,6 +236,22 @@ inline Case Straggler() {
   return k;
 }
 
+// Tokens per expert for Zipf(s) over `experts` experts, `tokens` in all; whole tokens
+// (the rounding's remainder on the coldest) when `whole`, as a router's counts are.
+inline std::vector<double> Zipf(int experts, double s, double tokens, bool whole = false) {
+  std::vector<double> w(experts);
+  for (int e = 0; e < experts; ++e) w[e] = 1.0 / std::pow(e + 1, s);
+  double sum = 0;
+  for (double v : w) sum += v;
+  for (double& v : w) v = whole ? std::round(v * tokens / sum) : v * tokens / sum;
+  if (whole) {
+    double rounded = 0;
+    for (double v : w) rounded += v;
+    w.back() += tokens - rounded;
+  }
+  return w;
+}
+
 }  // namespace ballast::coordinator::planner_testing
 
 #endif  // BALLAST_TESTS_COORDINATOR_PLANNER_PLANNER_TEST_UTIL_H_
