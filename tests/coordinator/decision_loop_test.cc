@@ -225,7 +225,7 @@ TEST_F(DecisionLoopTest, TheJobsCapacityCapGoesWithTheExpertsPlan) {
   ASSERT_EQ(plan.blocks_size(), 1);
   EXPECT_EQ(plan.blocks(0).capacity_factor(), 1.0);
   // Rank 0's experts capped at 160 tokens a step: 160 + 160 + 140 + 100.
-  const BlockDecision& d = Record().decisions.begin()->second;
+  const BlockDecision d = Record().decisions.begin()->second;  // a copy: the record is a temporary
   EXPECT_NEAR(d.all_local_step_seconds, 560e-6, 1e-9);
 }
 
