@@ -1,5 +1,7 @@
 #include "proto/convert.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace ballast {
@@ -94,8 +96,19 @@ absl::StatusOr<WorkloadPlan> FromProto(const v1::WorkloadPlan& in) {
       b.offloads.push_back({RankId(o.owner()), RankId(o.helper()), o.units()});
     }
     for (int32_t r : pb.owner_of_unit()) b.owner_of_unit.push_back(RankId(r));
+    // A NaN is unequal to itself: a plan holding one would never match its own
+    // re-encoding (agents replay plans, workers compare them), so it is refused here, by
+    // name, before the validator would refuse it anyway.
     for (const v1::Replica& r : pb.replicas()) {
+      if (std::isnan(r.share())) {
+        return absl::InvalidArgumentError(absl::StrCat("plan v", in.version(), " block ",
+                                                       pb.block(), ": a replica's share is nan"));
+      }
       b.replicas.push_back({r.unit(), RankId(r.helper()), r.share()});
+    }
+    if (std::isnan(pb.capacity_factor())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan v", in.version(), " block ", pb.block(), ": capacity_factor is nan"));
     }
     b.capacity_factor = pb.capacity_factor();
   }

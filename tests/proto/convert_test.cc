@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "ballast/plan.h"
 #include "ballast/tp_group.h"
 
@@ -41,6 +43,27 @@ TEST(ConvertTest, CapacityFactorRoundTrips) {
   EXPECT_EQ(back->blocks[0].capacity_factor, 0.0);
   EXPECT_EQ(back->blocks[1].capacity_factor, 0.75);
   EXPECT_EQ(*back, plan);
+}
+
+// NaN is unequal to itself, so a plan holding one could never match its re-encoding (the
+// plan fuzzer's round trip found it): refused by name on the way in.
+TEST(ConvertTest, ANanShareOrCapacityIsRefused) {
+  v1::WorkloadPlan wire;
+  wire.set_version(3);
+  wire.set_imputation(v1::IMPUTATION_MEAN);
+  v1::BlockPlan* b = wire.add_blocks();
+  b->set_block(2);
+  b->set_capacity_factor(std::nan(""));
+  absl::StatusOr<WorkloadPlan> plan = FromProto(wire);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(), "plan v3 block 2: capacity_factor is nan");
+  b->set_capacity_factor(1.5);
+  v1::Replica* r = b->add_replicas();
+  r->set_share(std::nan(""));
+  plan = FromProto(wire);
+  EXPECT_EQ(plan.status().message(), "plan v3 block 2: a replica's share is nan");
+  r->set_share(0.5);
+  EXPECT_TRUE(FromProto(wire).ok());
 }
 
 TEST(ConvertTest, EveryPriorityRoundTrips) {
