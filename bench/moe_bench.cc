@@ -2,19 +2,25 @@
 //
 // A ParallelMoe block (top-k SwiGLU experts) on N ranks (threads, Gloo over loopback),
 // its router skewed by a fixed logit bias log(p_e) with p Zipf(s) over the experts (the
-// hot experts drift: the bias rotates by one expert every --drift_every steps). Four
-// variants run interleaved, --steps steps each, --cycles times:
-//   static          experts where EvenOwnership puts them, no plan
-//   ballast         each step, the coordinator's decision on the last step's tokens per
-//                   expert (PlanBlock on the loads, coordinator/planner/expert_plan.h:
-//                   BalanceExperts' replicas, kept while within the hysteresis)
-//   ideal           uniform routing (no bias), no plan: the same tokens and expert work,
-//                   spread evenly: the balanced ideal
-//   uniform-ballast uniform routing with the balancer on: its overhead when nothing is hot
+// hot experts drift: the bias rotates by one expert every --drift_every steps). Five
+// variants run interleaved, --steps steps each, --cycles times, each segment starting
+// from the even ownership:
+//   static           experts where EvenOwnership puts them, no plan
+//   ballast          each step, the coordinator's decision on the last step's tokens per
+//                    expert (PlanBlock on the loads, coordinator/planner/expert_plan.h:
+//                    BalanceExperts' replicas, kept while within the hysteresis; once the
+//                    loads have been unbalanced for --skew_lasts_steps steps in a row, as
+//                    the coordinator's judge counts reshard_after, a reshard that moves
+//                    experts when it pays back its moves over as many steps, applied by
+//                    the workers inside the timed step)
+//   ballast-replicas the same without reshards: what moving experts adds
+//   ideal            uniform routing (no bias), no plan: the same tokens and expert work,
+//                    spread evenly: the balanced ideal
+//   uniform-ballast  uniform routing with the balancer on: its overhead when nothing is hot
 // Reported per cycle: median step time per variant and the ratios static/ballast,
-// ballast/ideal and uniform-ballast/ideal; then their median and range over cycles, with
-// static/ideal: the most any balancing could gain here (the step's non-expert work, the
-// router, gathers, collectives and AdamW, does not move).
+// ballast/ideal, replicas-only/ballast and uniform-ballast/ideal; then their median and
+// range over cycles, with static/ideal: the most any balancing could gain here (the
+// step's non-expert work, the router, gathers, collectives and AdamW, does not move).
 // Issue 40's targets: static/ballast >= 1.5, ballast/ideal <= 1.15, uniform overhead <= 2%.
 //
 // Ranks are threads of one process: more ranks than cores share them, and a rank that
@@ -40,6 +46,7 @@
 #include "ballast/ballast.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/expert_balance.h"
+#include "coordinator/planner/expert_plan.h"
 #include "coordinator/planner/planner.h"
 
 ABSL_FLAG(std::string, ranks, "2,4", "Comma-separated group sizes to run");
@@ -53,9 +60,18 @@ ABSL_FLAG(double, zipf, 1.2, "Zipf exponent s of the routing skew");
 ABSL_FLAG(int, drift_every, 8, "Steps between rotations of the hot experts (0: never)");
 ABSL_FLAG(int, steps, 8, "Timed steps per variant per cycle (after one warm-up step)");
 ABSL_FLAG(int, cycles, 3, "Interleaved cycles");
-ABSL_FLAG(double, replica_cost_tokens, 16,
-          "What one replica's transfers cost, in tokens of expert work (the planner's "
-          "price of a replica; one expert's weights over loopback here)");
+ABSL_FLAG(int, skew_lasts_steps, 3,
+          "Planned steps in a row with the loads unbalanced on the experts' ownership after "
+          "which a reshard is priced (the coordinator's reshard_after, in steps; 0: never)");
+ABSL_FLAG(double, replica_cost_tokens, 64,
+          "What one replica costs a step, in tokens of expert work (the planner's price of "
+          "a replica). Measured here: replicas-only over the ideal, less its token "
+          "imbalance, is 50-100 tokens a replica at ~0.1 ms a token (16 before "
+          "2026-11-28 evening, one expert's weights' bytes alone)");
+ABSL_FLAG(double, move_cost_tokens, 400,
+          "What moving one expert costs once, in tokens of expert work (the planner's "
+          "price of a move). Measured here: a step that moves experts takes 35-60 ms "
+          "more per expert moved, 350-600 tokens; the bench reports it (move_step_s)");
 
 namespace ballast {
 namespace {
@@ -72,12 +88,14 @@ struct Variant {
   std::string name;
   bool skewed;
   bool balance;
+  bool reshard;
 };
 const std::vector<Variant>& Variants() {
-  static const auto* v = new std::vector<Variant>{{"static", true, false},
-                                                  {"ballast", true, true},
-                                                  {"ideal", false, false},
-                                                  {"uniform-ballast", false, true}};
+  static const auto* v = new std::vector<Variant>{{"static", true, false, false},
+                                                  {"ballast", true, true, true},
+                                                  {"ballast-replicas", true, true, false},
+                                                  {"ideal", false, false, false},
+                                                  {"uniform-ballast", false, true, true}};
   return *v;
 }
 
@@ -105,7 +123,15 @@ struct Results {
   std::map<std::pair<int, std::string>, std::vector<double>> times;
   std::map<std::string, std::vector<double>> imbalance;
   std::map<std::string, std::vector<double>> replicas;
+  std::map<std::string, int> experts_moved;  // over the whole run, rank 0's count
+  std::vector<double> move_step_times;       // ballast's steps that moved experts
 };
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
 
 absl::Status RunGroup(int size, Results& out) {
   const int experts = absl::GetFlag(FLAGS_experts), hidden = absl::GetFlag(FLAGS_hidden);
@@ -147,6 +173,7 @@ absl::Status RunGroup(int size, Results& out) {
         BALLAST_ASSIGN_OR_RETURN(Buffer dy, c.Allocate(n));
         BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
         int64_t version = 0, global_step = 0;
+        int skewed_steps = 0;  // planned steps in a row with unbalanced loads
         coordinator::JobPolicy policy;
         policy.mode = coordinator::BalanceMode::kAuto;
         BlockPlan in_force;  // the block's plan in force (all-local at a segment's start)
@@ -164,7 +191,16 @@ absl::Status RunGroup(int size, Results& out) {
               // the same from the same counts); none at a segment's first step.
               WorkloadPlan plan{.group = GroupId("bench"), .version = PlanVersion(++version)};
               std::vector<Replica> applied;
-              if (step == 0) in_force = BlockPlan{.block = config.id};
+              bool moves_experts = false;
+              if (step == 0) {
+                in_force = BlockPlan{.block = config.id};
+                skewed_steps = 0;
+                // Every segment starts from the even ownership (in its untimed warm-up).
+                if (moe->owner_of_unit() != EvenOwnership(experts, size)) {
+                  plan.blocks.push_back(
+                      {.block = config.id, .owner_of_unit = EvenOwnership(experts, size)});
+                }
+              }
               if (v.balance && step > 0) {
                 // What the coordinator decides (its unit of work: a token at 1 s).
                 coordinator::PlannerInput in;
@@ -178,13 +214,33 @@ absl::Status RunGroup(int size, Results& out) {
                 }
                 in.transfer_seconds_per_unit = absl::GetFlag(FLAGS_replica_cost_tokens);
                 for (int32_t t : last_tokens) in.unit_work.push_back(t);
+                // The judge's run, counted in steps (straggler_judge.h: SkewLasted).
+                BALLAST_ASSIGN_OR_RETURN(const bool balanced, coordinator::LoadsBalanced(
+                                                                  in, policy.straggler_threshold));
+                skewed_steps = balanced ? 0 : skewed_steps + 1;
+                const int lasts = absl::GetFlag(FLAGS_skew_lasts_steps);
+                in.skew_lasted = v.reshard && lasts > 0 && skewed_steps >= lasts;
+                // As the coordinator prices moves: over the steps the skew has lasted.
+                in.move_seconds_per_unit = absl::GetFlag(FLAGS_move_cost_tokens);
+                in.reshard_horizon_steps = lasts;
                 BALLAST_ASSIGN_OR_RETURN(coordinator::BlockDecision d,
                                          coordinator::PlanBlock(in, policy, &in_force));
                 in_force = d.plan;
-                const std::vector<Replica>& replicas = d.plan.replicas;
-                if (!replicas.empty()) {
-                  plan.blocks.push_back({.block = config.id, .replicas = replicas});
+                in_force.owner_of_unit.clear();  // the ownership, once moved, is the input's
+                if (!d.plan.owner_of_unit.empty()) {
+                  moves_experts = true;
+                  skewed_steps = 0;  // a move restarts the count, as UnitsMoved does
+                  if (r == 0) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    for (int32_t e = 0; e < experts; ++e) {
+                      out.experts_moved[v.name] += d.plan.owner_of_unit[e] != in.owner_of_unit[e];
+                    }
+                  }
                 }
+                if (!d.plan.replicas.empty() || !d.plan.owner_of_unit.empty()) {
+                  plan.blocks.push_back(d.plan);
+                }
+                const std::vector<Replica>& replicas = d.plan.replicas;
                 applied = replicas;
                 if (r == 0 && step > 0) {
                   std::lock_guard<std::mutex> lock(mu);
@@ -216,6 +272,7 @@ absl::Status RunGroup(int size, Results& out) {
                     static_cast<double>(batch) * seq * absl::GetFlag(FLAGS_topk) / size;
                 std::lock_guard<std::mutex> lock(mu);
                 out.times[{cycle, v.name}].push_back(seconds);
+                if (moves_experts) out.move_step_times.push_back(seconds);
                 out.imbalance[v.name].push_back(
                     *std::max_element(rank_tokens.begin(), rank_tokens.end()) / mean);
               }
@@ -248,7 +305,8 @@ int Main() {
       std::fprintf(stderr, "moe bench on %d ranks: %s\n", size, s.ToString().c_str());
       return 1;
     }
-    std::vector<double> speedup, to_ideal, overhead, bound;
+    // Medians hide the one step in a segment that moves experts: the means count it.
+    std::vector<double> speedup, to_ideal, overhead, bound, reshard_gain, reshard_gain_mean;
     for (int cycle = 0; cycle < absl::GetFlag(FLAGS_cycles); ++cycle) {
       std::map<std::string, double> median;
       for (const Variant& v : Variants()) median[v.name] = Median(results.times[{cycle, v.name}]);
@@ -256,12 +314,17 @@ int Main() {
       to_ideal.push_back(median["ballast"] / median["ideal"]);
       overhead.push_back(median["uniform-ballast"] / median["ideal"]);
       bound.push_back(median["static"] / median["ideal"]);  // the most balancing can gain
+      reshard_gain.push_back(median["ballast-replicas"] / median["ballast"]);
+      reshard_gain_mean.push_back(Mean(results.times[{cycle, "ballast-replicas"}]) /
+                                  Mean(results.times[{cycle, "ballast"}]));
       std::printf(
           "{\"bench\":\"moe\",\"ranks\":%d,\"cycle\":%d,\"static_s\":%.4f,\"ballast_s\":%.4f,"
-          "\"ideal_s\":%.4f,\"uniform_ballast_s\":%.4f,\"static_over_ballast\":%.3f,"
-          "\"ballast_over_ideal\":%.3f,\"uniform_overhead\":%.3f}\n",
-          size, cycle, median["static"], median["ballast"], median["ideal"],
-          median["uniform-ballast"], speedup.back(), to_ideal.back(), overhead.back());
+          "\"replicas_only_s\":%.4f,\"ideal_s\":%.4f,\"uniform_ballast_s\":%.4f,"
+          "\"static_over_ballast\":%.3f,\"ballast_over_ideal\":%.3f,"
+          "\"replicas_only_over_ballast\":%.3f,\"uniform_overhead\":%.3f}\n",
+          size, cycle, median["static"], median["ballast"], median["ballast-replicas"],
+          median["ideal"], median["uniform-ballast"], speedup.back(), to_ideal.back(),
+          reshard_gain.back(), overhead.back());
       std::fflush(stdout);
     }
     std::vector<std::string> loads;
@@ -271,14 +334,21 @@ int Main() {
     std::printf(
         "{\"bench\":\"moe\",\"ranks\":%d,\"summary\":true,\"experts\":%d,\"topk\":%d,"
         "\"zipf\":%.2f,\"tokens\":%d,\"static_over_ballast\":%s,\"static_over_ideal\":%s,"
-        "\"ballast_over_ideal\":%s,"
+        "\"ballast_over_ideal\":%s,\"replicas_only_over_ballast\":%s,"
+        "\"replicas_only_over_ballast_means\":%s,\"move_step_s\":%.4f,"
         "\"uniform_overhead\":%s,\"rank_tokens_max_over_mean\":{%s},"
-        "\"replicas_per_step\":{\"ballast\":%.1f,\"uniform-ballast\":%.1f}}\n",
+        "\"replicas_per_step\":{\"ballast\":%.1f,\"ballast-replicas\":%.1f,"
+        "\"uniform-ballast\":%.1f},\"experts_moved\":{\"ballast\":%d,\"uniform-ballast\":%d},"
+        "\"timed_steps_per_variant\":%d}\n",
         size, absl::GetFlag(FLAGS_experts), absl::GetFlag(FLAGS_topk), absl::GetFlag(FLAGS_zipf),
         absl::GetFlag(FLAGS_batch) * absl::GetFlag(FLAGS_seq), Spread(speedup).c_str(),
-        Spread(bound).c_str(), Spread(to_ideal).c_str(), Spread(overhead).c_str(),
-        absl::StrJoin(loads, ",").c_str(), Median(results.replicas["ballast"]),
-        Median(results.replicas["uniform-ballast"]));
+        Spread(bound).c_str(), Spread(to_ideal).c_str(), Spread(reshard_gain).c_str(),
+        Spread(reshard_gain_mean).c_str(), Median(results.move_step_times),
+        Spread(overhead).c_str(), absl::StrJoin(loads, ",").c_str(),
+        Median(results.replicas["ballast"]), Median(results.replicas["ballast-replicas"]),
+        Median(results.replicas["uniform-ballast"]), results.experts_moved["ballast"],
+        results.experts_moved["uniform-ballast"],
+        absl::GetFlag(FLAGS_cycles) * absl::GetFlag(FLAGS_steps));
     std::fflush(stdout);
   }
   return 0;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "coordinator/fixed_costs.h"
+#include "coordinator/planner/expert_plan.h"
 #include "coordinator/rank_speeds.h"
 
 namespace ballast::coordinator {
@@ -46,16 +47,24 @@ std::string WaitingForRanks(const GroupSnapshot& group) {
   return absl::StrCat("waiting for ranks: ", group.ranks.size(), " of ", group.size, " registered");
 }
 
-// Under the job's capacity cap an expert computes at most max(1, ceil(factor x T x top_k /
-// experts)) tokens a Forward (BlockPlan::capacity_factor): its predicted work is its
-// tokens, capped at that over the step's Forwards (T x top_k taken as their mean).
+// Under the job's capacity cap an expert keeps at most ExpertCapacity (ballast/plan.h) of
+// a Forward's tokens: its predicted work is its tokens, capped at that over the step's
+// Forwards. The reports give T x top_k (the tokens routed, summed over experts), not T and
+// top_k apart: the cap is the same either way, and only its bound at T, which no expert's
+// tokens exceed, is taken at T x top_k instead.
 void CapUnitWork(double factor, int32_t forwards, std::vector<double>& work) {
   if (!(factor > 0) || forwards <= 0 || work.empty()) return;
   const double routed = std::accumulate(work.begin(), work.end(), 0.0) / forwards;
-  const double cap =
-      forwards * std::max(1.0, std::ceil(factor * routed / static_cast<double>(work.size())));
+  const double cap = static_cast<double>(forwards) *
+                     static_cast<double>(ExpertCapacity(factor, std::llround(routed), /*top_k=*/1,
+                                                        static_cast<int32_t>(work.size())));
   for (double& w : work) w = std::min(w, cap);
 }
+
+// What a reshard moves with each unit, in units of its weights (BlockInfo::unit_bytes
+// counts the weights alone): every field worker_lib/block.cc stores per parameter
+// (kFieldsPerParam: value, gradient, two AdamW moments, the snapshot).
+constexpr double kMovedFieldsPerUnit = 5;
 
 const RankSnapshot* FindRank(const GroupSnapshot& group, int32_t rank) {
   auto it = std::lower_bound(group.ranks.begin(), group.ranks.end(), rank,
@@ -390,6 +399,11 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     reference_total += speeds[i].speeds.reference_seconds_per_unit * block_work[i];
   }
   const std::vector<bool> cordoned = CordonedRanks(group);
+  // The group's step: its slowest rank's median.
+  double step_seconds = 0;
+  for (const RankSnapshot& rank : group.ranks) {
+    if (rank.attached) step_seconds = std::max(step_seconds, rank.step_median);
+  }
   size_t b = 0;
   for (const BlockSnapshot& block : group.blocks) {
     const double share = reference_total > 0 ? speeds[b].speeds.reference_seconds_per_unit *
@@ -411,6 +425,13 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       in.input.unit_work.assign(block.unit_tokens.begin(), block.unit_tokens.end());
       if (Balances(policy.mode)) {
         CapUnitWork(policy.expert_capacity_factor, block.token_forwards, in.input.unit_work);
+      }
+      // A moved expert takes every field it stores, once; priced over the steps in
+      // reshard_after, as long as a skew must last to be resharded.
+      in.input.move_seconds_per_unit =
+          kMovedFieldsPerUnit * static_cast<double>(block.unit_bytes) / bytes_per_second;
+      if (step_seconds > 0) {
+        in.input.reshard_horizon_steps = absl::ToDoubleSeconds(policy.reshard_after) / step_seconds;
       }
     }
     in.input.calm = verdict.calm && !corrected;
@@ -441,6 +462,16 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
       pr.cordoned = r < cordoned.size() && cordoned[r];
       in.input.ranks.push_back(pr);
+    }
+    // A skew that lasts is worth resharding the experts for (expert_plan.h). Judged on
+    // the loads as the planner will see them, so the two agree on what balanced means.
+    // (Input the planner refuses is refused there, by name.)
+    if (PlansByLoads(in.input, policy)) {
+      absl::StatusOr<bool> balanced = LoadsBalanced(in.input, policy.straggler_threshold);
+      if (balanced.ok()) {
+        in.input.skew_lasted =
+            judge_->SkewLasted(group.ref, block.block, !*balanced, policy, lines);
+      }
     }
   }
   return true;

@@ -75,6 +75,27 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   return v;
 }
 
+bool StragglerJudge::SkewLasted(const GroupRef& ref, int32_t block, bool skewed,
+                                const JobPolicy& policy, std::vector<std::string>& lines) {
+  const absl::Duration now = clock_->Monotonic();
+  absl::MutexLock lock(&mu_);
+  GroupRuns& runs = RunsOf(ref);
+  RoundRun& run = runs.skewed[block];
+  const absl::Duration skewed_for =
+      ExtendRun(skewed, now, kJudgementGapPeriods * policy.report_period, run);
+  if (!skewed) return false;
+  // As for a chronic straggler: the experts just moved are judged afresh.
+  const bool moved_since = runs.moved_units_at.has_value() && *runs.moved_units_at > *run.since;
+  const absl::Duration counted = moved_since ? now - *runs.moved_units_at : skewed_for;
+  const bool lasted = counted >= policy.reshard_after;
+  lines.push_back(absl::StrCat("block ", block, ": loads unbalanced on its experts' ownership for ",
+                               absl::FormatDuration(absl::Trunc(counted, absl::Milliseconds(100))),
+                               moved_since ? " since the last reshard" : "",
+                               lasted ? ": lasted, a reshard is priced" : "", " (reshard_after ",
+                               absl::FormatDuration(policy.reshard_after), ")"));
+  return lasted;
+}
+
 void StragglerJudge::UnitsMoved(const GroupRef& ref) {
   // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it idles
   // more and is throttled less, which made the split swing by a unit every ~13 s on the

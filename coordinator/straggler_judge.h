@@ -5,14 +5,17 @@
 //   - marginal: a marginal straggler without a break (rank_speeds.h: TreatAsCalm), which
 //     a group running all-local waits out for marginal_straggler_for;
 //   - chronic, per rank: straggling, pooled over the group's blocks, for reshard_after,
-//     counted from the last plan that moved units if later, so that resharding is priced.
+//     counted from the last plan that moved units if later, so that resharding is priced;
+//   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
+//     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 // A gap of more than kJudgementGapPeriods report periods between rounds (a pause, a detach,
 // missing reports) breaks every run: rounds not judged are no evidence.
 //
 //   StragglerJudge judge(clock, options.marginal_straggler_for);
 //   StragglerJudge::Verdict v = judge.Judge(ref, ranks, size, pooled, blocks, policy,
 //                                           running_all_local, lines);
-//   ... plan with v.calm, v.calm_lasted, v.chronic ...
+//   in.skew_lasted = judge.SkewLasted(ref, block, !LoadsBalanced(in, t), policy, lines);
+//   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted ...
 //   if (published && moves_units) judge.UnitsMoved(ref);
 //
 // Thread-safe. Its runs are keyed by the group's incarnation: a group forgotten and
@@ -60,7 +63,13 @@ class StragglerJudge {
   Verdict Judge(const GroupRef& ref, const std::vector<int32_t>& ranks, int32_t size,
                 const PooledGroup& pooled, int32_t num_blocks, const JobPolicy& policy,
                 bool running_all_local, std::vector<std::string>& lines);
-  // A plan that moves units was pushed now: the count to chronic restarts.
+  // Extends block `block`'s run of rounds whose loads were `skewed`, judged now, and says
+  // whether it has lasted reshard_after, counted from the last plan that moved units if
+  // later (a reshard is then worth pricing). Appends a line while it runs.
+  bool SkewLasted(const GroupRef& ref, int32_t block, bool skewed, const JobPolicy& policy,
+                  std::vector<std::string>& lines);
+  // A plan that moves units was pushed now: the counts to chronic and to a lasting skew
+  // restart.
   void UnitsMoved(const GroupRef& ref);
   // Per registered rank, its run (none before the group's first round).
   std::map<int32_t, RankRun> Ranks(const GroupRef& ref) const;
@@ -72,6 +81,7 @@ class StragglerJudge {
     RoundRun marginal;
     RoundRun calm;
     std::map<int32_t, RankRun> ranks;
+    std::map<int32_t, RoundRun> skewed;  // per block planned by its loads
     // Monotonic time of the last pushed plan that moved units.
     std::optional<absl::Duration> moved_units_at;
   };

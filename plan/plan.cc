@@ -1,5 +1,6 @@
 #include "ballast/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -111,6 +112,16 @@ absl::Status ValidateReplicas(const BlockPlan& bp, const BlockShape& shape,
   return absl::OkStatus();
 }
 }  // namespace
+
+int64_t ExpertCapacity(double capacity_factor, int64_t tokens, int32_t top_k, int32_t experts) {
+  if (capacity_factor <= 0.0) return tokens;
+  // In double and in this order, as the references compute it (tests/testing/
+  // moe_reference.cc, tests/python/torch_moe_test.py), so a cap on an exact integer
+  // rounds alike everywhere.
+  const double cap = std::ceil(capacity_factor * static_cast<double>(tokens) * top_k / experts);
+  return cap >= static_cast<double>(tokens) ? tokens
+                                            : std::max<int64_t>(1, static_cast<int64_t>(cap));
+}
 
 absl::Status ValidateBlockPlan(const BlockPlan& bp, const BlockShape& shape, int32_t size) {
   auto in_range = [size](RankId r) { return r.value() >= 0 && r.value() < size; };

@@ -114,4 +114,65 @@ absl::StatusOr<std::vector<Replica>> BalanceExperts(const ExpertLoads& l) {
   return replicas;
 }
 
+absl::StatusOr<std::vector<RankId>> BalanceOwnership(const ExpertLoads& l) {
+  if (absl::Status s = Check(l); !s.ok()) return s;
+  std::vector<RankId> owner = l.owner_of_unit;
+  const size_t ranks = l.speed.size();
+  const double total_work = std::accumulate(l.work.begin(), l.work.end(), 0.0);
+  const double total_speed = std::accumulate(l.speed.begin(), l.speed.end(), 0.0);
+  if (ranks < 2 || total_work <= 0) return owner;
+  const double balanced = total_work / total_speed;
+  // A move must shorten the slow rank by more than the tolerance: a gain inside the noise
+  // is no reason to send an expert (one hot expert alone on its rank, say, with cold ones
+  // to shed a token at a time), and rounding must not count as a gain either.
+  const double least_gain = std::max(l.tolerance, 1e-12) * balanced;
+  std::vector<double> time(ranks, 0.0);
+  for (size_t e = 0; e < l.work.size(); ++e) {
+    time[owner[e].value()] += l.work[e] / l.speed[owner[e].value()];
+  }
+  for (size_t round = 0; round < l.work.size(); ++round) {
+    const size_t slow = std::max_element(time.begin(), time.end()) - time.begin();
+    if (time[slow] <= balanced * (1 + l.tolerance)) break;
+    // The best single move or swap: the later of the two ranks' new times, to beat the
+    // slow rank's time now. A move is tried before the swaps of the same expert, so a tie
+    // moves one expert rather than two.
+    double best = time[slow] - least_gain;
+    int32_t moved = -1, swapped = -1, to = -1;
+    for (size_t e = 0; e < l.work.size(); ++e) {
+      if (owner[e].value() != static_cast<int32_t>(slow)) continue;
+      const double out = time[slow] - l.work[e] / l.speed[slow];
+      for (size_t r = 0; r < ranks; ++r) {
+        if (r == slow) continue;
+        const double in = time[r] + l.work[e] / l.speed[r];
+        if (std::max(out, in) < best) {
+          best = std::max(out, in);
+          moved = static_cast<int32_t>(e), swapped = -1, to = static_cast<int32_t>(r);
+        }
+      }
+      for (size_t f = 0; f < l.work.size(); ++f) {
+        const size_t r = owner[f].value();
+        // Taking back as much work or more cannot shorten the slow rank.
+        if (r == slow || l.work[f] >= l.work[e]) continue;
+        const double kept = out + l.work[f] / l.speed[slow];
+        const double given = time[r] - l.work[f] / l.speed[r] + l.work[e] / l.speed[r];
+        if (std::max(kept, given) < best) {
+          best = std::max(kept, given);
+          moved = static_cast<int32_t>(e), swapped = static_cast<int32_t>(f);
+          to = static_cast<int32_t>(r);
+        }
+      }
+    }
+    if (moved < 0) break;  // no single move or swap helps: a local optimum
+    time[slow] -= l.work[moved] / l.speed[slow];
+    time[to] += l.work[moved] / l.speed[to];
+    owner[moved] = RankId(to);
+    if (swapped >= 0) {
+      time[to] -= l.work[swapped] / l.speed[to];
+      time[slow] += l.work[swapped] / l.speed[slow];
+      owner[swapped] = RankId(static_cast<int32_t>(slow));
+    }
+  }
+  return owner;
+}
+
 }  // namespace ballast::coordinator

@@ -7,7 +7,8 @@
 // step's tokens, say) and prices a replica's transfer (its weights there, its gradients
 // back); the balancer moves work greedily from the rank that ends last to the one that
 // ends first, splitting the loaded rank's largest expert, while the move shortens the
-// step by more than it costs.
+// step by more than it costs. When a skew persists, BalanceOwnership moves experts'
+// ownership instead (a reshard: paid once, where a replica pays every step).
 //
 //   ExpertLoads loads{.work = {tokens per expert...}, .owner_of_unit = owners,
 //                     .speed = {1, 1}, .replica_cost = 0.002};
@@ -42,6 +43,17 @@ struct ExpertLoads {
 // move pays). INVALID_ARGUMENT naming the field for mismatched sizes, a negative or
 // non-finite work or cost, a speed not > 0, or an owner out of range.
 absl::StatusOr<std::vector<Replica>> BalanceExperts(const ExpertLoads& loads);
+
+// The ownership that balances `loads` by whole experts, from `loads.owner_of_unit` by the
+// fewest moves a local search finds: while the rank that ends last ends past the balanced
+// time by more than the tolerance, the single move of one of its experts to another rank,
+// or swap with one of another rank's, that most shortens the later of the two ranks'
+// times, if by more than the tolerance of the balanced time. Every expert moved is sent once with
+// its optimizer state, so the search starts from where the experts are rather than packing afresh
+// (a fresh packing of 8 experts moves about half of them to balance what one or two moves balance
+// as well). Replicas and replica_cost play no part. At most as many moves as there are experts
+// (each is E x E / ranks tries), then it stops where it is. Errors as BalanceExperts'.
+absl::StatusOr<std::vector<RankId>> BalanceOwnership(const ExpertLoads& loads);
 
 // Each rank's predicted time under `replicas` (work over speed, plus replica_cost per
 // replica it sends or computes). The same arithmetic BalanceExperts plans with.

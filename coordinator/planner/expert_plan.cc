@@ -8,22 +8,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/expert_balance.h"
+#include "coordinator/planner/explain.h"
 #include "coordinator/planner/problem.h"
 
 namespace ballast::coordinator {
 
 bool PlansByLoads(const PlannerInput& input, const JobPolicy& policy) {
   if (input.unit_work.empty() || policy.mode == BalanceMode::kResize) return false;
-  int32_t most_owned = 0;
-  for (const PlannerRank& r : input.ranks) {
-    if (r.cordoned || r.chronic) return false;
-    most_owned = std::max(most_owned, r.owned_units);
-  }
-  // Even: no rank owns more than its share rounded up. An uneven split (after a hold, or a
-  // reshard for a cordon or a chronic straggler) is the count planner's to keep or to
-  // undo once calm has lasted; replicas alone would work around it every step for good.
-  const size_t ranks = input.ranks.size();
-  return most_owned <= static_cast<int32_t>((input.owner_of_unit.size() + ranks - 1) / ranks);
+  return std::none_of(input.ranks.begin(), input.ranks.end(),
+                      [](const PlannerRank& r) { return r.cordoned; });
 }
 
 namespace planner_internal {
@@ -38,22 +31,39 @@ ExpertLoads LoadsOf(const PlannerInput& input) {
   return loads;
 }
 
-// `plan`'s replicas priced as BalanceExperts plans them, plus each rank's fixed seconds.
-PlanCost Price(const PlannerInput& input, const ExpertLoads& loads, const BlockPlan& plan) {
+// The loads on the ownership `plan` leaves: its reshard's, or the input's.
+ExpertLoads LoadsUnder(const ExpertLoads& loads, const BlockPlan& plan) {
+  ExpertLoads under = loads;
+  if (!plan.owner_of_unit.empty()) under.owner_of_unit = plan.owner_of_unit;
+  return under;
+}
+
+// `plan` priced as BalanceExperts plans replicas (on the ownership it leaves), plus each
+// rank's fixed seconds; a reshard's objective adds its moves, paid once, spread over the
+// horizon (PlannerInput::reshard_horizon_steps). Measured on `scripts/bench moe`, whose
+// hot experts drift every 8 steps: resharding after 3 steps of skew with the moves
+// unpriced made the mean step 13% slower than replicas alone (docs/benchmarks.md).
+PlanCost PriceLoads(const PlannerInput& input, const ExpertLoads& loads, const BlockPlan& plan) {
   PlanCost cost;
-  cost.rank_seconds = RankTimes(loads, plan.replicas);
+  cost.rank_seconds = RankTimes(LoadsUnder(loads, plan), plan.replicas);
   for (size_t r = 0; r < input.ranks.size(); ++r) {
     cost.rank_seconds[r] += input.ranks[r].fixed_seconds;
   }
   cost.step_seconds = *std::max_element(cost.rank_seconds.begin(), cost.rank_seconds.end());
   cost.objective = cost.step_seconds;
   cost.offloaded_units = static_cast<int32_t>(plan.replicas.size());
+  for (size_t u = 0; u < plan.owner_of_unit.size(); ++u) {
+    cost.moved_units += plan.owner_of_unit[u] != input.owner_of_unit[u];
+  }
+  if (input.reshard_horizon_steps > 0) {
+    cost.objective += cost.moved_units * input.move_seconds_per_unit / input.reshard_horizon_steps;
+  }
   return cost;
 }
 
 // Every rank ends together with no transfers: the level T with sum over ranks of
 // max(0, T - f_r) * speed_r equal to the total work (and at least the largest f_r).
-double IdealStep(const PlannerInput& input, const ExpertLoads& loads) {
+double LevelStep(const PlannerInput& input, const ExpertLoads& loads) {
   const double work = std::accumulate(loads.work.begin(), loads.work.end(), 0.0);
   std::vector<size_t> order(input.ranks.size());
   std::iota(order.begin(), order.end(), 0);
@@ -69,6 +79,37 @@ double IdealStep(const PlannerInput& input, const ExpertLoads& loads) {
     if (last || level <= input.ranks[order[i + 1]].fixed_seconds) break;
   }
   return level;
+}
+
+// The one rule for balanced loads (LoadsBalanced, PlanExperts' calm).
+bool WithinBand(double all_local_step, double ideal_step, double band) {
+  return all_local_step <= (1 + band) * ideal_step;
+}
+
+// The reshard candidate for a skew that lasted: BalanceOwnership's moves, plus the replicas
+// that still pay on the new ownership (whole experts rarely balance exactly).
+PlanCandidate ReshardCandidate(const PlannerInput& input, const ExpertLoads& loads) {
+  PlanCandidate reshard{.kind = CandidateKind::kReshard};
+  reshard.plan.block = input.block;
+  absl::StatusOr<std::vector<RankId>> owners = BalanceOwnership(loads);
+  if (!owners.ok()) {  // the input was validated: a bug, shown rather than planned on
+    reshard.note = std::string(owners.status().message());
+    return reshard;
+  }
+  if (*owners == input.owner_of_unit) {
+    reshard.note = "no move or swap of whole experts balances the loads better";
+    return reshard;
+  }
+  reshard.plan.owner_of_unit = *std::move(owners);
+  absl::StatusOr<std::vector<Replica>> replicas = BalanceExperts(LoadsUnder(loads, reshard.plan));
+  if (!replicas.ok()) {
+    reshard.note = std::string(replicas.status().message());
+    return reshard;
+  }
+  reshard.plan.replicas = *std::move(replicas);
+  reshard.feasible = true;
+  reshard.cost = PriceLoads(input, loads, reshard.plan);
+  return reshard;
 }
 
 // Why the plan in force cannot be priced on these loads (empty: it can). It is replaced,
@@ -91,13 +132,15 @@ std::string Unfit(const PlannerInput& input, const BlockPlan& plan) {
 }  // namespace
 
 std::vector<double> RankWork(const PlannerInput& input, const BlockPlan& plan) {
+  const std::vector<RankId>& owners =
+      plan.owner_of_unit.empty() ? input.owner_of_unit : plan.owner_of_unit;
   std::vector<double> work(input.ranks.size(), 0.0);
   for (size_t u = 0; u < input.unit_work.size(); ++u) {
-    work[input.owner_of_unit[u].value()] += input.unit_work[u];
+    work[owners[u].value()] += input.unit_work[u];
   }
   for (const Replica& r : plan.replicas) {
     const double moved = input.unit_work[r.unit] * r.share;
-    work[input.owner_of_unit[r.unit].value()] -= moved;
+    work[owners[r.unit].value()] -= moved;
     work[r.helper.value()] += moved;
   }
   return work;
@@ -109,9 +152,9 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   BlockDecision d;
   PlanCandidate all_local{.kind = CandidateKind::kAllLocal, .feasible = true};
   all_local.plan.block = input.block;
-  all_local.cost = Price(input, loads, all_local.plan);
+  all_local.cost = PriceLoads(input, loads, all_local.plan);
   d.all_local_step_seconds = all_local.cost.step_seconds;
-  d.ideal_step_seconds = IdealStep(input, loads);
+  d.ideal_step_seconds = LevelStep(input, loads);
   d.candidates.push_back(all_local);
 
   PlanCandidate replicas{.kind = CandidateKind::kReplicas, .feasible = true};
@@ -119,7 +162,7 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   absl::StatusOr<std::vector<Replica>> balanced = BalanceExperts(loads);
   if (!balanced.ok()) return balanced.status();  // the input was validated: a bug
   replicas.plan.replicas = *std::move(balanced);
-  replicas.cost = Price(input, loads, replicas.plan);
+  replicas.cost = PriceLoads(input, loads, replicas.plan);
   if (replicas.plan.replicas.empty()) {
     replicas.note = "balanced within the tolerance, or no split pays its transfer";
   }
@@ -130,7 +173,7 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   // otherwise start and end them on alternate rounds.
   const bool splitting = current != nullptr && !current->replicas.empty();
   const double band = splitting ? policy.straggler_threshold / 2 : policy.straggler_threshold;
-  d.calm = all_local.cost.step_seconds <= (1 + band) * d.ideal_step_seconds;
+  d.calm = WithinBand(all_local.cost.step_seconds, d.ideal_step_seconds, band);
   if (d.calm) {
     replicas.note = absl::StrCat(replicas.note.empty() ? "" : absl::StrCat(replicas.note, "; "),
                                  "not pushed: all-local is within the straggler threshold of the "
@@ -148,12 +191,32 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
     cur.plan.block = input.block;
     cur.note = Unfit(input, cur.plan);
     cur.feasible = cur.note.empty();
-    if (cur.feasible) cur.cost = Price(input, loads, cur.plan);
+    if (cur.feasible) cur.cost = PriceLoads(input, loads, cur.plan);
     d.candidates.push_back(cur);
     // The loads drift every step: re-split only when that is better by the hysteresis,
     // or every planning round would move slices back and forth for noise.
     if (cur.feasible && cur.plan.replicas != d.recommended.plan.replicas &&
         !(d.recommended.cost.objective < (1 - policy.hysteresis) * cur.cost.objective)) {
+      pushed = static_cast<int>(d.candidates.size()) - 1;
+    }
+  }
+
+  // A skew that lasted (or a chronic straggler) is resharded when that is no worse than
+  // the best on the experts' ownership now, the plan in force included: the persistence
+  // is the evidence the hysteresis stands in for elsewhere, and the reshard then ends
+  // transfers that replicas would pay every step. Not in a calm round: nothing to move.
+  const bool chronic = std::any_of(input.ranks.begin(), input.ranks.end(),
+                                   [](const PlannerRank& r) { return r.chronic; });
+  if ((input.skew_lasted || chronic) && !d.calm) {
+    PlanCandidate reshard = ReshardCandidate(input, loads);
+    const double best = d.candidates[pushed].cost.objective;
+    if (reshard.feasible && !(reshard.cost.objective <= best)) {
+      reshard.note = absl::StrCat("not pushed: no better than ", Num(best),
+                                  " on the ownership the experts have");
+    }
+    d.candidates.push_back(reshard);
+    if (reshard.feasible && reshard.cost.objective <= best) {
+      d.recommended = reshard;
       pushed = static_cast<int>(d.candidates.size()) - 1;
     }
   }
@@ -167,4 +230,14 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
 }
 
 }  // namespace planner_internal
+
+absl::StatusOr<bool> LoadsBalanced(const PlannerInput& input, double band) {
+  if (absl::Status s = ValidatePlannerInput(input); !s.ok()) return s;
+  if (input.unit_work.empty()) return absl::InvalidArgumentError("no loads (unit_work) given");
+  const ExpertLoads loads = planner_internal::LoadsOf(input);
+  return planner_internal::WithinBand(
+      planner_internal::PriceLoads(input, loads, BlockPlan{}).step_seconds,
+      planner_internal::LevelStep(input, loads), band);
+}
+
 }  // namespace ballast::coordinator

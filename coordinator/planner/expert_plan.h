@@ -2,17 +2,24 @@
 // predicted tokens (PlannerInput::unit_work) rather than their count. Routing sends uneven
 // token counts to the experts, so an expert is not a fixed amount of work and the count
 // planner (search.h) would price a hot expert like a cold one. Here the candidates are
-// all-local (static placement), the replicas that balance the loads (BalanceExperts, in
-// expert_balance.h: slices of hot experts' tokens computed by ranks with time to spare,
-// each paying the transfer of its expert's weights and gradients) and the plan in force
-// priced on the new loads, kept unless the new plan is better by the hysteresis. A slow
-// rank is balanced the same way: its seconds per token price its experts.
+// all-local (the experts where they are), the replicas that balance the loads
+// (BalanceExperts, in expert_balance.h: slices of hot experts' tokens computed by ranks
+// with time to spare, each paying the transfer of its expert's weights and gradients), a
+// reshard once the imbalance persists (BalanceOwnership's few moves of whole experts, plus
+// the replicas that still pay on the new ownership) and the plan in force priced on the
+// new loads, kept unless the new plan is better by the hysteresis. A slow rank is balanced
+// the same way: its seconds per token price its experts.
+//
+// Replicas are paid every step; a reshard once, so it answers a skew that lasts: it is
+// priced when the loads have been unbalanced on the ownership for reshard_after
+// (PlannerInput::skew_lasted, judged by the coordinator) or a rank is a chronic straggler,
+// and chosen when no worse than the best plan on the ownership the experts have. The way
+// back is the same rule: an ownership the loads have left (uniform again, or a straggler
+// recovered) is as unbalanced as any, and is resharded once that lasts.
 //
 // Called by PlanBlock (planner.h) for the inputs PlansByLoads accepts; the others go to
 // the count planner, which gives, prunes or reshards whole experts: a cordon (replicas
-// cannot empty a rank), a chronic straggler (resharded for good), an uneven split (kept
-// balanced, and taken back to even once calm has lasted) and the resize mode (it only
-// prunes).
+// cannot empty a rank) and the resize mode (it only prunes).
 #ifndef BALLAST_COORDINATOR_PLANNER_EXPERT_PLAN_H_
 #define BALLAST_COORDINATOR_PLANNER_EXPERT_PLAN_H_
 
@@ -25,10 +32,16 @@
 
 namespace ballast::coordinator {
 
-// Whether `input` is planned by its loads: unit_work is given, no rank is cordoned or
-// chronic, no rank owns more than its even share rounded up, and the mode moves work (not
-// resize).
+// Whether `input` is planned by its loads: unit_work is given, no rank is cordoned, and
+// the mode moves work (not resize).
 bool PlansByLoads(const PlannerInput& input, const JobPolicy& policy);
+
+// Whether all-local's predicted step on `input`'s loads, speeds and ownership is within
+// `band` (a fraction: the straggler threshold, say) of the balanced ideal, every rank
+// ending together with nothing transferred. PlanExperts pushes all-local when it is; the
+// coordinator counts how long it has not been (PlannerInput::skew_lasted).
+// INVALID_ARGUMENT, as PlanBlock's, for input it would refuse or without loads.
+absl::StatusOr<bool> LoadsBalanced(const PlannerInput& input, double band);
 
 namespace planner_internal {
 
@@ -37,8 +50,8 @@ namespace planner_internal {
 absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPolicy& policy,
                                           const BlockPlan* current);
 
-// Each rank's predicted work under `plan`'s replicas, in unit_work's units (tokens): where
-// the loads' tokens go. What explanations print.
+// Each rank's predicted work under `plan`'s ownership (when it reshards) and replicas, in
+// unit_work's units (tokens): where the loads' tokens go. What explanations print.
 std::vector<double> RankWork(const PlannerInput& input, const BlockPlan& plan);
 
 }  // namespace planner_internal

@@ -81,6 +81,9 @@ std::string ExplainLoads(const PlannerInput& input, const BlockDecision& d) {
                     Num(work[u]),
                     mean > 0 ? absl::StrCat(" (", Num(work[u] / mean), "x mean)") : "");
     std::vector<std::string> went;
+    if (!d.plan.owner_of_unit.empty() && d.plan.owner_of_unit[u] != input.owner_of_unit[u]) {
+      went.push_back(absl::StrCat("moves to ", d.plan.owner_of_unit[u].value()));
+    }
     for (const Replica& r : d.plan.replicas) {
       if (r.unit == static_cast<int32_t>(u)) {
         went.push_back(absl::StrFormat("%.0f%% to %d", 100 * r.share, r.helper.value()));

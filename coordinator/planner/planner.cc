@@ -8,7 +8,7 @@
 //   transfer_solver.h  at one step time: coverage, the fewest prunes, the least max load;
 //   knapsack.h         the exact knapsack for those prunes, with its LP bounds;
 //   ownership.h        water-filled and halfway counts, unit moves for a reshard;
-//   expert_plan.h      a block whose units divide, planned by its loads with replicas;
+//   expert_plan.h      a block whose units divide, planned by its loads (replicas, moves);
 //   explain.cc         the text operators read.
 #include "coordinator/planner/planner.h"
 

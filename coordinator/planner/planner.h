@@ -30,7 +30,8 @@
 //
 // A block whose units divide (a mixture of experts) with its loads given
 // (PlannerInput::unit_work) is planned by those loads instead: replicas that split hot
-// experts' tokens, priced on the same terms (expert_plan.h).
+// experts' tokens, priced on the same terms, and experts moved for good once a skew
+// lasts (expert_plan.h).
 //
 // This header is the planner's interface; its types (PlannerInput, BlockDecision, ...) are
 // in vocabulary.h, which the layers below include instead of this. The search reuses

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,13 @@ absl::Status ValidatePlannerInput(const PlannerInput& input) {
   if (!std::isfinite(tau) || tau < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("transfer_seconds_per_unit ", tau, " must be finite and >= 0"));
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"move_seconds_per_unit", input.move_seconds_per_unit},
+        {"reshard_horizon_steps", input.reshard_horizon_steps}}) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " ", value, " must be finite and >= 0"));
+    }
   }
   std::vector<int64_t> counted(p, 0);
   for (size_t u = 0; u < input.owner_of_unit.size(); ++u) {

@@ -48,6 +48,18 @@ struct PlannerInput {
   // seconds_per_unit). Such a block is planned by its loads, with replicas (expert_plan.h).
   // Empty: every unit is one unit of work (planned by counts).
   std::vector<double> unit_work;
+  // With unit_work: the loads have been unbalanced on this ownership (expert_plan.h's
+  // LoadsBalanced, within the straggler threshold, said no) for the policy's
+  // reshard_after without a break (the coordinator's StragglerJudge), so moving experts
+  // for good is worth pricing, as for a chronic straggler.
+  bool skew_lasted = false;
+  // Seconds one unit's move costs, once, sent by its old owner to its new one with the
+  // state that moves with it; and the steps a reshard's saving is counted over against
+  // its moves (the steps a lasting skew has lasted: what has lasted that long is taken
+  // to last as long again). The loads' planner (expert_plan.h) adds the moves' seconds
+  // over that horizon to a reshard's objective. Either 0: moves not priced.
+  double move_seconds_per_unit = 0;
+  double reshard_horizon_steps = 0;
   // No rank of the group straggles (the speed model's verdict pooled over the group's
   // blocks, rank_speeds.h): with no rank cordoned and the block's ownership even (no rank
   // owning more than 1 + straggler_threshold times its share), the plan is all-local,

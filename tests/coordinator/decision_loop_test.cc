@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "testing/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
@@ -208,6 +209,59 @@ TEST_F(DecisionLoopTest, ExpertLoadsArePlannedWithReplicas) {
   const BlockDecision& d = decisions.begin()->second;
   EXPECT_NEAR(d.all_local_step_seconds, 1080e-6, 1e-9);
   EXPECT_LT(d.predicted_step_seconds, 0.7 * d.all_local_step_seconds);
+}
+
+// A skew that lasts reshard_after is resharded: replicas first, then, with the same loads
+// a second later, a plan that moves experts for good (and its replicas shrink or go).
+TEST_F(DecisionLoopTest, ExpertLoadsSkewedForReshardAfterAreResharded) {
+  JobPolicy policy = settings_->PolicyFor("vit");
+  policy.reshard_after = absl::Seconds(1);
+  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  testing::GroupSpec spec;
+  spec.units_divide = true;
+  ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
+  const std::vector<int32_t> tokens = {300, 120, 70, 50, 40, 30, 20, 10};
+  for (int64_t step = 0; step < 30; ++step) {
+    for (int rank : {0, 1}) {
+      int64_t computed = 0;
+      for (int e = 0; e < 8; ++e) computed += (e < 4) == (rank == 0) ? 2 * tokens[e] : 0;
+      v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, computed * 1e-6);
+      v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
+      for (int forward = 0; forward < 2; ++forward) {
+        for (int32_t n : tokens) b->add_unit_tokens(n);
+      }
+      b->set_tokens_computed(computed);
+      b->set_micro_batches(2);
+      ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+    }
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  }
+  ASSERT_GE(sink_.plans().size(), 2u);
+  const v1::BlockPlan first = sink_.plans()[0].blocks(0);
+  EXPECT_GT(first.replicas_size(), 0);
+  EXPECT_EQ(first.owner_of_unit_size(), 0);
+  int resharded = 0;
+  for (const v1::WorkloadPlan& plan : sink_.plans()) {
+    if (plan.blocks_size() > 0 && plan.blocks(0).owner_of_unit_size() > 0) ++resharded;
+  }
+  EXPECT_EQ(resharded, 1) << "the experts moved once, not on every round after the skew lasted";
+  const v1::BlockPlan moved = sink_.plans().back().blocks(0);  // a copy: plans() is one
+  ASSERT_EQ(moved.owner_of_unit_size(), 8);
+  EXPECT_LT(moved.replicas_size(), first.replicas_size());
+  // Rank 0 had 1,080 of the 1,280 tokens a step; the moves even them (640 and 640 here:
+  // expert 0 swapped for expert 4, then experts 5 and 7 to rank 0), four experts in all.
+  std::vector<double> rank_tokens(2, 0.0);
+  int moves = 0;
+  for (int e = 0; e < 8; ++e) {
+    rank_tokens[moved.owner_of_unit(e)] += 2 * tokens[e];
+    moves += moved.owner_of_unit(e) != (e < 4 ? 0 : 1);
+  }
+  EXPECT_LE(std::max(rank_tokens[0], rank_tokens[1]), 1.02 * 640);
+  EXPECT_LE(moves, 4);
+  // Balanced on the new ownership: the skew's run has ended.
+  EXPECT_THAT(absl::StrJoin(Record().reasons.before, "\n"),
+              ::testing::Not(HasSubstr("loads unbalanced")));
 }
 
 // The job's capacity cap goes with every expert plan, and the planner prices the experts'

@@ -1,10 +1,14 @@
 // StragglerJudge on a fake clock: a rank is chronic after reshard_after of straggling
 // without a break, a gap in the rounds breaks the run, a reshard restarts the count, and a
-// group registered again starts afresh.
+// group registered again starts afresh. A block's skewed loads last the same way, per
+// block.
 #include "coordinator/straggler_judge.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "testing/fake_clock.h"
 
@@ -12,6 +16,7 @@ namespace ballast::coordinator {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 // Two ranks, rank 1 at `slowdown` (straggling above 1.1x).
 PooledGroup Pooled(double slowdown) {
@@ -76,6 +81,32 @@ TEST_F(StragglerJudgeTest, AGroupRegisteredAgainStartsAfresh) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
   judge_.Forget(ref_.key);
   EXPECT_TRUE(judge_.Ranks(ref_).empty());
+}
+
+TEST_F(StragglerJudgeTest, ABlocksSkewLastsAfterReshardAfterPerBlockAndRestartsOnAMove) {
+  std::vector<std::string> lines;
+  auto skewed = [&](int32_t block, bool skew) {
+    clock_.Advance(absl::Milliseconds(100));
+    return judge_.SkewLasted(ref_, block, skew, policy_, lines);
+  };
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(skewed(3, true)) << i;
+  EXPECT_TRUE(skewed(3, true));
+  EXPECT_THAT(lines.back(), HasSubstr("block 3: loads unbalanced on its experts' ownership for 2s: "
+                                      "lasted, a reshard is priced (reshard_after 2s)"));
+  // Another block's run is its own; a balanced round ends a run.
+  EXPECT_FALSE(skewed(4, true));
+  EXPECT_FALSE(skewed(3, false));
+  EXPECT_FALSE(skewed(3, true));
+  // A plan that moved units restarts the count, as for a chronic straggler.
+  for (int i = 0; i < 25; ++i) skewed(3, true);
+  ASSERT_TRUE(skewed(3, true));
+  judge_.UnitsMoved(ref_);
+  for (int i = 0; i < 19; ++i) EXPECT_FALSE(skewed(3, true)) << i;
+  EXPECT_THAT(lines.back(), HasSubstr("since the last reshard"));
+  EXPECT_TRUE(skewed(3, true));
+  // A gap of more than 3 report periods breaks it too.
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(skewed(3, true));
 }
 
 }  // namespace

@@ -24,15 +24,6 @@ void SoftmaxBackward(const double* p, const double* dp, int32_t n, double* dz) {
 
 }  // namespace
 
-int32_t ExpertCapacity(double capacity_factor, int32_t tokens, int32_t top_k, int32_t experts) {
-  if (capacity_factor <= 0.0) return tokens;
-  // In double and in this order, as the references compute it (tests/testing/
-  // moe_reference.cc, tests/python/torch_moe_test.py), so a cap on an exact integer
-  // rounds alike everywhere.
-  const double cap = std::ceil(capacity_factor * tokens * top_k / experts);
-  return cap >= tokens ? tokens : std::max<int32_t>(1, static_cast<int32_t>(cap));
-}
-
 MoeRouting Route(const float* logits, int32_t tokens, const MoeRouterOptions& options) {
   const int32_t e_count = options.experts, k = options.top_k;
   MoeRouting r;
@@ -68,7 +59,8 @@ MoeRouting Route(const float* logits, int32_t tokens, const MoeRouterOptions& op
   // Tokens per expert in ascending token order, up to its capacity: the first tokens in
   // token order are the ones kept (Megatron's "position" policy), the same on every rank,
   // so owner and replicas slice the same kept list.
-  const int32_t capacity = ExpertCapacity(options.capacity_factor, tokens, k, e_count);
+  const auto capacity =
+      static_cast<int32_t>(ExpertCapacity(options.capacity_factor, tokens, k, e_count));
   r.routed.assign(e_count, 0);
   for (int32_t t = 0; t < tokens; ++t) {
     for (int32_t j = 0; j < k; ++j) {

@@ -13,7 +13,7 @@
 // to expert e (not differentiated).
 //
 // Capacity (MoeRouterOptions::capacity_factor, BlockPlan::capacity_factor): each expert
-// keeps the first ExpertCapacity() of its tokens in token order and drops the rest
+// keeps the first ExpertCapacity() (ballast/plan.h) of its tokens in token order and drops the rest
 // (Megatron's "position" drop policy). A dropped (token, expert) pair contributes nothing
 // and has no gradient; the other gates are not renormalised (as Megatron's), so the gate
 // of a dropped pair only reaches the router through the softmax it shares with the kept
@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ballast/plan.h"
+
 namespace ballast::internal {
 
 struct MoeRouterOptions {
@@ -32,14 +34,10 @@ struct MoeRouterOptions {
   int32_t top_k = 1;
   bool pre_softmax = false;
   float aux_loss_coeff = 0.0f;
-  // 0: no cap; otherwise see ExpertCapacity. Route reads it; RouterBackward does not.
+  // 0: no cap; otherwise see ballast::ExpertCapacity. Route reads it; RouterBackward does
+  // not.
   double capacity_factor = 0.0;
 };
-
-// The most tokens an expert computes in a Forward of `tokens` tokens:
-// max(1, ceil(capacity_factor * tokens * top_k / experts)), at most `tokens`; `tokens`
-// (no cap) for a capacity_factor of 0.
-int32_t ExpertCapacity(double capacity_factor, int32_t tokens, int32_t top_k, int32_t experts);
 
 struct MoeRouting {
   int32_t tokens = 0;

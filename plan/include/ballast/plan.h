@@ -93,7 +93,7 @@ struct BlockPlan {
   std::vector<Replica> replicas;
   // A cap on each unit's work, for blocks whose units divide (a mixture of experts): 0
   // (the default) none; otherwise each Forward of T tokens lets an expert compute at most
-  // max(1, ceil(capacity_factor * T * top_k / experts)) of the tokens routed to it, the
+  // ExpertCapacity(capacity_factor, T, top_k, experts) of the tokens routed to it, the
   // first in token order, and drops the rest (Megatron's moe_expert_capacity_factor with
   // the "position" drop policy). Finite and >= 0. It trades quality (dropped tokens skip
   // the expert) for a bounded hot expert, so it is off unless a plan asks for it.
@@ -141,6 +141,12 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape);
 // planner prices single blocks); the error names the block, e.g. "block 3: offloads[1].helper
 // 9 out of range [0, 4)", and ValidatePlan prefixes it with the plan's version.
 absl::Status ValidateBlockPlan(const BlockPlan& block, const BlockShape& shape, int32_t group_size);
+
+// The most tokens an expert keeps in a Forward of `tokens` tokens under BlockPlan::
+// capacity_factor: max(1, ceil(capacity_factor * tokens * top_k / experts)), at most
+// `tokens`; `tokens` (no cap) for a capacity_factor of 0. The one rule: the workers drop
+// by it (worker_lib's router) and the coordinator predicts capped loads by it.
+int64_t ExpertCapacity(double capacity_factor, int64_t tokens, int32_t top_k, int32_t experts);
 
 // A one-line human summary, e.g. "v7: block 1 pruned {0,4} offload 1->0 x2".
 std::string PlanSummary(const WorkloadPlan& plan);

@@ -4,7 +4,8 @@
 // all-local; the plan in force is kept inside the hysteresis and dropped once it no longer
 // pays; observe only recommends; a cordon and the resize mode fall back to whole units;
 // bad loads are refused by name; the explanation names the hot experts and where their
-// tokens went.
+// tokens went. A skew that lasts (or a chronic straggler) is resharded by a few moves,
+// once, and an ownership the loads have left goes back by the same rule.
 #include "coordinator/planner/expert_plan.h"
 
 #include <gmock/gmock.h>
@@ -282,6 +283,140 @@ TEST(ExpertPlanTest, TheJobsCapacityCapGoesWithEveryExpertBlockThatBalances) {
   ASSERT_EQ(held.change->blocks.size(), 1u);
   EXPECT_EQ(held.change->blocks[0].capacity_factor, 1.25);
   EXPECT_FALSE(held.change->blocks[0].offloads.empty());
+}
+
+// What the group planner does with a pushed reshard: the next round's input has the
+// experts where it put them, and the plan in force without the move.
+PlannerInput Resharded(const PlannerInput& in, const BlockPlan& plan) {
+  PlannerInput next = in;
+  next.owner_of_unit = plan.owner_of_unit;
+  for (size_t r = 0; r < next.ranks.size(); ++r) {
+    next.ranks[r].owned_units = static_cast<int32_t>(
+        std::count(next.owner_of_unit.begin(), next.owner_of_unit.end(), RankId(r)));
+  }
+  return next;
+}
+
+int32_t Moved(const PlannerInput& in, const BlockPlan& plan) {
+  int32_t moved = 0;
+  for (size_t u = 0; u < plan.owner_of_unit.size(); ++u) {
+    moved += plan.owner_of_unit[u] != in.owner_of_unit[u];
+  }
+  return moved;
+}
+
+TEST(ExpertPlanTest, ASkewThatLastsIsReshardedOnceByAFewMoves) {
+  // Transfers at 20 ms (a slow link): replicas cost the ranks ~2% of a 1 s step.
+  PlannerInput in = Experts(Zipf(8, 1.2, 2048), 2);
+  in.transfer_seconds_per_unit = 2e-2;
+  // Not lasted yet: replicas, no reshard priced.
+  absl::StatusOr<BlockDecision> young = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(young.ok()) << young.status();
+  EXPECT_EQ(young->chosen, CandidateKind::kReplicas);
+  for (const PlanCandidate& c : young->candidates) EXPECT_NE(c.kind, CandidateKind::kReshard);
+  // Lasted, with the replicas in force: resharded, whatever the hysteresis.
+  in.skew_lasted = true;
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), &young->plan);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard);
+  ASSERT_EQ(d->plan.owner_of_unit.size(), 8u);
+  EXPECT_GE(Moved(in, d->plan), 1);
+  EXPECT_LE(Moved(in, d->plan), 3);
+  EXPECT_EQ(d->candidates.back().cost.moved_units, Moved(in, d->plan));
+  ExpectValid(in, d->plan);
+  // Fewer transfers than the replicas it replaces, and no slower for it.
+  EXPECT_LT(d->plan.replicas.size(), young->plan.replicas.size());
+  EXPECT_LE(d->predicted_step_seconds, young->predicted_step_seconds);
+  const std::vector<double> work = planner_internal::RankWork(in, d->plan);
+  EXPECT_NEAR(std::accumulate(work.begin(), work.end(), 0.0), 2048, 1e-6);
+  const std::string text = ExplainDecision(in, Auto(), *d);
+  EXPECT_THAT(text, HasSubstr("moves to 1"));
+  EXPECT_THAT(text, HasSubstr("units once"));
+  // The next round, on the new ownership and the same loads: balanced there, nothing
+  // moves again (even with the run still counted as lasted).
+  const PlannerInput next = Resharded(in, d->plan);
+  BlockPlan in_force = d->plan;
+  in_force.owner_of_unit.clear();
+  absl::StatusOr<BlockDecision> after = PlanBlock(next, Auto(), &in_force);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->plan.owner_of_unit.empty());
+}
+
+// The moves are paid once, against a saving counted over the horizon: a skew that has
+// lasted only a few steps does not pay for sending experts with their optimizer state.
+TEST(ExpertPlanTest, AReshardWhoseMovesDoNotPayBackOverTheHorizonIsNotMade) {
+  PlannerInput in = Experts(Zipf(8, 1.2, 2048), 2);
+  in.transfer_seconds_per_unit = 2e-2;
+  in.skew_lasted = true;
+  in.move_seconds_per_unit = 5e-2;  // 2.5 replicas' transfers a step
+  in.reshard_horizon_steps = 3;
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReplicas);
+  const PlanCandidate& reshard = d->candidates.back();
+  ASSERT_EQ(reshard.kind, CandidateKind::kReshard);
+  ASSERT_TRUE(reshard.feasible);
+  // Its step is the shorter; its objective carries the moves over 3 steps.
+  EXPECT_LT(reshard.cost.step_seconds, d->predicted_step_seconds);
+  EXPECT_NEAR(reshard.cost.objective - reshard.cost.step_seconds,
+              reshard.cost.moved_units * 5e-2 / 3, 1e-12);
+  EXPECT_THAT(reshard.note, HasSubstr("not pushed: no better than"));
+  // Over 100 steps the same moves pay.
+  in.reshard_horizon_steps = 100;
+  d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard);
+  // A horizon or a move cost that is no number is refused by name.
+  in.reshard_horizon_steps = std::nan("");
+  EXPECT_THAT(std::string(PlanBlock(in, Auto(), nullptr).status().message()),
+              HasSubstr("reshard_horizon_steps nan must be finite and >= 0"));
+  in.reshard_horizon_steps = 3;
+  in.move_seconds_per_unit = -1;
+  EXPECT_THAT(std::string(PlanBlock(in, Auto(), nullptr).status().message()),
+              HasSubstr("move_seconds_per_unit -1 must be finite and >= 0"));
+}
+
+TEST(ExpertPlanTest, AnOwnershipTheLoadsHaveLeftGoesBackByTheSameRule) {
+  // Resharded for a skew that has since gone: rank 0 owns 3 experts, rank 1 five, and the
+  // loads are uniform again. Replicas first; once that lasts, experts move back to 4 and 4.
+  PlannerInput in = Experts(std::vector<double>(8, 128), 2);
+  in.owner_of_unit = {RankId(0), RankId(0), RankId(0), RankId(1),
+                      RankId(1), RankId(1), RankId(1), RankId(1)};
+  in.ranks[0].owned_units = 3;
+  in.ranks[1].owned_units = 5;
+  ASSERT_TRUE(PlansByLoads(in, Auto()));  // an uneven split stays with the loads' planner
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReplicas);
+  in.skew_lasted = true;
+  d = PlanBlock(in, Auto(), &d->plan);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard);
+  EXPECT_EQ(Moved(in, d->plan), 1);
+  EXPECT_EQ(std::count(d->plan.owner_of_unit.begin(), d->plan.owner_of_unit.end(), RankId(0)), 4);
+  EXPECT_TRUE(d->plan.replicas.empty());
+}
+
+TEST(ExpertPlanTest, AChronicStragglerKeepsFewerExpertsAndAReshardThatGainsNothingIsNotMade) {
+  // Uniform loads, rank 1 at half speed and chronic: it keeps 3 experts (5 and 3 end at
+  // 0.64 s and 0.77 s; the replicas it needed moved a slice of an expert every step).
+  PlannerInput in = Experts(std::vector<double>(8, 128), 2, {1e-3, 2e-3});
+  in.transfer_seconds_per_unit = 2e-2;
+  in.ranks[1].chronic = true;
+  absl::StatusOr<BlockDecision> d = PlanBlock(in, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard);
+  EXPECT_EQ(std::count(d->plan.owner_of_unit.begin(), d->plan.owner_of_unit.end(), RankId(1)), 3);
+  // One expert holding all but a few tokens: no move of whole experts gains past the
+  // tolerance, so the reshard candidate says so and replicas stay.
+  PlannerInput hot = Experts({1000, 1, 1, 1, 1, 1, 1, 1}, 2);
+  hot.skew_lasted = true;
+  d = PlanBlock(hot, Auto(), nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kReplicas);
+  ASSERT_EQ(d->candidates.back().kind, CandidateKind::kReshard);
+  EXPECT_FALSE(d->candidates.back().feasible);
+  EXPECT_THAT(d->candidates.back().note, HasSubstr("no move or swap"));
 }
 
 }  // namespace
