@@ -50,8 +50,9 @@ std::string WaitingForRanks(const GroupSnapshot& group) {
 // Under the job's capacity cap an expert keeps at most ExpertCapacity (ballast/plan.h) of
 // a Forward's tokens: its predicted work is its tokens, capped at that over the step's
 // Forwards. The reports give T x top_k (the tokens routed, summed over experts), not T and
-// top_k apart: the cap is the same either way, and only its bound at T, which no expert's
-// tokens exceed, is taken at T x top_k instead.
+// top_k apart: the cap is the same either way (its product may round an ulp apart from
+// the workers': this is a prediction), and only its bound at T, which no expert's tokens
+// exceed, is taken at T x top_k instead.
 void CapUnitWork(double factor, int32_t forwards, std::vector<double>& work) {
   if (!(factor > 0) || forwards <= 0 || work.empty()) return;
   const double routed = std::accumulate(work.begin(), work.end(), 0.0) / forwards;
@@ -464,13 +465,24 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       in.input.ranks.push_back(pr);
     }
     // A skew that lasts is worth resharding the experts for (expert_plan.h). Judged on
-    // the loads as the planner will see them, so the two agree on what balanced means.
-    // (Input the planner refuses is refused there, by name.)
+    // the loads as the planner will see them, in its band, so the two agree on what
+    // balanced means. Not while a move the workers have not confirmed is under way: a
+    // second reshard would stack on the first. (Input the planner refuses is refused
+    // there, by name.)
     if (PlansByLoads(in.input, policy)) {
-      absl::StatusOr<bool> balanced = LoadsBalanced(in.input, policy.straggler_threshold);
+      const BlockPlan* in_force = nullptr;
+      for (const BlockPlan& bp : group.plan.blocks) {
+        if (bp.block.value() == block.block) in_force = &bp;
+      }
+      absl::StatusOr<bool> balanced = LoadsBalanced(in.input, BalancedBand(policy, in_force));
       if (balanced.ok()) {
-        in.input.skew_lasted =
-            judge_->SkewLasted(group.ref, block.block, !*balanced, policy, lines);
+        const bool lasted = judge_->SkewLasted(group.ref, block.block, !*balanced, policy, lines);
+        in.input.skew_lasted = lasted && !in.move_unconfirmed;
+        if (lasted && in.move_unconfirmed) {
+          lines.push_back(absl::StrCat("block ", block.block,
+                                       ": a move is not confirmed by every worker yet: no "
+                                       "further reshard until it is"));
+        }
       }
     }
   }

@@ -1,5 +1,5 @@
 // StragglerJudge: the verdicts on a group that need its history, not just this round's
-// speeds. Per group it holds three runs of planning rounds, on the injected clock:
+// speeds. Per group it holds four kinds of runs of planning rounds, on the injected clock:
 //   - calm: the pooled verdict calm without a break; an uneven split goes back to even only
 //     after reshard_after of it (PlannerInput::calm_lasted);
 //   - marginal: a marginal straggler without a break (rank_speeds.h: TreatAsCalm), which
@@ -8,13 +8,16 @@
 //     counted from the last plan that moved units if later, so that resharding is priced;
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
+//     The last move is the group's, as it is for chronic ranks: a reshard of one block
+//     restarts every block's count, which delays the next by at most reshard_after.
 // A gap of more than kJudgementGapPeriods report periods between rounds (a pause, a detach,
 // missing reports) breaks every run: rounds not judged are no evidence.
 //
 //   StragglerJudge judge(clock, options.marginal_straggler_for);
 //   StragglerJudge::Verdict v = judge.Judge(ref, ranks, size, pooled, blocks, policy,
 //                                           running_all_local, lines);
-//   in.skew_lasted = judge.SkewLasted(ref, block, !LoadsBalanced(in, t), policy, lines);
+//   in.skew_lasted = judge.SkewLasted(ref, block, /*skewed=*/!*LoadsBalanced(in, band),
+//                                     policy, lines);
 //   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted ...
 //   if (published && moves_units) judge.UnitsMoved(ref);
 //

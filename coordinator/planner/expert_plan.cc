@@ -91,6 +91,10 @@ bool WithinBand(double all_local_step, double ideal_step, double band) {
 PlanCandidate ReshardCandidate(const PlannerInput& input, const ExpertLoads& loads) {
   PlanCandidate reshard{.kind = CandidateKind::kReshard};
   reshard.plan.block = input.block;
+  if (!(input.reshard_horizon_steps > 0)) {
+    reshard.note = "no horizon to pay moves back over (the group's step not measured yet)";
+    return reshard;
+  }
   absl::StatusOr<std::vector<RankId>> owners = BalanceOwnership(loads);
   if (!owners.ok()) {  // the input was validated: a bug, shown rather than planned on
     reshard.note = std::string(owners.status().message());
@@ -166,14 +170,9 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   if (replicas.plan.replicas.empty()) {
     replicas.note = "balanced within the tolerance, or no split pays its transfer";
   }
-  // Loads within the straggler threshold of the balanced ideal are balanced: a learned
-  // router's loads wander by that much from step to step, and re-splitting for it moved
-  // weights for nothing (the GPT-MoE changed plans every other report, and ran slower).
-  // Replicas in force end only within half of it: loads hovering at the threshold would
-  // otherwise start and end them on alternate rounds.
-  const bool splitting = current != nullptr && !current->replicas.empty();
-  const double band = splitting ? policy.straggler_threshold / 2 : policy.straggler_threshold;
-  d.calm = WithinBand(all_local.cost.step_seconds, d.ideal_step_seconds, band);
+  // Loads within the band of the balanced ideal are balanced (BalancedBand says why).
+  d.calm =
+      WithinBand(all_local.cost.step_seconds, d.ideal_step_seconds, BalancedBand(policy, current));
   if (d.calm) {
     replicas.note = absl::StrCat(replicas.note.empty() ? "" : absl::StrCat(replicas.note, "; "),
                                  "not pushed: all-local is within the straggler threshold of the "
@@ -201,21 +200,24 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
     }
   }
 
-  // A skew that lasted (or a chronic straggler) is resharded when that is no worse than
-  // the best on the experts' ownership now, the plan in force included: the persistence
-  // is the evidence the hysteresis stands in for elsewhere, and the reshard then ends
-  // transfers that replicas would pay every step. Not in a calm round: nothing to move.
-  const bool chronic = std::any_of(input.ranks.begin(), input.ranks.end(),
-                                   [](const PlannerRank& r) { return r.chronic; });
-  if ((input.skew_lasted || chronic) && !d.calm) {
+  // A skew that lasted is resharded when that beats the best on the experts' ownership
+  // now, the plan in force included, with the moves paid over the horizon: the
+  // persistence is the evidence the hysteresis stands in for elsewhere, and the reshard
+  // then ends transfers that replicas would pay every step. A slow rank's skew lasts like
+  // a hot expert's (LoadsBalanced weighs the ranks' speeds), so a chronic straggler needs
+  // no rule of its own here. Not in a calm round (nothing to move), and not without a
+  // horizon to pay the moves back over.
+  if (input.skew_lasted && !d.calm) {
     PlanCandidate reshard = ReshardCandidate(input, loads);
     const double best = d.candidates[pushed].cost.objective;
-    if (reshard.feasible && !(reshard.cost.objective <= best)) {
-      reshard.note = absl::StrCat("not pushed: no better than ", Num(best),
-                                  " on the ownership the experts have");
+    const bool pays = reshard.feasible && reshard.cost.objective < best;
+    if (reshard.feasible && !pays) {
+      reshard.note =
+          absl::StrCat("not pushed: with its moves over ", Num(input.reshard_horizon_steps),
+                       " steps, no better than ", Num(best), " on the ownership the experts have");
     }
     d.candidates.push_back(reshard);
-    if (reshard.feasible && reshard.cost.objective <= best) {
+    if (pays) {
       d.recommended = reshard;
       pushed = static_cast<int>(d.candidates.size()) - 1;
     }
@@ -230,6 +232,11 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
 }
 
 }  // namespace planner_internal
+
+double BalancedBand(const JobPolicy& policy, const BlockPlan* current) {
+  const bool splitting = current != nullptr && !current->replicas.empty();
+  return splitting ? policy.straggler_threshold / 2 : policy.straggler_threshold;
+}
 
 absl::StatusOr<bool> LoadsBalanced(const PlannerInput& input, double band) {
   if (absl::Status s = ValidatePlannerInput(input); !s.ok()) return s;

@@ -12,8 +12,9 @@
 //
 // Replicas are paid every step; a reshard once, so it answers a skew that lasts: it is
 // priced when the loads have been unbalanced on the ownership for reshard_after
-// (PlannerInput::skew_lasted, judged by the coordinator) or a rank is a chronic straggler,
-// and chosen when no worse than the best plan on the ownership the experts have. The way
+// (PlannerInput::skew_lasted, judged by the coordinator; a slow rank's skew counts, as
+// the loads are weighed by the ranks' speeds), and chosen when better than the best plan
+// on the ownership the experts have, its moves paid over reshard_horizon_steps. The way
 // back is the same rule: an ownership the loads have left (uniform again, or a straggler
 // recovered) is as unbalanced as any, and is resharded once that lasts.
 //
@@ -36,11 +37,20 @@ namespace ballast::coordinator {
 // the mode moves work (not resize).
 bool PlansByLoads(const PlannerInput& input, const JobPolicy& policy);
 
+// The band within which all-local counts as balanced: the straggler threshold, or half
+// of it while `current` (the plan in force; nullptr: none) has replicas. A learned
+// router's loads wander by the threshold from step to step, and re-splitting for that
+// moved weights for nothing (the GPT-MoE changed plans every other report, and ran
+// slower); replicas end only within half of it, or loads hovering at the threshold would
+// start and end them on alternate rounds.
+double BalancedBand(const JobPolicy& policy, const BlockPlan* current);
+
 // Whether all-local's predicted step on `input`'s loads, speeds and ownership is within
-// `band` (a fraction: the straggler threshold, say) of the balanced ideal, every rank
-// ending together with nothing transferred. PlanExperts pushes all-local when it is; the
-// coordinator counts how long it has not been (PlannerInput::skew_lasted).
-// INVALID_ARGUMENT, as PlanBlock's, for input it would refuse or without loads.
+// `band` (BalancedBand's) of the balanced ideal, every rank ending together with nothing
+// transferred. PlanExperts pushes all-local when it is; the coordinator counts how long
+// it has not been (PlannerInput::skew_lasted), with the same band, so that a skew paid
+// with replicas is a skew that can last. INVALID_ARGUMENT, as PlanBlock's, for input it
+// would refuse or without loads.
 absl::StatusOr<bool> LoadsBalanced(const PlannerInput& input, double band);
 
 namespace planner_internal {

@@ -92,6 +92,15 @@ std::string ExplainLoads(const PlannerInput& input, const BlockDecision& d) {
     if (!went.empty()) absl::StrAppend(&out, " [", absl::StrJoin(went, ", "), "]");
     absl::StrAppend(&out, i + 1 < shown ? "," : "");
   }
+  if (!d.plan.owner_of_unit.empty()) {
+    std::vector<std::string> moves;
+    for (size_t u = 0; u < d.plan.owner_of_unit.size(); ++u) {
+      if (d.plan.owner_of_unit[u] == input.owner_of_unit[u]) continue;
+      moves.push_back(absl::StrCat("unit ", u, " ", input.owner_of_unit[u].value(), "->",
+                                   d.plan.owner_of_unit[u].value()));
+    }
+    absl::StrAppend(&out, "\n  moves: ", moves.empty() ? "none" : absl::StrJoin(moves, ", "));
+  }
   const std::vector<double> before = RankWork(input, BlockPlan{});
   const std::vector<double> after = RankWork(input, d.plan);
   absl::StrAppend(&out, "\n  tokens by rank, all-local -> planned:");

@@ -55,9 +55,10 @@ struct PlannerInput {
   bool skew_lasted = false;
   // Seconds one unit's move costs, once, sent by its old owner to its new one with the
   // state that moves with it; and the steps a reshard's saving is counted over against
-  // its moves (the steps a lasting skew has lasted: what has lasted that long is taken
-  // to last as long again). The loads' planner (expert_plan.h) adds the moves' seconds
-  // over that horizon to a reshard's objective. Either 0: moves not priced.
+  // its moves: the steps in reshard_after (the coordinator: reshard_after over the
+  // group's step), as long as a skew must have lasted to be resharded, and taken to
+  // last as long again. The loads' planner (expert_plan.h) adds the moves' seconds over
+  // that horizon to a reshard's objective, and prices no reshard without a horizon.
   double move_seconds_per_unit = 0;
   double reshard_horizon_steps = 0;
   // No rank of the group straggles (the speed model's verdict pooled over the group's

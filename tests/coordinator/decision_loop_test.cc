@@ -213,55 +213,88 @@ TEST_F(DecisionLoopTest, ExpertLoadsArePlannedWithReplicas) {
 
 // A skew that lasts reshard_after is resharded: replicas first, then, with the same loads
 // a second later, a plan that moves experts for good (and its replicas shrink or go).
-TEST_F(DecisionLoopTest, ExpertLoadsSkewedForReshardAfterAreResharded) {
+// While the workers have not confirmed that move, a new skew does not stack a second on
+// it; once they have, the new skew is resharded in turn.
+TEST_F(DecisionLoopTest, ExpertLoadsSkewedForReshardAfterAreReshardedOneMoveAtATime) {
   JobPolicy policy = settings_->PolicyFor("vit");
   policy.reshard_after = absl::Seconds(1);
   ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
   testing::GroupSpec spec;
   spec.units_divide = true;
   ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
-  const std::vector<int32_t> tokens = {300, 120, 70, 50, 40, 30, 20, 10};
-  for (int64_t step = 0; step < 30; ++step) {
-    for (int rank : {0, 1}) {
-      int64_t computed = 0;
-      for (int e = 0; e < 8; ++e) computed += (e < 4) == (rank == 0) ? 2 * tokens[e] : 0;
-      v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, computed * 1e-6);
-      v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
-      for (int forward = 0; forward < 2; ++forward) {
-        for (int32_t n : tokens) b->add_unit_tokens(n);
+  const std::vector<int32_t> even = {0, 0, 0, 0, 1, 1, 1, 1};
+  // Both ranks report `n` steps routing `tokens` a Forward (two a step), each rank's
+  // experts per `owners` at 1 us a token; `confirm`: the reports carry the ownership, as
+  // workers that have applied a reshard do.
+  int64_t step = 0;
+  auto run = [&](int n, const std::vector<int32_t>& tokens, const std::vector<int32_t>& owners,
+                 bool confirm) {
+    for (int i = 0; i < n; ++i, ++step) {
+      for (int rank : {0, 1}) {
+        int64_t computed = 0;
+        for (int e = 0; e < 8; ++e) computed += owners[e] == rank ? 2 * tokens[e] : 0;
+        v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, computed * 1e-6);
+        v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
+        for (int forward = 0; forward < 2; ++forward) {
+          for (int32_t n : tokens) b->add_unit_tokens(n);
+        }
+        b->set_tokens_computed(computed);
+        b->set_micro_batches(2);
+        if (confirm) {
+          for (int32_t o : owners) b->add_owner_of_unit(o);
+        }
+        ASSERT_TRUE(registry_->Report("agent-1", r).ok());
       }
-      b->set_tokens_computed(computed);
-      b->set_micro_batches(2);
-      ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+      clock_.Advance(absl::Milliseconds(100));
+      loop_->Tick();
     }
-    clock_.Advance(absl::Milliseconds(100));
-    loop_->Tick();
-  }
+  };
+  // The distinct ownerships pushed, in order.
+  auto reshards = [&] {
+    std::vector<std::vector<int32_t>> out;
+    for (const v1::WorkloadPlan& plan : sink_.plans()) {
+      if (plan.blocks_size() == 0 || plan.blocks(0).owner_of_unit_size() == 0) continue;
+      std::vector<int32_t> owners(plan.blocks(0).owner_of_unit().begin(),
+                                  plan.blocks(0).owner_of_unit().end());
+      if (out.empty() || out.back() != owners) out.push_back(owners);
+    }
+    return out;
+  };
+  const std::vector<int32_t> tokens = {300, 120, 70, 50, 40, 30, 20, 10};
+  run(30, tokens, even, /*confirm=*/false);
   ASSERT_GE(sink_.plans().size(), 2u);
   const v1::BlockPlan first = sink_.plans()[0].blocks(0);
   EXPECT_GT(first.replicas_size(), 0);
   EXPECT_EQ(first.owner_of_unit_size(), 0);
-  int resharded = 0;
-  for (const v1::WorkloadPlan& plan : sink_.plans()) {
-    if (plan.blocks_size() > 0 && plan.blocks(0).owner_of_unit_size() > 0) ++resharded;
-  }
-  EXPECT_EQ(resharded, 1) << "the experts moved once, not on every round after the skew lasted";
-  const v1::BlockPlan moved = sink_.plans().back().blocks(0);  // a copy: plans() is one
-  ASSERT_EQ(moved.owner_of_unit_size(), 8);
-  EXPECT_LT(moved.replicas_size(), first.replicas_size());
+  ASSERT_EQ(reshards().size(), 1u) << "the experts moved once, not on every round after";
+  const std::vector<int32_t> moved = reshards()[0];
+  const v1::BlockPlan last = sink_.plans().back().blocks(0);  // a copy: plans() is one
+  EXPECT_LT(last.replicas_size(), first.replicas_size());
   // Rank 0 had 1,080 of the 1,280 tokens a step; the moves even them (640 and 640 here:
   // expert 0 swapped for expert 4, then experts 5 and 7 to rank 0), four experts in all.
   std::vector<double> rank_tokens(2, 0.0);
   int moves = 0;
   for (int e = 0; e < 8; ++e) {
-    rank_tokens[moved.owner_of_unit(e)] += 2 * tokens[e];
-    moves += moved.owner_of_unit(e) != (e < 4 ? 0 : 1);
+    rank_tokens[moved[e]] += 2 * tokens[e];
+    moves += moved[e] != even[e];
   }
   EXPECT_LE(std::max(rank_tokens[0], rank_tokens[1]), 1.02 * 640);
   EXPECT_LE(moves, 4);
   // Balanced on the new ownership: the skew's run has ended.
   EXPECT_THAT(absl::StrJoin(Record().reasons.before, "\n"),
               ::testing::Not(HasSubstr("loads unbalanced")));
+
+  // The hot expert is now expert 1, for 1.5 s, and the workers still report the even
+  // split: the new skew lasts, but no second move stacks on the first.
+  const std::vector<int32_t> shifted = {10, 300, 120, 70, 50, 40, 30, 20};
+  run(15, shifted, even, /*confirm=*/false);
+  EXPECT_EQ(reshards().size(), 1u);
+  EXPECT_THAT(absl::StrJoin(Record().reasons.before, "\n"),
+              HasSubstr("a move is not confirmed by every worker yet"));
+  // Confirmed: the skew that has lasted is resharded from where the experts now are.
+  run(5, shifted, moved, /*confirm=*/true);
+  ASSERT_EQ(reshards().size(), 2u);
+  EXPECT_NE(reshards()[1], moved);
 }
 
 // The job's capacity cap goes with every expert plan, and the planner prices the experts'

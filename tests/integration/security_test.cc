@@ -133,7 +133,10 @@ TEST_F(SecurityTest, MtlsAgentWithAValidClientCertificateConnectsAndIsRegistered
   ASSERT_TRUE(agents_.back()->Start().ok());
   ASSERT_TRUE(WaitFor([&] { return coordinator_->coordinator()->connected_agents() == 1; },
                       absl::Seconds(10)));
-  EXPECT_TRUE(agents_.back()->session().connected());
+  // The agent marks its session connected once its hello's write returns, which can be
+  // after the coordinator has registered it: wait for that side too (it lagged once under
+  // a full ctest -j2).
+  EXPECT_TRUE(WaitFor([&] { return agents_.back()->session().connected(); }, absl::Seconds(10)));
   absl::StatusOr<v1::ClusterStatus> status = Admin("admin", "")->GetStatus({});
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->agents(), 1);

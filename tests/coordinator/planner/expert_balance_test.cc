@@ -193,7 +193,6 @@ TEST(ExpertOwnershipTest, RandomLoadsEndWithinTheLightestMovableExpert) {
     const size_t slow = std::max_element(t.begin(), t.end()) - t.begin();
     const double balanced = std::accumulate(loads.work.begin(), loads.work.end(), 0.0) /
                             std::accumulate(loads.speed.begin(), loads.speed.end(), 0.0);
-    EXPECT_LE(Moves(loads, *owners), experts);
     if (t[slow] <= balanced * (1 + loads.tolerance)) continue;
     // Stopped by the search, not the tolerance: no move of the lightest expert pays.
     double lightest = 1e300;
