@@ -38,27 +38,36 @@ class DecisionLoopTest : public testing::CoordinatorPartsTest {
     }
   }
   DecisionRecord Record() { return loop_->Record(registry_->Groups().at(0)); }
-  // Both ranks of a mixture-of-experts block (8 experts, rank 0 owning 0-3) report steps
-  // until a plan is pushed (at most 10): two Forwards a step routing `tokens` each, every
-  // token at 1 us on either rank.
+  // Rank `rank` of a mixture-of-experts block (8 experts, owned per `owners`) reports
+  // step `step`: two Forwards routing `tokens` each, every token at 1 us on either rank;
+  // `confirm`: with the ownership, as workers that have applied a reshard report it.
+  void ReportExperts(const testing::GroupSpec& spec, int rank, int64_t step,
+                     const std::vector<int32_t>& tokens, const std::vector<int32_t>& owners,
+                     bool confirm) {
+    int64_t computed = 0;
+    for (int e = 0; e < 8; ++e) computed += owners[e] == rank ? 2 * tokens[e] : 0;
+    v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, computed * 1e-6);
+    v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
+    for (int forward = 0; forward < 2; ++forward) {
+      for (int32_t n : tokens) b->add_unit_tokens(n);
+    }
+    b->set_tokens_computed(computed);
+    b->set_micro_batches(2);
+    if (confirm) {
+      for (int32_t o : owners) b->add_owner_of_unit(o);
+    }
+    ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+  }
+  // Both ranks (rank 0 owning experts 0-3) report steps until a plan is pushed (at most
+  // 10).
   void ReportExpertSteps(const testing::GroupSpec& spec, const std::vector<int32_t>& tokens) {
     for (int64_t step = 0; step < 10 && sink_.plans().empty(); ++step) {
-      for (int rank : {0, 1}) {
-        int64_t computed = 0;
-        for (int e = 0; e < 8; ++e) computed += (e < 4) == (rank == 0) ? 2 * tokens[e] : 0;
-        v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, computed * 1e-6);
-        v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
-        for (int forward = 0; forward < 2; ++forward) {
-          for (int32_t n : tokens) b->add_unit_tokens(n);
-        }
-        b->set_tokens_computed(computed);
-        b->set_micro_batches(2);
-        ASSERT_TRUE(registry_->Report("agent-1", r).ok());
-      }
+      for (int rank : {0, 1}) ReportExperts(spec, rank, step, tokens, kEven, false);
       clock_.Advance(absl::Milliseconds(100));
       loop_->Tick();
     }
   }
+  inline static const std::vector<int32_t> kEven = {0, 0, 0, 0, 1, 1, 1, 1};
 };
 
 TEST_F(DecisionLoopTest, WaitsForEveryRankThenPublishesWhatThePlannerDecides) {
@@ -222,29 +231,12 @@ TEST_F(DecisionLoopTest, ExpertLoadsSkewedForReshardAfterAreReshardedOneMoveAtAT
   testing::GroupSpec spec;
   spec.units_divide = true;
   ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
-  const std::vector<int32_t> even = {0, 0, 0, 0, 1, 1, 1, 1};
-  // Both ranks report `n` steps routing `tokens` a Forward (two a step), each rank's
-  // experts per `owners` at 1 us a token; `confirm`: the reports carry the ownership, as
-  // workers that have applied a reshard do.
+  const std::vector<int32_t>& even = kEven;
   int64_t step = 0;
   auto run = [&](int n, const std::vector<int32_t>& tokens, const std::vector<int32_t>& owners,
                  bool confirm) {
     for (int i = 0; i < n; ++i, ++step) {
-      for (int rank : {0, 1}) {
-        int64_t computed = 0;
-        for (int e = 0; e < 8; ++e) computed += owners[e] == rank ? 2 * tokens[e] : 0;
-        v1::WorkerReport r = testing::StepReport(spec, rank, step, 4, computed * 1e-6);
-        v1::BlockTiming* b = r.mutable_step()->mutable_blocks(0);
-        for (int forward = 0; forward < 2; ++forward) {
-          for (int32_t n : tokens) b->add_unit_tokens(n);
-        }
-        b->set_tokens_computed(computed);
-        b->set_micro_batches(2);
-        if (confirm) {
-          for (int32_t o : owners) b->add_owner_of_unit(o);
-        }
-        ASSERT_TRUE(registry_->Report("agent-1", r).ok());
-      }
+      for (int rank : {0, 1}) ReportExperts(spec, rank, step, tokens, owners, confirm);
       clock_.Advance(absl::Milliseconds(100));
       loop_->Tick();
     }
