@@ -92,7 +92,8 @@ PlanCandidate ReshardCandidate(const PlannerInput& input, const ExpertLoads& loa
   PlanCandidate reshard{.kind = CandidateKind::kReshard};
   reshard.plan.block = input.block;
   if (!(input.reshard_horizon_steps > 0)) {
-    reshard.note = "no horizon to pay moves back over (the group's step not measured yet)";
+    reshard.note =
+        "no horizon to pay moves back over (reshard_after 0, or the group's step not measured yet)";
     return reshard;
   }
   absl::StatusOr<std::vector<RankId>> owners = BalanceOwnership(loads);
