@@ -282,8 +282,8 @@ absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
   } else {
     cur.note = std::string(cost.status().message());
   }
-  const bool kept = cur.feasible && !(recommended->cost.objective <
-                                      (1 - block.policy->hysteresis) * cur.cost.objective);
+  const bool kept =
+      cur.feasible && !BeatsByHysteresis(recommended->cost, cur.cost, block.policy->hysteresis);
   out.verdict = kept ? Verdict::kPushed : Verdict::kListed;
   return out;
 }

@@ -196,7 +196,7 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
     // The loads drift every step: re-split only when that is better by the hysteresis,
     // or every planning round would move slices back and forth for noise.
     if (cur.feasible && cur.plan.replicas != d.recommended.plan.replicas &&
-        !(d.recommended.cost.objective < (1 - policy.hysteresis) * cur.cost.objective)) {
+        !BeatsByHysteresis(d.recommended.cost, cur.cost, policy.hysteresis)) {
       pushed = static_cast<int>(d.candidates.size()) - 1;
     }
   }

@@ -11,6 +11,15 @@ namespace ballast::coordinator::planner_internal {
 
 absl::StatusOr<PlanCost> PricePlan(const PlannerInput& input, const JobPolicy& policy,
                                    const BlockPlan& plan) {
+  // Before the validator, whose reason ("replicas need a block whose units divide") would
+  // be wrong for an expert block planned by counts for a while.
+  if (!plan.replicas.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("block ", plan.block.value(),
+                     ": replicas are priced only on the experts' loads (expert_plan.h); "
+                     "planned by whole units here (a cordon, the resize mode, or no loads "
+                     "reported)"));
+  }
   const BlockShape shape{plan.block, static_cast<int32_t>(input.owner_of_unit.size()),
                          input.owner_of_unit};
   if (absl::Status s = ValidateBlockPlan(plan, shape, static_cast<int32_t>(input.ranks.size()));

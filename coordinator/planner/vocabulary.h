@@ -84,12 +84,21 @@ struct PlanCost {
   std::vector<double> rank_seconds;  // load_r
 };
 
+// Whether a new plan's cost beats the plan in force's by the hysteresis (a fraction of
+// its objective): the one rule by which a plan in force is kept, for whole units and for
+// experts' loads alike. Flapping between near-equal plans costs transfers for nothing.
+inline bool BeatsByHysteresis(const PlanCost& candidate, const PlanCost& current,
+                              double hysteresis) {
+  return candidate.objective < (1 - hysteresis) * current.objective;
+}
+
 enum class CandidateKind {
   kAllLocal,  // every unit computed by its owner
   kResize,    // best plan that only prunes
   kMigrate,   // best plan that only offloads
   kAuto,      // best plan that prunes and offloads
-  kReshard,   // the water-filled ownership (or halfway) plus its best plan
+  kReshard,   // a new ownership (water-filled or halfway; experts: BalanceOwnership's)
+              // plus its best plan
   kCurrent,   // the plan in force, priced under the new inputs
   kReplicas,  // units split by load between their owner and helpers (expert_plan.h)
 };

@@ -166,6 +166,9 @@ def train(a) -> None:
         starts = torch.randint(0, len(train_text) - a.seq - 1, (a.batch,), generator=generator)
         total, aux = 0.0, 0.0
         routed = [0] * a.moe_experts  # the last layer's tokens per expert over the step
+        # (token, expert) pairs over every MoE layer, and those a capacity cap dropped: the
+        # same on every rank (routing is replicated, the cap applied before any split).
+        pairs, dropped = 0, 0
         for i in range(micro_batches):  # forward and backward per micro-batch; grads add up
             x, y = (t.to(a.torch_device) for t in batch_at(
                 train_text, starts[i * a.micro_batch:(i + 1) * a.micro_batch], a.seq))
@@ -176,6 +179,8 @@ def train(a) -> None:
             if moes:
                 aux += sum(m.aux_loss for m in moes) / (len(moes) * micro_batches)
                 routed = [r + t for r, t in zip(routed, moes[-1].tokens_per_expert)]
+                pairs += sum(sum(m.tokens_per_expert) for m in moes)
+                dropped += sum(m.dropped_tokens for m in moes)
         bt.clip_grad_norm_(model.parameters(), 1.0)
         lr = opt.param_groups[0]["lr"]
         opt.step()
@@ -185,11 +190,14 @@ def train(a) -> None:
         if moes:
             # Load imbalance: the busiest expert's tokens over the mean (1 = even).
             load = max(routed) * a.moe_experts / max(sum(routed), 1)
-            extra = {"aux_loss": aux, "expert_load_ratio": load}
+            extra = {"aux_loss": aux, "expert_load_ratio": load,
+                     "dropped_fraction": dropped / max(pairs, 1)}
             # Smoothed as the loss on the log line is.
             aux_ema = aux if aux_ema == 0 else 0.95 * aux_ema + 0.05 * aux
             load_ema = load if load_ema == 0 else 0.95 * load_ema + 0.05 * load
             note = f"aux {aux_ema:.4f}  experts max/mean {load_ema:.2f}"
+            if dropped:
+                note += f"  dropped {100 * dropped / max(pairs, 1):.1f}%"
         out.step(step, time.perf_counter() - begin, total, lr, extra=extra, note=note)
         step += 1
     def validate_all() -> dict:

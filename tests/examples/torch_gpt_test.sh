@@ -56,6 +56,7 @@ last = sum(r["loss"] for r in steps[-5:]) / 5
 ok = (len(steps) == 40 and all(math.isfinite(r["loss"]) for r in steps) and last < first - 0.5
       and all(math.isfinite(r["aux_loss"]) and r["aux_loss"] > 0 for r in steps)
       and all(1 <= r["expert_load_ratio"] <= 8 for r in steps)
+      and all(r["dropped_fraction"] == 0 for r in steps)  # no cap by default
       and final["val_loss"] < math.log(128))
 print(f"gpt-moe: training loss {first:.3f} -> {last:.3f}, aux loss {steps[-1]['aux_loss']:.4f}, "
       f"expert load max/mean {steps[-1]['expert_load_ratio']:.2f}, validation loss "
@@ -63,4 +64,21 @@ print(f"gpt-moe: training loss {first:.3f} -> {last:.3f}, aux loss {steps[-1]['a
 sys.exit(0 if ok else 1)
 PY
 echo "ok: the GPT with mixture-of-experts MLPs trained under Ballast"
+
+# The job's capacity cap reaches the experts: at 0.5 each keeps half its even share, so
+# once the coordinator's first plan (which carries the cap) applies, tokens are dropped.
+/usr/bin/python3 "$src/examples/vit/launch.py" --build "$build" --trainer gpt-moe \
+  --steps 20 --batch 16 --out "$dir/cap" --progress lines \
+  --policy expert_capacity_factor=0.5 -- "${small[@]}" --log_every=5 \
+  >"$dir/cap.log" 2>&1 || fail "gpt-moe capped run exited with $?"
+grep -q "dropped [0-9.]*%" "$dir/cap.log" || fail "gpt-moe capped: no 'dropped' on the log line"
+/usr/bin/python3 - "$dir/cap/rank-0.jsonl" <<'PY' || fail "gpt-moe capped: no tokens dropped (above)"
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]
+capped = [r["dropped_fraction"] for r in steps if r["dropped_fraction"] > 0]
+print(f"gpt-moe capped at 0.5: {len(capped)} of {len(steps)} steps dropped tokens, "
+      f"{100 * max(capped, default=0):.1f}% at most")
+sys.exit(0 if capped and all(0 < f < 1 for f in capped) else 1)
+PY
+echo "ok: the job's capacity cap drops tokens in the GPT-MoE"
 echo "PASS"

@@ -392,7 +392,9 @@ class ParallelMoE(_BallastLayer):
     the combine is the block's one all-reduce. Gates follow Megatron's router:
     ``moe_router_pre_softmax=False`` (default) is the softmax over the top-k logits,
     ``True`` the top-k of the softmax over every expert; ties go to the lower expert index.
-    There is no capacity factor: no token is dropped.
+    No token is dropped unless a plan caps the experts (``capacity_factor``, from the job's
+    policy ``expert_capacity_factor``): each then keeps its first tokens up to the cap and
+    drops the rest (``dropped_tokens``).
 
     Aux loss: with ``moe_aux_loss_coeff > 0``, the Switch load-balancing loss
     ``coeff * E / (T^2 k) * sum_e P_e c_e`` (T the tokens of the forward, P_e the sum of the

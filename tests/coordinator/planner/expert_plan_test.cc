@@ -206,6 +206,16 @@ TEST(ExpertPlanTest, ACordonOrTheResizeModePlansWholeExpertsInSeconds) {
   // Priced at the mean expert's tokens: 8 experts x 100 tokens x 1 ms on rank 0, plus
   // four transfers.
   EXPECT_NEAR(d->predicted_step_seconds, 0.8 + 4 * 2e-3, 1e-9);
+  // Replicas in force are replaced, for the reason that holds: the count planner does not
+  // price them (not "units do not divide": these do).
+  const BlockPlan replicas{.block = in.block, .replicas = {{4, RankId(0), 0.5}}};
+  d = PlanBlock(in, Auto(), &replicas);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->candidates.back().kind, CandidateKind::kCurrent);
+  EXPECT_FALSE(d->candidates.back().feasible);
+  EXPECT_THAT(d->candidates.back().note,
+              HasSubstr("replicas are priced only on the experts' loads"));
+  EXPECT_TRUE(d->plan.replicas.empty());
 
   JobPolicy resize = Auto();
   resize.mode = BalanceMode::kResize;
