@@ -214,9 +214,11 @@ absl::Status RunGroup(int size, Results& out) {
                 }
                 in.transfer_seconds_per_unit = absl::GetFlag(FLAGS_replica_cost_tokens);
                 for (int32_t t : last_tokens) in.unit_work.push_back(t);
-                // The judge's run, counted in steps (straggler_judge.h: SkewLasted).
-                BALLAST_ASSIGN_OR_RETURN(const bool balanced, coordinator::LoadsBalanced(
-                                                                  in, policy.straggler_threshold));
+                // The judge's run, counted in steps (straggler_judge.h: SkewLasted), in the
+                // planner's band, as the coordinator judges it.
+                BALLAST_ASSIGN_OR_RETURN(
+                    const bool balanced,
+                    coordinator::LoadsBalanced(in, coordinator::BalancedBand(policy, &in_force)));
                 skewed_steps = balanced ? 0 : skewed_steps + 1;
                 const int lasts = absl::GetFlag(FLAGS_skew_lasts_steps);
                 in.skew_lasted = v.reshard && lasts > 0 && skewed_steps >= lasts;

@@ -49,9 +49,9 @@ struct PlannerInput {
   // Empty: every unit is one unit of work (planned by counts).
   std::vector<double> unit_work;
   // With unit_work: the loads have been unbalanced on this ownership (expert_plan.h's
-  // LoadsBalanced, within the straggler threshold, said no) for the policy's
-  // reshard_after without a break (the coordinator's StragglerJudge), so moving experts
-  // for good is worth pricing, as for a chronic straggler.
+  // LoadsBalanced, in BalancedBand's band, said no) for the policy's reshard_after
+  // without a break (the coordinator's StragglerJudge), so moving experts for good is
+  // worth pricing, as for a chronic straggler.
   bool skew_lasted = false;
   // Seconds one unit's move costs, once, sent by its old owner to its new one with the
   // state that moves with it; and the steps a reshard's saving is counted over against
