@@ -8,11 +8,14 @@
   (e) auto      rank 1 slowed 2x, the planner chooses
   (e') auto_fixed  auto with the coordinator's --fixed_costs: each rank's collective
                 time beyond the least balanced with its units (coordinator/fixed_costs.h)
+  (e'') auto_feedback  auto with the coordinator's --step_feedback: the rank the others
+                wait for at the collectives is corrected by the step it gets
+                (coordinator/step_feedback.h)
   (f) midrun    auto, rank 1 slowed 2x from 30% to 65% of the steps only (a shorter run:
                 half the steps; it measures reaction, not accuracy)
   (g) calm      auto, no straggler: how often calm ranks change the plan (issue 14: at
                 most 2 changes per 1,000 steps after warm-up) and how many steps run
-                all-local
+                all-local; (g') calm_feedback: the same with --step_feedback
 
 Prints one JSON object per configuration (stdout), writes them all to <out>/e2e.json and
 a plot of step time over steps and accuracy per configuration to <out>/e2e.png. Each
@@ -56,8 +59,10 @@ CONFIGS = [
     ("migrate", "migrate", ["1:2"], {}, []),
     ("auto", "auto", ["1:2"], {}, []),
     ("auto_fixed", "auto", ["1:2"], {}, ["--fixed_costs"]),
+    ("auto_feedback", "auto", ["1:2"], {}, ["--step_feedback"]),
     ("midrun", "auto", ["1:2@{on}-{off}"], {}, []),
     ("calm", "auto", [], {}, []),
+    ("calm_feedback", "auto", [], {}, ["--step_feedback"]),
 ]
 WARMUP_STEPS = 10  # first steps pay allocation and cache warm-up
 # Plans are counted from here: the speed model has filled its windows (16 samples) and the

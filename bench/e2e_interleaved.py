@@ -54,6 +54,7 @@ slowed; every JSON line names the kind it ran under ("contention").
 
   scripts/bench interleaved [--cycles 8] [--segment 60] [--modes auto,migrate]
       [--contention device] [--static offload:0.1,0.2,0.3 --static reshard:0.2,0.4]
+      [--coordinator-flag=--step_feedback]
 """
 
 import argparse
@@ -418,6 +419,9 @@ def main():
                    help="how rank 1 is slowed (launch.py --contention); device: an emulated "
                         "slower device, its block compute only")
     p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us)
+    p.add_argument("--coordinator-flag", action="append", default=[], metavar="--FLAG=VALUE",
+                   help="extra ballast-coordinator flag for the whole job (repeatable), e.g. "
+                        "--coordinator-flag=--step_feedback; every JSON line names them")
     p.add_argument("--out", default="")
     p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
     a = p.parse_args()
@@ -429,6 +433,9 @@ def main():
         p.error("need --cycles >= 1, --segment >= 2 and 0 <= --settle < --segment")
     if not 1000 <= a.quota_period_us <= 1000000:
         p.error(f"--quota-period-us {a.quota_period_us} out of range [1000, 1000000]")
+    for flag in a.coordinator_flag:
+        if not flag.startswith("--"):
+            p.error(f"--coordinator-flag {flag!r} must start with --")
     try:
         statics = parse_static(a.static if a.static is not None else DEFAULT_STATIC)
     except ValueError as e:
@@ -440,7 +447,7 @@ def main():
                             stragglers=[harness.Straggler.parse(straggler_windows(segments))],
                             out=os.path.join(out_dir, "job"), verbose=False, progress="none",
                             trainer_args=a.trainer_args, quota_period_us=a.quota_period_us,
-                            contention=a.contention)
+                            contention=a.contention, coordinator_flags=a.coordinator_flag)
     names = ", ".join(["none", "plain", *modes, *(p["name"] for p in statics)])
     print(f"[interleaved] {a.cycles} cycles of {names}; {a.segment} steps a segment "
           f"({cfg.steps} steps)", file=sys.stderr, flush=True)
@@ -464,11 +471,13 @@ def main():
                 figures[s["name"]] = f
         ratios = cycle_ratios(figures, modes, statics)
         if ratios is not None:
-            results.append({"cycle": c, "contention": contention, **ratios})
+            results.append({"cycle": c, "contention": contention,
+                            "coordinator_flags": a.coordinator_flag, **ratios})
             print(json.dumps(results[-1]), flush=True)
     if not results:
         raise harness.LaunchError("no cycle had both a none and a plain segment")
     summary = {"bench": "e2e_interleaved", "contention": contention,
+               "coordinator_flags": a.coordinator_flag,
                "static": [p["name"] for p in statics], **summarize(results, modes),
                "segment_steps": a.segment, "settle_steps": a.settle,
                "quota_period_us": a.quota_period_us, "wall_seconds": round(elapsed, 1)}

@@ -8,11 +8,13 @@
 //   static           experts where EvenOwnership puts them, no plan
 //   ballast          each step, the coordinator's decision on the last step's tokens per
 //                    expert (PlanBlock on the loads, coordinator/planner/expert_plan.h:
-//                    BalanceExperts' replicas, kept while within the hysteresis; once the
-//                    loads have been unbalanced for --skew_lasts_steps steps in a row, as
-//                    the coordinator's judge counts reshard_after, a reshard that moves
-//                    experts when it pays back its moves over as many steps, applied by
-//                    the workers inside the timed step)
+//                    BalanceExperts' replicas, kept while within the hysteresis; a
+//                    marginal skew waited out for --marginal_skew_steps first; once the
+//                    loads have been unbalanced for --skew_lasts_steps steps, a reshard
+//                    that moves experts when it pays back its moves over as many steps,
+//                    applied by the workers inside the timed step). The waits and the
+//                    skew's run are the coordinator's judge's (straggler_judge.h), a step
+//                    standing for a planning round
 //   ballast-replicas the same without reshards: what moving experts adds
 //   ideal            uniform routing (no bias), no plan: the same tokens and expert work,
 //                    spread evenly: the balanced ideal
@@ -48,6 +50,7 @@
 #include "coordinator/planner/expert_balance.h"
 #include "coordinator/planner/expert_plan.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/straggler_judge.h"
 
 ABSL_FLAG(std::string, ranks, "2,4", "Comma-separated group sizes to run");
 ABSL_FLAG(int, experts, 8, "Experts");
@@ -61,8 +64,14 @@ ABSL_FLAG(int, drift_every, 8, "Steps between rotations of the hot experts (0: n
 ABSL_FLAG(int, steps, 8, "Timed steps per variant per cycle (after one warm-up step)");
 ABSL_FLAG(int, cycles, 3, "Interleaved cycles");
 ABSL_FLAG(int, skew_lasts_steps, 3,
-          "Planned steps in a row with the loads unbalanced on the experts' ownership after "
-          "which a reshard is priced (the coordinator's reshard_after, in steps; 0: never)");
+          "The coordinator's reshard_after, in planned steps (0: never): a reshard is "
+          "priced once the loads have been unbalanced on the experts' ownership that long, "
+          "the judge's run counting from its first round (so on the N+1th unbalanced step; "
+          "N steps after a move)");
+ABSL_FLAG(int, marginal_skew_steps, 12,
+          "Planned steps a marginal skew (all-local within 1.3x the ideal) must last before "
+          "experts are split (the coordinator's marginal_straggler_for, 3 s by default, at "
+          "its default 250 ms report period)");
 ABSL_FLAG(double, replica_cost_tokens, 64,
           "What one replica costs a step, in tokens of expert work (the planner's price of "
           "a replica). Measured here: replicas-only over the ideal, less its token "
@@ -76,7 +85,19 @@ ABSL_FLAG(double, move_cost_tokens, 400,
 namespace ballast {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
+
+// The coordinator's judge runs on this clock: one report period a planned step, the
+// coordinator planning each group once a report period.
+class RoundClock final : public Clock {
+ public:
+  absl::Time Now() const override { return absl::UnixEpoch() + now_; }
+  absl::Duration Monotonic() const override { return now_; }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Duration now_ = absl::ZeroDuration();
+};
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -173,9 +194,16 @@ absl::Status RunGroup(int size, Results& out) {
         BALLAST_ASSIGN_OR_RETURN(Buffer dy, c.Allocate(n));
         BALLAST_ASSIGN_OR_RETURN(Buffer dx, c.Allocate(n));
         int64_t version = 0, global_step = 0;
-        int skewed_steps = 0;  // planned steps in a row with unbalanced loads
         coordinator::JobPolicy policy;
         policy.mode = coordinator::BalanceMode::kAuto;
+        // The coordinator's judge of the loads' skew (straggler_judge.h: JudgeSkew), a
+        // planned step a report period: its waits and reshards counted in steps.
+        RoundClock round_clock;
+        policy.reshard_after = absl::GetFlag(FLAGS_skew_lasts_steps) * policy.report_period;
+        coordinator::StragglerJudge judge(
+            &round_clock, absl::GetFlag(FLAGS_marginal_skew_steps) * policy.report_period);
+        // A new incarnation each segment: every segment is judged afresh.
+        coordinator::GroupRef ref{{"bench", "tp0"}, 0};
         BlockPlan in_force;  // the block's plan in force (all-local at a segment's start)
         std::vector<int32_t> last_tokens;
         const AdamWOptions adamw{.lr = 1e-4f};
@@ -194,7 +222,7 @@ absl::Status RunGroup(int size, Results& out) {
               bool moves_experts = false;
               if (step == 0) {
                 in_force = BlockPlan{.block = config.id};
-                skewed_steps = 0;
+                ++ref.incarnation;
                 // Every segment starts from the even ownership (in its untimed warm-up).
                 if (moe->owner_of_unit() != EvenOwnership(experts, size)) {
                   plan.blocks.push_back(
@@ -214,14 +242,17 @@ absl::Status RunGroup(int size, Results& out) {
                 }
                 in.transfer_seconds_per_unit = absl::GetFlag(FLAGS_replica_cost_tokens);
                 for (int32_t t : last_tokens) in.unit_work.push_back(t);
-                // The judge's run, counted in steps (straggler_judge.h: SkewLasted), in the
-                // planner's band, as the coordinator judges it.
-                BALLAST_ASSIGN_OR_RETURN(
-                    const bool balanced,
-                    coordinator::LoadsBalanced(in, coordinator::BalancedBand(policy, &in_force)));
-                skewed_steps = balanced ? 0 : skewed_steps + 1;
+                // The judge's verdict on the loads, in the planner's band, as the
+                // coordinator judges it.
+                round_clock.Advance(policy.report_period);
+                BALLAST_ASSIGN_OR_RETURN(const coordinator::LoadsSkew skew,
+                                         coordinator::SkewOfLoads(in, policy, &in_force));
+                std::vector<std::string> lines;
+                const coordinator::StragglerJudge::SkewVerdict verdict =
+                    judge.JudgeSkew(ref, config.id.value(), skew, policy, lines);
                 const int lasts = absl::GetFlag(FLAGS_skew_lasts_steps);
-                in.skew_lasted = v.reshard && lasts > 0 && skewed_steps >= lasts;
+                in.skew_lasted = v.reshard && lasts > 0 && verdict.lasted;
+                in.skew_waits = verdict.waits;
                 // As the coordinator prices moves: over the steps the skew has lasted.
                 in.move_seconds_per_unit = absl::GetFlag(FLAGS_move_cost_tokens);
                 in.reshard_horizon_steps = lasts;
@@ -231,7 +262,7 @@ absl::Status RunGroup(int size, Results& out) {
                 in_force.owner_of_unit.clear();  // the ownership, once moved, is the input's
                 if (!d.plan.owner_of_unit.empty()) {
                   moves_experts = true;
-                  skewed_steps = 0;  // a move restarts the count, as UnitsMoved does
+                  judge.UnitsMoved(ref);
                   if (r == 0) {
                     std::lock_guard<std::mutex> lock(mu);
                     for (int32_t e = 0; e < experts; ++e) {
@@ -255,13 +286,14 @@ absl::Status RunGroup(int size, Results& out) {
               c.CopyFromHost(xs.data(), x.data(), n);
               c.CopyFromHost(dys.data(), dy.data(), n);
               BALLAST_RETURN_IF_ERROR(c.Synchronize());
-              const Clock::time_point start = Clock::now();
+              const SteadyClock::time_point start = SteadyClock::now();
               BALLAST_RETURN_IF_ERROR(group->BeginStep());
               BALLAST_RETURN_IF_ERROR(moe->Forward(x.data(), batch, seq, y.data()));
               BALLAST_RETURN_IF_ERROR(moe->Backward(dy.data(), dx.data()));
               BALLAST_RETURN_IF_ERROR(moe->AdamWStep(adamw));
               BALLAST_RETURN_IF_ERROR(group->EndStep());
-              const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+              const double seconds =
+                  std::chrono::duration<double>(SteadyClock::now() - start).count();
               last_tokens = moe->expert_tokens();
               if (r == 0 && step > 0) {  // step 0 warms up (and runs without a plan)
                 // Tokens each rank computed: its experts' less what replicas took, plus

@@ -36,7 +36,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
       judge_(clock, options.marginal_straggler_for),
       loop_(DecisionLoopOptions{.link_bytes_per_second = options.link_bytes_per_second,
                                 .dwell = {.plan_dwell = options.plan_dwell,
-                                          .dwell_hysteresis = options.dwell_hysteresis},
+                                          .dwell_hysteresis = options.dwell_hysteresis,
+                                          .flap_hold = options.flap_hold},
                                 .fixed_costs = options.fixed_costs,
                                 .step_feedback = options.step_feedback},
             clock, &registry_, &judge_, settings_.get(), speeds),
@@ -65,6 +66,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   if (options.plan_dwell < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("plan_dwell ", absl::FormatDuration(options.plan_dwell), " must be >= 0"));
+  }
+  // At most an hour: a flapping group's hold grows to 16 times it.
+  if (options.flap_hold < absl::ZeroDuration() || options.flap_hold > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flap_hold ", absl::FormatDuration(options.flap_hold), " out of range [0, 1h]"));
   }
   if (options.step_feedback.has_value()) {
     BALLAST_RETURN_IF_ERROR(ValidateStepFeedbackOptions(*options.step_feedback));

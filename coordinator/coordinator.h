@@ -54,8 +54,13 @@ struct CoordinatorOptions {
   // dwell_hysteresis.
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;
+  // A plan that undoes the change before it within this long is a flap, and the group's
+  // changes are then held this long by dwell_hysteresis, doubling per further flap
+  // (coordinator/planner/plan_flaps.h). 0: off.
+  absl::Duration flap_hold = absl::Seconds(30);
   // How long a marginal straggler (within 1.3x at the default straggler threshold) must
-  // last before a calm group that runs all-local starts balancing (rank_speeds.h).
+  // last before a calm group that runs all-local starts balancing (rank_speeds.h); and a
+  // marginal skew of an expert block's loads before its experts are split.
   absl::Duration marginal_straggler_for = absl::Seconds(3);
   // Balance each rank's collective time beyond the least with its units, as a fixed cost
   // (fixed_costs.h). Off (the default): the planner balances block compute alone. Off by

@@ -114,6 +114,8 @@ bool DecisionLoop::Tick() {
     const std::string& job = ref.key.first;
     const JobPolicy policy = settings_->PolicyFor(job);
     DecisionRecord last;
+    DwellOptions dwell;
+    std::string flaps;
     {
       absl::MutexLock lock(&mu_);
       Entry& entry = EntryOf(ref);
@@ -124,22 +126,20 @@ bool DecisionLoop::Tick() {
         continue;
       }
       last = entry.record;  // only this loop writes it, one round at a time
+      dwell = entry.flaps.Dwell(options_.dwell, now);
+      flaps = entry.flaps.Describe(options_.dwell);
     }
     // Copied under the registry's lock; planned without it.
     const std::optional<GroupSnapshot> group = registry_->Snapshot(ref.key, true);
     if (!group.has_value() || group->ref != ref) continue;  // forgotten since
     const absl::Time began = absl::Now();
     const std::optional<GroupHold> hold = settings_->HoldFor(job, group->name);
-    Outcome outcome = hold.has_value() ? DecideHeld(*group, policy, *hold, std::move(last))
-                                       : Decide(*group, policy, std::move(last));
+    Outcome outcome = hold.has_value()
+                          ? DecideHeld(*group, policy, *hold, std::move(last))
+                          : Decide(*group, policy, dwell, std::move(flaps), std::move(last));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - began);
-    bool published = false;
-    std::string summary;
-    if (outcome.change.has_value()) {
-      summary = PlanSummary(*outcome.change);
-      published = registry_->Publish(ref, *outcome.change);
-      if (published && outcome.moves_units) judge_->UnitsMoved(ref);
-    }
+    // The record first: once the plan reaches the workers, explain and status must say
+    // why (a reader that got the plan found "no decision yet" before).
     {
       absl::MutexLock lock(&mu_);
       ++decisions_;
@@ -147,7 +147,21 @@ bool DecisionLoop::Tick() {
       auto it = entries_.find(ref.key);
       if (it != entries_.end() && it->second.incarnation == ref.incarnation) {
         it->second.record = std::move(outcome.record);
+        // An operator's hold is no noise: the group is judged afresh after it. (A plan
+        // the registry then drops went to a group forgotten since, whose entry goes too.)
+        if (hold.has_value()) {
+          it->second.flaps = PlanFlaps();
+        } else if (outcome.change.has_value()) {
+          it->second.flaps.Pushed(outcome.change->blocks, options_.dwell, now);
+        }
       }
+    }
+    bool published = false;
+    std::string summary;
+    if (outcome.change.has_value()) {
+      summary = PlanSummary(*outcome.change);
+      published = registry_->Publish(ref, *outcome.change);
+      if (published && outcome.moves_units) judge_->UnitsMoved(ref);
     }
     if (published) {
       BALLAST_LOG(INFO) << "job=" << group->job << " group=" << group->name << " new plan "
@@ -158,6 +172,7 @@ bool DecisionLoop::Tick() {
 }
 
 DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const JobPolicy& policy,
+                                           const DwellOptions& dwell, std::string flaps,
                                            DecisionRecord last) {
   Outcome out{.record = std::move(last)};
   DecisionRecord& record = out.record;
@@ -181,7 +196,8 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   if (group.plan_changed_at.has_value()) {
     planner_input.since_change = clock_->Monotonic() - *group.plan_changed_at;
   }
-  GroupDecision decision = DecideGroup(planner_input, policy, options_.dwell, &workspace_);
+  if (!flaps.empty()) lines.push_back(std::move(flaps));
+  GroupDecision decision = DecideGroup(planner_input, policy, dwell, &workspace_);
   // Moved, not copied: Explain renders this round's blocks from the record's decisions (a
   // block whose planning failed keeps its last decision there, but its failure is shown).
   for (auto& [block_id, block_decision] : decision.blocks) {
@@ -464,21 +480,23 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       pr.cordoned = r < cordoned.size() && cordoned[r];
       in.input.ranks.push_back(pr);
     }
-    // A skew that lasts is worth resharding the experts for (expert_plan.h). Judged on
-    // the loads as the planner will see them, in its band, so the two agree on what
-    // balanced means. Not while a move the workers have not confirmed is under way: a
-    // second reshard would stack on the first. (Input the planner refuses is refused
-    // there, by name.)
+    // A skew that lasts is worth resharding the experts for (expert_plan.h), and a
+    // marginal one is waited out first. Judged on the loads as the planner will see them,
+    // in its band, so the two agree on what balanced means. Not while a move the workers
+    // have not confirmed is under way: a second reshard would stack on the first. (Input
+    // the planner refuses is refused there, by name.)
     if (PlansByLoads(in.input, policy)) {
       const BlockPlan* in_force = nullptr;
       for (const BlockPlan& bp : group.plan.blocks) {
         if (bp.block.value() == block.block) in_force = &bp;
       }
-      absl::StatusOr<bool> balanced = LoadsBalanced(in.input, BalancedBand(policy, in_force));
-      if (balanced.ok()) {
-        const bool lasted = judge_->SkewLasted(group.ref, block.block, !*balanced, policy, lines);
-        in.input.skew_lasted = lasted && !in.move_unconfirmed;
-        if (lasted && in.move_unconfirmed) {
+      absl::StatusOr<LoadsSkew> skew = SkewOfLoads(in.input, policy, in_force);
+      if (skew.ok()) {
+        const StragglerJudge::SkewVerdict v =
+            judge_->JudgeSkew(group.ref, block.block, *skew, policy, lines);
+        in.input.skew_waits = v.waits;
+        in.input.skew_lasted = v.lasted && !in.move_unconfirmed;
+        if (v.lasted && in.move_unconfirmed) {
           lines.push_back(absl::StrCat("block ", block.block,
                                        ": a move is not confirmed by every worker yet: no "
                                        "further reshard until it is"));

@@ -39,6 +39,7 @@
 #include "coordinator/group_registry.h"
 #include "coordinator/job_settings.h"
 #include "coordinator/planner/group_planner.h"
+#include "coordinator/planner/plan_flaps.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/speed_model.h"
 #include "coordinator/step_feedback.h"
@@ -106,6 +107,7 @@ class DecisionLoop {
     uint64_t incarnation = 0;
     absl::Duration next_decision = absl::ZeroDuration();
     DecisionRecord record;
+    PlanFlaps flaps;  // the group's plans undone soon after they changed
   };
   // What one planning round decided: the record to keep, and the plan to publish.
   struct Outcome {
@@ -115,8 +117,10 @@ class DecisionLoop {
   };
   // Plans one group from its snapshot, on the last record's decisions. Takes no lock of
   // the registry's.
-  Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, DecisionRecord last)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // `dwell`: the options', held longer while the group flaps (`flaps` says so; empty when
+  // it does not).
+  Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, const DwellOptions& dwell,
+                 std::string flaps, DecisionRecord last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The planner's input for the group's blocks (`input.blocks`), from the speed model's
   // estimates pooled per rank, the judge's verdict (which this updates), the link's price,
   // fixed costs and cordons; says what it found in `lines`. False, with the reason in

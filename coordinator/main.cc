@@ -51,9 +51,14 @@ ABSL_FLAG(absl::Duration, plan_dwell, absl::Seconds(2),
           "--dwell_hysteresis) changes it again");
 ABSL_FLAG(double, dwell_hysteresis, 0.3,
           "Improvement a block's new plan needs during --plan_dwell, in [0, 1]");
+ABSL_FLAG(absl::Duration, flap_hold, absl::Seconds(30),
+          "A plan that undoes the change before it within this long is a flap: the "
+          "group's changes are then held this long by --dwell_hysteresis, doubling with "
+          "each further flap (up to 16x) and halving after each quiet hold; 0: off");
 ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
-          "last before a calm group starts balancing; a larger one is balanced at once");
+          "last before a calm group starts balancing, and a marginal skew of an expert "
+          "block's loads before its experts are split; a larger one is balanced at once");
 ABSL_FLAG(bool, fixed_costs, false,
           "Balance each rank's collective time beyond the least together with its units, "
           "scaled by its compute slowdown (coordinator/fixed_costs.h); for stragglers whose "
@@ -137,6 +142,7 @@ int main(int argc, char** argv) {
   options.link_stale_after = absl::GetFlag(FLAGS_link_stale_after);
   options.plan_dwell = absl::GetFlag(FLAGS_plan_dwell);
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
+  options.flap_hold = absl::GetFlag(FLAGS_flap_hold);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
   options.fixed_costs = absl::GetFlag(FLAGS_fixed_costs);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};

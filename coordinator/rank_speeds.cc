@@ -65,6 +65,18 @@ absl::Duration ExtendRun(bool holds, absl::Duration now, absl::Duration max_gap,
   return now - *run.since;
 }
 
+bool IsMarginal(double ratio, double straggler_threshold) {
+  const double margin = 1 + kMarginalFactor * straggler_threshold;
+  return ratio <= margin && ratio >= 1 / margin;
+}
+
+bool WaitOutMarginal(bool marginal, bool running_all_local, absl::Duration now,
+                     absl::Duration marginal_for, absl::Duration max_gap, RoundRun& run) {
+  const bool waits = marginal && running_all_local;
+  const absl::Duration lasted = ExtendRun(waits, now, max_gap, run);
+  return waits && lasted < marginal_for;
+}
+
 bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
                  absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
                  RoundRun& run) {
@@ -72,14 +84,11 @@ bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool runn
     ExtendRun(false, now, max_gap, run);  // a calm round ends a marginal run
     return true;
   }
-  const double margin = 1 + kMarginalFactor * straggler_threshold;
   bool marginal = !group.ranks.empty();
   for (const PooledRank& r : group.ranks) {
-    marginal = marginal && r.blocks_judged > 0 && r.slowdown <= margin && r.slowdown >= 1 / margin;
+    marginal = marginal && r.blocks_judged > 0 && IsMarginal(r.slowdown, straggler_threshold);
   }
-  const bool waits = marginal && running_all_local;
-  const absl::Duration lasted = ExtendRun(waits, now, max_gap, run);
-  return waits && lasted < marginal_for;
+  return WaitOutMarginal(marginal, running_all_local, now, marginal_for, max_gap, run);
 }
 
 std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,

@@ -83,6 +83,19 @@ struct RoundRun {
 // are no evidence). Returns how long the run has lasted (zero when it does not hold).
 absl::Duration ExtendRun(bool holds, absl::Duration now, absl::Duration max_gap, RoundRun& run);
 
+// Whether `ratio` (a slowdown, or a skew: a step over its balanced ideal) is marginal:
+// within 1 + kMarginalFactor x the straggler threshold of 1, either way.
+bool IsMarginal(double ratio, double straggler_threshold);
+
+// The marginal rule, for a group's straggler (TreatAsCalm) and a block's skewed loads
+// (StragglerJudge::JudgeSkew) alike: whether the round judged at monotonic time `now`
+// waits, treated as calm, because what it saw is `marginal` and the group (or block)
+// runs all-local, and that has not lasted `marginal_for` in `run`. A round that is not
+// marginal, or not all-local, ends the run, and so does a gap of more than `max_gap` since
+// the last round judged.
+bool WaitOutMarginal(bool marginal, bool running_all_local, absl::Duration now,
+                     absl::Duration marginal_for, absl::Duration max_gap, RoundRun& run);
+
 // Whether the group is treated as calm in the round judged at monotonic time `now`. A
 // round without a marginal straggler ends the run, and so does a gap of more than
 // `max_gap` since the last round judged (the job was paused, or not every rank

@@ -1,6 +1,7 @@
 #include "coordinator/straggler_judge.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace ballast::coordinator {
 
@@ -75,25 +76,43 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   return v;
 }
 
-bool StragglerJudge::SkewLasted(const GroupRef& ref, int32_t block, bool skewed,
-                                const JobPolicy& policy, std::vector<std::string>& lines) {
+StragglerJudge::SkewVerdict StragglerJudge::JudgeSkew(const GroupRef& ref, int32_t block,
+                                                      const LoadsSkew& skew,
+                                                      const JobPolicy& policy,
+                                                      std::vector<std::string>& lines) {
   const absl::Duration now = clock_->Monotonic();
+  const absl::Duration max_gap = kJudgementGapPeriods * policy.report_period;
   absl::MutexLock lock(&mu_);
   GroupRuns& runs = RunsOf(ref);
-  RoundRun& run = runs.skewed[block];
-  const absl::Duration skewed_for =
-      ExtendRun(skewed, now, kJudgementGapPeriods * policy.report_period, run);
-  if (!skewed) return false;
+  GroupRuns::BlockRuns& block_runs = runs.blocks[block];
+  SkewVerdict v;
+  const bool skewed = !skew.balanced;
+  const absl::Duration skewed_for = ExtendRun(skewed, now, max_gap, block_runs.skewed);
+  v.waits = WaitOutMarginal(skewed && IsMarginal(skew.ratio, policy.straggler_threshold),
+                            !skew.replicating, now, marginal_straggler_for_, max_gap,
+                            block_runs.marginal);
+  if (!skewed) return v;
   // As for a chronic straggler: the experts just moved are judged afresh.
-  const bool moved_since = runs.moved_units_at.has_value() && *runs.moved_units_at > *run.since;
+  const bool moved_since =
+      runs.moved_units_at.has_value() && *runs.moved_units_at > *block_runs.skewed.since;
   const absl::Duration counted = moved_since ? now - *runs.moved_units_at : skewed_for;
-  const bool lasted = counted >= policy.reshard_after;
-  lines.push_back(absl::StrCat("block ", block, ": loads unbalanced on its experts' ownership for ",
-                               absl::FormatDuration(absl::Trunc(counted, absl::Milliseconds(100))),
-                               moved_since ? " since the last reshard" : "",
-                               lasted ? ": lasted, a reshard is priced" : "", " (reshard_after ",
-                               absl::FormatDuration(policy.reshard_after), ")"));
-  return lasted;
+  v.lasted = counted >= policy.reshard_after;
+  // A skew that has lasted reshard_after is no passing spell, whatever its size: it is
+  // priced for a reshard, not waited out (reshard_after may be shorter than the wait).
+  if (v.lasted) v.waits = false;
+  auto seconds = [](absl::Duration d) {
+    return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(100)));
+  };
+  lines.push_back(absl::StrCat(
+      "block ", block, ": loads unbalanced on its experts' ownership (all-local ",
+      absl::StrFormat("%.2f", skew.ratio), "x the ideal) for ", seconds(counted),
+      moved_since ? " since the last reshard" : "", v.lasted ? ": lasted, a reshard is priced" : "",
+      " (reshard_after ", absl::FormatDuration(policy.reshard_after), ")",
+      v.waits ? absl::StrCat("; a marginal skew, for ", seconds(now - *block_runs.marginal.since),
+                             " of ", absl::FormatDuration(marginal_straggler_for_),
+                             " before splitting experts: all-local")
+              : ""));
+  return v;
 }
 
 void StragglerJudge::UnitsMoved(const GroupRef& ref) {

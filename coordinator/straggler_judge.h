@@ -9,16 +9,24 @@
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
-//     restarts every block's count, which delays the next by at most reshard_after.
+//     restarts every block's count, which delays the next by at most reshard_after;
+//   - a marginal skew, per such block: unbalanced, but within the marginal factor of the
+//     balanced ideal, on a block running all-local, waited out for marginal_straggler_for
+//     as a marginal straggler is (PlannerInput::skew_waits), unless it has lasted
+//     reshard_after. All-local here means no replicas in force: a plan that only caps
+//     capacity, or keeps a reshard's ownership, splits no expert. (The group's marginal
+//     run, by contrast, counts a group as all-local only with no plan at all.)
 // A gap of more than kJudgementGapPeriods report periods between rounds (a pause, a detach,
 // missing reports) breaks every run: rounds not judged are no evidence.
 //
 //   StragglerJudge judge(clock, options.marginal_straggler_for);
 //   StragglerJudge::Verdict v = judge.Judge(ref, ranks, size, pooled, blocks, policy,
 //                                           running_all_local, lines);
-//   in.skew_lasted = judge.SkewLasted(ref, block, /*skewed=*/!*LoadsBalanced(in, band),
-//                                     policy, lines);
-//   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted ...
+//   StragglerJudge::SkewVerdict s =
+//       judge.JudgeSkew(ref, block, *SkewOfLoads(in, policy, in_force), policy, lines);
+//   in.skew_lasted = s.lasted;
+//   in.skew_waits = s.waits;
+//   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted, in.skew_waits ...
 //   if (published && moves_units) judge.UnitsMoved(ref);
 //
 // Thread-safe. Its runs are keyed by the group's incarnation: a group forgotten and
@@ -36,6 +44,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/group_registry.h"
+#include "coordinator/planner/expert_plan.h"
 #include "coordinator/policy.h"
 #include "coordinator/rank_speeds.h"
 
@@ -66,11 +75,20 @@ class StragglerJudge {
   Verdict Judge(const GroupRef& ref, const std::vector<int32_t>& ranks, int32_t size,
                 const PooledGroup& pooled, int32_t num_blocks, const JobPolicy& policy,
                 bool running_all_local, std::vector<std::string>& lines);
-  // Extends block `block`'s run of rounds whose loads were `skewed`, judged now, and says
-  // whether it has lasted reshard_after, counted from the last plan that moved units if
-  // later (a reshard is then worth pricing). Appends a line while it runs.
-  bool SkewLasted(const GroupRef& ref, int32_t block, bool skewed, const JobPolicy& policy,
-                  std::vector<std::string>& lines);
+  // A block's loads, judged over the rounds.
+  struct SkewVerdict {
+    // Unbalanced for reshard_after, counted from the last plan that moved units if later:
+    // a reshard is worth pricing.
+    bool lasted = false;
+    // Marginally unbalanced on a block running all-local, not yet for
+    // marginal_straggler_for: kept all-local.
+    bool waits = false;
+  };
+  // Extends block `block`'s runs by this round's `skew` (SkewOfLoads: unbalanced when not
+  // `balanced`; marginal by its ratio, rank_speeds.h: IsMarginal). Appends a line while
+  // the loads are unbalanced.
+  SkewVerdict JudgeSkew(const GroupRef& ref, int32_t block, const LoadsSkew& skew,
+                        const JobPolicy& policy, std::vector<std::string>& lines);
   // A plan that moves units was pushed now: the counts to chronic and to a lasting skew
   // restart.
   void UnitsMoved(const GroupRef& ref);
@@ -84,7 +102,13 @@ class StragglerJudge {
     RoundRun marginal;
     RoundRun calm;
     std::map<int32_t, RankRun> ranks;
-    std::map<int32_t, RoundRun> skewed;  // per block planned by its loads
+    // Per block planned by its loads: its unbalanced rounds, and its marginal ones waited
+    // out.
+    struct BlockRuns {
+      RoundRun skewed;
+      RoundRun marginal;
+    };
+    std::map<int32_t, BlockRuns> blocks;
     // Monotonic time of the last pushed plan that moved units.
     std::optional<absl::Duration> moved_units_at;
   };

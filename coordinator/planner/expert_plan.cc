@@ -81,7 +81,13 @@ double LevelStep(const PlannerInput& input, const ExpertLoads& loads) {
   return level;
 }
 
-// The one rule for balanced loads (LoadsBalanced, PlanExperts' calm).
+// Whether the plan in force (nullptr: none) splits experts: the block does not run
+// all-local.
+bool Replicating(const BlockPlan* current) {
+  return current != nullptr && !current->replicas.empty();
+}
+
+// The one rule for balanced loads (SkewOfLoads, PlanExperts' calm).
 bool WithinBand(double all_local_step, double ideal_step, double band) {
   return all_local_step <= (1 + band) * ideal_step;
 }
@@ -171,13 +177,18 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   if (replicas.plan.replicas.empty()) {
     replicas.note = "balanced within the tolerance, or no split pays its transfer";
   }
-  // Loads within the band of the balanced ideal are balanced (BalancedBand says why).
+  // Loads within the band of the balanced ideal are balanced (BalancedBand says why), and
+  // so are loads whose marginal skew the judge is waiting out.
   d.calm =
       WithinBand(all_local.cost.step_seconds, d.ideal_step_seconds, BalancedBand(policy, current));
-  if (d.calm) {
-    replicas.note = absl::StrCat(replicas.note.empty() ? "" : absl::StrCat(replicas.note, "; "),
-                                 "not pushed: all-local is within the straggler threshold of the "
-                                 "ideal");
+  // (The judge waits out only blocks running all-local; replicas in force are never ended
+  // by a wait.)
+  if (d.calm || (input.skew_waits && !Replicating(current))) {
+    replicas.note =
+        absl::StrCat(replicas.note.empty() ? "" : absl::StrCat(replicas.note, "; "),
+                     d.calm ? "not pushed: all-local is within the straggler threshold of the ideal"
+                            : "not pushed: a marginal skew must last before it is balanced");
+    d.calm = true;
   }
   d.candidates.push_back(replicas);
   // All-local when no replica pays: the same plan, and the simpler name.
@@ -205,7 +216,7 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   // now, the plan in force included, with the moves paid over the horizon: the
   // persistence is the evidence the hysteresis stands in for elsewhere, and the reshard
   // then ends transfers that replicas would pay every step. A slow rank's skew lasts like
-  // a hot expert's (LoadsBalanced weighs the ranks' speeds), so a chronic straggler needs
+  // a hot expert's (SkewOfLoads weighs the ranks' speeds), so a chronic straggler needs
   // no rule of its own here. Not in a calm round (nothing to move), and not without a
   // horizon to pay the moves back over.
   if (input.skew_lasted && !d.calm) {
@@ -235,17 +246,23 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
 }  // namespace planner_internal
 
 double BalancedBand(const JobPolicy& policy, const BlockPlan* current) {
-  const bool splitting = current != nullptr && !current->replicas.empty();
-  return splitting ? policy.straggler_threshold / 2 : policy.straggler_threshold;
+  return planner_internal::Replicating(current) ? policy.straggler_threshold / 2
+                                                : policy.straggler_threshold;
 }
 
-absl::StatusOr<bool> LoadsBalanced(const PlannerInput& input, double band) {
+absl::StatusOr<LoadsSkew> SkewOfLoads(const PlannerInput& input, const JobPolicy& policy,
+                                      const BlockPlan* current) {
   if (absl::Status s = ValidatePlannerInput(input); !s.ok()) return s;
   if (input.unit_work.empty()) return absl::InvalidArgumentError("no loads (unit_work) given");
   const ExpertLoads loads = planner_internal::LoadsOf(input);
-  return planner_internal::WithinBand(
-      planner_internal::PriceLoads(input, loads, BlockPlan{}).step_seconds,
-      planner_internal::LevelStep(input, loads), band);
+  const double all_local = planner_internal::PriceLoads(input, loads, BlockPlan{}).step_seconds;
+  const double ideal = planner_internal::LevelStep(input, loads);
+  LoadsSkew skew;
+  skew.ratio = ideal > 0 ? all_local / ideal : 1;
+  skew.band = BalancedBand(policy, current);
+  skew.balanced = planner_internal::WithinBand(all_local, ideal, skew.band);
+  skew.replicating = planner_internal::Replicating(current);
+  return skew;
 }
 
 }  // namespace ballast::coordinator

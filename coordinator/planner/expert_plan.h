@@ -45,13 +45,22 @@ bool PlansByLoads(const PlannerInput& input, const JobPolicy& policy);
 // start and end them on alternate rounds.
 double BalancedBand(const JobPolicy& policy, const BlockPlan* current);
 
-// Whether all-local's predicted step on `input`'s loads, speeds and ownership is within
-// `band` (BalancedBand's) of the balanced ideal, every rank ending together with nothing
-// transferred. PlanExperts pushes all-local when it is; the coordinator counts how long
-// it has not been (PlannerInput::skew_lasted), with the same band, so that a skew paid
-// with replicas is a skew that can last. INVALID_ARGUMENT, as PlanBlock's, for input it
-// would refuse or without loads.
-absl::StatusOr<bool> LoadsBalanced(const PlannerInput& input, double band);
+// How far all-local is from balanced on `input`'s loads, speeds and ownership, in the
+// band the plan in force `current` (nullptr: none) sets (BalancedBand). PlanExperts pushes
+// all-local when it is balanced; the coordinator's judge counts how long it has not been
+// (PlannerInput::skew_lasted) and waits out a marginal skew (PlannerInput::skew_waits), on
+// the same figures, so that the two agree on what balanced means.
+struct LoadsSkew {
+  // All-local's predicted step over the balanced ideal (every rank ending together with
+  // nothing transferred); 1 when the ideal is 0.
+  double ratio = 1;
+  double band = 0;           // BalancedBand(policy, current)
+  bool balanced = true;      // all-local within the band of the ideal
+  bool replicating = false;  // `current` has replicas
+};
+// INVALID_ARGUMENT, as PlanBlock's, for input it would refuse or without loads.
+absl::StatusOr<LoadsSkew> SkewOfLoads(const PlannerInput& input, const JobPolicy& policy,
+                                      const BlockPlan* current);
 
 namespace planner_internal {
 

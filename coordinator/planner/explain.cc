@@ -168,6 +168,11 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
                     CandidateKindName(d.recommended.kind), " (",
                     DescribePlan(d.recommended.plan, p), ") for step ",
                     Num(d.recommended.cost.step_seconds), " s");
+  } else if (d.calm && by_loads && input.skew_waits) {
+    absl::StrAppend(&out,
+                    "all-local: the loads' skew is marginal and has not lasted "
+                    "marginal_straggler_for yet, so splitting experts may move weights "
+                    "for a spell that ends first");
   } else if (d.calm && by_loads) {
     absl::StrAppend(&out,
                     "all-local: the loads end within the straggler threshold of the ideal, "

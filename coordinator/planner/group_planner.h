@@ -37,9 +37,12 @@ namespace ballast::coordinator {
 // from one planning round to the next; without the dwell, plans flip between near-equal
 // neighbours on most rounds. A new straggler still gets a plan at once: it improves the
 // step by far more.
+// A group whose changes keep being undone is held longer (plan_flaps.h): flap_hold, the
+// first hold after a flap (0: never held longer).
 struct DwellOptions {
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;  // in [0, 1], used when above the job's hysteresis
+  absl::Duration flap_hold = absl::Seconds(30);
 };
 
 struct GroupBlockInput {

@@ -49,10 +49,17 @@ struct PlannerInput {
   // Empty: every unit is one unit of work (planned by counts).
   std::vector<double> unit_work;
   // With unit_work: the loads have been unbalanced on this ownership (expert_plan.h's
-  // LoadsBalanced, in BalancedBand's band, said no) for the policy's reshard_after
+  // SkewOfLoads, in BalancedBand's band) for the policy's reshard_after
   // without a break (the coordinator's StragglerJudge), so moving experts for good is
   // worth pricing, as for a chronic straggler.
   bool skew_lasted = false;
+  // With unit_work: the loads are unbalanced, but marginally so (all-local within
+  // 1 + kMarginalFactor x the straggler threshold of the ideal, rank_speeds.h), on a
+  // block running all-local, and that has not lasted marginal_straggler_for (the
+  // coordinator's StragglerJudge): all-local is kept, as for a marginal straggler. A
+  // learned router's loads cross the threshold for a second or two at a time, and
+  // replicas started for such a spell ended a few steps later.
+  bool skew_waits = false;
   // Seconds one unit's move costs, once, sent by its old owner to its new one with the
   // state that moves with it; and the steps a reshard's saving is counted over against
   // its moves: the steps in reshard_after (the coordinator: reshard_after over the
@@ -127,7 +134,8 @@ struct BlockDecision {
   bool kept_current = false;
   // All-local because the group is calm (PlannerInput::calm, the ownership even, no
   // cordon); for a block planned by its loads (expert_plan.h), because all-local ends
-  // within the straggler threshold of the balanced ideal.
+  // within the straggler threshold of the balanced ideal, or its marginal skew is being
+  // waited out (PlannerInput::skew_waits).
   bool calm = false;
   // The plan is a reshard back to the even split: the group has been calm for a while but
   // its ownership is not even (a straggler it was resharded for has recovered). Never

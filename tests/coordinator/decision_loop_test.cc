@@ -67,6 +67,8 @@ class DecisionLoopTest : public testing::CoordinatorPartsTest {
       loop_->Tick();
     }
   }
+  // The marginal skew's wait, under the job's capacity cap `cap` (0: none).
+  void MarginalSkewIsWaitedOut(double cap);
   inline static const std::vector<int32_t> kEven = {0, 0, 0, 0, 1, 1, 1, 1};
 };
 
@@ -109,6 +111,33 @@ TEST_F(DecisionLoopTest, AGroupIsPlannedOncePerReportPeriodOrWhenASettingChanges
   loop_->Tick();
   EXPECT_EQ(loop_->decisions(), 2);
   EXPECT_THAT(Record().reasons.before, ElementsAre(HasSubstr("balancing paused")));
+}
+
+// A straggler whose speed wanders between 1.6x and 2.5x every 3 s (as a CPU quota's
+// estimates do) makes the best plan swing between offloading 1 and 2 units, each 17-20%
+// better than the other in turn: past the job's hysteresis (10%), under the dwell's
+// (30%). Without flap damping the plan would change at every swing; a change undone
+// within the flap hold holds the group's changes 30 s, then 60 s.
+TEST_F(DecisionLoopTest, APlanUndoneSoonHoldsTheGroupsChangesLonger) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  std::vector<int64_t> changed_at;  // steps (100 ms each) at which a plan was pushed
+  for (int64_t step = 0; step < 900; ++step) {
+    Reports(step, (step / 30) % 2 == 0 ? 1.6e-3 : 2.5e-3);
+    clock_.Advance(absl::Milliseconds(100));
+    const size_t before = sink_.plans().size();
+    loop_->Tick();
+    if (sink_.plans().size() > before) changed_at.push_back(step);
+  }
+  ASSERT_GE(changed_at.size(), 3u);
+  // The first plan, its change and the undo came at the swings; then nothing for 30 s.
+  EXPECT_LT(changed_at[2], 90);
+  if (changed_at.size() > 3) {
+    EXPECT_GE(changed_at[3] - changed_at[2], 300);
+  }
+  // 30 swings in 90 s: the hold keeps all but a few.
+  EXPECT_LE(changed_at.size(), 7u) << absl::StrJoin(changed_at, ", ");
+  EXPECT_THAT(absl::StrJoin(Record().reasons.before, "\n"),
+              HasSubstr("counted, every change held"));
 }
 
 TEST_F(DecisionLoopTest, AForgottenGroupKeepsNothingAndComesBackFresh) {
@@ -218,6 +247,76 @@ TEST_F(DecisionLoopTest, ExpertLoadsArePlannedWithReplicas) {
   const BlockDecision& d = decisions.begin()->second;
   EXPECT_NEAR(d.all_local_step_seconds, 1080e-6, 1e-9);
   EXPECT_LT(d.predicted_step_seconds, 0.7 * d.all_local_step_seconds);
+}
+
+// A marginal skew (rank 0 with 384 of 640 tokens a Forward: all-local 1.2x the ideal) is
+// waited out for marginal_straggler_for (3 s) before experts are split, as a marginal
+// straggler is; a spell shorter than that splits nothing. Once balanced again the
+// replicas end, and the next spell is waited out afresh. A plan in force that only caps
+// capacity splits no expert: the wait holds under a cap (`cap` > 0) too.
+void DecisionLoopTest::MarginalSkewIsWaitedOut(double cap) {
+  JobPolicy policy = settings_->PolicyFor("vit");
+  policy.expert_capacity_factor = cap;  // 2: 160 tokens an expert a Forward, none dropped
+  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  testing::GroupSpec spec;
+  spec.units_divide = true;
+  ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
+  int64_t step = 0;
+  auto run = [&](int n, const std::vector<int32_t>& tokens) {
+    for (int i = 0; i < n; ++i, ++step) {
+      for (int rank : {0, 1}) ReportExperts(spec, rank, step, tokens, kEven, false);
+      clock_.Advance(absl::Milliseconds(100));
+      loop_->Tick();
+    }
+  };
+  // Plans that split experts after one that did not (a split re-cut as the loads move
+  // is the same spell's).
+  auto splits = [&] {
+    int n = 0;
+    bool splitting = false;
+    for (const v1::WorkloadPlan& plan : sink_.plans()) {
+      const bool now = plan.blocks_size() > 0 && plan.blocks(0).replicas_size() > 0;
+      n += now && !splitting;
+      splitting = now;
+    }
+    return n;
+  };
+  const std::vector<int32_t> marginal = {120, 100, 90, 74, 70, 60, 50, 76};
+  const std::vector<int32_t> even = {80, 80, 80, 80, 80, 80, 80, 80};
+  // A 2 s spell, then even loads (the smoothing follows in one or two rounds), then the
+  // skew again for 2 s: nothing is split.
+  run(20, marginal);
+  EXPECT_THAT(absl::StrJoin(Record().reasons.before, "\n"),
+              HasSubstr("a marginal skew, for 1.9s of 3s before splitting experts"));
+  run(10, even);
+  run(20, marginal);
+  EXPECT_EQ(splits(), 0) << "a marginal spell shorter than 3 s was split";
+  // Past 3 s the skew has lasted: the hot experts are split.
+  run(15, marginal);
+  ASSERT_EQ(splits(), 1);
+  // Split for 31 s (ended sooner, the replicas would be a flap, plan_flaps.h, and hold
+  // the group's next changes), then balanced again: the replicas end at once (within
+  // half the threshold), and the next spell waits 3 s again.
+  run(310, marginal);
+  ASSERT_EQ(splits(), 1);
+  run(10, even);
+  ASSERT_FALSE(sink_.plans().empty());
+  EXPECT_TRUE(sink_.plans().back().blocks_size() == 0 ||
+              sink_.plans().back().blocks(0).replicas_size() == 0);
+  if (cap > 0) {
+    ASSERT_GT(sink_.plans().back().blocks_size(), 0);
+    EXPECT_EQ(sink_.plans().back().blocks(0).capacity_factor(), 2.0);
+  }
+  run(25, marginal);
+  EXPECT_EQ(splits(), 1) << "a second spell was split before it lasted";
+  run(10, marginal);
+  EXPECT_EQ(splits(), 2);
+}
+
+TEST_F(DecisionLoopTest, AMarginalSkewIsSplitOnlyOnceItHasLasted) { MarginalSkewIsWaitedOut(0); }
+
+TEST_F(DecisionLoopTest, AMarginalSkewIsWaitedOutUnderACapacityCapToo) {
+  MarginalSkewIsWaitedOut(2.0);
 }
 
 // A skew that lasts reshard_after is resharded: replicas first, then, with the same loads

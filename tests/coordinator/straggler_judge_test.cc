@@ -1,7 +1,7 @@
 // StragglerJudge on a fake clock: a rank is chronic after reshard_after of straggling
 // without a break, a gap in the rounds breaks the run, a reshard restarts the count, and a
 // group registered again starts afresh. A block's skewed loads last the same way, per
-// block.
+// block, and a marginal skew is waited out as a marginal straggler is.
 #include "coordinator/straggler_judge.h"
 
 #include <gmock/gmock.h>
@@ -85,14 +85,19 @@ TEST_F(StragglerJudgeTest, AGroupRegisteredAgainStartsAfresh) {
 
 TEST_F(StragglerJudgeTest, ABlocksSkewLastsAfterReshardAfterPerBlockAndRestartsOnAMove) {
   std::vector<std::string> lines;
+  // A large skew (all-local 2x the ideal), so no marginal wait.
   auto skewed = [&](int32_t block, bool skew) {
     clock_.Advance(absl::Milliseconds(100));
-    return judge_.SkewLasted(ref_, block, skew, policy_, lines);
+    const StragglerJudge::SkewVerdict v = judge_.JudgeSkew(
+        ref_, block, {.ratio = skew ? 2.0 : 1.0, .band = 0.1, .balanced = !skew}, policy_, lines);
+    EXPECT_FALSE(v.waits);
+    return v.lasted;
   };
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(skewed(3, true)) << i;
   EXPECT_TRUE(skewed(3, true));
-  EXPECT_THAT(lines.back(), HasSubstr("block 3: loads unbalanced on its experts' ownership for 2s: "
-                                      "lasted, a reshard is priced (reshard_after 2s)"));
+  EXPECT_THAT(lines.back(),
+              HasSubstr("block 3: loads unbalanced on its experts' ownership (all-local 2.00x the "
+                        "ideal) for 2s: lasted, a reshard is priced (reshard_after 2s)"));
   // Another block's run is its own; a balanced round ends a run.
   EXPECT_FALSE(skewed(4, true));
   EXPECT_FALSE(skewed(3, false));
@@ -107,6 +112,49 @@ TEST_F(StragglerJudgeTest, ABlocksSkewLastsAfterReshardAfterPerBlockAndRestartsO
   // A gap of more than 3 report periods breaks it too.
   clock_.Advance(absl::Seconds(1));
   EXPECT_FALSE(skewed(3, true));
+}
+
+// A marginal skew (all-local within 1 + 3 x 0.1 of the ideal) on a block running
+// all-local is waited out for marginal_straggler_for (1 s here), as a marginal straggler
+// is; a larger one, or one on a block already splitting experts, is not; a balanced
+// round or a gap ends the wait's run.
+TEST_F(StragglerJudgeTest, AMarginalSkewIsWaitedOutALargeOneIsNot) {
+  std::vector<std::string> lines;
+  auto round = [&](double ratio, bool replicating = false) {
+    clock_.Advance(absl::Milliseconds(100));
+    const LoadsSkew skew{
+        .ratio = ratio, .band = 0.1, .balanced = ratio <= 1.1, .replicating = replicating};
+    return judge_.JudgeSkew(ref_, 0, skew, policy_, lines).waits;
+  };
+  int waited = 0;
+  while (waited < 30 && round(1.2)) ++waited;
+  EXPECT_GE(waited, 9);  // 1 s of 100 ms rounds
+  EXPECT_LE(waited, 11);
+  EXPECT_FALSE(round(1.2)) << "the marginal skew lasted: balanced";
+  EXPECT_FALSE(round(1.05)) << "balanced: nothing to wait for";
+  EXPECT_TRUE(round(1.2)) << "a new marginal skew is waited out afresh";
+  EXPECT_THAT(lines.back(), HasSubstr("; a marginal skew, for 0 of 1s before splitting experts"));
+  EXPECT_FALSE(round(1.5)) << "a large skew is balanced at once";
+  EXPECT_TRUE(round(1.2));
+  EXPECT_FALSE(round(1.2, /*replicating=*/true)) << "experts split already: no wait";
+  // A gap of more than 3 report periods restarts the wait.
+  for (int i = 0; i < 5; ++i) round(1.2);
+  clock_.Advance(absl::Seconds(1));
+  waited = 0;
+  while (waited < 30 && round(1.2)) ++waited;
+  EXPECT_GE(waited, 9);
+  // A marginal skew that has lasted reshard_after is priced for a reshard, not waited out.
+  policy_.reshard_after = absl::Milliseconds(500);
+  clock_.Advance(absl::Seconds(1));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(round(1.2)) << i;
+  EXPECT_FALSE(round(1.2));
+  EXPECT_THAT(lines.back(), HasSubstr("lasted, a reshard is priced"));
+  EXPECT_THAT(lines.back(), ::testing::Not(HasSubstr("a marginal skew")));
+  // Other blocks wait on their own.
+  clock_.Advance(absl::Milliseconds(100));
+  EXPECT_TRUE(
+      judge_.JudgeSkew(ref_, 1, {.ratio = 1.2, .band = 0.1, .balanced = false}, policy_, lines)
+          .waits);
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+// PlanFlaps: a plan that restores the one before the plan in force, soon after, is a
+// flap; the group's changes are then held flap_hold, doubling per flap up to 16x, halving
+// after each hold that passes twice over without a change; a plan that stood is no flap;
+// flap_hold 0 turns it off.
+#include "coordinator/planner/plan_flaps.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A plan offloading `n` units of block 0 from rank 1 (0: all-local).
+std::vector<BlockPlan> Offload(int32_t n) {
+  if (n == 0) return {};
+  return {BlockPlan{.block = BlockId(0), .offloads = {{RankId(1), RankId(0), n}}}};
+}
+
+absl::Duration S(double seconds) { return absl::Seconds(seconds); }
+
+TEST(PlanFlapsTest, AChangeUndoneSoonIsAFlapAndHoldsTheGroupsChanges) {
+  const DwellOptions base;  // 2 s dwell, hysteresis 0.3, flap hold 30 s
+  PlanFlaps flaps;
+  EXPECT_EQ(flaps.Dwell(base, S(0)).plan_dwell, S(2));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), base, S(0)));
+  EXPECT_FALSE(flaps.Pushed(Offload(2), base, S(20)));
+  // Back to 3 units 2 s later: the change was noise.
+  EXPECT_TRUE(flaps.Pushed(Offload(3), base, S(22)));
+  EXPECT_EQ(flaps.level(), 1);
+  DwellOptions dwell = flaps.Dwell(base, S(23));
+  EXPECT_EQ(dwell.plan_dwell, S(30));
+  EXPECT_EQ(dwell.dwell_hysteresis, 0.3);
+  EXPECT_THAT(flaps.Describe(base), HasSubstr("1 flap counted, every change held 30s"));
+  // Undoing the undo is a flap too.
+  EXPECT_TRUE(flaps.Pushed(Offload(2), base, S(24)));
+  EXPECT_EQ(flaps.Dwell(base, S(25)).plan_dwell, S(60));
+  // A change that stood longer than the hold plus flap_hold is no flap; an undo counts
+  // within the hold plus flap_hold (the undo of a held change comes as its hold ends).
+  EXPECT_FALSE(flaps.Pushed(Offload(3), base, S(24 + 91)));
+  EXPECT_FALSE(flaps.Pushed(Offload(4), base, S(116)));
+  EXPECT_TRUE(flaps.Pushed(Offload(3), base, S(116 + 60 + 29)));
+  EXPECT_EQ(flaps.Dwell(base, S(206)).plan_dwell, S(120));
+  // Up to 16x.
+  absl::Duration t = S(206);
+  for (int i = 0; i < 6; ++i) {
+    flaps.Pushed(Offload(2), base, t += S(1));
+    flaps.Pushed(Offload(3), base, t += S(1));
+  }
+  EXPECT_EQ(flaps.level(), PlanFlaps::kMaxDoublings + 1);
+  EXPECT_EQ(flaps.Dwell(base, t).plan_dwell, S(480));
+  // Quiet for twice the hold halves it, and so on down to none.
+  EXPECT_EQ(flaps.Dwell(base, t + S(959)).plan_dwell, S(480));
+  EXPECT_EQ(flaps.Dwell(base, t + S(960)).plan_dwell, S(240));
+  EXPECT_EQ(flaps.Dwell(base, t + S(960 + 480 + 240 + 120 + 60)).plan_dwell, S(2));
+  EXPECT_EQ(flaps.level(), 0);
+  EXPECT_EQ(flaps.Describe(base), "");
+}
+
+TEST(PlanFlapsTest, APlanThatStoodOrANewOneIsNoFlap) {
+  const DwellOptions base;
+  PlanFlaps flaps;
+  flaps.Pushed(Offload(3), base, S(0));
+  flaps.Pushed(Offload(2), base, S(10));
+  // Restored after 40 s: the change stood.
+  EXPECT_FALSE(flaps.Pushed(Offload(3), base, S(50)));
+  // A third plan, not the one before.
+  EXPECT_FALSE(flaps.Pushed(Offload(5), base, S(51)));
+  // All-local and back is a flap like any other (a calm group's blip).
+  EXPECT_FALSE(flaps.Pushed(Offload(0), base, S(52)));
+  EXPECT_TRUE(flaps.Pushed(Offload(5), base, S(53)));
+}
+
+TEST(PlanFlapsTest, FlapHoldZeroTurnsItOff) {
+  DwellOptions base;
+  base.flap_hold = absl::ZeroDuration();
+  PlanFlaps flaps;
+  flaps.Pushed(Offload(3), base, S(0));
+  flaps.Pushed(Offload(2), base, S(1));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), base, S(2)));
+  EXPECT_EQ(flaps.Dwell(base, S(3)).plan_dwell, S(2));
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
