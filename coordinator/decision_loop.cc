@@ -152,7 +152,7 @@ bool DecisionLoop::Tick() {
         if (hold.has_value()) {
           it->second.flaps = PlanFlaps();
         } else if (outcome.change.has_value()) {
-          it->second.flaps.Pushed(outcome.change->blocks, options_.dwell, now);
+          it->second.flaps.Pushed(outcome.change->blocks, outcome.moves_units, options_.dwell, now);
         }
       }
     }
@@ -553,7 +553,10 @@ std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group
 void DecisionLoop::ReplanNow(const std::string& job) {
   absl::MutexLock lock(&mu_);
   for (auto& [key, entry] : entries_) {
-    if (job.empty() || key.first == job) entry.next_decision = absl::ZeroDuration();
+    if (job.empty() || key.first == job) {
+      entry.next_decision = absl::ZeroDuration();
+      entry.flaps = PlanFlaps();  // an operator's change is no noise
+    }
   }
 }
 

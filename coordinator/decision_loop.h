@@ -90,7 +90,8 @@ class DecisionLoop {
   // with it), then plans every due group and pushes changed plans. Returns whether
   // anything was forgotten.
   bool Tick() ABSL_LOCKS_EXCLUDED(tick_mu_, mu_);
-  // The job's groups (every group, for '') are due at the next Tick (a setting changed).
+  // The job's groups (every group, for '') are due at the next Tick (a setting changed),
+  // their flap counts cleared (an operator's change is no noise).
   void ReplanNow(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The group's last decision; an empty record before its first.

@@ -66,7 +66,8 @@ ABSL_FLAG(bool, fixed_costs, false,
 ABSL_FLAG(bool, step_feedback, false,
           "Correct each rank's speed by how long the others wait for it at the collectives, "
           "kept while the measured step improves and undone when it rises "
-          "(coordinator/step_feedback.h). False: the compute timers alone");
+          "(coordinator/step_feedback.h); experimental: it churns plans and measured slower "
+          "(docs/benchmarks.md). False: the compute timers alone");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest gRPC message accepted (a hello, a batch of reports, an admin call): with "
           "the shape limits, a bound on what one agent session can make the coordinator "

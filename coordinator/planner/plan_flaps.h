@@ -7,15 +7,22 @@
 // back every 20-40 s, each change undone the moment its 2 s dwell ended (8 changes in 1,000
 // steps, 2026-11-28). A change undone that soon is evidence that the two plans are within
 // the noise of each other. So a plan that restores the one before the plan in force,
-// within `flap_hold` (DwellOptions) of replacing it, is a flap: from then on every change is held
-// by the dwell's hysteresis for flap_hold, doubled for each further flap (at most 16x), and each
-// hold that passes twice over without a change halves it again. A new straggler still gets
-// its plan at once (it beats the dwell's hysteresis by far), and calm still ends a plan at
-// once, whatever the dwell.
+// within `flap_hold` (DwellOptions) of replacing it, is a flap: from then on a change is
+// held by the dwell's hysteresis for flap_hold, doubled for each further flap (at most
+// 16x), and each hold that passes twice over without a change halves it again. The hold
+// applies only while the plan in force balances (offloads, replicas or prunes: a capacity
+// cap, or the ownership a reshard left, runs all-local): a group running all-local
+// balances a new straggler as usual (a 2x straggler on 2 ranks gains at most a third, which the
+// dwell's 30% could hold off for minutes), its blips already waited out by the
+// marginal-straggler rule; and calm ends a plan at once, whatever the dwell. A plan that
+// moves units starts the history afresh: the plans before it ran on another ownership, so
+// an all-local plan after a reshard does not undo the all-local plan before it. The
+// caller starts afresh too (a new PlanFlaps) when an operator changes a setting: that is
+// no noise.
 //
 //   PlanFlaps flaps;                                   // one per group
 //   DwellOptions dwell = flaps.Dwell(options, now);    // plan with it
-//   if (published) flaps.Pushed(plan.blocks, options, now);
+//   if (decided_a_change) flaps.Pushed(plan.blocks, moves_units, options, now);
 //
 // Pure: the caller gives the monotonic time. Not thread-safe: the caller keeps one per
 // group under its own lock.
@@ -38,18 +45,20 @@ class PlanFlaps {
   // The most a hold grows: flap_hold times 2^kMaxDoublings.
   static constexpr int32_t kMaxDoublings = 4;
 
-  // A plan with these blocks was pushed at `now`, planned with `base` (Dwell's). Returns
-  // whether it undid the change before it (a flap): it restores the plan before the one
-  // in force, which had stood less than flap_hold beyond the hold in force (a change held
-  // by the dwell is undone as soon as its hold ends, if noise made it).
-  bool Pushed(const std::vector<BlockPlan>& blocks, const DwellOptions& base, absl::Duration now);
+  // A plan with these blocks (`moves_units`: it reshards) was pushed at `now`, planned
+  // with `base` (Dwell's). Returns whether it undid the change before it (a flap): it
+  // restores the plan before the one in force, which had stood less than flap_hold beyond
+  // the hold in force (a change held by the dwell is undone as soon as its hold ends, if
+  // noise made it).
+  bool Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, const DwellOptions& base,
+              absl::Duration now);
   // The dwell to plan with at `now`: `base`, with plan_dwell raised to the hold while the
-  // group flaps. Decays the hold first.
+  // group flaps and its plan in force balances. Decays the hold first.
   DwellOptions Dwell(const DwellOptions& base, absl::Duration now);
   // Flaps counted and not yet decayed (0: none).
   int32_t level() const { return level_; }
-  // "plans undone within 30s: 2 flaps, changes held 1m by hysteresis 0.3" (empty with no
-  // flap), for explanations.
+  // "plans undone soon after they changed: 2 flaps counted, so a change of a plan that
+  // balances is held 1m by hysteresis 0.3" (empty with no flap), for explanations.
   std::string Describe(const DwellOptions& base) const;
 
  private:

@@ -137,7 +137,7 @@ TEST_F(DecisionLoopTest, APlanUndoneSoonHoldsTheGroupsChangesLonger) {
   // 30 swings in 90 s: the hold keeps all but a few.
   EXPECT_LE(changed_at.size(), 7u) << absl::StrJoin(changed_at, ", ");
   EXPECT_THAT(absl::StrJoin(Record().reasons.before, "\n"),
-              HasSubstr("counted, every change held"));
+              HasSubstr("counted, so a change of a plan that balances is held"));
 }
 
 TEST_F(DecisionLoopTest, AForgottenGroupKeepsNothingAndComesBackFresh) {
