@@ -50,8 +50,9 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
     --level_;
   }
   DwellOptions dwell = base;
-  if (in_force_.has_value() && Balances(*in_force_))
+  if (in_force_.has_value() && Balances(*in_force_)) {
     dwell.plan_dwell = std::max(base.plan_dwell, Hold(base));
+  }
   return dwell;
 }
 

@@ -9,16 +9,17 @@
 // the noise of each other. So a plan that restores the one before the plan in force,
 // within `flap_hold` (DwellOptions) of replacing it, is a flap: from then on a change is
 // held by the dwell's hysteresis for flap_hold, doubled for each further flap (at most
-// 16x), and each hold that passes twice over without a change halves it again. The hold
-// applies only while the plan in force balances (offloads, replicas or prunes: a capacity
-// cap, or the ownership a reshard left, runs all-local): a group running all-local
-// balances a new straggler as usual (a 2x straggler on 2 ranks gains at most a third, which the
-// dwell's 30% could hold off for minutes), its blips already waited out by the
-// marginal-straggler rule; and calm ends a plan at once, whatever the dwell. A plan that
-// moves units starts the history afresh: the plans before it ran on another ownership, so
-// an all-local plan after a reshard does not undo the all-local plan before it. The
-// caller starts afresh too (a new PlanFlaps) when an operator changes a setting: that is
-// no noise.
+// 16x), and each hold that passes twice over without a change halves it again.
+//
+// The hold applies only while the plan in force balances (offloads, replicas or prunes;
+// a capacity cap, or the ownership a reshard left, runs all-local). A group running
+// all-local balances a new straggler as usual: a 2x straggler on 2 ranks gains at most a
+// third, which the dwell's 30% could hold off for minutes, and its blips are the
+// marginal-straggler rule's to wait out. Calm ends a plan at once, whatever the dwell. A
+// plan that moves units starts the history afresh: the plans before it ran on another
+// ownership, so an all-local plan after a reshard does not undo the all-local plan before
+// it. The caller starts afresh too (a new PlanFlaps) when an operator changes a setting:
+// that is no noise.
 //
 //   PlanFlaps flaps;                                   // one per group
 //   DwellOptions dwell = flaps.Dwell(options, now);    // plan with it
