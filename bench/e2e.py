@@ -8,8 +8,8 @@
   (e) auto      rank 1 slowed 2x, the planner chooses
   (e') auto_fixed  auto with the coordinator's --fixed_costs: each rank's collective
                 time beyond the least balanced with its units (coordinator/fixed_costs.h)
-  (e'') auto_feedback  auto with the coordinator's --step_feedback: the rank the others
-                wait for at the collectives is corrected by the step it gets
+  (e'') auto_feedback  auto with the coordinator's --step_feedback: the straggler's
+                speed probed by the step it gets, kept while the step improves
                 (coordinator/step_feedback.h)
   (f) midrun    auto, rank 1 slowed 2x from 30% to 65% of the steps only (a shorter run:
                 half the steps; it measures reaction, not accuracy)

@@ -68,11 +68,10 @@ struct CoordinatorOptions {
   // and on the e2e benchmark, where they do, it measured no gain beyond the noise
   // (docs/benchmarks.md, 2026-11-26).
   bool fixed_costs = false;
-  // Correct each rank's speed by how long the others wait for it at the collectives,
-  // kept while the measured step improves (step_feedback.h). Off by default: measured, it
-  // churns plans (155 in 1,000 steps under a 2x quota straggler, 38 with none) and ran
-  // 12% slower than without it (docs/benchmarks.md, 2026-11-28 evening). Checked by
-  // Create (ValidateStepFeedbackOptions).
+  // Probe the straggler the compute timers judge with a factor on its speed, kept while
+  // the measured step improves (step_feedback.h). Off by default: it shortened steps
+  // 5-12% under a quota straggler and lengthened them 6-8% under a slower device
+  // (docs/benchmarks.md, 2026-11-29). Checked by Create (ValidateStepFeedbackOptions).
   std::optional<StepFeedbackOptions> step_feedback;
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "coordinator/fixed_costs.h"
 #include "coordinator/planner/expert_plan.h"
@@ -85,7 +86,7 @@ DecisionLoop::DecisionLoop(const DecisionLoopOptions& options, Clock* clock,
       settings_(settings),
       speeds_(speeds) {
   if (options.step_feedback.has_value()) {
-    feedback_ = std::make_unique<StepFeedback>(*options.step_feedback);
+    feedback_ = std::make_unique<StepFeedback>(clock_, *options.step_feedback);
   }
 }
 
@@ -152,7 +153,8 @@ bool DecisionLoop::Tick() {
         if (hold.has_value()) {
           it->second.flaps = PlanFlaps();
         } else if (outcome.change.has_value()) {
-          it->second.flaps.Pushed(outcome.change->blocks, outcome.moves_units, options_.dwell, now);
+          it->second.flaps.Pushed(outcome.change->blocks, outcome.moves_units, outcome.probed,
+                                  options_.dwell, now);
         }
       }
     }
@@ -166,6 +168,9 @@ bool DecisionLoop::Tick() {
     if (published) {
       BALLAST_LOG(INFO) << "job=" << group->job << " group=" << group->name << " new plan "
                         << summary;
+    }
+    if (!outcome.probe.empty()) {
+      BALLAST_LOG(INFO) << "job=" << group->job << " group=" << group->name << " " << outcome.probe;
     }
   }
   return !forgotten.groups.empty() || forgotten.agents > 0;
@@ -183,10 +188,18 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   }
   GroupPlannerInput planner_input;
   planner_input.group = GroupId(group.name);
+  correction_moved_ = false;
+  correction_why_.clear();
   // Written to the record with the decisions it goes with (their blocks hold the excess).
   std::optional<double> common_fixed;
+  // Inside a flap hold the planner would swallow a probe: the step feedback waits it out.
+  // (GroupPlanner holds by the dwell only where its hysteresis is above the job's.)
+  const bool flap_held = dwell.plan_dwell > options_.dwell.plan_dwell &&
+                         dwell.dwell_hysteresis > policy.hysteresis &&
+                         group.plan_changed_at.has_value() &&
+                         clock_->Monotonic() - *group.plan_changed_at < dwell.plan_dwell;
   if (policy.mode != BalanceMode::kOff &&
-      !GatherInputs(group, policy, planner_input, lines, common_fixed)) {
+      !GatherInputs(group, policy, flap_held, planner_input, lines, common_fixed)) {
     record.reasons = {.before = std::move(lines)};
     return out;
   }
@@ -237,6 +250,8 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
                     .planned = std::move(planner_input),
                     .decision = std::move(decision),
                     .after = std::move(after)};
+  out.probed = correction_moved_;
+  out.probe = correction_why_;
   if (!change.has_value()) return out;
   out.change = Numbered(group, workers, *std::move(change));
   // A reshard restarts the count to chronic (StragglerJudge::UnitsMoved), once published.
@@ -277,7 +292,9 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   std::vector<std::string> lines, after;
   GroupPlannerInput priced;
   std::optional<double> common_fixed;
-  if (GatherInputs(group, policy, priced, lines, common_fixed)) {
+  correction_moved_ = false;
+  correction_why_.clear();
+  if (GatherInputs(group, policy, /*held=*/true, priced, lines, common_fixed)) {
     const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
     JobPolicy pricing = policy;
     pricing.mode = BalanceMode::kAuto;  // the hold's techniques are not the mode's to refuse
@@ -314,6 +331,7 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
                     .planned = std::move(input),
                     .decision = std::move(decision),
                     .after = std::move(after)};
+  out.probe = correction_why_;  // a probe the hold dropped
   if (change.has_value()) out.change = Numbered(group, workers, *std::move(change));
   return out;
 }
@@ -349,7 +367,7 @@ WorkloadPlan DecisionLoop::Numbered(const GroupSnapshot& group, const WorkersPla
   return plan;
 }
 
-bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& policy,
+bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
                                 GroupPlannerInput& input, std::vector<std::string>& lines,
                                 std::optional<double>& common_fixed) {
   // A block whose units divide is timed per token (group_registry.h), so its work is its
@@ -405,10 +423,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   lines.push_back(std::move(link_line));
   const std::vector<double> fixed_per_step =
       FixedSecondsPerStep(group, *pooled, lines, common_fixed);
-  const std::vector<double> correction = StepCorrection(group, lines);
-  // A correction is a straggler the timers do not show: the group is not calm.
-  const bool corrected =
-      std::any_of(correction.begin(), correction.end(), [](double f) { return f != 1.0; });
+  const std::vector<double> correction =
+      StepCorrection(group, *pooled, verdict, Balances(policy.mode), held, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference
   // compute, so that every block sees the same ratios between ranks.
   double reference_total = 0;
@@ -451,8 +467,10 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
         in.input.reshard_horizon_steps = absl::ToDoubleSeconds(policy.reshard_after) / step_seconds;
       }
     }
-    in.input.calm = verdict.calm && !corrected;
-    in.input.calm_lasted = verdict.calm_lasted && !corrected;
+    // (A correction is made only when the timers see a straggler: it never makes a calm
+    // group balance.)
+    in.input.calm = verdict.calm;
+    in.input.calm_lasted = verdict.calm_lasted;
     std::vector<int32_t> owned(group.size, 0);
     for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
     for (const RankSpeed& rs : block_speeds.ranks) {
@@ -508,19 +526,49 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
 }
 
 std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group,
+                                                 const PooledGroup& pooled,
+                                                 const StragglerJudge::Verdict& verdict,
+                                                 bool balances, bool held,
                                                  std::vector<std::string>& lines) {
+  correction_moved_ = false;
+  correction_why_.clear();
   if (feedback_ == nullptr) return {};
   StepFeedback::Round round;
-  round.compute_seconds.assign(static_cast<size_t>(group.size), 0.0);
-  round.collective_seconds.assign(static_cast<size_t>(group.size), -1.0);
+  round.size = group.size;
+  round.held = held;
   round.plan_version = WorkersRun(group).version;
-  for (const RankSnapshot& rank : group.ranks) {
-    if (rank.rank < 0 || rank.rank >= group.size || !rank.attached) continue;
-    round.compute_seconds[rank.rank] = rank.last_compute_seconds;
-    if (rank.collective_samples > 0) round.collective_seconds[rank.rank] = rank.collective_median;
-    round.step_seconds = std::max(round.step_seconds, rank.step_median);
+  round.published_version = group.plan.version.value();
+  // The target: the rank the compute timers judge slowest, in a group they judge not calm
+  // and a mode that pushes plans (a probe in observe would change nothing, time out, and
+  // settle the loop before the job balances).
+  if (balances && !verdict.calm) {
+    double slowest = 0;
+    for (size_t r = 0; r < pooled.ranks.size() && r < static_cast<size_t>(group.size); ++r) {
+      if (pooled.ranks[r].straggling && pooled.ranks[r].slowdown > slowest) {
+        slowest = pooled.ranks[r].slowdown;
+        round.straggler = static_cast<int32_t>(r);
+      }
+    }
   }
-  return feedback_->Update(group.ref, round, lines);
+  // The group's step under the plan the workers run: once every attached rank has run
+  // enough steps under it, its slowest rank's median over them.
+  double step = 0;
+  for (const RankSnapshot& rank : group.ranks) {
+    if (!rank.attached) continue;
+    if (rank.last_plan_version != round.plan_version ||
+        rank.plan_steps < feedback_->options().min_steps) {
+      step = 0;
+      break;
+    }
+    step = std::max(step, rank.plan_step_median);
+  }
+  round.step_seconds = step;
+  const size_t first_line = lines.size();
+  StepFeedback::Correction correction = feedback_->Update(group.ref, round, lines);
+  correction_moved_ = correction.moved;
+  correction_why_ =
+      correction.news ? absl::StrJoin(lines.begin() + first_line, lines.end(), "; ") : "";
+  return std::move(correction.factors);
 }
 
 std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,

@@ -53,8 +53,7 @@ struct DecisionLoopOptions {
   DwellOptions dwell;
   // Balance each rank's collective time beyond the least with its units (fixed_costs.h).
   bool fixed_costs = false;
-  // Correct each rank's speed by how long the others wait for it at the collectives, kept
-  // while the measured step improves (step_feedback.h). Unset: off.
+  // Probe the straggler's speed by the measured step (step_feedback.h). Unset: off.
   std::optional<StepFeedbackOptions> step_feedback;
 };
 
@@ -115,6 +114,11 @@ class DecisionLoop {
     DecisionRecord record;
     std::optional<WorkloadPlan> change;
     bool moves_units = false;
+    // The step feedback moved its factor this round: a change is its probe (or the way
+    // back from one), chosen on purpose, so no flap (plan_flaps.h). `probe`: what the
+    // step feedback did, when it changed (for the log; empty otherwise).
+    bool probed = false;
+    std::string probe;
   };
   // Plans one group from its snapshot, on the last record's decisions. Takes no lock of
   // the registry's.
@@ -124,11 +128,13 @@ class DecisionLoop {
                  std::string flaps, DecisionRecord last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The planner's input for the group's blocks (`input.blocks`), from the speed model's
   // estimates pooled per rank, the judge's verdict (which this updates), the link's price,
-  // fixed costs and cordons; says what it found in `lines`. False, with the reason in
-  // `lines`, while some rank has no estimate yet.
-  bool GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, GroupPlannerInput& input,
-                    std::vector<std::string>& lines, std::optional<double>& common_fixed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // fixed costs, the step feedback's correction and cordons; says what it found in
+  // `lines`. False, with the reason in `lines`, while some rank has no estimate yet.
+  // `held`: the group's plan is held (a flap hold, an operator's), so the step feedback
+  // does not probe.
+  bool GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
+                    GroupPlannerInput& input, std::vector<std::string>& lines,
+                    std::optional<double>& common_fixed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The same for a group an operator holds (JobSettings::HoldFor): the hold's plan,
   // whatever the speeds (DecideHeldGroup).
   Outcome DecideHeld(const GroupSnapshot& group, const JobPolicy& policy, const GroupHold& hold,
@@ -146,8 +152,11 @@ class DecisionLoop {
   WorkloadPlan Numbered(const GroupSnapshot& group, const WorkersPlan& workers,
                         WorkloadPlan plan) const;
   // Each rank's factor on its seconds per unit from the step feedback (empty when it is
-  // off), saying what it did in `lines`.
-  std::vector<double> StepCorrection(const GroupSnapshot& group, std::vector<std::string>& lines)
+  // off), saying what it did in `lines`. Its target is the pooled verdict's straggler
+  // when the job's mode `balances` (pushes plans).
+  std::vector<double> StepCorrection(const GroupSnapshot& group, const PooledGroup& pooled,
+                                     const StragglerJudge::Verdict& verdict, bool balances,
+                                     bool held, std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
   // collective times and pooled slowdown, indexed by rank; sets `common` to the least and
@@ -171,6 +180,10 @@ class DecisionLoop {
   // The planner's buffers, kept from one decision to the next (planner.h): the rounds are
   // serial, so one serves every group.
   PlannerWorkspace workspace_ ABSL_GUARDED_BY(tick_mu_);
+  // Whether the round's step correction moved, and its line saying why (StepCorrection
+  // writes them, Decide reads them).
+  bool correction_moved_ ABSL_GUARDED_BY(tick_mu_) = false;
+  std::string correction_why_ ABSL_GUARDED_BY(tick_mu_);
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(tick_mu_);
   std::map<GroupKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -344,6 +344,12 @@ void GroupRegistry::Apply(GroupEntry& group, RankEntry& rank, const v1::WorkerRe
   rank.last_units_computed = units;
   rank.collective_seconds.Add(collective);
   rank.step_seconds.Add(compute + collective);
+  if (step.plan_version() != rank.last_plan_version) {
+    rank.plan_step_seconds = RecentSeconds();
+    rank.plan_steps = 0;
+  }
+  rank.plan_step_seconds.Add(compute + collective);
+  ++rank.plan_steps;
   rank.last_plan_version = step.plan_version();
   rank.last_plan_number = step.plan_number();
   group.last_activity = clock_->Monotonic();
@@ -436,6 +442,8 @@ GroupSnapshot GroupRegistry::SnapshotOf(const GroupEntry& group, bool with_owner
                        .collective_median = rank.collective_seconds.Median(),
                        .collective_samples = rank.collective_seconds.values.size(),
                        .step_median = rank.step_seconds.Median(),
+                       .plan_step_median = rank.plan_step_seconds.Median(),
+                       .plan_steps = rank.plan_steps,
                        .last_plan_version = rank.last_plan_version,
                        .last_plan_number = rank.last_plan_number});
   }

@@ -64,10 +64,11 @@ ABSL_FLAG(bool, fixed_costs, false,
           "scaled by its compute slowdown (coordinator/fixed_costs.h); for stragglers whose "
           "collectives slow with them (co-tenants, CPU quotas). False: compute alone");
 ABSL_FLAG(bool, step_feedback, false,
-          "Correct each rank's speed by how long the others wait for it at the collectives, "
-          "kept while the measured step improves and undone when it rises "
-          "(coordinator/step_feedback.h); experimental: it churns plans and measured slower "
-          "(docs/benchmarks.md). False: the compute timers alone");
+          "Probe the straggler the compute timers judge with a factor on its speed, kept while "
+          "the measured step improves and dropped when it does not "
+          "(coordinator/step_feedback.h); for stragglers slower than their timers show (CPU "
+          "quotas: 5-12% shorter steps; under a slower device 6-8% longer, "
+          "docs/benchmarks.md). False: the compute timers alone");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest gRPC message accepted (a hello, a batch of reports, an admin call): with "
           "the shape limits, a bound on what one agent session can make the coordinator "

@@ -26,10 +26,11 @@ absl::Duration PlanFlaps::Hold(const DwellOptions& base) const {
   return base.flap_hold * (int64_t{1} << (level_ - 1));
 }
 
-bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units,
+bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
                        const DwellOptions& base, absl::Duration now) {
-  const bool flap = !moves_units && base.flap_hold > absl::ZeroDuration() && before_.has_value() &&
-                    *before_ == blocks && now - pushed_at_ < Hold(base) + base.flap_hold;
+  const bool flap = !moves_units && !deliberate && base.flap_hold > absl::ZeroDuration() &&
+                    before_.has_value() && *before_ == blocks &&
+                    now - pushed_at_ < Hold(base) + base.flap_hold;
   if (flap) level_ = std::min(level_ + 1, kMaxDoublings + 1);
   before_ = std::move(in_force_);
   if (moves_units) before_.reset();

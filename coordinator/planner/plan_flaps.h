@@ -23,7 +23,7 @@
 //
 //   PlanFlaps flaps;                                   // one per group
 //   DwellOptions dwell = flaps.Dwell(options, now);    // plan with it
-//   if (decided_a_change) flaps.Pushed(plan.blocks, moves_units, options, now);
+//   if (decided_a_change) flaps.Pushed(plan.blocks, moves_units, probed, options, now);
 //
 // Pure: the caller gives the monotonic time. Not thread-safe: the caller keeps one per
 // group under its own lock.
@@ -47,12 +47,13 @@ class PlanFlaps {
   static constexpr int32_t kMaxDoublings = 4;
 
   // A plan with these blocks (`moves_units`: it reshards) was pushed at `now`, planned
-  // with `base` (Dwell's). Returns whether it undid the change before it (a flap): it
-  // restores the plan before the one in force, which had stood less than flap_hold beyond
-  // the hold in force (a change held by the dwell is undone as soon as its hold ends, if
-  // noise made it).
-  bool Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, const DwellOptions& base,
-              absl::Duration now);
+  // with `base` (Dwell's). `deliberate`: it was chosen to be measured (the step
+  // feedback's probe, or its way back), so it is recorded but never a flap. Returns
+  // whether it undid the change before it (a flap): it restores the plan before the one
+  // in force, which had stood less than flap_hold beyond the hold in force (a change held
+  // by the dwell is undone as soon as its hold ends, if noise made it).
+  bool Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
+              const DwellOptions& base, absl::Duration now);
   // The dwell to plan with at `now`: `base`, with plan_dwell raised to the hold while the
   // group flaps and its plan in force balances. Decays the hold first.
   DwellOptions Dwell(const DwellOptions& base, absl::Duration now);

@@ -84,6 +84,28 @@ TEST_F(GroupRegistryTest, AReportIsCheckedAgainstTheGroupsShapeAndAppliedWhole) 
   EXPECT_TRUE(registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].owner_of_unit.empty());
 }
 
+// The step feedback judges a plan by the steps that ran under it alone: a rank's
+// per-plan samples start afresh with each plan version it reports.
+TEST_F(GroupRegistryTest, StepsAreCountedPerPlanTheRankRan) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  int64_t step = 0;
+  auto report = [&](int64_t version, double seconds) {
+    v1::WorkerReport r = testing::StepReport({}, 0, step++, 4, seconds);
+    r.mutable_step()->set_plan_version(version);
+    ASSERT_TRUE(registry_->Report("agent-1", r).ok());
+  };
+  for (int i = 0; i < 20; ++i) report(/*version=*/0, 0.010);
+  for (int i = 0; i < 3; ++i) report(/*version=*/7, 0.020);
+  GroupSnapshot g = *registry_->Snapshot({"vit", "tp0"}, false);
+  EXPECT_EQ(g.ranks[0].plan_steps, 3);
+  EXPECT_NEAR(g.ranks[0].plan_step_median, 0.020, 1e-12) << "none of plan 0's steps";
+  EXPECT_NEAR(g.ranks[0].step_median, 0.010, 1e-12) << "the plain median spans both";
+  for (int i = 0; i < 30; ++i) report(/*version=*/7, i < 15 ? 0.030 : 0.040);
+  g = *registry_->Snapshot({"vit", "tp0"}, false);
+  EXPECT_EQ(g.ranks[0].plan_steps, 33);
+  EXPECT_NEAR(g.ranks[0].plan_step_median, 0.040, 1e-12) << "over the last 16";
+}
+
 TEST_F(GroupRegistryTest, AForgottenGroupRegisteredAgainIsAnotherIncarnation) {
   Make({.forget_after = absl::Seconds(1)});
   ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());

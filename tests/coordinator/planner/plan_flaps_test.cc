@@ -26,10 +26,10 @@ TEST(PlanFlapsTest, AChangeUndoneSoonIsAFlapAndHoldsTheGroupsChanges) {
   const DwellOptions base;  // 2 s dwell, hysteresis 0.3, flap hold 30 s
   PlanFlaps flaps;
   EXPECT_EQ(flaps.Dwell(base, S(0)).plan_dwell, S(2));
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, base, S(0)));
-  EXPECT_FALSE(flaps.Pushed(Offload(2), false, base, S(20)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(0)));
+  EXPECT_FALSE(flaps.Pushed(Offload(2), false, false, base, S(20)));
   // Back to 3 units 2 s later: the change was noise.
-  EXPECT_TRUE(flaps.Pushed(Offload(3), false, base, S(22)));
+  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(22)));
   EXPECT_EQ(flaps.level(), 1);
   DwellOptions dwell = flaps.Dwell(base, S(23));
   EXPECT_EQ(dwell.plan_dwell, S(30));
@@ -37,19 +37,19 @@ TEST(PlanFlapsTest, AChangeUndoneSoonIsAFlapAndHoldsTheGroupsChanges) {
   EXPECT_THAT(flaps.Describe(base),
               HasSubstr("1 flap counted, so a change of a plan that balances is held 30s"));
   // Undoing the undo is a flap too.
-  EXPECT_TRUE(flaps.Pushed(Offload(2), false, base, S(24)));
+  EXPECT_TRUE(flaps.Pushed(Offload(2), false, false, base, S(24)));
   EXPECT_EQ(flaps.Dwell(base, S(25)).plan_dwell, S(60));
   // A change that stood longer than the hold plus flap_hold is no flap; an undo counts
   // within the hold plus flap_hold (the undo of a held change comes as its hold ends).
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, base, S(24 + 91)));
-  EXPECT_FALSE(flaps.Pushed(Offload(4), false, base, S(116)));
-  EXPECT_TRUE(flaps.Pushed(Offload(3), false, base, S(116 + 60 + 29)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(24 + 91)));
+  EXPECT_FALSE(flaps.Pushed(Offload(4), false, false, base, S(116)));
+  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(116 + 60 + 29)));
   EXPECT_EQ(flaps.Dwell(base, S(206)).plan_dwell, S(120));
   // Up to 16x.
   absl::Duration t = S(206);
   for (int i = 0; i < 6; ++i) {
-    flaps.Pushed(Offload(2), false, base, t += S(1));
-    flaps.Pushed(Offload(3), false, base, t += S(1));
+    flaps.Pushed(Offload(2), false, false, base, t += S(1));
+    flaps.Pushed(Offload(3), false, false, base, t += S(1));
   }
   EXPECT_EQ(flaps.level(), PlanFlaps::kMaxDoublings + 1);
   EXPECT_EQ(flaps.Dwell(base, t).plan_dwell, S(480));
@@ -64,15 +64,15 @@ TEST(PlanFlapsTest, AChangeUndoneSoonIsAFlapAndHoldsTheGroupsChanges) {
 TEST(PlanFlapsTest, APlanThatStoodOrANewOneIsNoFlap) {
   const DwellOptions base;
   PlanFlaps flaps;
-  flaps.Pushed(Offload(3), false, base, S(0));
-  flaps.Pushed(Offload(2), false, base, S(10));
+  flaps.Pushed(Offload(3), false, false, base, S(0));
+  flaps.Pushed(Offload(2), false, false, base, S(10));
   // Restored after 40 s: the change stood.
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, base, S(50)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(50)));
   // A third plan, not the one before.
-  EXPECT_FALSE(flaps.Pushed(Offload(5), false, base, S(51)));
+  EXPECT_FALSE(flaps.Pushed(Offload(5), false, false, base, S(51)));
   // All-local and back is a flap like any other (a calm group's blip).
-  EXPECT_FALSE(flaps.Pushed(Offload(0), false, base, S(52)));
-  EXPECT_TRUE(flaps.Pushed(Offload(5), false, base, S(53)));
+  EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(52)));
+  EXPECT_TRUE(flaps.Pushed(Offload(5), false, false, base, S(53)));
 }
 
 // While the plan in force is all-local, a new straggler is balanced as usual: no hold.
@@ -81,31 +81,45 @@ TEST(PlanFlapsTest, APlanThatStoodOrANewOneIsNoFlap) {
 TEST(PlanFlapsTest, NoHoldWhileAllLocalAndAReshardStartsAfresh) {
   const DwellOptions base;
   PlanFlaps flaps;
-  flaps.Pushed(Offload(3), false, base, S(0));
-  flaps.Pushed(Offload(0), false, base, S(1));
-  EXPECT_TRUE(flaps.Pushed(Offload(3), false, base, S(2)));
+  flaps.Pushed(Offload(3), false, false, base, S(0));
+  flaps.Pushed(Offload(0), false, false, base, S(1));
+  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(2)));
   EXPECT_EQ(flaps.Dwell(base, S(3)).plan_dwell, S(30));
-  EXPECT_TRUE(flaps.Pushed(Offload(0), false, base, S(40)));
+  EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(40)));
   EXPECT_EQ(flaps.level(), 2);
   EXPECT_EQ(flaps.Dwell(base, S(41)).plan_dwell, S(2)) << "all-local in force: no hold";
   // Nor under a plan that only caps experts' capacity.
-  flaps.Pushed({BlockPlan{.block = BlockId(0), .capacity_factor = 1.25}}, false, base, S(42));
+  flaps.Pushed({BlockPlan{.block = BlockId(0), .capacity_factor = 1.25}}, false, false, base,
+               S(42));
   EXPECT_EQ(flaps.Dwell(base, S(43)).plan_dwell, S(2)) << "a cap balances nothing";
   // all-local -> a reshard -> all-local on the new split: no undo.
   PlanFlaps resharded;
-  resharded.Pushed(Offload(0), false, base, S(0));
-  resharded.Pushed(Offload(4), /*moves_units=*/true, base, S(1));
-  EXPECT_FALSE(resharded.Pushed(Offload(0), false, base, S(2)));
+  resharded.Pushed(Offload(0), false, false, base, S(0));
+  resharded.Pushed(Offload(4), /*moves_units=*/true, false, base, S(1));
+  EXPECT_FALSE(resharded.Pushed(Offload(0), false, false, base, S(2)));
   EXPECT_EQ(resharded.level(), 0);
+}
+
+// The step feedback's probe and its way back are chosen to be measured: no flap, but the
+// history follows them (a later undo of the probe's way back is one).
+TEST(PlanFlapsTest, ADeliberateChangeIsNeverAFlap) {
+  const DwellOptions base;
+  PlanFlaps flaps;
+  flaps.Pushed(Offload(3), false, false, base, S(0));
+  EXPECT_FALSE(flaps.Pushed(Offload(4), false, /*deliberate=*/true, base, S(5)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, /*deliberate=*/true, base, S(10)));
+  EXPECT_EQ(flaps.level(), 0);
+  EXPECT_EQ(flaps.Dwell(base, S(11)).plan_dwell, S(2));
+  EXPECT_TRUE(flaps.Pushed(Offload(4), false, false, base, S(12)));
 }
 
 TEST(PlanFlapsTest, FlapHoldZeroTurnsItOff) {
   DwellOptions base;
   base.flap_hold = absl::ZeroDuration();
   PlanFlaps flaps;
-  flaps.Pushed(Offload(3), false, base, S(0));
-  flaps.Pushed(Offload(2), false, base, S(1));
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, base, S(2)));
+  flaps.Pushed(Offload(3), false, false, base, S(0));
+  flaps.Pushed(Offload(2), false, false, base, S(1));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(2)));
   EXPECT_EQ(flaps.Dwell(base, S(3)).plan_dwell, S(2));
 }
 
