@@ -192,12 +192,13 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   correction_why_.clear();
   // Written to the record with the decisions it goes with (their blocks hold the excess).
   std::optional<double> common_fixed;
+  std::optional<absl::Duration> since_change;
+  if (group.plan_changed_at.has_value()) {
+    since_change = clock_->Monotonic() - *group.plan_changed_at;
+  }
   // Inside a flap hold the planner would swallow a probe: the step feedback waits it out.
-  // (GroupPlanner holds by the dwell only where its hysteresis is above the job's.)
-  const bool flap_held = dwell.plan_dwell > options_.dwell.plan_dwell &&
-                         dwell.dwell_hysteresis > policy.hysteresis &&
-                         group.plan_changed_at.has_value() &&
-                         clock_->Monotonic() - *group.plan_changed_at < dwell.plan_dwell;
+  const bool flap_held =
+      dwell.plan_dwell > options_.dwell.plan_dwell && DwellHolds(policy, dwell, since_change);
   if (policy.mode != BalanceMode::kOff &&
       !GatherInputs(group, policy, flap_held, planner_input, lines, common_fixed)) {
     record.reasons = {.before = std::move(lines)};
@@ -206,9 +207,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   const WorkersPlan workers = WorkersRun(group);
   planner_input.in_force = group.plan;
   planner_input.unknown_plan_in_force = workers.version > group.plan.version.value();
-  if (group.plan_changed_at.has_value()) {
-    planner_input.since_change = clock_->Monotonic() - *group.plan_changed_at;
-  }
+  planner_input.since_change = since_change;
   if (!flaps.empty()) lines.push_back(std::move(flaps));
   GroupDecision decision = DecideGroup(planner_input, policy, dwell, &workspace_);
   // Moved, not copied: Explain renders this round's blocks from the record's decisions (a
@@ -530,9 +529,7 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group,
                                                  const StragglerJudge::Verdict& verdict,
                                                  bool balances, bool held,
                                                  std::vector<std::string>& lines) {
-  correction_moved_ = false;
-  correction_why_.clear();
-  if (feedback_ == nullptr) return {};
+  if (feedback_ == nullptr) return {};  // (Decide and DecideHeld reset the flags)
   StepFeedback::Round round;
   round.size = group.size;
   round.held = held;

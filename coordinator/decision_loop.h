@@ -180,8 +180,8 @@ class DecisionLoop {
   // The planner's buffers, kept from one decision to the next (planner.h): the rounds are
   // serial, so one serves every group.
   PlannerWorkspace workspace_ ABSL_GUARDED_BY(tick_mu_);
-  // Whether the round's step correction moved, and its line saying why (StepCorrection
-  // writes them, Decide reads them).
+  // Whether the round's step correction moved, and its lines saying why (Decide and
+  // DecideHeld reset them, StepCorrection writes them, both read them).
   bool correction_moved_ ABSL_GUARDED_BY(tick_mu_) = false;
   std::string correction_why_ ABSL_GUARDED_BY(tick_mu_);
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(tick_mu_);

@@ -48,12 +48,17 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   return DecideGroup(input, policy, dwell, &workspace);
 }
 
+bool DwellHolds(const JobPolicy& policy, const DwellOptions& dwell,
+                std::optional<absl::Duration> since_change) {
+  return since_change.has_value() && *since_change < dwell.plan_dwell &&
+         dwell.dwell_hysteresis > policy.hysteresis;
+}
+
 GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
                           const DwellOptions& dwell, PlannerWorkspace* workspace) {
   GroupDecision out;
   JobPolicy planning = policy;
-  if (policy.mode != BalanceMode::kOff && input.since_change.has_value() &&
-      *input.since_change < dwell.plan_dwell && dwell.dwell_hysteresis > policy.hysteresis) {
+  if (policy.mode != BalanceMode::kOff && DwellHolds(policy, dwell, input.since_change)) {
     planning.hysteresis = dwell.dwell_hysteresis;
     out.notes.push_back(absl::StrCat("plan changed ", absl::FormatDuration(*input.since_change),
                                      " ago: hysteresis ", dwell.dwell_hysteresis, " until the ",

@@ -45,6 +45,12 @@ struct DwellOptions {
   absl::Duration flap_hold = absl::Seconds(30);
 };
 
+// Whether a plan changed `since_change` ago (none: no change yet) is still held by the
+// dwell: within plan_dwell, and the dwell's hysteresis above the job's (DecideGroup then
+// plans with it).
+bool DwellHolds(const JobPolicy& policy, const DwellOptions& dwell,
+                std::optional<absl::Duration> since_change);
+
 struct GroupBlockInput {
   // Its ownership is the one the group plans on: the plan in force's move when it has
   // one, else what the workers run.
