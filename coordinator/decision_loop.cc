@@ -189,6 +189,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   GroupPlannerInput planner_input;
   planner_input.group = GroupId(group.name);
   correction_moved_ = false;
+  correction_undo_ = false;
   correction_why_.clear();
   // Written to the record with the decisions it goes with (their blocks hold the excess).
   std::optional<double> common_fixed;
@@ -208,6 +209,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   planner_input.in_force = group.plan;
   planner_input.unknown_plan_in_force = workers.version > group.plan.version.value();
   planner_input.since_change = since_change;
+  planner_input.in_force_measured_worse = correction_undo_;
   if (!flaps.empty()) lines.push_back(std::move(flaps));
   GroupDecision decision = DecideGroup(planner_input, policy, dwell, &workspace_);
   // Moved, not copied: Explain renders this round's blocks from the record's decisions (a
@@ -292,6 +294,7 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   GroupPlannerInput priced;
   std::optional<double> common_fixed;
   correction_moved_ = false;
+  correction_undo_ = false;
   correction_why_.clear();
   if (GatherInputs(group, policy, /*held=*/true, priced, lines, common_fixed)) {
     const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
@@ -563,6 +566,7 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group,
   const size_t first_line = lines.size();
   StepFeedback::Correction correction = feedback_->Update(group.ref, round, lines);
   correction_moved_ = correction.moved;
+  correction_undo_ = correction.undo;
   correction_why_ =
       correction.news ? absl::StrJoin(lines.begin() + first_line, lines.end(), "; ") : "";
   return std::move(correction.factors);

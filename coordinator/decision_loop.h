@@ -183,6 +183,7 @@ class DecisionLoop {
   // Whether the round's step correction moved, and its lines saying why (Decide and
   // DecideHeld reset them, StepCorrection writes them, both read them).
   bool correction_moved_ ABSL_GUARDED_BY(tick_mu_) = false;
+  bool correction_undo_ ABSL_GUARDED_BY(tick_mu_) = false;  // Correction::undo
   std::string correction_why_ ABSL_GUARDED_BY(tick_mu_);
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(tick_mu_);
   std::map<GroupKey, Entry> entries_ ABSL_GUARDED_BY(mu_);

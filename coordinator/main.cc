@@ -50,7 +50,8 @@ ABSL_FLAG(absl::Duration, plan_dwell, absl::Seconds(2),
           "After a group's plan changes, how long only a large improvement (see "
           "--dwell_hysteresis) changes it again");
 ABSL_FLAG(double, dwell_hysteresis, 0.3,
-          "Improvement a block's new plan needs during --plan_dwell, in [0, 1]");
+          "Improvement a block's new plan needs during --plan_dwell, in [0, 1] (a chronic "
+          "straggler's or a cordon's reshard needs the job's hysteresis only)");
 ABSL_FLAG(absl::Duration, flap_hold, absl::Seconds(30),
           "A plan that undoes the change before it within this long is a flap: the "
           "group's changes are then held this long by --dwell_hysteresis, doubling with "

@@ -6,9 +6,12 @@
 // part that lands in block compute. Under the e2e benchmark's 2x quota, auto left the
 // straggler 33 of 90 units, where static plans leaving it 30 or 18 ran 5% and 10%
 // faster (docs/benchmarks.md, 2026-11-29). No model of the compute prices that; the
-// measured step does. With this loop on, the same job's steps were 5-12% shorter; under
-// a slower device, which the timers see whole, its probes made them 6-8% longer, which
-// is why it is an operator's choice.
+// measured step does. With this loop on, the same job's steps were 5-12% shorter in one
+// hour's runs; under a slower device, which the timers see whole, its probes made them
+// 6-8% longer. In a later hour's 1,000-step runs it was no better than auto alone under
+// the quota (a probe judged against a window the VM slowed by 18% is kept by noise),
+// though once it held the quota oracle's step for 270 steps (2026-11-29 (b)). So it is an
+// operator's choice.
 //
 // Why not the collectives' skew. The first version corrected the rank the others waited
 // for, as told by per-step collective totals (the rank that waits least is the late one).
@@ -27,9 +30,10 @@
 //     `max_factor`, as the job's hysteresis may hold a small one;
 //   - judge: the step under the new plan is kept if it beat the one before by `min_gain`
 //     (a share; 16-step medians under a quota move 2.5% from window to window), and the
-//     loop probes on; otherwise the factor goes back (the planner may keep the plan: it
-//     measured no better) and the loop settles. A climb that gained nothing also tries
-//     one step down;
+//     loop probes on; otherwise the factor goes back and the loop settles. The planner
+//     may keep a plan that measured less than min_gain slower than the one before; one
+//     slower by min_gain or more goes back too (Correction::undo). A climb that gained
+//     nothing also tries one step down;
 //   - settle: no probe for `backoff`, doubled at each settle without a gain (at most 8x);
 //     a step that drifts by more than `drift` from the settled one re-arms it at once
 //     (the straggler changed).
@@ -106,6 +110,11 @@ class StepFeedback {
     // They moved, or the loop changed what it does (a probe judged, a settle): worth a
     // line in the log.
     bool news = false;
+    // A probe failed with its plan measured slower than the plan before it by min_gain or
+    // more: this round's plan must not keep the probe's by hysteresis (GroupPlannerInput::
+    // in_force_measured_worse). (The ownership a probe's reshard moved stays: the way back
+    // prices no reshard of its own.)
+    bool undo = false;
   };
   // Judges the round, appending what it did and why to `lines`.
   Correction Update(const GroupRef& ref, const Round& round, std::vector<std::string>& lines)
@@ -135,6 +144,7 @@ class StepFeedback {
     absl::Duration probe_set_at;
     bool gained_this_climb = false;
     bool resume = false;  // a climb kept under a hold: the next probe goes on its way
+    bool undo = false;    // this round's Correction::undo
     std::optional<absl::Duration> absent_since;  // the target judged calm since
     int32_t settles = 0;  // settles in a row without a gain (the backoff doubles)
     absl::Duration next_probe;

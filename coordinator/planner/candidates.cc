@@ -184,14 +184,24 @@ bool ReshardApplies(const BlockState& block, const PlanCandidate* recommended) {
 // shaped link, tests/integration/learned_link_test.sh). The way back to an even split
 // only has to be no worse than the best plan on the uneven one by that noise
 // (MakeBlockState says why).
+//
+// The hysteresis here is the job's, not the dwell's (group_planner.h), which is raised
+// for a while after each change and for minutes while a group flaps: a reshard is priced
+// only for a rank that has straggled for reshard_after without a break, the count starts
+// again after each move (StragglerJudge), and the persistence is the evidence the raised
+// hysteresis stands in for, as for experts (expert_plan.cc); a cordon's drain is an
+// operator's order, not an estimate. Held by the flap hold's 30%,
+// the 2x quota straggler of the e2e benchmark was never resharded in 1,000 steps (no
+// split could gain more than 15% by its timers), while its offloads flapped on and a
+// static reshard ran its step 1.2x faster (docs/benchmarks.md, 2026-11-29 (b)).
 absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
                                           const PlanCandidate* recommended) {
   const JobPolicy& policy = *block.policy;
   const Problem& problem = block.problem;
   const bool uneven_calm = block.uneven_calm;
   // A cordon is no estimate: draining it needs only the hysteresis.
-  const double margin =
-      block.any_cordoned ? policy.hysteresis : std::max(policy.hysteresis, block.noise);
+  const double margin = block.any_cordoned ? block.reshard_hysteresis
+                                           : std::max(block.reshard_hysteresis, block.noise);
   const double best = recommended->cost.objective;
   const double needed = uneven_calm ? (1 + block.noise) * best : (1 - margin) * best;
   // No split beats every rank computing at its own speed with nothing transferred: with
@@ -282,8 +292,11 @@ absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
   } else {
     cur.note = std::string(cost.status().message());
   }
-  const bool kept =
-      cur.feasible && !BeatsByHysteresis(recommended->cost, cur.cost, block.policy->hysteresis);
+  // A reshard recommended has beaten the best plan on this ownership by its own margin
+  // (EvaluateReshard): the plan in force holds it off by the job's hysteresis only.
+  const double hysteresis = recommended->kind == CandidateKind::kReshard ? block.reshard_hysteresis
+                                                                         : block.policy->hysteresis;
+  const bool kept = cur.feasible && !BeatsByHysteresis(recommended->cost, cur.cost, hysteresis);
   out.verdict = kept ? Verdict::kPushed : Verdict::kListed;
   return out;
 }
@@ -336,11 +349,13 @@ PlanCandidate MakeCandidate(CandidateKind kind, BlockId block, const Problem& pr
 }
 
 BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
-                          const BlockPlan* current, TransferSolver* solver) {
+                          const BlockPlan* current, double reshard_hysteresis,
+                          TransferSolver* solver) {
   BlockState block;
   block.input = &input;
   block.policy = &policy;
   block.current = current;
+  block.reshard_hysteresis = reshard_hysteresis;
   block.solver = solver;
   block.mode = PlanningMode(policy.mode);
   block.owned = OwnedCounts(input);

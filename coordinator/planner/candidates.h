@@ -60,12 +60,16 @@ struct BlockState {
   bool calm = false;
   // A plan other than all-local may be pushed: the mode balances and the group is not calm.
   bool balances = false;
+  // What a reshard must beat the other plans by, besides the noise: the job's hysteresis,
+  // also while a dwell raises policy->hysteresis (PlanBlock's reshard_hysteresis).
+  double reshard_hysteresis = 0;
 };
 
 // `input` and `policy` must be valid (ValidatePlannerInput, ValidatePolicy). Solves the
 // mode's techniques on the current ownership with `solver`.
 BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
-                          const BlockPlan* current, TransferSolver* solver);
+                          const BlockPlan* current, double reshard_hysteresis,
+                          TransferSolver* solver);
 
 // The water level with `pruned` units pruned: every rank computing at its own speed,
 // nothing transferred, all finishing together, (N - pruned + F) / H; or, when that is

@@ -64,6 +64,11 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
                                      " ago: hysteresis ", dwell.dwell_hysteresis, " until the ",
                                      absl::FormatDuration(dwell.plan_dwell), " dwell ends"));
   }
+  if (input.in_force_measured_worse) {
+    out.notes.push_back(
+        "the plan in force ran slower than the plan before it (the step feedback's failed "
+        "probe): the best plan replaces it, with no hysteresis");
+  }
   out.planned_with = planning;
   WorkloadPlan desired;
   desired.group = input.group;
@@ -80,7 +85,12 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
     }
     current.owner_of_unit.clear();  // the input's ownership already has the move
     current.capacity_factor = 0;    // the policy's, set below, whatever the planner chose
-    absl::StatusOr<BlockDecision> decision = PlanBlock(block.input, planning, &current, workspace);
+    // A block of experts keeps its plan in force even then: its replicas are the step
+    // feedback's concern only through the straggler's speed, and the plan in force also
+    // sets the band its loads are judged balanced in (expert_plan.h).
+    const bool unheld = input.in_force_measured_worse && !block.units_divide;
+    absl::StatusOr<BlockDecision> decision =
+        PlanBlock(block.input, planning, unheld ? nullptr : &current, policy.hysteresis, workspace);
     if (!decision.ok()) {
       out.failed[id] = std::string(decision.status().message());
       continue;

@@ -36,7 +36,8 @@ namespace ballast::coordinator {
 // estimates of a time-sliced or quota-throttled rank swing by more than the hysteresis
 // from one planning round to the next; without the dwell, plans flip between near-equal
 // neighbours on most rounds. A new straggler still gets a plan at once: it improves the
-// step by far more.
+// step by far more. A reshard for a chronic straggler is not held (its persistence is the
+// evidence: candidates.cc's EvaluateReshard).
 // A group whose changes keep being undone is held longer (plan_flaps.h): flap_hold, the
 // first hold after a flap (0: never held longer).
 struct DwellOptions {
@@ -78,6 +79,11 @@ struct GroupPlannerInput {
   bool unknown_plan_in_force = false;
   // Since the plan in force was pushed (none: no change yet, so no dwell).
   std::optional<absl::Duration> since_change;
+  // The plan in force was measured slower than the plan before it (a failed probe of
+  // the step feedback, step_feedback.h): it is not kept by hysteresis or dwell; the
+  // blocks are planned as if none were in force, and the best plan goes out (blocks of
+  // experts excepted: their plan in force also sets the band their loads are judged in).
+  bool in_force_measured_worse = false;
 };
 
 struct GroupDecision {

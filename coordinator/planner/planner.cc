@@ -100,7 +100,17 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
 
 absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPolicy& policy,
                                         const BlockPlan* current, PlannerWorkspace* workspace) {
+  return PlanBlock(input, policy, current, policy.hysteresis, workspace);
+}
+
+absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPolicy& policy,
+                                        const BlockPlan* current, double reshard_hysteresis,
+                                        PlannerWorkspace* workspace) {
   BALLAST_RETURN_IF_ERROR(ValidateInputs(input, policy));
+  if (!(reshard_hysteresis >= 0 && reshard_hysteresis <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard_hysteresis ", reshard_hysteresis, " out of range [0, 1]"));
+  }
   if (PlansByLoads(input, policy)) return planner_internal::PlanExperts(input, policy, current);
   if (!input.unit_work.empty()) {
     // Loads given but planned by counts (a cordon, the resize mode): a unit is then the
@@ -110,7 +120,7 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
     const double mean = std::accumulate(input.unit_work.begin(), input.unit_work.end(), 0.0) /
                         static_cast<double>(input.unit_work.size());
     for (PlannerRank& r : by_count.ranks) r.seconds_per_unit *= std::max(mean, 1.0);
-    return PlanBlock(by_count, policy, current, workspace);
+    return PlanBlock(by_count, policy, current, reshard_hysteresis, workspace);
   }
   const std::span<const CandidateEntry> list = CandidateList();
   BlockDecision d;
@@ -119,7 +129,8 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   // every later small allocation slower (5% more instructions on the benchmark's
   // straggler_2x migrate case).
   d.candidates.reserve(list.size());
-  const BlockState block = MakeBlockState(input, policy, current, &workspace->solver());
+  const BlockState block =
+      MakeBlockState(input, policy, current, reshard_hysteresis, &workspace->solver());
   d.ideal_step_seconds = WaterLevel(block, 0);
   d.all_local_step_seconds = block.all_local_step_seconds;
   d.calm = block.calm;

@@ -18,11 +18,12 @@
 // cordons (a cordoned rank computes nothing). When a rank is chronic or cordoned it also
 // prices a reshard to the water-filled ownership (halfway there from a split already
 // uneven, no cordon: ownership.h's HalfwayCounts), chosen when it beats the best plan on
-// the current ownership by the hysteresis and (no cordon) by the straggler threshold
-// t / (1 + t); and it keeps the current plan unless the new one is better by the policy's
-// hysteresis. A calm group (no straggler) runs all-local; one calm for a while on an
-// uneven split (its straggler recovered) reshards back to the even split, chosen when no
-// worse than the best plan on the uneven split by t / (1 + t), hysteresis or not.
+// the current ownership by the hysteresis (the job's, even inside a dwell) and (no cordon)
+// by the straggler threshold t / (1 + t); and it keeps the current plan unless the new
+// one is better by the policy's hysteresis. A calm group (no straggler) runs all-local;
+// one calm for a while on an uneven split (its straggler recovered) reshards back to the
+// even split, chosen when no worse than the best plan on the uneven split by t / (1 + t),
+// hysteresis or not.
 // ExplainDecision says why, from the decision and the same input and policy: rendered
 // when someone asks (`ballastctl explain`), not with every decision, since most are never
 // read and the text cost from a tenth (the benchmark's stress case) to a third (one
@@ -100,6 +101,13 @@ class PlannerWorkspace {
 // budgets (resize mode, cordoned units over budget).
 absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPolicy& policy,
                                         const BlockPlan* current, PlannerWorkspace* workspace);
+// The same inside a dwell (group_planner.h: DecideGroup): `policy` carries the dwell's
+// raised hysteresis, which holds off changes on the current ownership, and a reshard is
+// held off only by `reshard_hysteresis`, the job's own (in [0, 1]; candidates.cc's
+// EvaluateReshard says why).
+absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPolicy& policy,
+                                        const BlockPlan* current, double reshard_hysteresis,
+                                        PlannerWorkspace* workspace);
 // The same with a workspace of its own, allocated for this call: for one-off decisions
 // (tests); a caller that plans block after block passes its workspace.
 absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPolicy& policy,

@@ -22,6 +22,7 @@ using ::testing::Contains;
 using ::testing::DoubleNear;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const GroupRef kGroup{.key = {"vit", "tp0"}, .incarnation = 1};
 
@@ -220,6 +221,27 @@ TEST_F(StepFeedbackTest, AStepThatDriftsUnderTheSamePlanReArmsTheProbes) {
   EXPECT_THAT(lines_[lines_.size() - 2], HasSubstr("moved from 0.2000 s to 0.2400 s"));
 }
 
+// A probe whose plan ran slower than the plan before it by min_gain or more takes that
+// plan back too (Correction::undo: no hysteresis keeps it); one within the noise leaves
+// the plan to the planner.
+TEST_F(StepFeedbackTest, AProbeMeasuredWorseTakesItsPlanBack) {
+  EXPECT_FALSE(Update(Ran(1, 0.200)).undo);  // probe to 1.25
+  StepFeedback::Correction c = Update(Ran(2, 0.240));
+  EXPECT_EQ(c.factors[1], 1);
+  EXPECT_TRUE(c.undo);
+  EXPECT_THAT(lines_.back(),
+              HasSubstr("the factor goes back, and no hysteresis keeps the probe's"));
+  EXPECT_FALSE(Update(Ran(3, 0.200)).undo) << "said once, for the round that judged it";
+
+  StepFeedback other(&clock_, options_);
+  const GroupRef group{.key = {"vit", "tp1"}, .incarnation = 1};
+  other.Update(group, Ran(1, 0.200), lines_);
+  c = other.Update(group, Ran(2, 0.205), lines_);  // 2.5% slower: within the noise
+  EXPECT_EQ(c.factors[1], 1);
+  EXPECT_FALSE(c.undo);
+  EXPECT_THAT(lines_.back(), Not(HasSubstr("no hysteresis")));
+}
+
 TEST(StepFeedbackOptionsTest, BadOptionsNameTheField) {
   EXPECT_THAT(ValidateStepFeedbackOptions({.probe = 0}).message(), HasSubstr("probe 0"));
   EXPECT_THAT(ValidateStepFeedbackOptions({.min_gain = 1}).message(), HasSubstr("min_gain 1"));
@@ -251,7 +273,8 @@ struct LoopResult {
   std::vector<std::string> why;  // the last decision's lines
 };
 
-LoopResult RunLoop(bool feedback) {
+LoopResult RunLoop(bool feedback, double straggler_seconds_per_unit = 2.4e-3,
+                   double hysteresis = 0.05) {
   testing::FakeClock clock;
   testing::InMemoryPolicyStore store;
   std::unique_ptr<SpeedModel> speeds = *SpeedModel::Create(SpeedModelOptions{}, &clock);
@@ -268,6 +291,7 @@ LoopResult RunLoop(bool feedback) {
   JobPolicy policy;
   policy.mode = BalanceMode::kMigrate;
   policy.report_period = absl::Milliseconds(100);
+  policy.hysteresis = hysteresis;
   EXPECT_TRUE(settings->SetPolicy("vit", policy).ok());
   testing::GroupSpec spec;
   spec.owner_of_unit.assign(32, 0);
@@ -289,7 +313,7 @@ LoopResult RunLoop(bool feedback) {
         }
       }
     }
-    const double busy[2] = {units[0] * 1e-3, units[1] * 2.4e-3};
+    const double busy[2] = {units[0] * 1e-3, units[1] * straggler_seconds_per_unit};
     const double wall = std::max(busy[0], busy[1]) + 2e-3;
     for (int32_t rank : {0, 1}) {
       const double compute = units[rank] * (rank == 0 ? 1e-3 : 1.5e-3);
@@ -322,6 +346,22 @@ TEST(StepFeedbackLoopTest, TheLoopMovesMoreOffAStragglerSlowerThanItsTimersShow)
   EXPECT_LE(closed.step, 1.05 * 0.025) << "within 5% of the best";
   EXPECT_LE(closed.plans, timers.plans + 8) << "a probe or two a gain, then settled";
   EXPECT_THAT(closed.why, Contains(HasSubstr("step feedback: rank 1's seconds per unit")));
+}
+
+// A slower device: rank 1's units cost it what its timers say (1.5 ms), so the timers'
+// plan (13 units, a 21.5 ms step) is the best, and a probe can only lose. With a job
+// hysteresis of 10% the probe's plan (11 units: 23 ms, 7% slower) would be kept once the
+// factor went back (the timers' plan predicts 19.5 ms against its 21 ms: 7.1% better,
+// short of 10%); measured slower, it is taken back, and the loop settles on the timers'
+// plan.
+TEST(StepFeedbackLoopTest, UnderASlowerDeviceAFailedProbesPlanIsTakenBack) {
+  const LoopResult timers = RunLoop(/*feedback=*/false, 1.5e-3, /*hysteresis=*/0.1);
+  EXPECT_EQ(timers.straggler_units, 13);
+  EXPECT_NEAR(timers.step, 0.0215, 1e-4);
+  const LoopResult closed = RunLoop(/*feedback=*/true, 1.5e-3, /*hysteresis=*/0.1);
+  EXPECT_EQ(closed.straggler_units, 13);
+  EXPECT_NEAR(closed.step, timers.step, 1e-9);
+  EXPECT_LE(closed.plans, timers.plans + 4) << "a probe and its way back, then settled";
 }
 
 }  // namespace

@@ -179,6 +179,67 @@ TEST(GroupPlannerTest, AReshardMovesUnitsAndIsRestatedUntilConfirmed) {
   EXPECT_TRUE(confirmed.change->blocks.empty()) << "all-local on the new ownership";
 }
 
+// `in` with a plan in force (pushed a second ago, under the migrate policy) offloading
+// `units` of rank 1's units to rank 0 in block 0.
+GroupPlannerInput OffloadingOneSecondAgo(GroupPlannerInput in, int32_t units) {
+  in.in_force.group = GroupId("tp0");
+  in.in_force.version = PlanVersion(5);
+  in.in_force.imputation = Migrate().imputation;
+  in.in_force.priority = Migrate().priority;
+  in.in_force.blocks.push_back({.block = BlockId(0), .offloads = {{RankId(1), RankId(0), units}}});
+  in.since_change = absl::Seconds(1);
+  return in;
+}
+
+// A dwell of a minute at 30% (a flap hold's).
+constexpr DwellOptions kLongDwell{.plan_dwell = absl::Seconds(60), .dwell_hysteresis = 0.3};
+
+// Rank 1 at 3 s/unit, tau 1, the plan in force offloading 1 of its units: 10 s a step.
+// Offloading 2 takes 8 s, 20% better: past the job's hysteresis, short of the dwell's
+// 30%, so the dwell (or a flap hold, a longer dwell) holds the plan in force. With rank 1
+// chronic, the water-filled split (6 units on rank 0, 2 on rank 1) takes 6 s with no
+// transfers: it beats the best plan on the even split (8 s) by more than the straggler
+// threshold's margin (0.1 / 1.1) and the plan in force by more than the job's
+// hysteresis, and it goes out, dwell or not: the persistence is the evidence.
+TEST(GroupPlannerTest, ADwellDoesNotHoldOffAChronicStragglersReshard) {
+  GroupPlannerInput in = OffloadingOneSecondAgo(OneBlock(TwoRanks(3, 1)), 1);
+
+  GroupDecision held = DecideGroup(in, Migrate(), kLongDwell);
+  EXPECT_FALSE(held.change.has_value()) << absl::StrJoin(ExplainGroup(in, held), "\n");
+  GroupDecision undwelt =
+      DecideGroup(in, Migrate(), DwellOptions{.plan_dwell = absl::ZeroDuration()});
+  ASSERT_TRUE(undwelt.change.has_value()) << "no dwell: the 20% better offload goes out";
+  EXPECT_FALSE(undwelt.moves_units);
+
+  in.blocks[0].input.ranks[1].chronic = true;
+  GroupDecision d = DecideGroup(in, Migrate(), kLongDwell);
+  ASSERT_TRUE(d.change.has_value()) << absl::StrJoin(ExplainGroup(in, d), "\n");
+  EXPECT_TRUE(d.moves_units);
+  ASSERT_EQ(d.change->blocks.size(), 1u);
+  const std::vector<RankId>& moved = d.change->blocks[0].owner_of_unit;
+  EXPECT_EQ(std::count(moved.begin(), moved.end(), RankId(0)), 6);
+  EXPECT_NEAR(d.blocks.at(0).predicted_step_seconds, 6, 1e-9);
+}
+
+// Rank 1 at 2 s/unit, tau 0.01: offloading 1 unit takes 6.01 s, 2 units 6.02 s, within
+// any hysteresis of each other. A plan in force that the step feedback measured slower
+// than the one before it (its failed probe's) is not kept by that hysteresis, nor by a
+// dwell: the best plan replaces it.
+TEST(GroupPlannerTest, APlanMeasuredWorseIsNotKeptByHysteresis) {
+  GroupPlannerInput in = OffloadingOneSecondAgo(OneBlock(TwoRanks(2, 0.01)), 2);
+  EXPECT_FALSE(DecideGroup(in, Migrate(), kLongDwell).change.has_value());
+  EXPECT_FALSE(DecideGroup(in, Migrate(), DwellOptions{}).change.has_value());
+
+  in.in_force_measured_worse = true;
+  GroupDecision d = DecideGroup(in, Migrate(), kLongDwell);
+  ASSERT_TRUE(d.change.has_value());
+  ASSERT_EQ(d.change->blocks.size(), 1u);
+  ASSERT_EQ(d.change->blocks[0].offloads.size(), 1u);
+  EXPECT_EQ(d.change->blocks[0].offloads[0].units, 1);
+  EXPECT_THAT(absl::StrJoin(ExplainGroup(in, d), "\n"),
+              HasSubstr("ran slower than the plan before it"));
+}
+
 // A plan that names no block (mode off) drops a restated move: the workers keep the
 // ownership they run, and the coordinator plans on what they report from then on.
 TEST(GroupPlannerTest, ModeOffPushesAllLocalWithoutRestatingAMove) {

@@ -230,5 +230,19 @@ TEST(PlannerTest, AReshardBeatsTheThresholdUnlessACordonIsDrained) {
   EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
 }
 
+// The reshard's own hysteresis (DecideGroup passes the job's inside a dwell) is checked
+// like the policy's.
+TEST(PlannerTest, AReshardHysteresisOutOfRangeIsRejected) {
+  Case k = Straggler();
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    PlannerWorkspace workspace;
+    absl::StatusOr<BlockDecision> d = PlanBlock(MakeInput(k), k.policy, nullptr, bad, &workspace);
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(d.status().message(), HasSubstr("reshard_hysteresis"));
+    EXPECT_THAT(d.status().message(), HasSubstr("out of range [0, 1]"));
+  }
+}
+
 }  // namespace
 }  // namespace ballast::coordinator
