@@ -188,9 +188,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   }
   GroupPlannerInput planner_input;
   planner_input.group = GroupId(group.name);
-  correction_moved_ = false;
-  correction_undo_ = false;
-  correction_why_.clear();
+  correction_ = {};
   // Written to the record with the decisions it goes with (their blocks hold the excess).
   std::optional<double> common_fixed;
   std::optional<absl::Duration> since_change;
@@ -209,7 +207,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   planner_input.in_force = group.plan;
   planner_input.unknown_plan_in_force = workers.version > group.plan.version.value();
   planner_input.since_change = since_change;
-  planner_input.in_force_measured_worse = correction_undo_;
+  planner_input.in_force_measured_worse = correction_.undo;
   if (!flaps.empty()) lines.push_back(std::move(flaps));
   GroupDecision decision = DecideGroup(planner_input, policy, dwell, &workspace_);
   // Moved, not copied: Explain renders this round's blocks from the record's decisions (a
@@ -251,8 +249,8 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
                     .planned = std::move(planner_input),
                     .decision = std::move(decision),
                     .after = std::move(after)};
-  out.probed = correction_moved_;
-  out.probe = correction_why_;
+  out.probed = correction_.moved;
+  out.probe = correction_.why;
   if (!change.has_value()) return out;
   out.change = Numbered(group, workers, *std::move(change));
   // A reshard restarts the count to chronic (StragglerJudge::UnitsMoved), once published.
@@ -293,9 +291,7 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   std::vector<std::string> lines, after;
   GroupPlannerInput priced;
   std::optional<double> common_fixed;
-  correction_moved_ = false;
-  correction_undo_ = false;
-  correction_why_.clear();
+  correction_ = {};
   if (GatherInputs(group, policy, /*held=*/true, priced, lines, common_fixed)) {
     const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
     JobPolicy pricing = policy;
@@ -333,7 +329,7 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
                     .planned = std::move(input),
                     .decision = std::move(decision),
                     .after = std::move(after)};
-  out.probe = correction_why_;  // a probe the hold dropped
+  out.probe = correction_.why;  // a probe the hold dropped
   if (change.has_value()) out.change = Numbered(group, workers, *std::move(change));
   return out;
 }
@@ -532,7 +528,7 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group,
                                                  const StragglerJudge::Verdict& verdict,
                                                  bool balances, bool held,
                                                  std::vector<std::string>& lines) {
-  if (feedback_ == nullptr) return {};  // (Decide and DecideHeld reset the flags)
+  if (feedback_ == nullptr) return {};  // (Decide and DecideHeld reset correction_)
   StepFeedback::Round round;
   round.size = group.size;
   round.held = held;
@@ -565,10 +561,10 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group,
   round.step_seconds = step;
   const size_t first_line = lines.size();
   StepFeedback::Correction correction = feedback_->Update(group.ref, round, lines);
-  correction_moved_ = correction.moved;
-  correction_undo_ = correction.undo;
-  correction_why_ =
-      correction.news ? absl::StrJoin(lines.begin() + first_line, lines.end(), "; ") : "";
+  correction_ = {
+      .moved = correction.moved,
+      .undo = correction.undo,
+      .why = correction.news ? absl::StrJoin(lines.begin() + first_line, lines.end(), "; ") : ""};
   return std::move(correction.factors);
 }
 

@@ -180,11 +180,15 @@ class DecisionLoop {
   // The planner's buffers, kept from one decision to the next (planner.h): the rounds are
   // serial, so one serves every group.
   PlannerWorkspace workspace_ ABSL_GUARDED_BY(tick_mu_);
-  // Whether the round's step correction moved, and its lines saying why (Decide and
-  // DecideHeld reset them, StepCorrection writes them, both read them).
-  bool correction_moved_ ABSL_GUARDED_BY(tick_mu_) = false;
-  bool correction_undo_ ABSL_GUARDED_BY(tick_mu_) = false;  // Correction::undo
-  std::string correction_why_ ABSL_GUARDED_BY(tick_mu_);
+  // The round's step correction as StepCorrection left it (Decide and DecideHeld reset
+  // it, both read it): whether the factors moved and whether the plan in force must go
+  // (StepFeedback::Correction), and its lines saying why when there is news.
+  struct RoundCorrection {
+    bool moved = false;
+    bool undo = false;
+    std::string why;
+  };
+  RoundCorrection correction_ ABSL_GUARDED_BY(tick_mu_);
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(tick_mu_);
   std::map<GroupKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;
