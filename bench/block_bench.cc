@@ -8,6 +8,11 @@
 //             rank 0, against both computing their own units.
 //   overhead: the plan machinery with an empty plan against a plain TP MLP (the same
 //             GEMMs and all-reduces, no plan, ranges or timers). Target: <= 1%.
+//   skew:     2 ranks (threads), each pinned to a core of its own as the job harness pins
+//             ranks, both busy until an all-reduce of a block's output (batch x seq x
+//             hidden floats), rank 0 arriving --skew_ms later: the seconds each spends
+//             inside it. What a late rank pays for a collective its peer already waits in
+//             (gloo_communicator.cc, "Sends are posted before receives").
 //
 // Timings are medians over --reps steps after one warm-up step. Ratios within one run
 // are what to compare on a shared machine.
@@ -15,6 +20,8 @@
 // --backend=cuda runs the one-rank benchmarks (prune, overhead at one rank) on GPU 0.
 // Several ranks on CUDA need one process per GPU, which this benchmark (ranks as threads)
 // does not launch: those lines say "skipped" instead.
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,12 +33,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "ballast/ballast.h"
 #include "common/status_macros.h"
 
-ABSL_FLAG(std::string, which, "prune,offload,overhead", "Comma-separated benchmarks to run");
+ABSL_FLAG(std::string, which, "prune,offload,overhead,skew", "Comma-separated benchmarks to run");
 ABSL_FLAG(int, hidden, 768, "Hidden size (ViT-Base: 768)");
 ABSL_FLAG(int, intermediate, 3072, "MLP size (ViT-Base: 3072)");
 ABSL_FLAG(int, heads, 12, "Attention heads (ViT-Base: 12)");
@@ -44,6 +52,8 @@ ABSL_FLAG(std::string, shape, "vit",
           "vit: the flags above, a ViT block (GELU, bidirectional MHA); llama: a decoder "
           "block (hidden 1024, 16 heads in 4 KV groups, causal, RoPE, SwiGLU 2816, 4 x 256 "
           "tokens), overriding them");
+ABSL_FLAG(std::string, skew_ms, "0,1,5",
+          "skew: how much later rank 0 arrives at the all-reduce, in ms (comma-separated)");
 ABSL_FLAG(int, mean_interval, 0,
           "Steps between samples of the running means (0: the block's default); the "
           "overhead bench's knob for the share of the means in the plan machinery");
@@ -131,13 +141,26 @@ bool Runnable(const char* bench, int ranks) {
 }
 
 // Runs `body(rank, backend)` on `size` ranks as threads of this process, on --backend.
+// `pin`: each rank's thread is bound to core rank % cores before its backend connects, so
+// the threads its communicator starts share that core, as in a pinned rank process.
 absl::Status RunRanks(int size, const std::string& prefix,
-                      const std::function<absl::Status(int, Backend&)>& body) {
+                      const std::function<absl::Status(int, Backend&)>& body, bool pin = false) {
   RendezvousStore store = RendezvousStore::InProcess();
   std::vector<absl::Status> results(size);
   std::vector<std::thread> threads;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
+      if (pin) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r % cores, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) {  // 0: the calling thread
+          results[r] =
+              absl::InternalError(absl::StrFormat("rank %d: cannot pin to core %d", r, r % cores));
+          return;
+        }
+      }
       absl::StatusOr<std::unique_ptr<Backend>> backend;
       if (BackendName() == "cuda") {
         CudaBackendOptions options;
@@ -423,6 +446,57 @@ absl::Status BenchOverhead(const Shape& s, int reps) {
   return absl::OkStatus();
 }
 
+// Keeps this thread busy, as a rank computing, for `seconds`.
+void Spin(double seconds) {
+  const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+  volatile double sink = 1.0;
+  while (Clock::now() < until) {
+    for (int i = 0; i < 1000; ++i) sink = sink * 0.999999 + 1e-9;
+  }
+}
+
+absl::Status BenchSkew(const Shape& s, int reps) {
+  if (!Runnable("skew", 2)) return absl::OkStatus();
+  std::vector<double> skews_ms;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_skew_ms), ',')) {
+    double ms = 0;
+    if (!absl::SimpleAtod(part, &ms) || !(ms >= 0) || ms > 1000) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--skew_ms: '%s' is not a delay in [0, 1000] ms", std::string(part)));
+    }
+    skews_ms.push_back(ms);
+  }
+  const size_t n = s.activations();
+  constexpr double kBusySeconds = 0.004;  // both ranks' work before each collective
+  for (const double skew_ms : skews_ms) {
+    std::vector<std::vector<double>> inside(2);
+    BALLAST_RETURN_IF_ERROR(RunRanks(
+        2, absl::StrFormat("bench-skew-%g", skew_ms),
+        [&](int r, Backend& backend) -> absl::Status {
+          BALLAST_ASSIGN_OR_RETURN(Buffer y, backend.compute().Allocate(n));
+          backend.compute().Fill(y.data(), 1.0f, n);
+          // Many short reps: a skewed collective's cost is set by the scheduler's tick.
+          for (int i = 0; i <= 10 * reps; ++i) {
+            Spin(kBusySeconds + (r == 0 ? skew_ms / 1e3 : 0.0));
+            const auto start = Clock::now();
+            BALLAST_RETURN_IF_ERROR(backend.comm().AllReduceSum(y.data(), n));
+            if (i > 0) inside[r].push_back(Seconds(start));
+            backend.compute().Fill(y.data(), 1.0f, n);
+          }
+          return absl::OkStatus();
+        },
+        /*pin=*/true));
+    std::printf(
+        "{\"bench\":\"skew\",\"backend\":\"%s\",\"ranks\":2,\"pinned\":true,\"floats\":%zu,"
+        "\"skew_ms\":%g,\"reps\":%zu,\"late_inside_seconds_median\":%.6f,"
+        "\"late_inside_seconds_p90\":%.6f,\"early_inside_seconds_median\":%.6f}\n",
+        BackendName().c_str(), n, skew_ms, inside[0].size(), Median(inside[0]),
+        Quantile(inside[0], 0.9), Median(inside[1]));
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace ballast
 
@@ -460,8 +534,10 @@ int main(int argc, char** argv) {
       // Its plain baseline is a GELU MLP: compare like with like.
       status = shape.llm ? absl::InvalidArgumentError("overhead runs on --shape=vit only")
                          : ballast::BenchOverhead(shape, reps);
+    } else if (which == "skew") {
+      status = ballast::BenchSkew(shape, reps);
     } else {
-      std::fprintf(stderr, "unknown benchmark '%.*s' (prune, offload, overhead)\n",
+      std::fprintf(stderr, "unknown benchmark '%.*s' (prune, offload, overhead, skew)\n",
                    static_cast<int>(which.size()), which.data());
       return 2;
     }

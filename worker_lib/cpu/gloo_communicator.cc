@@ -114,6 +114,20 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
       new GlooCommunicator(rank, size, std::move(context), timeout_ms));
 }
 
+// Sends are posted before receives, in the swap and in Exchange, because of how Gloo's
+// TCP pairs share work between the calling thread and the device's event-loop thread.
+// A send whose peer already waits is written in place by the calling thread, holding
+// the pair's mutex. The loop thread only try-locks that mutex; when it fails, it returns
+// to a level-triggered epoll that fires again at once, so it spins. Were the receive
+// posted first, the waiting peer's payload (released by the receive's ready notice)
+// would arrive during that write and wake the loop thread; on a rank whose threads share
+// one core (a pinned rank, or a container with a one-CPU quota) the woken loop thread
+// preempts the writer that holds the mutex and then spins until the scheduler's tick
+// takes the core back. Measured on 2 cores, a ViT step's 2.4 MB all-reduces: the late
+// rank spent 4.3 ms inside each (median; a 4 ms tick) with the receive first, 0.36 ms
+// with the send first (docs/benchmarks.md, 2026-11-29 (d)). Posting the send first, the
+// peer's payload cannot leave before this rank's receive is posted, after its write.
+//
 // Why not gloo::allreduce: on loopback TCP it costs about 1 ms a call whatever the size
 // (16 floats: 1.1 ms; a ViT block's 786 KB output: 1.9-2.3 ms), while exchanging 786 KB
 // through unbound buffers costs 0.35-0.45 ms. Gloo's older algorithm classes are fast
@@ -123,7 +137,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
 // Two ranks swap their whole buffers and each adds the other's: one round trip, the
 // fewest a collective can have, which matters most on a rank that must wait for the CPU
 // at every wake-up (a throttled straggler). a + b == b + a exactly, so both ranks end
-// with bitwise the same values.
+// with bitwise the same values. The send is posted first (below).
 //
 // More ranks use a ring. Chunk k of the data is [n*k/p, n*(k+1)/p). In reduce-scatter
 // step s, rank r sends chunk (r - s) mod p to its right and folds chunk (r - s - 1) mod p
@@ -149,8 +163,8 @@ void GlooCommunicator::RingAllReduce(T* data, size_t n, Combine combine,
   if (p == 2) {
     if (scratch.size() < n) scratch.resize(n);
     auto incoming = context_->createUnboundBuffer(scratch.data(), n * sizeof(T));
+    send_view->send(right, slot(0));  // first: see "Sends are posted before receives"
     incoming->recv(right, slot(0));
-    send_view->send(right, slot(0));
     wait(send_view.get(), incoming.get());
     std::transform(data, data + n, scratch.data(), data, combine);
     return;
@@ -275,17 +289,18 @@ absl::Status GlooCommunicator::Exchange(absl::Span<const PeerTransfer> sends,
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> send_buffers;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> recv_buffers;
   return Guard("exchange", [&] {
-    for (const auto& r : recvs) {
-      if (r.count == 0) continue;
-      auto buf = context_->createUnboundBuffer(r.data, r.count * sizeof(float));
-      buf->recv(r.peer, slot(received_from[r.peer]++));
-      recv_buffers.push_back(std::move(buf));
-    }
+    // Sends first: see "Sends are posted before receives" above RingAllReduce.
     for (const auto& s : sends) {
       if (s.count == 0) continue;
       auto buf = context_->createUnboundBuffer(s.data, s.count * sizeof(float));
       buf->send(s.peer, slot(sent_to[s.peer]++));
       send_buffers.push_back(std::move(buf));
+    }
+    for (const auto& r : recvs) {
+      if (r.count == 0) continue;
+      auto buf = context_->createUnboundBuffer(r.data, r.count * sizeof(float));
+      buf->recv(r.peer, slot(received_from[r.peer]++));
+      recv_buffers.push_back(std::move(buf));
     }
     for (auto& b : send_buffers) WaitSent(b.get(), timeout_);
     for (auto& b : recv_buffers) WaitReceived(b.get(), timeout_);
