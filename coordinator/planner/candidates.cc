@@ -294,8 +294,20 @@ absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
   }
   // A reshard recommended has beaten the best plan on this ownership by its own margin
   // (EvaluateReshard): the plan in force holds it off by the job's hysteresis only.
-  const double hysteresis = recommended->kind == CandidateKind::kReshard ? block.reshard_hysteresis
-                                                                         : block.policy->hysteresis;
+  double hysteresis = recommended->kind == CandidateKind::kReshard ? block.reshard_hysteresis
+                                                                   : block.policy->hysteresis;
+  // On a split a reshard left uneven (a straggler's, not a calm group's way home, nor a
+  // cordon's drain), a new plan of the techniques must also beat the plan in force by the
+  // noise, as the reshard had to: the estimates now were measured under the load the
+  // move set, and under a quota a rank's speed moves with its load. Measured: auto offloaded
+  // on top of a 2x quota straggler's reshard, by the model a gain beyond the hysteresis,
+  // and each time the step ran 10-20% slower (123 -> 136 -> 148 ms; under a 3x device
+  // 114 -> 125 ms), where the reshard alone was within 7% of the best static plan
+  // (docs/benchmarks.md, 2026-11-29 (d)).
+  if (recommended->kind != CandidateKind::kReshard && !block.even && !block.any_cordoned &&
+      !block.uneven_calm) {
+    hysteresis = std::max(hysteresis, block.noise);
+  }
   const bool kept = cur.feasible && !BeatsByHysteresis(recommended->cost, cur.cost, hysteresis);
   out.verdict = kept ? Verdict::kPushed : Verdict::kListed;
   return out;

@@ -13,7 +13,8 @@
 //              the mode's best (the mode's own being infeasible is an error);
 //   reshard    recommended when it beats the recommendation by the margin (hysteresis,
 //              straggler threshold, or estimate noise on the way back to an even split);
-//   current    pushed (kept) unless the recommendation beats it by the hysteresis.
+//   current    pushed (kept) unless the recommendation beats it by the hysteresis (and,
+//              on a split a straggler's reshard left uneven, by the noise too).
 // The decision pushes the entry pushed, if any, else the recommendation.
 #ifndef BALLAST_COORDINATOR_PLANNER_CANDIDATES_H_
 #define BALLAST_COORDINATOR_PLANNER_CANDIDATES_H_

@@ -20,7 +20,8 @@
 // uneven, no cordon: ownership.h's HalfwayCounts), chosen when it beats the best plan on
 // the current ownership by the hysteresis (the job's, even inside a dwell) and (no cordon)
 // by the straggler threshold t / (1 + t); and it keeps the current plan unless the new
-// one is better by the policy's hysteresis. A calm group (no straggler) runs all-local;
+// one is better by the policy's hysteresis (on a split a straggler's reshard left uneven,
+// also by t / (1 + t): the estimates there come from the load the move set). A calm group (no straggler) runs all-local;
 // one calm for a while on an uneven split (its straggler recovered) reshards back to the
 // even split, chosen when no worse than the best plan on the uneven split by t / (1 + t),
 // hysteresis or not.

@@ -95,6 +95,56 @@ TEST(PlannerHysteresisTest, KeepsAnEquallyGoodCurrentPlanAndDropsAnInfeasibleOne
   EXPECT_THAT(fixed->explanation, HasSubstr("budget"));
 }
 
+TEST(PlannerHysteresisTest, OnAReshardedSplitANewPlanMustAlsoBeatTheNoise) {
+  // A straggler's reshard left it 33 of 90 units; running all-local on that split, rank 1
+  // now reads 1.95x slower. Offloading 3 of its units beats all-local by about 7%: past the
+  // 5% hysteresis, inside the straggler threshold's noise (10% on speeds, 9.1% on the
+  // objective), so the plan in force is kept, as a reshard would have been held off.
+  Case k;
+  k.c = {1e-3, 1.95e-3};
+  k.n = {57, 33};
+  k.tau = 1e-5;
+  const BlockPlan all_local{.block = BlockId(1)};
+  absl::StatusOr<Explained> held = PlanExplained(MakeInput(k), k.policy, &all_local);
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_FALSE(held->recommended.plan.offloads.empty()) << held->explanation;
+  const double gain = 1 - held->recommended.cost.objective / held->all_local_step_seconds;
+  EXPECT_GT(gain, k.policy.hysteresis) << held->explanation;
+  EXPECT_LT(gain, 0.1 / 1.1) << held->explanation;
+  EXPECT_TRUE(held->kept_current) << held->explanation;
+  EXPECT_TRUE(held->plan.offloads.empty()) << held->explanation;
+
+  // The same gain with a threshold of 2% is no longer noise: the offload is pushed.
+  Case sharp = k;
+  sharp.policy.straggler_threshold = 0.02;
+  absl::StatusOr<Explained> moved = PlanExplained(MakeInput(sharp), sharp.policy, &all_local);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_FALSE(moved->kept_current) << moved->explanation;
+  EXPECT_FALSE(moved->plan.offloads.empty()) << moved->explanation;
+
+  // Nor is a larger gain (rank 1 2.3x slower): pushed under the default threshold.
+  Case slower = k;
+  slower.c[1] = 2.3e-3;
+  absl::StatusOr<Explained> pushed = PlanExplained(MakeInput(slower), slower.policy, &all_local);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_FALSE(pushed->kept_current) << pushed->explanation;
+  EXPECT_FALSE(pushed->plan.offloads.empty()) << pushed->explanation;
+
+  // On an even split the same 7% gain is past the hysteresis alone: pushed.
+  Case even;
+  even.c = {1e-3, 1.15e-3};
+  even.n = {45, 45};
+  even.tau = 1e-5;
+  absl::StatusOr<Explained> balanced = PlanExplained(MakeInput(even), even.policy, &all_local);
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  const double even_gain =
+      1 - balanced->recommended.cost.objective / balanced->all_local_step_seconds;
+  EXPECT_GT(even_gain, k.policy.hysteresis) << balanced->explanation;
+  EXPECT_LT(even_gain, 0.1 / 1.1) << balanced->explanation;
+  EXPECT_FALSE(balanced->kept_current) << balanced->explanation;
+  EXPECT_FALSE(balanced->plan.offloads.empty()) << balanced->explanation;
+}
+
 // ---------------------------------------------------------------------------------------
 // Modes, resharding, explanation.
 
