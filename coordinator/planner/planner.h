@@ -21,10 +21,10 @@
 // the current ownership by the hysteresis (the job's, even inside a dwell) and (no cordon)
 // by the straggler threshold t / (1 + t); and it keeps the current plan unless the new
 // one is better by the policy's hysteresis (on a split a straggler's reshard left uneven,
-// also by t / (1 + t): the estimates there come from the load the move set). A calm group (no straggler) runs all-local;
-// one calm for a while on an uneven split (its straggler recovered) reshards back to the
-// even split, chosen when no worse than the best plan on the uneven split by t / (1 + t),
-// hysteresis or not.
+// also by t / (1 + t): the estimates there come from the load the move set). A calm group
+// (no straggler) runs all-local; one calm for a while on an uneven split (its straggler
+// recovered) reshards back to the even split, chosen when no worse than the best plan on
+// the uneven split by t / (1 + t), hysteresis or not.
 // ExplainDecision says why, from the decision and the same input and policy: rendered
 // when someone asks (`ballastctl explain`), not with every decision, since most are never
 // read and the text cost from a tenth (the benchmark's stress case) to a third (one
