@@ -122,7 +122,7 @@ TEST(PlannerHysteresisTest, OnAReshardedSplitANewPlanMustAlsoBeatTheNoise) {
   EXPECT_FALSE(moved->kept_current) << moved->explanation;
   EXPECT_FALSE(moved->plan.offloads.empty()) << moved->explanation;
 
-  // Nor is a larger gain (rank 1 2.3x slower): pushed under the default threshold.
+  // A larger gain (rank 1 2.3x slower) is past the noise: pushed under the default threshold.
   Case slower = k;
   slower.c[1] = 2.3e-3;
   absl::StatusOr<Explained> pushed = PlanExplained(MakeInput(slower), slower.policy, &all_local);
