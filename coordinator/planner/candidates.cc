@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "coordinator/planner/explain.h"
 #include "coordinator/planner/ownership.h"
 #include "coordinator/planner/plan_cost.h"
@@ -118,6 +119,22 @@ absl::StatusOr<Evaluated> EvaluateTechnique(const BlockState& block, const PlanC
 // ---------------------------------------------------------------------------------------
 // The reshard.
 
+// A chronic straggler's first reshard (from an even split, no cordon) against a plan that
+// offloads its units (`other`: the best plan on the current ownership, or the plan in
+// force): the units the offloads ship every step, owned instead. Both act on the same
+// estimates, so the noise a reshard's margin guards against would move the offloads as
+// much; and what the model cannot price favours owning. At the same split, offloading ran
+// 1.08x as long as owning under a 3x slower device and 1.20x under a 2x CPU quota, priced
+// within 1-2% of each other (docs/benchmarks.md, 2026-11-29 (d)): an offload adds two
+// points a block where the helper may wait on its owner, beyond its bytes. With the 9%
+// margin the reshard came at steps 389-927 of 1,000, or never, and its timing set the
+// step. So it only has to be no slower by the model, and then the split is uneven: a
+// further reshard and offloads on top of it need the margin again, so this ratchets once.
+bool OwningInsteadOfOffloading(const BlockState& block, const PlanCost& other) {
+  return block.reshard_worth_pricing && block.near_share && !block.any_cordoned &&
+         other.offloaded_units > 0;
+}
+
 // The reshard candidate: the water-filled ownership and the mode's best plan on it, or
 // (`even_split`, for calm ranks) the even ownership run all-local, as calm ranks on an
 // even split run. Worth pricing only for persistent imbalance (a chronic straggler, a
@@ -183,7 +200,8 @@ bool ReshardApplies(const BlockState& block, const PlanCandidate* recommended) {
 // noise moves units back and forth (measured: one to five units every 2 s dwell on a
 // shaped link, tests/integration/learned_link_test.sh). The way back to an even split
 // only has to be no worse than the best plan on the uneven one by that noise
-// (MakeBlockState says why).
+// (MakeBlockState says why), and a straggler's first reshard in place of offloads only
+// cheaper (OwningInsteadOfOffloading).
 //
 // The hysteresis here is the job's, not the dwell's (group_planner.h), which is raised
 // for a while after each change and for minutes while a group flaps: a reshard is priced
@@ -196,12 +214,17 @@ bool ReshardApplies(const BlockState& block, const PlanCandidate* recommended) {
 // static reshard ran its step 1.2x faster (docs/benchmarks.md, 2026-11-29 (b)).
 absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
                                           const PlanCandidate* recommended) {
-  const JobPolicy& policy = *block.policy;
   const Problem& problem = block.problem;
   const bool uneven_calm = block.uneven_calm;
-  // A cordon is no estimate: draining it needs only the hysteresis.
-  const double margin = block.any_cordoned ? block.reshard_hysteresis
-                                           : std::max(block.reshard_hysteresis, block.noise);
+  // A cordon is no estimate: draining it needs only the hysteresis; a straggler's first
+  // reshard in place of offloads, nothing (OwningInsteadOfOffloading).
+  double margin = std::max(block.reshard_hysteresis, block.noise);
+  absl::string_view why_margin = ": the hysteresis or the straggler threshold";
+  if (block.any_cordoned) margin = block.reshard_hysteresis;
+  if (OwningInsteadOfOffloading(block, recommended->cost)) {
+    margin = 0;
+    why_margin = ": owning what the plan offloads needs none";
+  }
   const double best = recommended->cost.objective;
   const double needed = uneven_calm ? (1 + block.noise) * best : (1 - margin) * best;
   // No split beats every rank computing at its own speed with nothing transferred: with
@@ -223,11 +246,9 @@ absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
   if (!uneven_calm && perfect >= needed * (1 + kRelTol)) {
     reshard.kind = CandidateKind::kReshard;
     reshard.plan.block = block.input->block;
-    reshard.note = absl::StrCat(
-        "not priced: no split can beat ", Num(needed), " (by ", Num(margin),
-        ": the hysteresis or the straggler threshold); perfect balance with no transfers "
-        "gives ",
-        Num(perfect));
+    reshard.note =
+        absl::StrCat("not priced: no split can beat ", Num(needed), " (by ", Num(margin),
+                     why_margin, "); perfect balance with no transfers gives ", Num(perfect));
   } else {
     // A split already uneven (some rank more than the threshold above or below an even
     // share) comes from a past reshard: the estimates now were measured under the load
@@ -237,12 +258,7 @@ absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
     // -> 111/69 on the shaped link (tests/integration/learned_link_test.sh). The half
     // move must beat the margin itself, so a refinement needs about twice the gap a
     // first reshard does. Not for a cordon's drain, nor for the way back to even.
-    const double share = static_cast<double>(problem.num_units) / problem.num_ranks;
-    const int32_t least_owned = *std::min_element(problem.owned.begin(), problem.owned.end());
-    const bool uneven =
-        !block.even ||
-        least_owned < std::min(std::floor(share), share / (1 + policy.straggler_threshold));
-    const bool halfway = uneven && !block.any_cordoned && !uneven_calm;
+    const bool halfway = !block.near_share && !block.any_cordoned && !uneven_calm;
     reshard = PriceReshard(block, uneven_calm, halfway, needed, &cut_off);
   }
   const bool wins = reshard.feasible && reshard.cost.objective < needed;
@@ -250,12 +266,12 @@ absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
     // What it aimed at (a refinement's halfway counts) stays in front.
     const std::string aim = reshard.note.empty() ? "" : absl::StrCat(reshard.note, "; ");
     reshard.note =
-        aim + (uneven_calm
-                   ? absl::StrCat("not chosen: must be below ", Num(needed), " (the best plan on ",
-                                  "the uneven split x ", Num(1 + block.noise), ": estimate noise)")
-                   : absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin),
-                                  ": the hysteresis or the straggler threshold)",
-                                  cut_off ? ", which no plan on it does (the best seen)" : ""));
+        aim +
+        (uneven_calm
+             ? absl::StrCat("not chosen: must be below ", Num(needed), " (the best plan on ",
+                            "the uneven split x ", Num(1 + block.noise), ": estimate noise)")
+             : absl::StrCat("not chosen: must beat ", Num(needed), " (by ", Num(margin), why_margin,
+                            ")", cut_off ? ", which no plan on it does (the best seen)" : ""));
   }
   return Evaluated{std::move(reshard), wins ? Verdict::kRecommended : Verdict::kListed};
 }
@@ -296,6 +312,11 @@ absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
   // (EvaluateReshard): the plan in force holds it off by the job's hysteresis only.
   double hysteresis = recommended->kind == CandidateKind::kReshard ? block.reshard_hysteresis
                                                                    : block.policy->hysteresis;
+  // Nor does a plan in force that offloads hold off a straggler's first reshard.
+  if (recommended->kind == CandidateKind::kReshard && cur.feasible &&
+      OwningInsteadOfOffloading(block, cur.cost)) {
+    hysteresis = 0;
+  }
   // On a split a reshard left uneven (a straggler's, not a calm group's way home, nor a
   // cordon's drain), a new plan of the techniques must also beat the plan in force by the
   // noise, as the reshard had to: the estimates now were measured under the load the
@@ -304,7 +325,7 @@ absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
   // and each time the step ran 10-20% slower (123 -> 136 -> 148 ms; under a 3x device
   // 114 -> 125 ms), where the reshard alone was within 7% of the best static plan
   // (docs/benchmarks.md, 2026-11-29 (d)).
-  if (recommended->kind != CandidateKind::kReshard && !block.even && !block.any_cordoned &&
+  if (recommended->kind != CandidateKind::kReshard && !block.near_share && !block.any_cordoned &&
       !block.uneven_calm) {
     hysteresis = std::max(hysteresis, block.noise);
   }
@@ -394,6 +415,11 @@ BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
   const double share =
       problem.num_ranks == 0 ? 0 : static_cast<double>(problem.num_units) / problem.num_ranks;
   block.even = most_owned <= std::max(std::ceil(share), (1 + policy.straggler_threshold) * share);
+  const int32_t least_owned =
+      problem.num_ranks == 0 ? 0 : *std::min_element(problem.owned.begin(), problem.owned.end());
+  block.near_share =
+      block.even &&
+      least_owned >= std::min(std::floor(share), share / (1 + policy.straggler_threshold));
   // After a reshard for a straggler that has since recovered, calm ranks run an uneven
   // split. Offloading evens their compute, but for good: the midrun benchmark with 3 ms
   // quota periods (docs/benchmarks.md) resharded during a 63 s contention and offloaded

@@ -12,9 +12,11 @@
 //              and each is the best of those before it, so the last the mode allows is
 //              the mode's best (the mode's own being infeasible is an error);
 //   reshard    recommended when it beats the recommendation by the margin (hysteresis,
-//              straggler threshold, or estimate noise on the way back to an even split);
+//              straggler threshold, or estimate noise on the way back to an even split;
+//              none for a chronic straggler's first reshard in place of offloads);
 //   current    pushed (kept) unless the recommendation beats it by the hysteresis (and,
-//              on a split a straggler's reshard left uneven, by the noise too).
+//              on a split a straggler's reshard left uneven, by the noise too; not at all
+//              when it offloads and a straggler's first reshard is recommended).
 // The decision pushes the entry pushed, if any, else the recommendation.
 #ifndef BALLAST_COORDINATOR_PLANNER_CANDIDATES_H_
 #define BALLAST_COORDINATOR_PLANNER_CANDIDATES_H_
@@ -53,6 +55,10 @@ struct BlockState {
   bool reshard_worth_pricing = false;
   // No rank owns more than its share by more than the straggler threshold (or one unit).
   bool even = false;
+  // Even, and no rank owns less than its share by more than the threshold (or one unit)
+  // either: no straggler's reshard has left this split uneven (in a large group, taking
+  // a straggler's units raises no other rank past its share by much).
+  bool near_share = false;
   // Calm for a while on a split that is not even: the reshard aims back at the even split.
   bool uneven_calm = false;
   // The straggler threshold t as a margin on the objective, t / (1 + t).

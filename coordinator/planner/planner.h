@@ -19,7 +19,8 @@
 // prices a reshard to the water-filled ownership (halfway there from a split already
 // uneven, no cordon: ownership.h's HalfwayCounts), chosen when it beats the best plan on
 // the current ownership by the hysteresis (the job's, even inside a dwell) and (no cordon)
-// by the straggler threshold t / (1 + t); and it keeps the current plan unless the new
+// by the straggler threshold t / (1 + t), or, the first reshard of a chronic straggler in
+// place of offloads, when cheaper at all; and it keeps the current plan unless the new
 // one is better by the policy's hysteresis (on a split a straggler's reshard left uneven,
 // also by t / (1 + t): the estimates there come from the load the move set). A calm group
 // (no straggler) runs all-local; one calm for a while on an uneven split (its straggler

@@ -108,10 +108,53 @@ TEST(PlannerTest, ChronicStragglerReshardsOnlyWhenItPays) {
   absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
-  k.tau = 0;  // free offloads already balance it: a reshard cannot beat that by 5%
+  k.tau = 0;  // free offloads balance it as well as owning would: a tie is no reshard
   d = PlanExplained(MakeInput(k), k.policy, nullptr);
   ASSERT_TRUE(d.ok());
   EXPECT_NE(d->chosen, CandidateKind::kReshard) << d->explanation;
+}
+
+// A chronic straggler's first reshard, in place of offloads, needs no margin: under a 2x
+// straggler on an even 45/45 split, shipping 15 of its units each step (60.45 ms) and
+// owning 60/30 (60 ms) differ by 0.7%, inside the 9.1% the margin would ask. Nor does a
+// plan in force that offloads hold it off. Once the split is uneven, a further reshard
+// needs the margin again.
+TEST(PlannerTest, AStragglersFirstReshardNeedsNoMarginOverOffloads) {
+  Case k;
+  k.c = {1e-3, 2e-3};
+  k.n = {45, 45};
+  k.tau = 3e-5;
+  k.chronic = {false, true};
+  k.policy.mode = BalanceMode::kMigrate;
+  absl::StatusOr<Explained> d = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const PlanCandidate offloads = TechniqueOf(*d, k.policy.mode);
+  ASSERT_GT(offloads.cost.offloaded_units, 0) << d->explanation;
+  EXPECT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+  EXPECT_GT(d->objective, (1 - 0.1 / 1.1) * offloads.cost.objective) << d->explanation;
+  EXPECT_EQ(d->plan.offloads.size(), 0u) << d->explanation;
+
+  // The offloads in force (the plan of the straggler's first steps) do not hold it off.
+  absl::StatusOr<Explained> from_offloads = PlanExplained(MakeInput(k), k.policy, &offloads.plan);
+  ASSERT_TRUE(from_offloads.ok()) << from_offloads.status();
+  EXPECT_EQ(from_offloads->chosen, CandidateKind::kReshard) << from_offloads->explanation;
+
+  // Not chronic: no reshard is priced, the offloads stay.
+  Case passing = k;
+  passing.chronic = {false, false};
+  d = PlanExplained(MakeInput(passing), passing.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->chosen, CandidateKind::kMigrate) << d->explanation;
+
+  // Resharded to 57/33 and slower since: offloading 3 units (60.1 ms) and going halfway to
+  // 60/30 are near-equal, and a refinement must beat the offloads by the margin.
+  Case refined = k;
+  refined.n = {57, 33};
+  d = PlanExplained(MakeInput(refined), refined.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_GT(TechniqueOf(*d, refined.policy.mode).cost.offloaded_units, 0) << d->explanation;
+  EXPECT_EQ(d->chosen, CandidateKind::kMigrate) << d->explanation;
+  EXPECT_THAT(d->explanation, HasSubstr("the hysteresis or the straggler threshold"));
 }
 
 // The reshard's search stops once no plan on the new ownership can win: its candidate is
@@ -124,7 +167,7 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
     return std::uniform_real_distribution<double>(lo, hi)(rng);
   };
   int cut_off = 0, exact = 0, not_priced = 0, not_priced_with_fixed = 0;
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 400; ++i) {
     Case k;
     const int p = 2 + i % 7;
     for (int r = 0; r < p; ++r) {
@@ -170,8 +213,12 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
     for (RankId r : moved.owner_of_unit) ++moved.ranks[r.value()].owned_units;
     absl::StatusOr<PlanCandidate> optimum = BestPlan(moved, k.policy);
     ASSERT_TRUE(optimum.ok()) << optimum.status() << what;
-    const double margin = std::max(
-        k.policy.hysteresis, k.policy.straggler_threshold / (1 + k.policy.straggler_threshold));
+    // Every split here is even: a reshard in place of offloads needs no margin.
+    const double margin =
+        TechniqueOf(*d, k.policy.mode).cost.offloaded_units > 0
+            ? 0
+            : std::max(k.policy.hysteresis,
+                       k.policy.straggler_threshold / (1 + k.policy.straggler_threshold));
     const double needed = (1 - margin) * best_here;
     if (skipped) {
       ++not_priced;
@@ -187,7 +234,7 @@ TEST(PlannerTest, AReshardIsSearchedOnlyAsFarAsItCouldWin) {
           << what;
     }
   }
-  EXPECT_GT(cut_off, 20);
+  EXPECT_GT(cut_off, 20) << exact << " exact, " << not_priced << " not priced";
   EXPECT_GT(exact, 20);
   EXPECT_GT(not_priced, 20);
   EXPECT_GT(not_priced_with_fixed, 10);

@@ -41,6 +41,19 @@ inline absl::StatusOr<Explained> PlanExplained(const PlannerInput& in, const Job
   return out;
 }
 
+// The mode's best plan on the current ownership, as the decision priced it (a reshard,
+// when chosen, is the decision's `recommended`): migrate's in mode migrate, auto's
+// otherwise.
+inline const PlanCandidate& TechniqueOf(const BlockDecision& d, BalanceMode mode) {
+  const CandidateKind kind =
+      mode == BalanceMode::kMigrate ? CandidateKind::kMigrate : CandidateKind::kAuto;
+  for (const PlanCandidate& c : d.candidates) {
+    if (c.kind == kind) return c;
+  }
+  ADD_FAILURE() << "no " << CandidateKindName(kind) << " candidate";
+  return d.recommended;
+}
+
 // ---------------------------------------------------------------------------------------
 // Test inputs.
 
