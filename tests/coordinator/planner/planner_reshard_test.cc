@@ -146,8 +146,9 @@ TEST(PlannerTest, AStragglersFirstReshardNeedsNoMarginOverOffloads) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->chosen, CandidateKind::kMigrate) << d->explanation;
 
-  // Resharded to 57/33 and slower since: offloading 3 units (60.1 ms) and going halfway to
-  // 60/30 are near-equal, and a refinement must beat the offloads by the margin.
+  // Resharded to 57/33, short of the 60/30 these speeds fill to: offloading 3 units
+  // (60.1 ms) and going halfway to 60/30 are near-equal, and a refinement must beat the
+  // offloads by the margin.
   Case refined = k;
   refined.n = {57, 33};
   d = PlanExplained(MakeInput(refined), refined.policy, nullptr);
