@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "ballast/plan.h"
+#include "coordinator/planner/candidates.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/policy.h"
 
@@ -42,11 +43,9 @@ inline absl::StatusOr<Explained> PlanExplained(const PlannerInput& in, const Job
 }
 
 // The mode's best plan on the current ownership, as the decision priced it (a reshard,
-// when chosen, is the decision's `recommended`): migrate's in mode migrate, auto's
-// otherwise.
+// when chosen, is the decision's `recommended`). `mode` is a planning mode.
 inline const PlanCandidate& TechniqueOf(const BlockDecision& d, BalanceMode mode) {
-  const CandidateKind kind =
-      mode == BalanceMode::kMigrate ? CandidateKind::kMigrate : CandidateKind::kAuto;
+  const CandidateKind kind = planner_internal::ModeTechnique(mode);
   for (const PlanCandidate& c : d.candidates) {
     if (c.kind == kind) return c;
   }
