@@ -181,6 +181,11 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
     absl::StrAppend(&out,
                     "all-local: no rank straggles, so differences between the estimates "
                     "are noise to balancing");
+  } else if (d.kept_for_group) {
+    absl::StrAppend(&out, "keep the current plan (", DescribePlan(d.plan, p),
+                    "): the best new plan, ", CandidateKindName(d.recommended.kind), " at ",
+                    Num(d.recommended.cost.objective), ", beats ", Num(d.objective),
+                    " here, but the group's changes together gain too little (the group's note)");
   } else if (d.kept_current) {
     absl::StrAppend(&out, "keep the current plan (", DescribePlan(d.plan, p),
                     "): the best new plan, ", CandidateKindName(d.recommended.kind), " at ",

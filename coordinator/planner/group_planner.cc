@@ -1,11 +1,14 @@
 #include "coordinator/planner/group_planner.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/planner/explain.h"
 
 namespace ballast::coordinator {
 namespace {
@@ -38,6 +41,90 @@ bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
   }
   // Nothing pushed yet and all-local wanted: the workers already run all-local.
   return !(in_force.version.value() == 0 && desired.blocks.empty());
+}
+
+// The plan in force as PlanBlock priced it under this round's inputs, when it still fits
+// them; nullptr when it was not priced (a calm group, a probe undone) or does not fit.
+const PlanCandidate* InForce(const BlockDecision& d) {
+  for (const PlanCandidate& c : d.candidates) {
+    if (c.kind == CandidateKind::kCurrent) return c.feasible ? &c : nullptr;
+  }
+  return nullptr;
+}
+
+// The group balances already: a block's plan in force prunes or offloads, or a past
+// reshard left some block's split uneven (ranks' counts more than one apart).
+bool GroupBalances(const GroupPlannerInput& input) {
+  for (const BlockPlan& bp : input.in_force.blocks) {
+    BlockPlan plan = bp;
+    plan.owner_of_unit.clear();
+    plan.capacity_factor = 0;
+    if (!Trivial(plan)) return true;
+  }
+  for (const GroupBlockInput& block : input.blocks) {
+    int32_t most = 0, least = std::numeric_limits<int32_t>::max();
+    for (const PlannerRank& rank : block.input.ranks) {
+      most = std::max(most, rank.owned_units);
+      least = std::min(least, rank.owned_units);
+    }
+    if (!block.input.ranks.empty() && most - least > 1) return true;
+  }
+  return false;
+}
+
+// A group that balances already changes its plan by the techniques (not a reshard, not
+// the way home to all-local or the even split) only when the changed blocks together
+// gain, by the model, the straggler threshold's noise t / (1 + t) of the group's block
+// time, or the hysteresis when that is higher; otherwise every such block keeps its plan
+// in force. The hysteresis each block applies is a share of that block's time, and
+// blocks differ: an attention block of 8 heads moves an eighth of its work per unit, so
+// one unit more or less offloaded passed the 5% on noise alone, and each such change
+// cost the whole group a plan change for a tenth of a percent of its step. And the plans
+// of a steady straggler under a quota drifted between neighbours (offloading 3 <-> 4 of
+// 15 MLP units, 1 <-> 0 of 4 heads) every 30-60 s, 5-10 plan changes per 1,000 steps
+// (docs/benchmarks.md, 2026-12-01), on estimates that move that much with the load.
+// A group that starts to balance is not held here (its first plan gains a third for a
+// 2x straggler; a marginal one is the marginal-straggler rule's), nor a block whose plan
+// in force no longer fits (a budget, a cordon), nor one a failed probe unholds.
+void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& planning,
+                          const std::vector<const GroupBlockInput*>& planned,
+                          const std::vector<bool>& may_refine, GroupDecision& out) {
+  if (!Balances(planning.mode) || !GroupBalances(input)) return;
+  double gain = 0, block_time = 0;
+  std::vector<int32_t> refined;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const int32_t id = planned[i]->input.block.value();
+    const BlockDecision& d = out.blocks[id];
+    const PlanCandidate* in_force = InForce(d);
+    block_time += in_force != nullptr ? in_force->cost.objective : d.objective;
+    if (!may_refine[i] || in_force == nullptr || d.chosen == CandidateKind::kCurrent ||
+        d.chosen == CandidateKind::kReshard || d.calm || d.evens_split) {
+      continue;
+    }
+    gain += in_force->cost.objective - d.objective;
+    refined.push_back(id);
+  }
+  const double t = planning.straggler_threshold;
+  const double needed = std::max(planning.hysteresis, t / (1 + t)) * block_time;
+  if (refined.empty() || gain >= needed) return;
+  for (int32_t id : refined) {
+    BlockDecision& d = out.blocks[id];
+    const PlanCandidate& in_force = *InForce(d);
+    d.plan = in_force.plan;
+    d.predicted_step_seconds = in_force.cost.step_seconds;
+    d.objective = in_force.cost.objective;
+    d.chosen = CandidateKind::kCurrent;
+    d.kept_current = true;
+    d.kept_for_group = true;
+  }
+  out.notes.push_back(absl::StrCat(
+      "kept the plan in force in block", refined.size() > 1 ? "s " : " ",
+      absl::StrJoin(refined, ", "), ": their best new plans gain ", planner_internal::Num(gain),
+      " s together, under the ", planner_internal::Num(needed),
+      " s a change of a group that balances must gain (",
+      planner_internal::Num(std::max(planning.hysteresis, t / (1 + t))), " of its blocks' ",
+      planner_internal::Num(block_time),
+      " s: the straggler threshold's noise, or the hysteresis)"));
 }
 
 }  // namespace
@@ -74,6 +161,10 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   desired.group = input.group;
   desired.imputation = policy.imputation;
   desired.priority = policy.priority;
+  // Each block planned on its own; the plans to push are gathered after the group's
+  // refinements are weighed together (HoldSmallRefinements).
+  std::vector<const GroupBlockInput*> planned;
+  std::vector<bool> may_refine;  // per planned block: its change would be a refinement
   for (const GroupBlockInput& block : input.blocks) {
     const int32_t id = block.input.block.value();
     // A block the plan in force leaves out runs all-local: that is the current plan to
@@ -95,18 +186,25 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
       out.failed[id] = std::string(decision.status().message());
       continue;
     }
-    BlockPlan bp = decision->plan;
-    bp.block = block.input.block;
-    if (!bp.owner_of_unit.empty() && bp.owner_of_unit != block.input.owner_of_unit) {
+    planned.push_back(&block);
+    // Experts are balanced step by step on their loads (expert_plan.h), not refined; an
+    // unheld block priced no plan in force to refine.
+    may_refine.push_back(!block.units_divide);
+    out.blocks[id] = *std::move(decision);
+  }
+  HoldSmallRefinements(input, planning, planned, may_refine, out);
+  for (const GroupBlockInput* block : planned) {
+    BlockPlan bp = out.blocks[block->input.block.value()].plan;
+    bp.block = block->input.block;
+    if (!bp.owner_of_unit.empty() && bp.owner_of_unit != block->input.owner_of_unit) {
       out.moves_units = true;
     }
-    if (bp.owner_of_unit.empty() && block.move_unconfirmed) {
-      bp.owner_of_unit = block.input.owner_of_unit;
+    if (bp.owner_of_unit.empty() && block->move_unconfirmed) {
+      bp.owner_of_unit = block->input.owner_of_unit;
     }
     // The job's choice of speed over exactness, not the planner's.
-    bp.capacity_factor = CapacityFor(policy, block.units_divide);
+    bp.capacity_factor = CapacityFor(policy, block->units_divide);
     if (!Trivial(bp)) desired.blocks.push_back(std::move(bp));
-    out.blocks[id] = *std::move(decision);
   }
   // Observe pushes no balancing plan, so what it wants is all-local; it pushes that only
   // to end a plan a balancing mode left in force, which would otherwise run on unattended

@@ -1,6 +1,8 @@
 // The whole decision for one TP group, in one place: every block planned (PlanBlock), a
-// recent change guarded by the dwell, a move restated until the workers confirm it, and
-// whether the result differs from the plan in force. The coordinator only gathers the
+// recent change guarded by the dwell, the refinements of a group that balances weighed
+// together (a change must gain the noise on the group's block time, not on one block's),
+// a move restated until the workers confirm it, and whether the result differs from the
+// plan in force. The coordinator only gathers the
 // inputs (speeds, chronic stragglers, the link, cordons, what the workers run) and numbers
 // and pushes what this returns. Pure: no I/O, no clock (the caller says how long ago the
 // plan last changed), nothing kept between calls but the buffers of the PlannerWorkspace

@@ -1,6 +1,9 @@
 #include "coordinator/planner/plan_flaps.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +22,45 @@ bool Balances(const std::vector<BlockPlan>& blocks) {
   });
 }
 
+// Per (block, rank), the units of the rank's own work that each of three plans takes off
+// it: those it prunes and offloads, less those of others it computes.
+using Reliefs = std::map<std::pair<int32_t, int32_t>, std::array<int64_t, 3>>;
+
+void AddRelief(const std::vector<BlockPlan>& blocks, size_t plan, Reliefs& reliefs) {
+  for (const BlockPlan& b : blocks) {
+    const int32_t id = b.block.value();
+    for (size_t r = 0; r < b.pruned_units.size(); ++r) {
+      reliefs[{id, static_cast<int32_t>(r)}][plan] += b.pruned_units[r];
+    }
+    for (const Offload& o : b.offloads) {
+      reliefs[{id, o.owner.value()}][plan] += o.units;
+      reliefs[{id, o.helper.value()}][plan] -= o.units;
+    }
+  }
+}
+
+// Whether `next` undoes some of the change from `before` to `in_force`: it restores
+// `before`, or it balances and moves some rank's work in some block back the way that
+// change moved it (relieved of 3 units, then given 1 back: a partial undo is as much a
+// sign of noise, and under a CPU quota the usual one, since a straggler relieved of work
+// is throttled less and looks faster, so the next round hands some back).
+bool Undoes(const std::vector<BlockPlan>& before, const std::vector<BlockPlan>& in_force,
+            const std::vector<BlockPlan>& next) {
+  if (next == before) return true;
+  // Ending the plan (calm, or a straggler's work all back home) undoes it only by
+  // restoring the plan before: a calm group's blip is that, and calm ends a plan at once.
+  if (!Balances(next)) return false;
+  Reliefs reliefs;
+  AddRelief(before, 0, reliefs);
+  AddRelief(in_force, 1, reliefs);
+  AddRelief(next, 2, reliefs);
+  return std::any_of(reliefs.begin(), reliefs.end(), [](const auto& entry) {
+    const std::array<int64_t, 3>& units = entry.second;
+    const int64_t first = units[1] - units[0], second = units[2] - units[1];
+    return (first > 0 && second < 0) || (first < 0 && second > 0);
+  });
+}
+
 }  // namespace
 
 absl::Duration PlanFlaps::Hold(const DwellOptions& base) const {
@@ -29,7 +71,7 @@ absl::Duration PlanFlaps::Hold(const DwellOptions& base) const {
 bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
                        const DwellOptions& base, absl::Duration now) {
   const bool flap = !moves_units && !deliberate && base.flap_hold > absl::ZeroDuration() &&
-                    before_.has_value() && *before_ == blocks &&
+                    before_.has_value() && Undoes(*before_, *in_force_, blocks) &&
                     now - pushed_at_ < Hold(base) + base.flap_hold;
   if (flap) level_ = std::min(level_ + 1, kMaxDoublings + 1);
   before_ = std::move(in_force_);

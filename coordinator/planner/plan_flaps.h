@@ -6,10 +6,15 @@
 // its load): the e2e benchmark's 2x quota straggler moved a unit per block to rank 0 and
 // back every 20-40 s, each change undone the moment its 2 s dwell ended (8 changes in 1,000
 // steps, 2026-11-28). A change undone that soon is evidence that the two plans are within
-// the noise of each other. So a plan that restores the one before the plan in force,
-// within `flap_hold` (DwellOptions) of replacing it, is a flap: from then on a change is
-// held by the dwell's hysteresis for flap_hold, doubled for each further flap (at most
-// 16x), and each hold that passes twice over without a change halves it again.
+// the noise of each other. So a plan that undoes the change to the plan in force, within
+// `flap_hold` (DwellOptions) of it, is a flap: it restores the plan before, or moves some
+// rank's work in some block back the way that change moved it (a partial undo: after a
+// 2x quota straggler's reshard, auto offloaded 3 of its units a block, then had it
+// compute one of its peer's 7 s later, then offloaded one again 3 s after that,
+// docs/benchmarks.md 2026-12-02; under a quota a rank relieved of work is throttled less
+// and looks faster). After a flap, a change is held by the dwell's hysteresis for
+// flap_hold, doubled for each further flap (at most 16x), and each hold that passes
+// twice over without a change halves it again.
 //
 // The hold applies only while the plan in force balances (offloads, replicas or prunes;
 // a capacity cap, or the ownership a reshard left, runs all-local). A group running
@@ -50,8 +55,9 @@ class PlanFlaps {
   // with `base` (Dwell's). `deliberate`: it was chosen to be measured (the step
   // feedback's probe, or its way back), so it is recorded but never a flap. Returns
   // whether it undid the change before it (a flap): it restores the plan before the one
-  // in force, which had stood less than flap_hold beyond the hold in force (a change held
-  // by the dwell is undone as soon as its hold ends, if noise made it).
+  // in force, or moves some rank's work back the way that change moved it, and the plan
+  // in force had stood less than flap_hold beyond the hold in force (a change held by the
+  // dwell is undone as soon as its hold ends, if noise made it).
   bool Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
               const DwellOptions& base, absl::Duration now);
   // The dwell to plan with at `now`: `base`, with plan_dwell raised to the hold while the

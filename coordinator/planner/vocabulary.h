@@ -130,8 +130,10 @@ struct BlockDecision {
   double ideal_step_seconds = 0;
   // max_r f_r + c_r * n_r: everyone computes what it owns.
   double all_local_step_seconds = 0;
-  // The current plan was kept: the best new plan did not beat it by the hysteresis.
+  // The current plan was kept: the best new plan did not beat it by the hysteresis, or
+  // (kept_for_group) the group's changes together did not gain enough (DecideGroup).
   bool kept_current = false;
+  bool kept_for_group = false;
   // All-local because the group is calm (PlannerInput::calm, the ownership even, no
   // cordon); for a block planned by its loads (expert_plan.h), because all-local ends
   // within the straggler threshold of the balanced ideal, or its marginal skew is being

@@ -240,6 +240,74 @@ TEST(GroupPlannerTest, APlanMeasuredWorseIsNotKeptByHysteresis) {
               HasSubstr("ran slower than the plan before it"));
 }
 
+// Block 0: 20 units a rank; block 1: 2 units a rank (a coarse block, as an attention
+// block's heads are); rank 1 at `slow` s/unit, tau 0.01. The plan in force offloads 6 of
+// rank 1's block-0 units and none of block 1's, pushed long ago.
+GroupPlannerInput BigAndSmallBlocks(double slow) {
+  GroupPlannerInput in;
+  in.group = GroupId("tp0");
+  for (int32_t b = 0; b < 2; ++b) {
+    const int32_t per_rank = b == 0 ? 20 : 2;
+    PlannerInput block;
+    block.block = BlockId(b);
+    block.owner_of_unit = EvenOwnership(2 * per_rank, 2);
+    block.ranks = {{.seconds_per_unit = 1, .owned_units = per_rank},
+                   {.seconds_per_unit = slow, .owned_units = per_rank}};
+    block.transfer_seconds_per_unit = 0.01;
+    in.blocks.push_back({.input = block});
+  }
+  in.in_force.group = GroupId("tp0");
+  in.in_force.version = PlanVersion(5);
+  in.in_force.imputation = Migrate().imputation;
+  in.in_force.priority = Migrate().priority;
+  in.in_force.blocks.push_back({.block = BlockId(0), .offloads = {{RankId(1), RankId(0), 6}}});
+  in.since_change = absl::Minutes(5);
+  return in;
+}
+
+// At 2 s/unit, offloading 1 of block 1's units takes it from 4 s to 3.01 s: 25% better,
+// past the job's hysteresis on that block, but 0.99 s of the group's 32.06 s (3.1%),
+// under the 9.1% (threshold 0.1: 0.1 / 1.1) a group that balances must gain to change.
+// Block 0's best (offloading 7: 27.07 s against 28.06 s, 3.5%) is under the hysteresis
+// on its own. At 3 s/unit the plan in force takes 42.06 s in block 0 and offloading 10
+// takes 30.1 s: the group gains 31% and both blocks change.
+TEST(GroupPlannerTest, AGroupThatBalancesChangesOnlyForAGainBeyondTheNoise) {
+  GroupPlannerInput in = BigAndSmallBlocks(2);
+  GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});
+  const std::string why = absl::StrJoin(ExplainGroup(in, d), "\n");
+  EXPECT_FALSE(d.change.has_value()) << why;
+  EXPECT_TRUE(d.blocks.at(1).kept_for_group) << why;
+  EXPECT_TRUE(d.blocks.at(1).plan.offloads.empty());
+  EXPECT_NEAR(d.blocks.at(1).predicted_step_seconds, 4, 1e-9) << "the plan in force's";
+  EXPECT_EQ(d.blocks.at(1).recommended.plan.offloads.size(), 1u) << "still what it would do";
+  EXPECT_FALSE(d.blocks.at(0).kept_for_group) << "kept by its own hysteresis";
+  EXPECT_THAT(why, HasSubstr("kept the plan in force in block 1: their best new plans gain "
+                             "0.99 s together, under the 2.91455 s"));
+  EXPECT_THAT(why, HasSubstr("the group's changes together gain too little"));
+
+  GroupPlannerInput worse = BigAndSmallBlocks(3);
+  GroupDecision changed = DecideGroup(worse, Migrate(), DwellOptions{});
+  ASSERT_TRUE(changed.change.has_value());
+  ASSERT_EQ(changed.change->blocks.size(), 2u);
+  EXPECT_EQ(changed.change->blocks[0].offloads[0].units, 10);
+  EXPECT_EQ(changed.change->blocks[1].offloads[0].units, 1);
+  EXPECT_TRUE(changed.notes.empty());
+}
+
+// A group that runs all-local on the even split starts to balance on the job's
+// hysteresis alone: rank 1 at 1.2 s/unit, offloading 2 of block 0's units takes it from
+// 24 s to 22.02 s, 7.5% of the group's 26.4 s, and goes out. Once it balances, the same
+// gain would not be enough (the test above).
+TEST(GroupPlannerTest, AGroupStartsToBalanceOnTheHysteresisAlone) {
+  GroupPlannerInput in = BigAndSmallBlocks(1.2);
+  in.in_force.blocks.clear();
+  GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});
+  ASSERT_TRUE(d.change.has_value()) << absl::StrJoin(ExplainGroup(in, d), "\n");
+  ASSERT_EQ(d.change->blocks.size(), 1u);
+  EXPECT_EQ(d.change->blocks[0].offloads[0].units, 2);
+  EXPECT_FALSE(d.blocks.at(0).kept_for_group);
+}
+
 // A plan that names no block (mode off) drops a restated move: the workers keep the
 // ownership they run, and the coordinator plans on what they report from then on.
 TEST(GroupPlannerTest, ModeOffPushesAllLocalWithoutRestatingAMove) {

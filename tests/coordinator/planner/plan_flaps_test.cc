@@ -1,7 +1,7 @@
-// PlanFlaps: a plan that restores the one before the plan in force, soon after, is a
-// flap; the group's changes are then held flap_hold, doubling per flap up to 16x, halving
-// after each hold that passes twice over without a change; a plan that stood is no flap;
-// flap_hold 0 turns it off.
+// PlanFlaps: a plan that restores the one before the plan in force, or moves work back
+// the way the last change moved it, soon after, is a flap; the group's changes are then
+// held flap_hold, doubling per flap up to 16x, halving after each hold that passes twice
+// over without a change; a plan that stood is no flap; flap_hold 0 turns it off.
 #include "coordinator/planner/plan_flaps.h"
 
 #include <gmock/gmock.h>
@@ -73,6 +73,33 @@ TEST(PlanFlapsTest, APlanThatStoodOrANewOneIsNoFlap) {
   // All-local and back is a flap like any other (a calm group's blip).
   EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(52)));
   EXPECT_TRUE(flaps.Pushed(Offload(5), false, false, base, S(53)));
+}
+
+// A plan that moves some rank's work back the way the last change moved it undoes that
+// change in part: a flap too. After a 2x quota straggler's reshard, auto offloaded 3 of
+// its units, then had it compute one of its peer's 7 s later (relieved, it was throttled
+// less and looked fast), then offloaded one again 3 s after that.
+TEST(PlanFlapsTest, APartialUndoIsAFlap) {
+  const DwellOptions base;
+  const std::vector<BlockPlan> back = {
+      BlockPlan{.block = BlockId(0), .offloads = {{RankId(0), RankId(1), 1}}}};
+  PlanFlaps flaps;
+  flaps.Pushed(Offload(0), false, false, base, S(0));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(10)));
+  EXPECT_TRUE(flaps.Pushed(back, false, false, base, S(17)));
+  EXPECT_TRUE(flaps.Pushed(Offload(1), false, false, base, S(20)));
+  EXPECT_EQ(flaps.level(), 2);
+
+  // Further the same way is no undo; part of the way back is.
+  PlanFlaps more;
+  more.Pushed(Offload(1), false, false, base, S(0));
+  EXPECT_FALSE(more.Pushed(Offload(3), false, false, base, S(5)));
+  EXPECT_FALSE(more.Pushed(Offload(5), false, false, base, S(10)));
+  EXPECT_TRUE(more.Pushed(Offload(4), false, false, base, S(15)));
+  // Another block's change, this one's plan kept, undoes nothing.
+  std::vector<BlockPlan> two = Offload(4);
+  two.push_back(BlockPlan{.block = BlockId(1), .offloads = {{RankId(1), RankId(0), 2}}});
+  EXPECT_FALSE(more.Pushed(two, false, false, base, S(20)));
 }
 
 // While the plan in force is all-local, a new straggler is balanced as usual: no hold.
