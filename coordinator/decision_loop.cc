@@ -117,6 +117,7 @@ bool DecisionLoop::Tick() {
     DecisionRecord last;
     DwellOptions dwell;
     std::string flaps;
+    bool operator_changed = false;
     {
       absl::MutexLock lock(&mu_);
       Entry& entry = EntryOf(ref);
@@ -129,15 +130,16 @@ bool DecisionLoop::Tick() {
       last = entry.record;  // only this loop writes it, one round at a time
       dwell = entry.flaps.Dwell(options_.dwell, now);
       flaps = entry.flaps.Describe(options_.dwell);
+      operator_changed = std::exchange(entry.operator_changed, false);
     }
     // Copied under the registry's lock; planned without it.
     const std::optional<GroupSnapshot> group = registry_->Snapshot(ref.key, true);
     if (!group.has_value() || group->ref != ref) continue;  // forgotten since
     const absl::Time began = absl::Now();
     const std::optional<GroupHold> hold = settings_->HoldFor(job, group->name);
-    Outcome outcome = hold.has_value()
-                          ? DecideHeld(*group, policy, *hold, std::move(last))
-                          : Decide(*group, policy, dwell, std::move(flaps), std::move(last));
+    Outcome outcome = hold.has_value() ? DecideHeld(*group, policy, *hold, std::move(last))
+                                       : Decide(*group, policy, dwell, std::move(flaps),
+                                                operator_changed, std::move(last));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - began);
     // The record first: once the plan reaches the workers, explain and status must say
     // why (a reader that got the plan found "no decision yet" before).
@@ -178,7 +180,7 @@ bool DecisionLoop::Tick() {
 
 DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const JobPolicy& policy,
                                            const DwellOptions& dwell, std::string flaps,
-                                           DecisionRecord last) {
+                                           bool operator_changed, DecisionRecord last) {
   Outcome out{.record = std::move(last)};
   DecisionRecord& record = out.record;
   std::vector<std::string> lines;
@@ -208,6 +210,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   planner_input.unknown_plan_in_force = workers.version > group.plan.version.value();
   planner_input.since_change = since_change;
   planner_input.in_force_measured_worse = correction_.undo;
+  planner_input.deliberate = operator_changed || correction_.moved;
   if (!flaps.empty()) lines.push_back(std::move(flaps));
   GroupDecision decision = DecideGroup(planner_input, policy, dwell, &workspace_);
   // Moved, not copied: Explain renders this round's blocks from the record's decisions (a
@@ -601,6 +604,7 @@ void DecisionLoop::ReplanNow(const std::string& job) {
     if (job.empty() || key.first == job) {
       entry.next_decision = absl::ZeroDuration();
       entry.flaps = PlanFlaps();  // an operator's change is no noise
+      entry.operator_changed = true;
     }
   }
 }

@@ -108,6 +108,9 @@ class DecisionLoop {
     absl::Duration next_decision = absl::ZeroDuration();
     DecisionRecord record;
     PlanFlaps flaps;  // the group's plans undone soon after they changed
+    // An operator changed a setting since the last round (ReplanNow): its change is
+    // deliberate (GroupPlannerInput::deliberate).
+    bool operator_changed = false;
   };
   // What one planning round decided: the record to keep, and the plan to publish.
   struct Outcome {
@@ -123,9 +126,10 @@ class DecisionLoop {
   // Plans one group from its snapshot, on the last record's decisions. Takes no lock of
   // the registry's.
   // `dwell`: the options', held longer while the group flaps (`flaps` says so; empty when
-  // it does not).
+  // it does not). `operator_changed`: Entry's.
   Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, const DwellOptions& dwell,
-                 std::string flaps, DecisionRecord last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+                 std::string flaps, bool operator_changed, DecisionRecord last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The planner's input for the group's blocks (`input.blocks`), from the speed model's
   // estimates pooled per rank, the judge's verdict (which this updates), the link's price,
   // fixed costs, the step feedback's correction and cordons; says what it found in

@@ -53,21 +53,26 @@ const PlanCandidate* InForce(const BlockDecision& d) {
 }
 
 // The group balances already: a block's plan in force prunes or offloads, or a past
-// reshard left some block's split uneven (ranks' counts more than one apart).
+// reshard left some block's split uneven (the counts of ranks not cordoned more than one
+// apart). Experts' replicas and moves are their own (expert_plan.h), and a cordon's drain
+// an operator's: neither makes a dense straggler's first plan a refinement.
 bool GroupBalances(const GroupPlannerInput& input) {
   for (const BlockPlan& bp : input.in_force.blocks) {
     BlockPlan plan = bp;
     plan.owner_of_unit.clear();
     plan.capacity_factor = 0;
+    plan.replicas.clear();
     if (!Trivial(plan)) return true;
   }
   for (const GroupBlockInput& block : input.blocks) {
+    if (block.units_divide) continue;
     int32_t most = 0, least = std::numeric_limits<int32_t>::max();
     for (const PlannerRank& rank : block.input.ranks) {
+      if (rank.cordoned) continue;
       most = std::max(most, rank.owned_units);
       least = std::min(least, rank.owned_units);
     }
-    if (!block.input.ranks.empty() && most - least > 1) return true;
+    if (most >= least && most - least > 1) return true;
   }
   return false;
 }
@@ -83,13 +88,14 @@ bool GroupBalances(const GroupPlannerInput& input) {
 // of a steady straggler under a quota drifted between neighbours (offloading 3 <-> 4 of
 // 15 MLP units, 1 <-> 0 of 4 heads) every 30-60 s, 5-10 plan changes per 1,000 steps
 // (docs/benchmarks.md, 2026-12-01), on estimates that move that much with the load.
-// A group that starts to balance is not held here (its first plan gains a third for a
-// 2x straggler; a marginal one is the marginal-straggler rule's), nor a block whose plan
-// in force no longer fits (a budget, a cordon), nor one a failed probe unholds.
+// A group that starts to balance (all-local on the even split) is not held here (its
+// first plan gains a third for a 2x straggler; a marginal one is the marginal-straggler
+// rule's), nor a block whose plan in force no longer fits (a budget, a cordon), nor one a
+// failed probe unholds, nor a change made on purpose (GroupPlannerInput::deliberate).
 void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& planning,
                           const std::vector<const GroupBlockInput*>& planned,
                           const std::vector<bool>& may_refine, GroupDecision& out) {
-  if (!Balances(planning.mode) || !GroupBalances(input)) return;
+  if (input.deliberate || !Balances(planning.mode) || !GroupBalances(input)) return;
   double gain = 0, block_time = 0;
   std::vector<int32_t> refined;
   for (size_t i = 0; i < planned.size(); ++i) {
@@ -119,9 +125,11 @@ void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& plann
   }
   out.notes.push_back(absl::StrCat(
       "kept the plan in force in block", refined.size() > 1 ? "s " : " ",
-      absl::StrJoin(refined, ", "), ": their best new plans gain ", planner_internal::Num(gain),
-      " s together, under the ", planner_internal::Num(needed),
-      " s a change of a group that balances must gain (",
+      absl::StrJoin(refined, ", "),
+      refined.size() > 1 ? ": their best new plans gain " : ": its best new plan gains ",
+      planner_internal::Num(gain),
+      refined.size() > 1 ? " s together, under the " : " s, under the ",
+      planner_internal::Num(needed), " s a change of a group that balances must gain (",
       planner_internal::Num(std::max(planning.hysteresis, t / (1 + t))), " of its blocks' ",
       planner_internal::Num(block_time),
       " s: the straggler threshold's noise, or the hysteresis)"));

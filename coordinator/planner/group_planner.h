@@ -86,6 +86,12 @@ struct GroupPlannerInput {
   // blocks are planned as if none were in force, and the best plan goes out (blocks of
   // experts excepted: their plan in force also sets the band their loads are judged in).
   bool in_force_measured_worse = false;
+  // This round's change is chosen on purpose, not by noise: the step feedback's probe, or
+  // its way back, moved the straggler's factor, or an operator changed a setting
+  // (DecisionLoop::ReplanNow). The refinements of a group that balances are then not
+  // weighed against the noise (group_planner.cc's HoldSmallRefinements): a probe the
+  // gate swallowed would only grow until it moved the plan in one jump.
+  bool deliberate = false;
 };
 
 struct GroupDecision {

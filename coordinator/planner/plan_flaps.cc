@@ -40,10 +40,14 @@ void AddRelief(const std::vector<BlockPlan>& blocks, size_t plan, Reliefs& relie
 }
 
 // Whether `next` undoes some of the change from `before` to `in_force`: it restores
-// `before`, or it balances and moves some rank's work in some block back the way that
-// change moved it (relieved of 3 units, then given 1 back: a partial undo is as much a
-// sign of noise, and under a CPU quota the usual one, since a straggler relieved of work
-// is throttled less and looks faster, so the next round hands some back).
+// `before`, or it balances and moves back the way that change moved it the work of some
+// rank relieved in either (relieved of 3 units, then given 1 back: a partial undo is as
+// much a sign of noise, and under a CPU quota the usual one, since a straggler relieved
+// of work is throttled less and looks faster, so the next round hands some back). Only
+// the relieved ranks count: helpers share out a growing offload differently from one
+// plan to the next. On 2 ranks a straggler that moves to the other rank reads the same
+// as such an undo and counts too (its plan then needs the dwell's hysteresis for a
+// while; a straggler's first plan from all-local does not).
 bool Undoes(const std::vector<BlockPlan>& before, const std::vector<BlockPlan>& in_force,
             const std::vector<BlockPlan>& next) {
   if (next == before) return true;
@@ -56,6 +60,7 @@ bool Undoes(const std::vector<BlockPlan>& before, const std::vector<BlockPlan>& 
   AddRelief(next, 2, reliefs);
   return std::any_of(reliefs.begin(), reliefs.end(), [](const auto& entry) {
     const std::array<int64_t, 3>& units = entry.second;
+    if (units[0] <= 0 && units[1] <= 0) return false;  // a helper in both
     const int64_t first = units[1] - units[0], second = units[2] - units[1];
     return (first > 0 && second < 0) || (first < 0 && second > 0);
   });

@@ -281,8 +281,8 @@ TEST(GroupPlannerTest, AGroupThatBalancesChangesOnlyForAGainBeyondTheNoise) {
   EXPECT_NEAR(d.blocks.at(1).predicted_step_seconds, 4, 1e-9) << "the plan in force's";
   EXPECT_EQ(d.blocks.at(1).recommended.plan.offloads.size(), 1u) << "still what it would do";
   EXPECT_FALSE(d.blocks.at(0).kept_for_group) << "kept by its own hysteresis";
-  EXPECT_THAT(why, HasSubstr("kept the plan in force in block 1: their best new plans gain "
-                             "0.99 s together, under the 2.91455 s"));
+  EXPECT_THAT(why, HasSubstr("kept the plan in force in block 1: its best new plan gains "
+                             "0.99 s, under the 2.91455 s"));
   EXPECT_THAT(why, HasSubstr("the group's changes together gain too little"));
 
   GroupPlannerInput worse = BigAndSmallBlocks(3);
@@ -292,6 +292,41 @@ TEST(GroupPlannerTest, AGroupThatBalancesChangesOnlyForAGainBeyondTheNoise) {
   EXPECT_EQ(changed.change->blocks[0].offloads[0].units, 10);
   EXPECT_EQ(changed.change->blocks[1].offloads[0].units, 1);
   EXPECT_TRUE(changed.notes.empty());
+}
+
+// The gate holds only what noise could have made: not a change made on purpose (the
+// step feedback's probe, an operator's setting), nor the best plan after a failed probe
+// (no plan in force is priced then).
+TEST(GroupPlannerTest, AChangeMadeOnPurposeIsNotWeighedAgainstTheNoise) {
+  for (const bool probe : {true, false}) {
+    GroupPlannerInput in = BigAndSmallBlocks(2);
+    in.deliberate = probe;
+    in.in_force_measured_worse = !probe;
+    GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});
+    ASSERT_TRUE(d.change.has_value()) << absl::StrJoin(ExplainGroup(in, d), "\n");
+    ASSERT_EQ(d.change->blocks.size(), 2u);
+    EXPECT_EQ(d.change->blocks[1].offloads[0].units, 1);
+    EXPECT_FALSE(d.blocks.at(1).kept_for_group);
+  }
+}
+
+// A split a reshard left uneven balances already, with nothing offloaded: at 2 s/unit on
+// 26/14 (block 0 all-local 28 s, offloading 1 27.01 s, under the hysteresis) the coarse
+// block's offload gains it 25% and the group 3.1%: held, where on the even split the
+// same group starts to balance on the hysteresis alone (the test below).
+TEST(GroupPlannerTest, ASplitAReshardLeftUnevenBalancesAlready) {
+  GroupPlannerInput in = BigAndSmallBlocks(2);
+  in.in_force.blocks.clear();
+  PlannerInput& big = in.blocks[0].input;
+  big.owner_of_unit.assign(26, RankId(0));
+  big.owner_of_unit.resize(40, RankId(1));
+  big.ranks[0].owned_units = 26;
+  big.ranks[1].owned_units = 14;
+  GroupDecision d = DecideGroup(in, Migrate(), DwellOptions{});
+  const std::string why = absl::StrJoin(ExplainGroup(in, d), "\n");
+  EXPECT_FALSE(d.change.has_value()) << why;
+  EXPECT_TRUE(d.blocks.at(1).kept_for_group) << why;
+  EXPECT_THAT(why, HasSubstr("kept the plan in force in block 1: its best new plan gains 0.99 s,"));
 }
 
 // A group that runs all-local on the even split starts to balance on the job's

@@ -102,6 +102,31 @@ TEST(PlanFlapsTest, APartialUndoIsAFlap) {
   EXPECT_FALSE(more.Pushed(two, false, false, base, S(20)));
 }
 
+// Only the relieved ranks' work counts: helpers share out a growing offload differently
+// from plan to plan (rank 0 helps with 1, 2, then 1 unit while rank 1 offloads 3, 4, 5).
+// On 2 ranks a straggler that moves to the other rank reads as an undo and counts.
+TEST(PlanFlapsTest, HelpersReshufflingIsNoFlap) {
+  const DwellOptions base;
+  const auto spread = [](int32_t to0, int32_t to2, int32_t to3) {
+    return std::vector<BlockPlan>{BlockPlan{.block = BlockId(0),
+                                            .offloads = {{RankId(1), RankId(0), to0},
+                                                         {RankId(1), RankId(2), to2},
+                                                         {RankId(1), RankId(3), to3}}}};
+  };
+  PlanFlaps flaps;
+  flaps.Pushed(spread(1, 1, 1), false, false, base, S(0));
+  EXPECT_FALSE(flaps.Pushed(spread(2, 1, 1), false, false, base, S(5)));
+  EXPECT_FALSE(flaps.Pushed(spread(1, 2, 2), false, false, base, S(10)));
+  EXPECT_EQ(flaps.level(), 0);
+
+  PlanFlaps moved;
+  moved.Pushed(Offload(0), false, false, base, S(0));
+  moved.Pushed(Offload(3), false, false, base, S(5));
+  EXPECT_TRUE(
+      moved.Pushed({BlockPlan{.block = BlockId(0), .offloads = {{RankId(0), RankId(1), 2}}}}, false,
+                   false, base, S(10)));
+}
+
 // While the plan in force is all-local, a new straggler is balanced as usual: no hold.
 // A plan that moves units starts the history afresh (the plans before it ran on another
 // ownership).
