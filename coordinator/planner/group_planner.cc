@@ -58,11 +58,10 @@ const PlanCandidate* InForce(const BlockDecision& d) {
 // an operator's: neither makes a dense straggler's first plan a refinement.
 bool GroupBalances(const GroupPlannerInput& input) {
   for (const BlockPlan& bp : input.in_force.blocks) {
-    BlockPlan plan = bp;
-    plan.owner_of_unit.clear();
-    plan.capacity_factor = 0;
-    plan.replicas.clear();
-    if (!Trivial(plan)) return true;
+    if (!bp.offloads.empty() || std::any_of(bp.pruned_units.begin(), bp.pruned_units.end(),
+                                            [](int32_t n) { return n > 0; })) {
+      return true;
+    }
   }
   for (const GroupBlockInput& block : input.blocks) {
     if (block.units_divide) continue;
@@ -93,17 +92,18 @@ bool GroupBalances(const GroupPlannerInput& input) {
 // rule's), nor a block whose plan in force no longer fits (a budget, a cordon), nor one a
 // failed probe unholds, nor a change made on purpose (GroupPlannerInput::deliberate).
 void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& planning,
-                          const std::vector<const GroupBlockInput*>& planned,
-                          const std::vector<bool>& may_refine, GroupDecision& out) {
+                          const std::vector<const GroupBlockInput*>& planned, GroupDecision& out) {
   if (input.deliberate || !Balances(planning.mode) || !GroupBalances(input)) return;
   double gain = 0, block_time = 0;
   std::vector<int32_t> refined;
-  for (size_t i = 0; i < planned.size(); ++i) {
-    const int32_t id = planned[i]->input.block.value();
+  for (const GroupBlockInput* block : planned) {
+    const int32_t id = block->input.block.value();
     const BlockDecision& d = out.blocks[id];
     const PlanCandidate* in_force = InForce(d);
     block_time += in_force != nullptr ? in_force->cost.objective : d.objective;
-    if (!may_refine[i] || in_force == nullptr || d.chosen == CandidateKind::kCurrent ||
+    // Experts are balanced step by step on their loads (expert_plan.h), not refined; a
+    // block a failed probe unholds priced no plan in force to refine.
+    if (block->units_divide || in_force == nullptr || d.chosen == CandidateKind::kCurrent ||
         d.chosen == CandidateKind::kReshard || d.calm || d.evens_split) {
       continue;
     }
@@ -111,7 +111,8 @@ void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& plann
     refined.push_back(id);
   }
   const double t = planning.straggler_threshold;
-  const double needed = std::max(planning.hysteresis, t / (1 + t)) * block_time;
+  const double share = std::max(planning.hysteresis, t / (1 + t));
+  const double needed = share * block_time;
   if (refined.empty() || gain >= needed) return;
   for (int32_t id : refined) {
     BlockDecision& d = out.blocks[id];
@@ -130,8 +131,7 @@ void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& plann
       planner_internal::Num(gain),
       refined.size() > 1 ? " s together, under the " : " s, under the ",
       planner_internal::Num(needed), " s a change of a group that balances must gain (",
-      planner_internal::Num(std::max(planning.hysteresis, t / (1 + t))), " of its blocks' ",
-      planner_internal::Num(block_time),
+      planner_internal::Num(share), " of its blocks' ", planner_internal::Num(block_time),
       " s: the straggler threshold's noise, or the hysteresis)"));
 }
 
@@ -172,7 +172,6 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   // Each block planned on its own; the plans to push are gathered after the group's
   // refinements are weighed together (HoldSmallRefinements).
   std::vector<const GroupBlockInput*> planned;
-  std::vector<bool> may_refine;  // per planned block: its change would be a refinement
   for (const GroupBlockInput& block : input.blocks) {
     const int32_t id = block.input.block.value();
     // A block the plan in force leaves out runs all-local: that is the current plan to
@@ -195,12 +194,9 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
       continue;
     }
     planned.push_back(&block);
-    // Experts are balanced step by step on their loads (expert_plan.h), not refined; an
-    // unheld block priced no plan in force to refine.
-    may_refine.push_back(!block.units_divide);
     out.blocks[id] = *std::move(decision);
   }
-  HoldSmallRefinements(input, planning, planned, may_refine, out);
+  HoldSmallRefinements(input, planning, planned, out);
   for (const GroupBlockInput* block : planned) {
     BlockPlan bp = out.blocks[block->input.block.value()].plan;
     bp.block = block->input.block;

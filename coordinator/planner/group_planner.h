@@ -2,11 +2,11 @@
 // recent change guarded by the dwell, the refinements of a group that balances weighed
 // together (a change must gain the noise on the group's block time, not on one block's),
 // a move restated until the workers confirm it, and whether the result differs from the
-// plan in force. The coordinator only gathers the
-// inputs (speeds, chronic stragglers, the link, cordons, what the workers run) and numbers
-// and pushes what this returns. Pure: no I/O, no clock (the caller says how long ago the
-// plan last changed), nothing kept between calls but the buffers of the PlannerWorkspace
-// the caller passes (the coordinator's decision loop keeps one for its serial rounds).
+// plan in force. The coordinator only gathers the inputs (speeds, chronic stragglers, the
+// link, cordons, what the workers run) and numbers and pushes what this returns. Pure: no
+// I/O, no clock (the caller says how long ago the plan last changed), nothing kept
+// between calls but the buffers of the PlannerWorkspace the caller passes (the
+// coordinator's decision loop keeps one for its serial rounds).
 //
 //   GroupPlannerInput in;
 //   in.group = GroupId("tp0");
