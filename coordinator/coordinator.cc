@@ -39,6 +39,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                           .dwell_hysteresis = options.dwell_hysteresis,
                                           .flap_hold = options.flap_hold},
                                 .fixed_costs = options.fixed_costs,
+                                .unit_count_fit = options.unit_count_fit,
                                 .step_feedback = options.step_feedback},
             clock, &registry_, &judge_, settings_.get(), speeds),
       reads_(options.link_bytes_per_second, clock, &registry_, &judge_, settings_.get(), &loop_,

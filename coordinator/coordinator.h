@@ -68,6 +68,9 @@ struct CoordinatorOptions {
   // and on the e2e benchmark, where they do, it measured no gain beyond the noise
   // (docs/benchmarks.md, 2026-11-26).
   bool fixed_costs = false;
+  // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
+  // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.
+  bool unit_count_fit = true;
   // Probe the straggler the compute timers judge with a factor on its speed, kept while
   // the measured step improves (step_feedback.h). Off by default: it shortened steps
   // 5-12% under a quota straggler and lengthened them 6-8% under a slower device

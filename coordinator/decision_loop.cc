@@ -5,6 +5,7 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -15,22 +16,6 @@
 
 namespace ballast::coordinator {
 namespace {
-
-// What the planner is given for a rank in a block: the block's reference seconds per unit
-// times the rank's slowdown pooled over all blocks (rank_speeds.h), rather than the
-// rank's own estimate in this block. A rank's contention is the rank's, not the block's;
-// its per-block estimates swing by 10-25% (a quota throttle falls in one block or
-// another), and balancing each block on its own swings moved units back and forth, a
-// reshard every dwell on a shaped link. Pooled, every block sees the same ratios between
-// ranks, and a block's own noise scales all its ranks alike. The rank's own estimate is
-// the fallback while it has been judged nowhere.
-double PooledSecondsPerUnit(const RankSpeed& rank, const GroupSpeeds& block,
-                            const PooledGroup& pooled) {
-  const size_t r = static_cast<size_t>(rank.rank.value());
-  const double slowdown = r < pooled.ranks.size() ? pooled.ranks[r].slowdown : 0;
-  if (!(slowdown > 0) || !(block.reference_seconds_per_unit > 0)) return rank.seconds_per_unit;
-  return block.reference_seconds_per_unit * slowdown;
-}
 
 // The ownership a block is planned on: the plan in force's, where it moves the block's
 // units (restated until confirmed), else what the workers run.
@@ -433,6 +418,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     reference_total += speeds[i].speeds.reference_seconds_per_unit * block_work[i];
   }
   const std::vector<bool> cordoned = CordonedRanks(group);
+  absl::btree_map<size_t, std::vector<int32_t>> fitted;  // rank -> blocks priced by a fit
   // The group's step: its slowest rank's median.
   double step_seconds = 0;
   for (const RankSnapshot& rank : group.ranks) {
@@ -476,7 +462,15 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
     for (const RankSpeed& rs : block_speeds.ranks) {
       PlannerRank pr;
-      pr.seconds_per_unit = PooledSecondsPerUnit(rs, block_speeds, *pooled);
+      const size_t r = static_cast<size_t>(rs.rank.value());
+      pr.cordoned = r < cordoned.size() && cordoned[r];
+      // A fit over unit counts prices a unit moved. Not for experts, timed per token, nor
+      // a cordoned rank: it computes nothing, and the planner would charge it the fixed
+      // part all the same (a floor under every plan's step).
+      const RankPrice price =
+          PriceRank(rs, block_speeds, *pooled,
+                    options_.unit_count_fit && !block.units_divide && !pr.cordoned);
+      pr.seconds_per_unit = price.seconds_per_unit;
       const size_t rank_index = static_cast<size_t>(rs.rank.value());
       const bool judged =
           rank_index < pooled->ranks.size() && pooled->ranks[rank_index].slowdown > 0;
@@ -492,11 +486,14 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
             "has no estimate: planned at the block's reference speed until it reports one"));
       }
       pr.owned_units = owned[rs.rank.value()];
-      const size_t r = static_cast<size_t>(rs.rank.value());
-      pr.fixed_seconds = r < fixed_per_step.size() ? fixed_per_step[r] * share : 0;
-      if (r < correction.size()) pr.seconds_per_unit *= correction[r];
+      pr.fixed_seconds = price.fixed_seconds;
+      if (r < correction.size()) {
+        pr.fixed_seconds *= correction[r];
+        pr.seconds_per_unit *= correction[r];
+      }
+      if (r < fixed_per_step.size()) pr.fixed_seconds += fixed_per_step[r] * share;
+      if (price.fitted) fitted[r].push_back(block.block);
       pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
-      pr.cordoned = r < cordoned.size() && cordoned[r];
       in.input.ranks.push_back(pr);
     }
     // A skew that lasts is worth resharding the experts for (expert_plan.h), and a
@@ -522,6 +519,12 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
         }
       }
     }
+  }
+  for (const auto& [rank, blocks] : fitted) {
+    lines.push_back(absl::StrCat(
+        "rank ", rank, ": block time fitted as fixed + per unit over the unit counts it ran, in ",
+        blocks.size() > 1 ? "blocks " : "block ", absl::StrJoin(blocks, ", "),
+        " (the planner's ranks show the split)"));
   }
   return true;
 }
@@ -578,7 +581,8 @@ std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group
   std::vector<double> none(group.size, 0.0);
   if (!options_.fixed_costs) {
     lines.push_back(
-        "fixed costs: off (coordinator flag --fixed_costs): block compute balanced alone");
+        "fixed costs: off (coordinator flag --fixed_costs): collectives not balanced with "
+        "the units");
     return none;
   }
   std::vector<double> collective(group.size, 0.0), slowdown(group.size, 0.0);

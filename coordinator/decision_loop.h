@@ -53,6 +53,9 @@ struct DecisionLoopOptions {
   DwellOptions dwell;
   // Balance each rank's collective time beyond the least with its units (fixed_costs.h).
   bool fixed_costs = false;
+  // Price each rank's block compute as fixed seconds plus seconds per unit where a fit over
+  // the unit counts it ran finds a fixed part (unit_count_fit.h); else per unit alone.
+  bool unit_count_fit = true;
   // Probe the straggler's speed by the measured step (step_feedback.h). Unset: off.
   std::optional<StepFeedbackOptions> step_feedback;
 };

@@ -64,6 +64,10 @@ ABSL_FLAG(bool, fixed_costs, false,
           "Balance each rank's collective time beyond the least together with its units, "
           "scaled by its compute slowdown (coordinator/fixed_costs.h); for stragglers whose "
           "collectives slow with them (co-tenants, CPU quotas). False: compute alone");
+ABSL_FLAG(bool, unit_count_fit, true,
+          "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
+          "fitted over the unit counts it ran finds a fixed part "
+          "(coordinator/unit_count_fit.h); false: seconds per unit alone");
 ABSL_FLAG(bool, step_feedback, false,
           "Probe the straggler the compute timers judge with a factor on its speed, kept while "
           "the measured step improves and dropped when it does not "
@@ -148,6 +152,7 @@ int main(int argc, char** argv) {
   options.flap_hold = absl::GetFlag(FLAGS_flap_hold);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
   options.fixed_costs = absl::GetFlag(FLAGS_fixed_costs);
+  options.unit_count_fit = absl::GetFlag(FLAGS_unit_count_fit);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
   options.forget_after = absl::GetFlag(FLAGS_forget_after);
   options.max_workers_per_agent = absl::GetFlag(FLAGS_max_workers_per_agent);

@@ -54,6 +54,22 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
   return out;
 }
 
+RankPrice PriceRank(const RankSpeed& rank, const GroupSpeeds& block, const PooledGroup& pooled,
+                    bool use_fit) {
+  const size_t r = static_cast<size_t>(rank.rank.value());
+  const double slowdown = r < pooled.ranks.size() ? pooled.ranks[r].slowdown : 0;
+  RankPrice price;
+  price.seconds_per_unit = slowdown > 0 && block.reference_seconds_per_unit > 0
+                               ? block.reference_seconds_per_unit * slowdown
+                               : rank.seconds_per_unit;
+  if (!use_fit || !rank.affine.has_value() || !(rank.seconds_per_unit > 0)) return price;
+  const double scale = price.seconds_per_unit / rank.seconds_per_unit;
+  price.fixed_seconds = rank.affine->fixed_seconds * scale;
+  price.seconds_per_unit = rank.affine->seconds_per_unit * scale;
+  price.fitted = true;
+  return price;
+}
+
 absl::Duration ExtendRun(bool holds, absl::Duration now, absl::Duration max_gap, RoundRun& run) {
   if (run.since.has_value() && now - run.last_round > max_gap) run.since.reset();
   run.last_round = now;

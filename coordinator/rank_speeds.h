@@ -61,6 +61,30 @@ struct PooledGroup {
 absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
                                            double straggler_threshold);
 
+// What the planner is given for a rank in a block (PlannerRank's fixed_seconds and
+// seconds_per_unit), from its compute.
+struct RankPrice {
+  double fixed_seconds = 0;
+  double seconds_per_unit = 0;
+  bool fitted = false;  // the fixed part comes from the rank's AffineTime
+};
+
+// The block's reference seconds per unit times the rank's slowdown pooled over all
+// blocks, rather than the rank's own estimate in this block. A rank's contention is the
+// rank's, not the block's; its per-block estimates swing by 10-25% (a quota throttle falls
+// in one block or another), and balancing each block on its own swung units back and
+// forth, a reshard every dwell on a shaped link. Pooled, every block sees the same ratios
+// between ranks, and a block's own noise scales all its ranks alike. The rank's own
+// estimate is the fallback while it has been judged nowhere.
+//
+// With `use_fit` and a fit of the rank's block time over unit counts (RankSpeed::affine),
+// that price is split as the fit splits the rank's time: the fit's fixed seconds and
+// seconds per unit, both scaled by the pooled price over the rank's own estimate. At the
+// units the rank runs the price is about as before (the line need not pass through that
+// count's median); a unit moved is priced at what it saves.
+RankPrice PriceRank(const RankSpeed& rank, const GroupSpeeds& block, const PooledGroup& pooled,
+                    bool use_fit);
+
 // A marginal straggler (every rank within 1 + kMarginalFactor x threshold of the
 // reference, either way) must last `marginal_for` (a coordinator option, default 3 s)
 // before a group that runs all-local starts balancing; a larger one starts it at once.

@@ -65,7 +65,13 @@ struct SpeedModel::RankState {
   int32_t window_next = 0;
   // The current run of consecutive outliers, all on `pending_side` (+1 slow, -1 fast).
   std::vector<double> pending;
+  std::vector<int64_t> pending_units;  // each pending sample's units
   int pending_side = 0;
+  // Block times per unit count, for the fixed part of the rank's block time; and the
+  // units of the last sample the window took.
+  UnitCountTimes count_times;
+  int64_t last_units = 0;
+  bool fitted = false;  // the last Speeds() found a line (kept on a lower bar)
   // Cached statistics of the window, refreshed when it changes, so that judging a sample
   // costs two comparisons.
   double median = 0;
@@ -185,6 +191,7 @@ absl::Status SpeedModel::Report(const SpeedKey& key, double compute_seconds, int
     state = &job->groups[key.group][key.block.value()].ranks[key.rank.value()];
     state->window.resize(options_.window);
     state->pending.reserve(options_.persist_samples);
+    state->pending_units.reserve(options_.persist_samples);
     ++counters_.keys;
   }
 
@@ -198,13 +205,12 @@ absl::Status SpeedModel::Report(const SpeedKey& key, double compute_seconds, int
   state->last_step = step;
   state->last_report_time = at_time;
   state->last_report_monotonic = now;
-  if (units_computed > 0) {
-    AddSample(*state, compute_seconds / static_cast<double>(units_computed));
-  }
+  if (units_computed > 0) AddSample(*state, compute_seconds, units_computed);
   return absl::OkStatus();
 }
 
-void SpeedModel::AddSample(RankState& s, double x) {
+void SpeedModel::AddSample(RankState& s, double seconds, int64_t units) {
+  const double x = seconds / static_cast<double>(units);
   ++s.samples;
   int side = 0;
   if (s.window_size >= options_.min_samples_for_outliers) {
@@ -218,7 +224,10 @@ void SpeedModel::AddSample(RankState& s, double x) {
   }
   if (side == 0) {
     s.pending.clear();
+    s.pending_units.clear();
     s.pending_side = 0;
+    s.count_times.Add(units, seconds);
+    s.last_units = units;
     s.window[s.window_next] = x;
     s.window_next = (s.window_next + 1) % options_.window;
     s.window_size = std::min(s.window_size + 1, options_.window);
@@ -229,12 +238,25 @@ void SpeedModel::AddSample(RankState& s, double x) {
   ++counters_.outliers;
   if (side != s.pending_side) {
     s.pending.clear();
+    s.pending_units.clear();
     s.pending_side = side;
   }
   s.pending.push_back(x);
+  s.pending_units.push_back(units);
   if (static_cast<int>(s.pending.size()) < options_.persist_samples) return;
-  // The outliers persisted: the rank's speed changed. Start over from them rather than
-  // waiting for them to outvote the old samples (which would take window / 2 steps).
+  // The outliers persisted: the rank's seconds per unit changed. Start over from them
+  // rather than waiting for them to outvote the old samples (which would take window / 2
+  // steps). At the unit count it ran before, the rank's speed changed, and the block times
+  // it ran at other counts are of the old speed; at a new count, the plan changed and
+  // the shift is the block's fixed part, which is what the count table is for.
+  const bool same_count = std::all_of(s.pending_units.begin(), s.pending_units.end(),
+                                      [&](int64_t u) { return u == s.last_units; });
+  if (same_count) s.count_times.Clear();
+  for (size_t i = 0; i < s.pending.size(); ++i) {
+    s.count_times.Add(s.pending_units[i], s.pending[i] * static_cast<double>(s.pending_units[i]));
+  }
+  s.last_units = s.pending_units.back();
+  s.pending_units.clear();
   std::copy(s.pending.begin(), s.pending.end(), s.window.begin());
   s.window_size = static_cast<int32_t>(s.pending.size());
   s.window_next = s.window_size % options_.window;
@@ -288,11 +310,13 @@ absl::StatusOr<GroupSpeeds> SpeedModel::Speeds(absl::string_view job, const Grou
   out.ranks.reserve(state->ranks.size());
   std::vector<double> live;
   live.reserve(state->ranks.size());
-  for (const auto& [rank, s] : state->ranks) {
+  for (auto& [rank, s] : state->ranks) {
     RankSpeed& r = out.ranks.emplace_back();
     r.rank = RankId(rank);
     r.has_estimate = s.window_size > 0;
     r.seconds_per_unit = r.has_estimate ? s.median : 0;
+    if (r.has_estimate) r.affine = s.count_times.Fit(s.fitted);
+    s.fitted = r.affine.has_value();
     r.window_samples = s.window_size;
     r.samples = s.samples;
     r.outliers = s.outliers;

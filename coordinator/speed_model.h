@@ -18,12 +18,15 @@
 // the window's median is an outlier: counted and left out. If `persist_samples` outliers
 // in a row lie on the same side, the speed really changed and the window restarts from
 // them, so a throttled (or recovered) rank is adopted within a few steps while a single
-// stall never moves the estimate.
+// stall never moves the estimate. Beside the window, the last block times at each of the
+// last few unit counts a rank ran give the fixed part of its block time (unit_count_fit.h);
+// a speed change at an unchanged count clears them.
 #ifndef BALLAST_COORDINATOR_SPEED_MODEL_H_
 #define BALLAST_COORDINATOR_SPEED_MODEL_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,7 @@
 #include "ballast/types.h"
 #include "common/clock.h"
 #include "coordinator/policy.h"
+#include "coordinator/unit_count_fit.h"
 
 namespace ballast::coordinator {
 
@@ -87,6 +91,10 @@ struct RankSpeed {
   // Median of the window; meaningful only when has_estimate (some report had units > 0).
   double seconds_per_unit = 0;
   bool has_estimate = false;
+  // The rank's block time as fixed seconds plus seconds per unit, fitted over the unit
+  // counts it ran (unit_count_fit.h); none while it ran one count, or the times scale with
+  // the units. Only with an estimate. The straggler verdicts keep to seconds_per_unit.
+  std::optional<AffineTime> affine;
   // Samples behind the estimate now (<= window).
   int32_t window_samples = 0;
   // Reports with units > 0 received, and how many of them were outliers on arrival (a
@@ -184,7 +192,8 @@ class SpeedModel {
 
   SpeedModel(const SpeedModelOptions& options, Clock* clock);
 
-  void AddSample(RankState& state, double seconds_per_unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddSample(RankState& state, double seconds, int64_t units)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputeWindowStats(RankState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SpeedModelOptions options_;

@@ -3,8 +3,9 @@
 // seconds per unit and the job's policy. A pure library: no I/O, no threads, no clock.
 //
 // The model (design brief §2 and §5). Rank r owns n_r of the block's N units and computes
-// one in c_r seconds, after f_r seconds of its share of the block that no plan moves (its
-// collectives' own cost: an affine cost per rank, f_r + c_r per unit). An offloaded unit
+// one in c_r seconds, after f_r seconds of its share of the block that no plan moves (the
+// block's fixed compute, its collectives' own cost: an affine cost per rank, f_r + c_r per
+// unit). An offloaded unit
 // costs each of its two ranks tau seconds a step (weights out once, weight gradients back
 // once per micro-batch). A plan prunes z_r of r's units, offloads y_r of them and has r
 // compute x_r units of others, so r computes u_r = n_r - z_r - y_r + x_r units and

@@ -18,11 +18,13 @@
 namespace ballast::coordinator {
 
 struct PlannerRank {
-  // Measured compute seconds per unit of this block (the speed model's smoothed value).
+  // Measured compute seconds per unit of this block: what one unit more or less costs
+  // (the coordinator's pooled price, rank_speeds.h).
   double seconds_per_unit = 0;
   // Seconds of the block's step on this rank that no plan moves, whatever it computes:
-  // the coordinator's estimate of the rank's collectives without waits (fixed_costs.h;
-  // given only with its --fixed_costs).
+  // the coordinator gives the block compute's fixed part where a fit over unit counts
+  // finds one (unit_count_fit.h), plus, with its --fixed_costs, its estimate of the rank's
+  // collectives without waits beyond the least (fixed_costs.h).
   // A rank slower here than its peers is balanced by giving it fewer units. 0: none
   // known, the model of compute alone.
   double fixed_seconds = 0;

@@ -335,19 +335,27 @@ absl::Status Run(const Options& o) {
     }
     progress.Step(step, wall, result.loss, view, number);
     if (metrics.is_open()) {
+      // Per block too: a block's time against its units shows what does not scale with them.
       int32_t units = 0;
-      for (const BlockTiming& b : t.blocks) units += b.units_computed;
+      std::vector<std::string> block_compute, block_units;
+      for (const BlockTiming& b : t.blocks) {
+        units += b.units_computed;
+        block_compute.push_back(absl::StrFormat("%.6f", b.compute_seconds));
+        block_units.push_back(absl::StrCat(b.units_computed));
+      }
       metrics << absl::StrFormat(
           "{\"rank\":%d,\"step\":%d,\"time\":%.6f,\"wall_s\":%.6f,\"compute_s\":%.6f,"
           "\"comm_s\":%.6f,\"units_computed\":%d,\"seconds_per_unit\":%.9f,\"loss\":%.6f,"
           "\"batch_accuracy\":%.4f,\"lr\":%.6g,\"plan_version\":%d,\"plan_number\":%d,"
           "\"pruned_fraction\":%.6f,"
-          "\"offloaded_fraction\":%.6f,\"owned_units\":[%s]}\n",
+          "\"offloaded_fraction\":%.6f,\"owned_units\":[%s],\"block_compute_s\":[%s],"
+          "\"block_units\":[%s]}\n",
           o.rank, step, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), wall,
           t.compute_seconds(), t.comm_seconds(), units,
           units > 0 ? t.compute_seconds() / units : 0.0, result.loss,
           static_cast<double>(result.correct) / o.batch, adamw.lr, version, number,
-          view.pruned_fraction(), view.offloaded_fraction(), absl::StrJoin(view.owned, ","));
+          view.pruned_fraction(), view.offloaded_fraction(), absl::StrJoin(view.owned, ","),
+          absl::StrJoin(block_compute, ","), absl::StrJoin(block_units, ","));
       metrics.flush();
     }
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps) {

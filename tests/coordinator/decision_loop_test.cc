@@ -195,6 +195,53 @@ TEST_F(DecisionLoopTest, AHeldGroupRunsItsHoldAndIsPredictedOnceSpeedsAreKnown) 
   EXPECT_EQ(Record().decisions.size(), 1u);
 }
 
+// A straggler whose block time has a fixed part (4 ms + 3 ms a unit) reads 4 ms a unit at
+// 4 units and 5 ms at 2. Once it has run both counts the planner prices it by the fit: a
+// unit moved saves 3 ms, not 5. With the coordinator's --unit_count_fit=false, by its
+// seconds over its units.
+TEST_F(DecisionLoopTest, AFixedPartOfABlocksTimeIsPricedOnceARankRanTwoUnitCounts) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  int64_t step = 0;
+  auto steps = [&](int32_t straggler_units, int n) {
+    for (int i = 0; i < n; ++i, ++step) {
+      for (int rank : {0, 1}) {
+        const int32_t units = rank == 0 ? 4 : straggler_units;
+        const double seconds = rank == 0 ? 4e-3 : 4e-3 + 3e-3 * units;
+        ASSERT_TRUE(
+            registry_->Report("agent-1", testing::StepReport({}, rank, step, units, seconds)).ok());
+      }
+      clock_.Advance(absl::Milliseconds(100));
+      loop_->Tick();
+    }
+  };
+  auto straggler = [&]() -> PlannerRank {
+    const GroupPlannerInput& planned = Record().reasons.planned;
+    if (planned.blocks.empty() || planned.blocks[0].input.ranks.size() != 2) {
+      ADD_FAILURE() << "nothing planned";
+      return {};
+    }
+    EXPECT_EQ(planned.blocks[0].input.ranks[0].fixed_seconds, 0) << "rank 0 ran one count";
+    return planned.blocks[0].input.ranks[1];
+  };
+  steps(4, 6);
+  EXPECT_EQ(straggler().fixed_seconds, 0) << "one count: no fit";
+  EXPECT_NEAR(straggler().seconds_per_unit, 4e-3, 1e-9);
+  steps(2, 6);
+  PlannerRank r = straggler();
+  EXPECT_NEAR(r.fixed_seconds, 4e-3, 1e-6);
+  EXPECT_NEAR(r.seconds_per_unit, 3e-3, 1e-7);
+  EXPECT_THAT(Record().reasons.before,
+              ::testing::Contains(HasSubstr("rank 1: block time fitted as fixed + per unit")));
+
+  loop_ =
+      std::make_unique<DecisionLoop>(DecisionLoopOptions{.unit_count_fit = false}, &clock_,
+                                     registry_.get(), judge_.get(), settings_.get(), speeds_.get());
+  steps(2, 1);
+  r = straggler();
+  EXPECT_EQ(r.fixed_seconds, 0);
+  EXPECT_NEAR(r.seconds_per_unit, 5e-3, 1e-9);
+}
+
 // A rank whose plan gives every unit away measures no speed. After a coordinator restart
 // (a fresh speed model) the loop must not wait for its estimate for ever: it plans it at
 // the block's reference speed, and so replaces the plan the workers run.

@@ -142,6 +142,38 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   EXPECT_FALSE(calm_at(marginal, 26, true, absl::ZeroDuration()));
 }
 
+// A rank's price in a block is its pooled slowdown times the block's reference; a fit of
+// its block time splits that price as the fit splits the rank's own time.
+TEST(RankSpeedsTest, APriceIsThePooledSpeedSplitAsTheFitSplitsTheRanksTime) {
+  // Rank 1: 3x in block 0, 2x in block 1; pooled over equal work, 2.5x.
+  const std::vector<PoolBlock> blocks = {Block(1e-3, {1, 3}), Block(1e-3, {1, 2})};
+  absl::StatusOr<PooledGroup> g = PoolRankSpeeds(blocks, 0.10);
+  ASSERT_TRUE(g.ok()) << g.status();
+  RankSpeed rank = blocks[0].speeds.ranks[1];
+  RankPrice p = PriceRank(rank, blocks[0].speeds, *g, /*use_fit=*/true);
+  EXPECT_NEAR(p.seconds_per_unit, 2.5e-3, 1e-12);
+  EXPECT_EQ(p.fixed_seconds, 0);
+  EXPECT_FALSE(p.fitted) << "no fit to use";
+
+  // Its 3e-3 s a unit at the 32 units it runs is 0.032 s fixed plus 2e-3 a unit...
+  rank.affine = AffineTime{.fixed_seconds = 0.032, .seconds_per_unit = 2e-3, .counts = 2};
+  p = PriceRank(rank, blocks[0].speeds, *g, /*use_fit=*/true);
+  EXPECT_TRUE(p.fitted);
+  // ... priced at 2.5 / 3 of that: the same price at 32 units, but a unit moved saves less.
+  EXPECT_NEAR(p.fixed_seconds, 0.032 * 2.5 / 3, 1e-12);
+  EXPECT_NEAR(p.seconds_per_unit, 2e-3 * 2.5 / 3, 1e-12);
+  EXPECT_NEAR(p.fixed_seconds + 32 * p.seconds_per_unit, 32 * 2.5e-3, 1e-12);
+  p = PriceRank(rank, blocks[0].speeds, *g, /*use_fit=*/false);
+  EXPECT_FALSE(p.fitted);
+  EXPECT_NEAR(p.seconds_per_unit, 2.5e-3, 1e-12);
+
+  // A rank judged nowhere keeps its own estimate, and its fit as it is.
+  const PooledGroup unjudged;
+  p = PriceRank(rank, blocks[0].speeds, unjudged, /*use_fit=*/true);
+  EXPECT_NEAR(p.fixed_seconds, 0.032, 1e-12);
+  EXPECT_NEAR(p.seconds_per_unit, 2e-3, 1e-12);
+}
+
 TEST(RankSpeedsTest, BadInputIsRefusedByName) {
   for (double t :
        {-0.1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {

@@ -166,6 +166,43 @@ TEST_F(SpeedModelTest, PersistentSpeedupIsAdoptedToo) {
   EXPECT_EQ(Speed(0).speed_changes, 1);
 }
 
+// A block time with a fixed part: 38 ms + 5.6 ms a unit (the ViT device straggler's). A
+// plan that offloads from 21 units to 9 moves seconds per unit from 7.4 ms to 9.8 ms, a
+// persistent outlier: the window restarts, but the block times at 21 units stay, and the
+// fit over both counts finds the fixed part.
+TEST_F(SpeedModelTest, AFixedPartIsFittedOverTheUnitCountsAPlanChangeRan) {
+  int64_t step = 0;
+  auto report = [&](int64_t units, double slowdown = 1) {
+    ASSERT_TRUE(
+        model_->Report(Key(0), slowdown * (0.038 + 0.0056 * units), units, step++, clock_.Now())
+            .ok());
+  };
+  for (int i = 0; i < 8; ++i) report(21);
+  EXPECT_FALSE(Speed(0).affine.has_value()) << "one count";
+  for (int i = 0; i < 4; ++i) report(9);
+  EXPECT_FALSE(Speed(0).affine.has_value()) << "4 samples at 9 units";
+  report(9);
+  RankSpeed r = Speed(0);
+  EXPECT_EQ(r.speed_changes, 1) << "the plan change read as a speed change";
+  EXPECT_NEAR(r.seconds_per_unit, (0.038 + 0.0056 * 9) / 9, 1e-9);
+  ASSERT_TRUE(r.affine.has_value());
+  EXPECT_NEAR(r.affine->fixed_seconds, 0.038, 1e-5);
+  EXPECT_NEAR(r.affine->seconds_per_unit, 0.0056, 1e-6);
+  EXPECT_EQ(r.affine->counts, 2);
+
+  // Then the rank slows 1.5x at the count it runs: a real speed change, and the times at
+  // 21 units are of the old speed. The fit is forgotten until another count is run.
+  for (int i = 0; i < model_->options().persist_samples; ++i) report(9, 1.5);
+  r = Speed(0);
+  EXPECT_EQ(r.speed_changes, 2);
+  EXPECT_FALSE(r.affine.has_value());
+  for (int i = 0; i < 2; ++i) report(9, 1.5);
+  for (int i = 0; i < 5; ++i) report(21, 1.5);
+  r = Speed(0);
+  ASSERT_TRUE(r.affine.has_value());
+  EXPECT_NEAR(r.affine->fixed_seconds, 1.5 * 0.038, 1e-5);
+}
+
 TEST_F(SpeedModelTest, OutlierRunMustStayOnOneSide) {
   SampleN(Key(0), 1e-3, 16);
   ASSERT_TRUE(Sample(Key(0), 20e-3).ok());
