@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/median.h"
 #include "proto/validate.h"
 
 namespace ballast::coordinator {
@@ -44,15 +45,6 @@ absl::Status ValidateReport(const SpeedKey& key, double compute_seconds, int64_t
     return absl::InvalidArgumentError("at_time infinite");
   }
   return absl::OkStatus();
-}
-
-// Median of values[0, n), n > 0, reordering them. For an even n, the mean of the two
-// middle values.
-double MedianInPlace(double* values, int n) {
-  double* mid = values + n / 2;
-  std::nth_element(values, mid, values + n);
-  if (n % 2 == 1) return *mid;
-  return (*mid + *std::max_element(values, mid)) / 2;
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/median.h"
+
 namespace ballast::coordinator {
 
 void UnitCountTimes::Add(int64_t units, double seconds) {
@@ -28,19 +30,6 @@ void UnitCountTimes::Clear() {
   counts_ = {};
   uses_ = 0;
 }
-
-namespace {
-
-// Median of values[0, n), n > 0, reordering them.
-double MedianInPlace(float* values, int n) {
-  float* mid = values + n / 2;
-  std::nth_element(values, mid, values + n);
-  double median = *mid;
-  if (n % 2 == 0) median = (median + *std::max_element(values, mid)) / 2;
-  return median;
-}
-
-}  // namespace
 
 std::optional<AffineTime> UnitCountTimes::Fit(bool in_use) const {
   // Each count's median and its standard error, from the samples' MAD (x 1.4826 for a
