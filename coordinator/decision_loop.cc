@@ -100,8 +100,7 @@ bool DecisionLoop::Tick() {
     const std::string& job = ref.key.first;
     const JobPolicy policy = settings_->PolicyFor(job);
     DecisionRecord last;
-    DwellOptions dwell;
-    std::string flaps;
+    Damping damping;
     bool operator_changed = false;
     {
       absl::MutexLock lock(&mu_);
@@ -113,8 +112,9 @@ bool DecisionLoop::Tick() {
         continue;
       }
       last = entry.record;  // only this loop writes it, one round at a time
-      dwell = entry.flaps.Dwell(options_.dwell, now);
-      flaps = entry.flaps.Describe(options_.dwell);
+      damping.dwell = entry.flaps.Dwell(options_.dwell, now);
+      damping.described = entry.flaps.Describe(options_.dwell);
+      damping.start_wait = entry.flaps.StartWait(options_.dwell);
       operator_changed = std::exchange(entry.operator_changed, false);
     }
     // Copied under the registry's lock; planned without it.
@@ -123,7 +123,7 @@ bool DecisionLoop::Tick() {
     const absl::Time began = absl::Now();
     const std::optional<GroupHold> hold = settings_->HoldFor(job, group->name);
     Outcome outcome = hold.has_value() ? DecideHeld(*group, policy, *hold, std::move(last))
-                                       : Decide(*group, policy, dwell, std::move(flaps),
+                                       : Decide(*group, policy, std::move(damping),
                                                 operator_changed, std::move(last));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - began);
     // The record first: once the plan reaches the workers, explain and status must say
@@ -141,7 +141,7 @@ bool DecisionLoop::Tick() {
           it->second.flaps = PlanFlaps();
         } else if (outcome.change.has_value()) {
           it->second.flaps.Pushed(outcome.change->blocks, outcome.moves_units, outcome.probed,
-                                  options_.dwell, now);
+                                  options_.dwell, now, outcome.calm);
         }
       }
     }
@@ -164,8 +164,9 @@ bool DecisionLoop::Tick() {
 }
 
 DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const JobPolicy& policy,
-                                           const DwellOptions& dwell, std::string flaps,
-                                           bool operator_changed, DecisionRecord last) {
+                                           Damping damping, bool operator_changed,
+                                           DecisionRecord last) {
+  const DwellOptions& dwell = damping.dwell;
   Outcome out{.record = std::move(last)};
   DecisionRecord& record = out.record;
   std::vector<std::string> lines;
@@ -186,7 +187,8 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   const bool flap_held =
       dwell.plan_dwell > options_.dwell.plan_dwell && DwellHolds(policy, dwell, since_change);
   if (policy.mode != BalanceMode::kOff &&
-      !GatherInputs(group, policy, flap_held, planner_input, lines, common_fixed)) {
+      !GatherInputs(group, policy, flap_held, damping.start_wait, planner_input, lines,
+                    common_fixed)) {
     record.reasons = {.before = std::move(lines)};
     return out;
   }
@@ -196,7 +198,11 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   planner_input.since_change = since_change;
   planner_input.in_force_measured_worse = correction_.undo;
   planner_input.deliberate = operator_changed || correction_.moved;
-  if (!flaps.empty()) lines.push_back(std::move(flaps));
+  // Every block carries the judge's verdict (GatherInputs).
+  out.calm = !planner_input.blocks.empty() &&
+             std::all_of(planner_input.blocks.begin(), planner_input.blocks.end(),
+                         [](const GroupBlockInput& b) { return b.input.calm; });
+  if (!damping.described.empty()) lines.push_back(std::move(damping.described));
   GroupDecision decision = DecideGroup(planner_input, policy, dwell, &workspace_);
   // Moved, not copied: Explain renders this round's blocks from the record's decisions (a
   // block whose planning failed keeps its last decision there, but its failure is shown).
@@ -280,7 +286,8 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   GroupPlannerInput priced;
   std::optional<double> common_fixed;
   correction_ = {};
-  if (GatherInputs(group, policy, /*held=*/true, priced, lines, common_fixed)) {
+  if (GatherInputs(group, policy, /*held=*/true, absl::ZeroDuration(), priced, lines,
+                   common_fixed)) {
     const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
     JobPolicy pricing = policy;
     pricing.mode = BalanceMode::kAuto;  // the hold's techniques are not the mode's to refuse
@@ -354,7 +361,8 @@ WorkloadPlan DecisionLoop::Numbered(const GroupSnapshot& group, const WorkersPla
 }
 
 bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
-                                GroupPlannerInput& input, std::vector<std::string>& lines,
+                                absl::Duration start_wait, GroupPlannerInput& input,
+                                std::vector<std::string>& lines,
                                 std::optional<double>& common_fixed) {
   // A block whose units divide is timed per token (group_registry.h), so its work is its
   // tokens; the others' is their units. It weighs the block in the pooled verdict and in
@@ -402,7 +410,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   for (const RankSnapshot& r : group.ranks) ranks.push_back(r.rank);
   const StragglerJudge::Verdict verdict =
       judge_->Judge(group.ref, ranks, group.size, *pooled, static_cast<int32_t>(speeds.size()),
-                    policy, group.plan.blocks.empty(), lines);
+                    policy, group.plan.blocks.empty(), start_wait, lines);
   std::string link_line;
   const double bytes_per_second = LinkBytesPerSecond(group.link, group.link_stale_after,
                                                      options_.link_bytes_per_second, &link_line);

@@ -125,23 +125,31 @@ class DecisionLoop {
     // step feedback did, when it changed (for the log; empty otherwise).
     bool probed = false;
     std::string probe;
+    // The judge treated the group as calm this round: a change that ends balancing ends
+    // it for calm (plan_flaps.h: a blip when soon after it started).
+    bool calm = false;
+  };
+  // What a group's flaps (plan_flaps.h) change in a round.
+  struct Damping {
+    DwellOptions dwell;         // the options', held longer while the group flaps
+    std::string described;      // why (empty when it does not flap)
+    absl::Duration start_wait;  // a straggler waited out before balancing starts
   };
   // Plans one group from its snapshot, on the last record's decisions. Takes no lock of
-  // the registry's.
-  // `dwell`: the options', held longer while the group flaps (`flaps` says so; empty when
-  // it does not). `operator_changed`: Entry's.
-  Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, const DwellOptions& dwell,
-                 std::string flaps, bool operator_changed, DecisionRecord last)
+  // the registry's. `operator_changed`: Entry's.
+  Outcome Decide(const GroupSnapshot& group, const JobPolicy& policy, Damping damping,
+                 bool operator_changed, DecisionRecord last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The planner's input for the group's blocks (`input.blocks`), from the speed model's
-  // estimates pooled per rank, the judge's verdict (which this updates), the link's price,
-  // fixed costs, the step feedback's correction and cordons; says what it found in
-  // `lines`. False, with the reason in `lines`, while some rank has no estimate yet.
-  // `held`: the group's plan is held (a flap hold, an operator's), so the step feedback
-  // does not probe.
+  // estimates pooled per rank, the judge's verdict (which this updates; `start_wait`:
+  // Damping's), the link's price, fixed costs, the step feedback's correction and
+  // cordons; says what it found in `lines`. False, with the reason in `lines`, while some
+  // rank has no estimate yet. `held`: the group's plan is held (a flap hold, an
+  // operator's), so the step feedback does not probe.
   bool GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
-                    GroupPlannerInput& input, std::vector<std::string>& lines,
-                    std::optional<double>& common_fixed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+                    absl::Duration start_wait, GroupPlannerInput& input,
+                    std::vector<std::string>& lines, std::optional<double>& common_fixed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The same for a group an operator holds (JobSettings::HoldFor): the hold's plan,
   // whatever the speeds (DecideHeldGroup).
   Outcome DecideHeld(const GroupSnapshot& group, const JobPolicy& policy, const GroupHold& hold,

@@ -93,18 +93,28 @@ bool WaitOutMarginal(bool marginal, bool running_all_local, absl::Duration now,
   return waits && lasted < marginal_for;
 }
 
-bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
-                 RoundRun& run) {
-  if (group.calm) {
-    ExtendRun(false, now, max_gap, run);  // a calm round ends a marginal run
-    return true;
-  }
-  bool marginal = !group.ranks.empty();
+bool MarginalStraggler(const PooledGroup& group, double straggler_threshold) {
+  bool marginal = !group.calm && !group.ranks.empty();
   for (const PooledRank& r : group.ranks) {
     marginal = marginal && r.blocks_judged > 0 && IsMarginal(r.slowdown, straggler_threshold);
   }
-  return WaitOutMarginal(marginal, running_all_local, now, marginal_for, max_gap, run);
+  return marginal;
+}
+
+bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
+                 absl::Duration now, absl::Duration marginal_for, absl::Duration flap_wait,
+                 absl::Duration max_gap, RoundRun& run) {
+  if (group.calm) {
+    ExtendRun(false, now, max_gap, run);  // a calm round ends a straggler's run
+    return true;
+  }
+  if (flap_wait > absl::ZeroDuration()) {
+    const bool marginal = running_all_local && MarginalStraggler(group, straggler_threshold);
+    const absl::Duration wait = std::max(flap_wait, marginal ? marginal_for : flap_wait);
+    return ExtendRun(true, now, max_gap, run) < wait;
+  }
+  return WaitOutMarginal(MarginalStraggler(group, straggler_threshold), running_all_local, now,
+                         marginal_for, max_gap, run);
 }
 
 std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,

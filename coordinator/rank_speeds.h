@@ -120,13 +120,20 @@ bool IsMarginal(double ratio, double straggler_threshold);
 bool WaitOutMarginal(bool marginal, bool running_all_local, absl::Duration now,
                      absl::Duration marginal_for, absl::Duration max_gap, RoundRun& run);
 
-// Whether the group is treated as calm in the round judged at monotonic time `now`. A
-// round without a marginal straggler ends the run, and so does a gap of more than
-// `max_gap` since the last round judged (the job was paused, or not every rank
-// reported): rounds not judged are no evidence that the straggler lasted.
+// Whether every judged rank of a group that is not calm is within the marginal band.
+bool MarginalStraggler(const PooledGroup& group, double straggler_threshold);
+
+// Whether the group is treated as calm in the round judged at monotonic time `now`: a
+// straggler waits while its run in `run` is shorter than the wait, `marginal_for` for a
+// marginal one on a group running all-local and at least `flap_wait` for any (the hold
+// of a group whose plans flap and whose plan in force does not balance, plan_flaps.h:
+// StartWait; zero otherwise). A round without a straggler that waits ends the run, and
+// so does a gap of more than `max_gap` since the last round judged (the job was paused,
+// or not every rank reported): rounds not judged are no evidence that the straggler
+// lasted.
 bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 absl::Duration now, absl::Duration marginal_for, absl::Duration max_gap,
-                 RoundRun& run);
+                 absl::Duration now, absl::Duration marginal_for, absl::Duration flap_wait,
+                 absl::Duration max_gap, RoundRun& run);
 
 // "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.00x, 1 1.98x straggling", for
 // explanations.

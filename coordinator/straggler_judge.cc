@@ -1,5 +1,7 @@
 #include "coordinator/straggler_judge.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -18,30 +20,14 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
                                               const std::vector<int32_t>& ranks, int32_t size,
                                               const PooledGroup& pooled, int32_t num_blocks,
                                               const JobPolicy& policy, bool running_all_local,
+                                              absl::Duration flap_wait,
                                               std::vector<std::string>& lines) {
   const absl::Duration now = clock_->Monotonic();
   const absl::Duration max_gap = kJudgementGapPeriods * policy.report_period;
   absl::MutexLock lock(&mu_);
   GroupRuns& runs = RunsOf(ref);
   Verdict v;
-  v.calm = TreatAsCalm(pooled, policy.straggler_threshold, running_all_local, now,
-                       marginal_straggler_for_, max_gap, runs.marginal);
-  lines.push_back(
-      absl::StrCat(DescribePooledGroup(pooled, num_blocks, policy.straggler_threshold),
-                   v.calm && !pooled.calm
-                       ? absl::StrCat("; a marginal straggler, for ",
-                                      absl::FormatDuration(absl::Trunc(now - *runs.marginal.since,
-                                                                       absl::Milliseconds(100))),
-                                      " of ", absl::FormatDuration(marginal_straggler_for_),
-                                      " before balancing: all-local")
-                       : ""));
-  // Symmetric with resharding for a chronic straggler: a split changes only on a verdict
-  // that has held for reshard_after. Under a CPU quota a resharded rank with fewer units
-  // is throttled less and can look calm for seconds while still contended; going back on
-  // that would move units twice a cycle.
-  v.calm_lasted =
-      ExtendRun(pooled.calm, now, max_gap, runs.calm) >= policy.reshard_after && pooled.calm;
-
+  std::vector<std::string> rank_lines;
   // Chronic, so that resharding is priced: straggling over the group's blocks for the
   // policy's reshard_after without a break. Per block, the speed model's own straggler
   // state breaks off whenever that block's estimate dips under the threshold, and under
@@ -62,7 +48,7 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
         runs.moved_units_at.has_value() && *runs.moved_units_at > *rank.straggling_since;
     const absl::Duration counted = resharded_since ? now - *runs.moved_units_at : straggling_for;
     v.chronic[r] = counted >= policy.reshard_after;
-    lines.push_back(absl::StrCat(
+    rank_lines.push_back(absl::StrCat(
         "rank ", r, " straggling for ",
         absl::FormatDuration(absl::Trunc(straggling_for, absl::Milliseconds(100))),
         resharded_since
@@ -73,6 +59,36 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
         v.chronic[r] ? ": chronic" : "", " (reshard_after ",
         absl::FormatDuration(policy.reshard_after), ")"));
   }
+  // A chronic straggler is no blip: it has lasted reshard_after, which may be shorter
+  // than a flap's wait that has doubled.
+  if (std::find(v.chronic.begin(), v.chronic.end(), true) != v.chronic.end()) {
+    flap_wait = absl::ZeroDuration();
+  }
+  v.calm = TreatAsCalm(pooled, policy.straggler_threshold, running_all_local, now,
+                       marginal_straggler_for_, flap_wait, max_gap, runs.marginal);
+  std::string waits;
+  if (v.calm && !pooled.calm) {
+    const bool marginal =
+        running_all_local && MarginalStraggler(pooled, policy.straggler_threshold);
+    const absl::Duration wait =
+        std::max(flap_wait, marginal ? marginal_straggler_for_ : absl::ZeroDuration());
+    waits = absl::StrCat(
+        wait > marginal_straggler_for_ || !marginal ? "; a straggler while the plans flap"
+                                                    : "; a marginal straggler",
+        ", for ",
+        absl::FormatDuration(absl::Trunc(now - *runs.marginal.since, absl::Milliseconds(100))),
+        " of ", absl::FormatDuration(wait), " before balancing: all-local");
+  }
+  lines.push_back(
+      absl::StrCat(DescribePooledGroup(pooled, num_blocks, policy.straggler_threshold), waits));
+  // Symmetric with resharding for a chronic straggler: a split changes only on a verdict
+  // that has held for reshard_after. Under a CPU quota a resharded rank with fewer units
+  // is throttled less and can look calm for seconds while still contended; going back on
+  // that would move units twice a cycle.
+  v.calm_lasted =
+      ExtendRun(pooled.calm, now, max_gap, runs.calm) >= policy.reshard_after && pooled.calm;
+
+  lines.insert(lines.end(), rank_lines.begin(), rank_lines.end());
   return v;
 }
 

@@ -2,8 +2,9 @@
 // speeds. Per group it holds four kinds of runs of planning rounds, on the injected clock:
 //   - calm: the pooled verdict calm without a break; an uneven split goes back to even only
 //     after reshard_after of it (PlannerInput::calm_lasted);
-//   - marginal: a marginal straggler without a break (rank_speeds.h: TreatAsCalm), which
-//     a group running all-local waits out for marginal_straggler_for;
+//   - marginal: a straggler waited out without a break (rank_speeds.h: TreatAsCalm): a
+//     marginal one on a group running all-local for marginal_straggler_for, any one for
+//     the flap wait the caller gives while the group's plans flap;
 //   - chronic, per rank: straggling, pooled over the group's blocks, for reshard_after,
 //     counted from the last plan that moved units if later, so that resharding is priced;
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
@@ -21,7 +22,7 @@
 //
 //   StragglerJudge judge(clock, options.marginal_straggler_for);
 //   StragglerJudge::Verdict v = judge.Judge(ref, ranks, size, pooled, blocks, policy,
-//                                           running_all_local, lines);
+//                                           running_all_local, flaps.StartWait(dwell), lines);
 //   StragglerJudge::SkewVerdict s =
 //       judge.JudgeSkew(ref, block, *SkewOfLoads(in, policy, in_force), policy, lines);
 //   in.skew_lasted = s.lasted;
@@ -71,10 +72,12 @@ class StragglerJudge {
 
   // Judges the round at the clock's monotonic time for the group `ref` of `size` ranks
   // (`ranks`: those registered), on the speeds pooled over its `num_blocks` blocks.
+  // `flap_wait`: how long any straggler must last before balancing starts, because the
+  // group's plans flap (plan_flaps.h: StartWait; zero: only the marginal rule).
   // Appends explanation lines: the pooled verdict, then each straggling rank's run.
   Verdict Judge(const GroupRef& ref, const std::vector<int32_t>& ranks, int32_t size,
                 const PooledGroup& pooled, int32_t num_blocks, const JobPolicy& policy,
-                bool running_all_local, std::vector<std::string>& lines);
+                bool running_all_local, absl::Duration flap_wait, std::vector<std::string>& lines);
   // A block's loads, judged over the rounds.
   struct SkewVerdict {
     // Unbalanced for reshard_after, counted from the last plan that moved units if later:

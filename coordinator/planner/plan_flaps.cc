@@ -74,11 +74,27 @@ absl::Duration PlanFlaps::Hold(const DwellOptions& base) const {
 }
 
 bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
-                       const DwellOptions& base, absl::Duration now) {
-  const bool flap = !moves_units && !deliberate && base.flap_hold > absl::ZeroDuration() &&
-                    before_.has_value() && Undoes(*before_, *in_force_, blocks) &&
-                    now - pushed_at_ < Hold(base) + base.flap_hold;
+                       const DwellOptions& base, absl::Duration now, bool calm) {
+  const bool balanced = in_force_.has_value() && Balances(*in_force_);
+  const bool balances = Balances(blocks);
+  const absl::Duration window = Hold(base) + base.flap_hold;
+  const bool may_flap = !moves_units && !deliberate && base.flap_hold > absl::ZeroDuration();
+  bool flap = may_flap && before_.has_value() && Undoes(*before_, *in_force_, blocks) &&
+              now - pushed_at_ < window;
+  // A restart right after a blip that counted: the same noise, counted once.
+  if (!balanced && balances && ended_by_flap_) flap = false;
+  // Calm ended balancing soon after it started: a blip.
+  const bool ends_blip = may_flap && calm && balanced && !balances &&
+                         balancing_since_.has_value() && now - *balancing_since_ < window;
+  flap = flap || ends_blip;
   if (flap) level_ = std::min(level_ + 1, kMaxDoublings + 1);
+  ended_by_flap_ = ends_blip;
+  blipped_ = blipped_ || ends_blip;
+  if (!balances || moves_units) {
+    balancing_since_.reset();
+  } else if (!balanced) {
+    balancing_since_ = now;
+  }
   before_ = std::move(in_force_);
   if (moves_units) before_.reset();
   in_force_ = blocks;
@@ -87,9 +103,15 @@ bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, b
   return flap;
 }
 
+absl::Duration PlanFlaps::StartWait(const DwellOptions& base) const {
+  if (!blipped_ || (in_force_.has_value() && Balances(*in_force_))) return absl::ZeroDuration();
+  return Hold(base);
+}
+
 DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
   if (base.flap_hold <= absl::ZeroDuration()) {
     level_ = 0;
+    blipped_ = false;
     return base;
   }
   // Each hold that passes twice over without a change halves it.
@@ -97,6 +119,7 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
     quiet_since_ += 2 * Hold(base);
     --level_;
   }
+  if (level_ == 0) blipped_ = false;
   DwellOptions dwell = base;
   if (in_force_.has_value() && Balances(*in_force_)) {
     dwell.plan_dwell = std::max(base.plan_dwell, Hold(base));
@@ -106,10 +129,14 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
 
 std::string PlanFlaps::Describe(const DwellOptions& base) const {
   if (level_ == 0) return "";
-  return absl::StrCat("plans undone soon after they changed: ", level_,
-                      level_ == 1 ? " flap" : " flaps",
-                      " counted, so a change of a plan that balances is held ",
-                      absl::FormatDuration(Hold(base)), " by hysteresis ", base.dwell_hysteresis);
+  return absl::StrCat(
+      "plans undone soon after they changed: ", level_, level_ == 1 ? " flap" : " flaps",
+      " counted, so a change of a plan that balances is held ", absl::FormatDuration(Hold(base)),
+      " by hysteresis ", base.dwell_hysteresis,
+      blipped_ ? absl::StrCat(", and (balancing ended by calm soon after it "
+                              "started) a straggler must last ",
+                              absl::FormatDuration(Hold(base)), " before balancing starts")
+               : "");
 }
 
 }  // namespace ballast::coordinator

@@ -16,19 +16,27 @@
 // flap_hold, doubled for each further flap (at most 16x), and each hold that passes
 // twice over without a change halves it again.
 //
-// The hold applies only while the plan in force balances (offloads, replicas or prunes;
-// a capacity cap, or the ownership a reshard left, runs all-local). A group running
-// all-local balances a new straggler as usual: a 2x straggler on 2 ranks gains at most a
-// third, which the dwell's 30% could hold off for minutes, and its blips are the
-// marginal-straggler rule's to wait out. Calm ends a plan at once, whatever the dwell. A
-// plan that moves units starts the history afresh: the plans before it ran on another
-// ownership, so an all-local plan after a reshard does not undo the all-local plan before
-// it. The caller starts afresh too (a new PlanFlaps) when an operator changes a setting:
-// that is no noise.
+// The hold applies only while the plan in force balances (offloads, replicas or prunes; a
+// capacity cap, or the ownership a reshard left, runs all-local): the dwell's 30% would
+// hold off a new 2x straggler on 2 ranks (it gains at most a third) for minutes. Calm ends
+// a plan at once, whatever the dwell. A group running all-local meets its flaps at the
+// start instead: balancing that calm ended within flap_hold of its start (plus the hold in
+// force) is a flap too (the caller says the group was judged calm), a blip balanced after
+// it had passed, and while the group flaps a straggler must last the hold before balancing
+// starts again (StartWait; the straggler judge waits it out). On an idle 2-core VM, a calm
+// rank was 1.2-1.7x slower for 1-15 s at a time during minute-long slowdowns of the whole
+// VM: a plan started for each spell and calm ended it within seconds, 10 changes in 1,000
+// steps (docs/benchmarks.md, 2026-12-02). A straggler that lasts balances on its first
+// start and is no flap; one that comes and goes within seconds is not worth a plan that
+// takes a second to arrive. A plan that moves units starts the history afresh: the plans
+// before it ran on another ownership, so an all-local plan after a reshard does not undo
+// the all-local plan before it. The caller starts afresh too (a new PlanFlaps) when an
+// operator changes a setting: that is no noise.
 //
 //   PlanFlaps flaps;                                   // one per group
 //   DwellOptions dwell = flaps.Dwell(options, now);    // plan with it
-//   if (decided_a_change) flaps.Pushed(plan.blocks, moves_units, probed, options, now);
+//   absl::Duration wait = flaps.StartWait(options);    // the judge waits a straggler out
+//   if (decided_a_change) flaps.Pushed(plan.blocks, moves_units, probed, options, now, calm);
 //
 // Pure: the caller gives the monotonic time. Not thread-safe: the caller keeps one per
 // group under its own lock.
@@ -57,16 +65,27 @@ class PlanFlaps {
   // whether it undid the change before it (a flap): it restores the plan before the one
   // in force, or moves some rank's work back the way that change moved it, and the plan
   // in force had stood less than flap_hold beyond the hold in force (a change held by the
-  // dwell is undone as soon as its hold ends, if noise made it).
+  // dwell is undone as soon as its hold ends, if noise made it); or `calm` (the round
+  // that decided it judged the group calm) and it ends balancing that started less than
+  // that long ago. A start right after such an end is not counted again. (Balancing ended
+  // otherwise, say because offloads stopped paying on a link measured slow, is no blip:
+  // its straggler is still there.)
   bool Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
-              const DwellOptions& base, absl::Duration now);
+              const DwellOptions& base, absl::Duration now, bool calm = false);
   // The dwell to plan with at `now`: `base`, with plan_dwell raised to the hold while the
   // group flaps and its plan in force balances. Decays the hold first.
   DwellOptions Dwell(const DwellOptions& base, absl::Duration now);
+  // How long a straggler must last before a group whose plan in force does not balance
+  // starts balancing: the hold while the group flaps and some flap not yet decayed was a
+  // blip (balancing that calm ended soon), else zero. Call after Dwell (which decays the
+  // hold) at the same time.
+  absl::Duration StartWait(const DwellOptions& base) const;
   // Flaps counted and not yet decayed (0: none).
   int32_t level() const { return level_; }
   // "plans undone soon after they changed: 2 flaps counted, so a change of a plan that
-  // balances is held 1m by hysteresis 0.3" (empty with no flap), for explanations.
+  // balances is held 1m by hysteresis 0.3" (and, after a blip, "..., and (balancing ended
+  // by calm soon after it started) a straggler must last 1m before balancing starts";
+  // empty with no flap), for explanations.
   std::string Describe(const DwellOptions& base) const;
 
  private:
@@ -75,7 +94,13 @@ class PlanFlaps {
 
   std::optional<std::vector<BlockPlan>> before_;  // blocks of the plan before the one in force
   std::optional<std::vector<BlockPlan>> in_force_;
-  absl::Duration pushed_at_ = absl::ZeroDuration();    // of the plan in force
+  absl::Duration pushed_at_ = absl::ZeroDuration();  // of the plan in force
+  // When the balancing in force started (from a plan that did not balance); none while
+  // the plan in force does not balance, or after a reshard.
+  std::optional<absl::Duration> balancing_since_;
+  bool ended_by_flap_ = false;  // the plan in force ended balancing, and that was a flap
+  // A blip counted among the flaps not yet decayed: starts are waited out (StartWait).
+  bool blipped_ = false;
   absl::Duration quiet_since_ = absl::ZeroDuration();  // the last change, or decay
   int32_t level_ = 0;
 };

@@ -140,6 +140,36 @@ TEST_F(DecisionLoopTest, APlanUndoneSoonHoldsTheGroupsChangesLonger) {
               HasSubstr("counted, so a change of a plan that balances is held"));
 }
 
+// A calm rank that is 2x slower for 1.5 s every 4.5 s (a shared VM's blips) got a plan
+// for each blip, ended by calm soon after: two changes a blip. Balancing ended that soon
+// is a flap, and while the group flaps a straggler must last the hold (30 s) before
+// balancing starts again; one that lasts is balanced once it has. (Quiet for twice the
+// hold, the wait would have decayed: ~step 620 here.)
+TEST_F(DecisionLoopTest, BlipsAreWaitedOutOnceOneWasBalancedInVainAStragglerThatLastsIsNot) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  std::vector<int64_t> changed_at;  // steps (100 ms each) at which a plan was pushed
+  std::string waited;
+  for (int64_t step = 0; step < 800; ++step) {
+    const bool slow = step >= 200 || step % 45 < 15;
+    Reports(step, slow ? 2e-3 : 1e-3);
+    clock_.Advance(absl::Milliseconds(100));
+    const size_t before = sink_.plans().size();
+    loop_->Tick();
+    if (sink_.plans().size() > before) changed_at.push_back(step);
+    if (step == 190) waited = absl::StrJoin(Record().reasons.before, "\n");
+  }
+  ASSERT_GE(changed_at.size(), 3u) << absl::StrJoin(changed_at, ", ");
+  // The first blip balanced and ended; the blips of the next 15 s waited out.
+  EXPECT_LT(changed_at[0], 15);
+  EXPECT_LT(changed_at[1], 45);
+  EXPECT_THAT(waited, HasSubstr("a straggler while the plans flap, for "));
+  EXPECT_THAT(waited, HasSubstr("of 30s before balancing: all-local"));
+  // The straggler from step 200 on: balanced once it lasted the hold, and kept.
+  EXPECT_EQ(changed_at.size(), 3u) << absl::StrJoin(changed_at, ", ");
+  EXPECT_GE(changed_at[2], 200 + 300);
+  EXPECT_LT(changed_at[2], 200 + 320);
+}
+
 TEST_F(DecisionLoopTest, AForgottenGroupKeepsNothingAndComesBackFresh) {
   ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
   loop_->Tick();

@@ -105,7 +105,7 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   auto at = [](double seconds) { return absl::Seconds(seconds); };
   auto calm_at = [&](const PooledGroup& g, double seconds, bool all_local = true,
                      absl::Duration wait = absl::Seconds(3)) {
-    return TreatAsCalm(g, 0.10, all_local, at(seconds), wait, kGap, run);
+    return TreatAsCalm(g, 0.10, all_local, at(seconds), wait, absl::ZeroDuration(), kGap, run);
   };
   EXPECT_TRUE(calm_at(calm, 0));
   EXPECT_FALSE(run.since.has_value());
@@ -140,6 +140,40 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   EXPECT_FALSE(calm_at(unknown, 25));
   // With no wait, a marginal straggler is balanced at once.
   EXPECT_FALSE(calm_at(marginal, 26, true, absl::ZeroDuration()));
+}
+
+// While the group's plans flap, any straggler waits out the flap's wait (the longer of the
+// two for a marginal one); a calm round or a gap starts it again.
+TEST(RankSpeedsTest, WhilePlansFlapAnyStragglerWaitsTheFlapWait) {
+  const PooledGroup calm = *PoolRankSpeeds({Block(1e-3, {1, 1.05})}, 0.10);
+  const PooledGroup marginal = *PoolRankSpeeds({Block(1e-3, {1, 1.2})}, 0.10);
+  const PooledGroup large = *PoolRankSpeeds({Block(1e-3, {1, 2})}, 0.10);
+  const absl::Duration kGap = absl::Milliseconds(1500);
+  RoundRun run;
+  auto calm_at = [&](const PooledGroup& g, double seconds, double flap_wait,
+                     double marginal_for = 3) {
+    return TreatAsCalm(g, 0.10, /*running_all_local=*/true, absl::Seconds(seconds),
+                       absl::Seconds(marginal_for), absl::Seconds(flap_wait), kGap, run);
+  };
+  EXPECT_TRUE(calm_at(large, 0, 10));
+  EXPECT_TRUE(calm_at(marginal, 1, 10)) << "one run, whatever its size";
+  for (int t = 2; t < 10; ++t) EXPECT_TRUE(calm_at(large, t, 10)) << t;
+  EXPECT_FALSE(calm_at(large, 10, 10));
+  EXPECT_TRUE(calm_at(calm, 11, 10));
+  EXPECT_TRUE(calm_at(large, 12, 10)) << "a calm round restarts the wait";
+  EXPECT_EQ(run.since, absl::Seconds(12));
+  EXPECT_TRUE(calm_at(large, 20, 10)) << "a gap restarts it too";
+  EXPECT_EQ(run.since, absl::Seconds(20));
+  // A marginal one waits the longer of the two.
+  EXPECT_TRUE(calm_at(calm, 30, 1));
+  EXPECT_TRUE(calm_at(marginal, 31, 1));
+  EXPECT_TRUE(calm_at(marginal, 32, 1));
+  EXPECT_TRUE(calm_at(marginal, 33, 1));
+  EXPECT_TRUE(calm_at(marginal, 33.9, 1));
+  EXPECT_FALSE(calm_at(marginal, 34, 1));
+  // The flap's wait decayed: a large straggler acts at once.
+  EXPECT_FALSE(calm_at(large, 35, 0));
+  EXPECT_FALSE(run.since.has_value());
 }
 
 // A rank's price in a block is its pooled slowdown times the block's reference; a fit of

@@ -33,11 +33,14 @@ class StragglerJudgeTest : public ::testing::Test {
     policy_.report_period = absl::Milliseconds(100);
     policy_.reshard_after = absl::Seconds(2);
   }
-  StragglerJudge::Verdict Round(double slowdown, bool all_local = false) {
+  StragglerJudge::Verdict Round(double slowdown, bool all_local = false,
+                                absl::Duration flap_wait = absl::ZeroDuration()) {
     clock_.Advance(absl::Milliseconds(100));
-    std::vector<std::string> lines;
-    return judge_.Judge(ref_, {0, 1}, 2, Pooled(slowdown), 1, policy_, all_local, lines);
+    lines_.clear();
+    return judge_.Judge(ref_, {0, 1}, 2, Pooled(slowdown), 1, policy_, all_local, flap_wait,
+                        lines_);
   }
+  std::vector<std::string> lines_;  // the last round's
 
   testing::FakeClock clock_;
   StragglerJudge judge_;
@@ -71,6 +74,34 @@ TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIs
   EXPECT_LE(calm_rounds, 11);
   // A large straggler is balanced at once.
   EXPECT_FALSE(Round(2.0, true).calm);
+}
+
+// While the group's plans flap, any straggler waits out the flap's wait (5 s here), and
+// the pooled line says so; one that turns chronic (reshard_after, 2 s here) is no blip.
+TEST_F(StragglerJudgeTest, WhilePlansFlapAStragglerIsWaitedOutUntilChronic) {
+  const absl::Duration kFlapWait = absl::Seconds(5);
+  int waited = 0;
+  while (waited < 60 && Round(2.0, true, kFlapWait).calm) {
+    ++waited;
+    if (waited == 11) {
+      EXPECT_THAT(lines_[0], HasSubstr("; a straggler while the plans flap, for 1s of 5s "
+                                       "before balancing: all-local"));
+    }
+  }
+  EXPECT_GE(waited, 19);  // 2 s of 100 ms rounds
+  EXPECT_LE(waited, 21);
+  EXPECT_TRUE(Round(2.0, true, kFlapWait).chronic[1]);
+  EXPECT_THAT(lines_[0], ::testing::Not(HasSubstr("flap")));
+  // A calm round, then the straggler again: waited out afresh (not yet chronic).
+  EXPECT_TRUE(Round(1.0, true, kFlapWait).calm);
+  EXPECT_TRUE(Round(2.0, true, kFlapWait).calm);
+  // A marginal straggler waits the longer of its own wait (1 s) and the flap's.
+  policy_.reshard_after = absl::Seconds(60);
+  EXPECT_TRUE(Round(1.0, true).calm);
+  waited = 0;
+  while (waited < 60 && Round(1.2, true, absl::Milliseconds(300)).calm) ++waited;
+  EXPECT_GE(waited, 9);
+  EXPECT_LE(waited, 11);
 }
 
 TEST_F(StragglerJudgeTest, AGroupRegisteredAgainStartsAfresh) {

@@ -1,7 +1,9 @@
 // PlanFlaps: a plan that restores the one before the plan in force, or moves work back
-// the way the last change moved it, soon after, is a flap; the group's changes are then
-// held flap_hold, doubling per flap up to 16x, halving after each hold that passes twice
-// over without a change; a plan that stood is no flap; flap_hold 0 turns it off.
+// the way the last change moved it, soon after, is a flap, and so is the end of balancing
+// soon after it started; the group's changes are then held flap_hold, and a straggler
+// waited out that long before balancing starts, doubling per flap up to 16x, halving
+// after each hold that passes twice over without a change; a plan that stood is no flap;
+// flap_hold 0 turns it off.
 #include "coordinator/planner/plan_flaps.h"
 
 #include <gmock/gmock.h>
@@ -127,29 +129,92 @@ TEST(PlanFlapsTest, HelpersReshufflingIsNoFlap) {
                    false, base, S(10)));
 }
 
-// While the plan in force is all-local, a new straggler is balanced as usual: no hold.
-// A plan that moves units starts the history afresh (the plans before it ran on another
+// While the plan in force is all-local, no change is held (a new straggler gains far more
+// than the dwell's hysteresis); the flaps wait out the straggler instead (StartWait). A
+// plan that moves units starts the history afresh (the plans before it ran on another
 // ownership).
 TEST(PlanFlapsTest, NoHoldWhileAllLocalAndAReshardStartsAfresh) {
   const DwellOptions base;
   PlanFlaps flaps;
   flaps.Pushed(Offload(3), false, false, base, S(0));
-  flaps.Pushed(Offload(0), false, false, base, S(1));
-  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(2)));
+  // Calm 1 s after balancing started: a blip, counted at its end...
+  EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(1), /*calm=*/true));
+  // ... and not again when balancing starts once more.
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(2)));
   EXPECT_EQ(flaps.Dwell(base, S(3)).plan_dwell, S(30));
-  EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(40)));
+  EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration()) << "balancing in force";
+  EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(40), /*calm=*/true));
   EXPECT_EQ(flaps.level(), 2);
   EXPECT_EQ(flaps.Dwell(base, S(41)).plan_dwell, S(2)) << "all-local in force: no hold";
+  EXPECT_EQ(flaps.StartWait(base), S(60)) << "all-local in force: a straggler waits the hold";
   // Nor under a plan that only caps experts' capacity.
   flaps.Pushed({BlockPlan{.block = BlockId(0), .capacity_factor = 1.25}}, false, false, base,
                S(42));
   EXPECT_EQ(flaps.Dwell(base, S(43)).plan_dwell, S(2)) << "a cap balances nothing";
+  EXPECT_EQ(flaps.StartWait(base), S(60));
   // all-local -> a reshard -> all-local on the new split: no undo.
   PlanFlaps resharded;
   resharded.Pushed(Offload(0), false, false, base, S(0));
   resharded.Pushed(Offload(4), /*moves_units=*/true, false, base, S(1));
   EXPECT_FALSE(resharded.Pushed(Offload(0), false, false, base, S(2)));
   EXPECT_EQ(resharded.level(), 0);
+}
+
+// Balancing that calm ends within flap_hold of its start (the VM's blips: 1-15 s spells of
+// a calm rank 1.2-1.7x slower) is a flap, whatever plans came between; balancing that
+// lasted, or that ended without calm, is none. While the group flaps, a straggler waits
+// the hold out before balancing starts, and the wait decays with the hold.
+TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart) {
+  const DwellOptions base;  // flap hold 30 s
+  PlanFlaps flaps;
+  EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration()) << "no flap yet";
+  EXPECT_FALSE(flaps.Pushed(Offload(2), false, false, base, S(10)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(12)));
+  EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(15), /*calm=*/true));
+  EXPECT_EQ(flaps.level(), 1);
+  EXPECT_EQ(flaps.Dwell(base, S(16)).plan_dwell, S(2));
+  EXPECT_EQ(flaps.StartWait(base), S(30));
+  EXPECT_THAT(flaps.Describe(base), HasSubstr("a straggler must last 30s before balancing"));
+  EXPECT_THAT(PlanFlaps().Describe(base), ::testing::IsEmpty());
+  // Twice the hold without a change: no wait.
+  EXPECT_EQ(flaps.Dwell(base, S(75)).plan_dwell, S(2));
+  EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration());
+  // A straggler that lasted: balancing for 40 s is no blip.
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(80)));
+  EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(120), /*calm=*/true));
+  EXPECT_EQ(flaps.level(), 0);
+  // (Balancing again within flap_hold of that end would be a flap: a calm blip inside a
+  // straggler, APlanThatStoodOrANewOneIsNoFlap.) A reshard in between: the balancing
+  // before it is history.
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(160)));
+  EXPECT_FALSE(flaps.Pushed(Offload(4), /*moves_units=*/true, false, base, S(162)));
+  EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(163), /*calm=*/true));
+  // A probe's plan ended is no flap either: it was chosen to be measured.
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(200)));
+  EXPECT_FALSE(flaps.Pushed(Offload(0), false, /*deliberate=*/true, base, S(201), true));
+  EXPECT_EQ(flaps.level(), 0);
+
+  // Nor is balancing that ends without calm (offloads stopped paying on a link measured
+  // slow: the straggler is still there). Plans restored soon are flaps as ever, holding
+  // changes of a plan that balances, but no straggler is waited out for them.
+  PlanFlaps paying;
+  EXPECT_FALSE(paying.Pushed(Offload(3), false, false, base, S(0)));
+  EXPECT_FALSE(paying.Pushed(Offload(0), false, false, base, S(1), /*calm=*/false));
+  EXPECT_TRUE(paying.Pushed(Offload(3), false, false, base, S(2)));
+  EXPECT_TRUE(paying.Pushed(Offload(0), false, false, base, S(3), /*calm=*/false));
+  EXPECT_EQ(paying.level(), 2);
+  EXPECT_EQ(paying.StartWait(base), absl::ZeroDuration());
+  EXPECT_THAT(paying.Describe(base), ::testing::Not(HasSubstr("straggler must last")));
+  // A blip among them: waited out, until the flaps decay.
+  EXPECT_TRUE(paying.Pushed(Offload(3), false, false, base, S(4)));
+  EXPECT_TRUE(paying.Pushed(Offload(0), false, false, base, S(5), /*calm=*/true));
+  EXPECT_EQ(paying.level(), 4);
+  EXPECT_EQ(paying.StartWait(base), S(240));
+  EXPECT_EQ(paying.Dwell(base, S(5 + 480 + 240 + 120)).plan_dwell, S(2));
+  EXPECT_EQ(paying.StartWait(base), S(30));
+  EXPECT_EQ(paying.Dwell(base, S(5 + 480 + 240 + 120 + 60)).plan_dwell, S(2));
+  EXPECT_EQ(paying.level(), 0);
+  EXPECT_EQ(paying.StartWait(base), absl::ZeroDuration());
 }
 
 // The step feedback's probe and its way back are chosen to be measured: no flap, but the
