@@ -54,10 +54,11 @@ struct CoordinatorOptions {
   // dwell_hysteresis.
   absl::Duration plan_dwell = absl::Seconds(2);
   double dwell_hysteresis = 0.3;
-  // A plan that undoes the change before it within this long, or ends balancing that
-  // started less than this long ago, is a flap, and the group's changes are then held
-  // this long by dwell_hysteresis, and a straggler waited out as long before balancing
-  // starts, doubling per further flap (coordinator/planner/plan_flaps.h). 0: off.
+  // A plan that undoes the change before it within this long (beyond any hold in force)
+  // is a flap, and the group's changes are then held this long by dwell_hysteresis,
+  // doubling per further flap; one that calm ends that soon after balancing started (a
+  // blip) is one too, and then a straggler must last the hold (or turn chronic) before an
+  // all-local group balances again (coordinator/planner/plan_flaps.h). 0: off.
   absl::Duration flap_hold = absl::Seconds(30);
   // How long a marginal straggler (within 1.3x at the default straggler threshold) must
   // last before a calm group that runs all-local starts balancing (rank_speeds.h); and a

@@ -140,6 +140,7 @@ bool DecisionLoop::Tick() {
         if (hold.has_value()) {
           it->second.flaps = PlanFlaps();
         } else if (outcome.change.has_value()) {
+          it->second.flaps.Seed(group->plan.blocks);  // what the change replaced, if unknown
           it->second.flaps.Pushed(outcome.change->blocks, outcome.moves_units, outcome.probed,
                                   options_.dwell, now, outcome.calm);
         }

@@ -53,11 +53,11 @@ ABSL_FLAG(double, dwell_hysteresis, 0.3,
           "Improvement a block's new plan needs during --plan_dwell, in [0, 1] (a chronic "
           "straggler's or a cordon's reshard needs the job's hysteresis only)");
 ABSL_FLAG(absl::Duration, flap_hold, absl::Seconds(30),
-          "A plan that undoes the change before it within this long, or ends balancing "
-          "that started less than this long ago, is a flap: the group's changes are then "
-          "held this long by --dwell_hysteresis, and a straggler must last as long before "
-          "balancing starts, doubling with each further flap (up to 16x) and halving after "
-          "each quiet hold; 0: off");
+          "A plan that undoes the change before it within this long is a flap: the "
+          "group's changes are then held this long by --dwell_hysteresis, doubling with "
+          "each further flap (up to 16x) and halving after each quiet hold. Balancing that "
+          "calm ends that soon after it started is one too, and then a straggler must last "
+          "the hold (or turn chronic) before an all-local group balances again; 0: off");
 ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
           "last before a calm group starts balancing, and a marginal skew of an expert "

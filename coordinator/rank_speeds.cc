@@ -101,20 +101,21 @@ bool MarginalStraggler(const PooledGroup& group, double straggler_threshold) {
   return marginal;
 }
 
-bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 absl::Duration now, absl::Duration marginal_for, absl::Duration flap_wait,
-                 absl::Duration max_gap, RoundRun& run) {
+CalmVerdict TreatAsCalm(const PooledGroup& group, double straggler_threshold,
+                        bool running_all_local, absl::Duration now, absl::Duration marginal_for,
+                        absl::Duration flap_wait, absl::Duration max_gap, RoundRun& run) {
   if (group.calm) {
     ExtendRun(false, now, max_gap, run);  // a calm round ends a straggler's run
-    return true;
+    return {.calm = true};
   }
-  if (flap_wait > absl::ZeroDuration()) {
-    const bool marginal = running_all_local && MarginalStraggler(group, straggler_threshold);
-    const absl::Duration wait = std::max(flap_wait, marginal ? marginal_for : flap_wait);
-    return ExtendRun(true, now, max_gap, run) < wait;
+  absl::Duration wait = absl::ZeroDuration();
+  if (running_all_local) {
+    wait = MarginalStraggler(group, straggler_threshold) ? std::max(marginal_for, flap_wait)
+                                                         : flap_wait;
   }
-  return WaitOutMarginal(MarginalStraggler(group, straggler_threshold), running_all_local, now,
-                         marginal_for, max_gap, run);
+  const bool waits = wait > absl::ZeroDuration();
+  const absl::Duration lasted = ExtendRun(waits, now, max_gap, run);
+  return {.calm = waits && lasted < wait, .wait = wait};
 }
 
 std::string DescribePooledGroup(const PooledGroup& group, int32_t num_blocks,

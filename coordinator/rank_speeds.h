@@ -87,7 +87,8 @@ RankPrice PriceRank(const RankSpeed& rank, const GroupSpeeds& block, const Poole
 
 // A marginal straggler (every rank within 1 + kMarginalFactor x threshold of the
 // reference, either way) must last `marginal_for` (a coordinator option, default 3 s)
-// before a group that runs all-local starts balancing; a larger one starts it at once.
+// before a group that runs all-local starts balancing; a larger one starts it at once,
+// unless the group's plans flap (then any straggler waits the flap's hold: TreatAsCalm).
 // On a shared machine a calm rank is now and then 15-35% slower for one or two seconds
 // (the e2e benchmark's calm run of 2026-11-25: 6 spells of 5-12 steps in 1,150 steps,
 // and its 8 plan changes). Detecting one and pushing its plan takes about a second, so the
@@ -120,20 +121,26 @@ bool IsMarginal(double ratio, double straggler_threshold);
 bool WaitOutMarginal(bool marginal, bool running_all_local, absl::Duration now,
                      absl::Duration marginal_for, absl::Duration max_gap, RoundRun& run);
 
-// Whether every judged rank of a group that is not calm is within the marginal band.
+// Whether a group that is not calm has every rank judged and within the marginal band.
 bool MarginalStraggler(const PooledGroup& group, double straggler_threshold);
 
-// Whether the group is treated as calm in the round judged at monotonic time `now`: a
-// straggler waits while its run in `run` is shorter than the wait, `marginal_for` for a
-// marginal one on a group running all-local and at least `flap_wait` for any (the hold
-// of a group whose plans flap and whose plan in force does not balance, plan_flaps.h:
-// StartWait; zero otherwise). A round without a straggler that waits ends the run, and
-// so does a gap of more than `max_gap` since the last round judged (the job was paused,
-// or not every rank reported): rounds not judged are no evidence that the straggler
-// lasted.
-bool TreatAsCalm(const PooledGroup& group, double straggler_threshold, bool running_all_local,
-                 absl::Duration now, absl::Duration marginal_for, absl::Duration flap_wait,
-                 absl::Duration max_gap, RoundRun& run);
+// A round under the waits: whether the group is treated as calm, and the wait a straggler
+// seen in it must outlast (zero: none).
+struct CalmVerdict {
+  bool calm = false;
+  absl::Duration wait = absl::ZeroDuration();
+};
+
+// The round judged at monotonic time `now`, on a group running all-local when
+// `running_all_local` (no plan at all): a straggler there waits while its run in `run` is
+// shorter than the wait, `marginal_for` for a marginal one and at least `flap_wait` for
+// any (the hold of a group whose plans flap, plan_flaps.h: StartWait; zero otherwise). A
+// round without a straggler that waits ends the run, and so does a gap of more than
+// `max_gap` since the last round judged (the job was paused, or not every rank reported):
+// rounds not judged are no evidence that the straggler lasted.
+CalmVerdict TreatAsCalm(const PooledGroup& group, double straggler_threshold,
+                        bool running_all_local, absl::Duration now, absl::Duration marginal_for,
+                        absl::Duration flap_wait, absl::Duration max_gap, RoundRun& run);
 
 // "ranks pooled over 4 blocks (straggler above 1.10x): 0 1.00x, 1 1.98x straggling", for
 // explanations.

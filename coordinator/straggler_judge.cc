@@ -64,20 +64,20 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   if (std::find(v.chronic.begin(), v.chronic.end(), true) != v.chronic.end()) {
     flap_wait = absl::ZeroDuration();
   }
-  v.calm = TreatAsCalm(pooled, policy.straggler_threshold, running_all_local, now,
-                       marginal_straggler_for_, flap_wait, max_gap, runs.marginal);
+  const CalmVerdict waited =
+      TreatAsCalm(pooled, policy.straggler_threshold, running_all_local, now,
+                  marginal_straggler_for_, flap_wait, max_gap, runs.marginal);
+  v.calm = waited.calm;
   std::string waits;
   if (v.calm && !pooled.calm) {
-    const bool marginal =
-        running_all_local && MarginalStraggler(pooled, policy.straggler_threshold);
-    const absl::Duration wait =
-        std::max(flap_wait, marginal ? marginal_straggler_for_ : absl::ZeroDuration());
     waits = absl::StrCat(
-        wait > marginal_straggler_for_ || !marginal ? "; a straggler while the plans flap"
-                                                    : "; a marginal straggler",
+        waited.wait > marginal_straggler_for_ ||
+                !MarginalStraggler(pooled, policy.straggler_threshold)
+            ? "; a straggler while the plans flap"
+            : "; a marginal straggler",
         ", for ",
         absl::FormatDuration(absl::Trunc(now - *runs.marginal.since, absl::Milliseconds(100))),
-        " of ", absl::FormatDuration(wait), " before balancing: all-local");
+        " of ", absl::FormatDuration(waited.wait), " before balancing: all-local");
   }
   lines.push_back(
       absl::StrCat(DescribePooledGroup(pooled, num_blocks, policy.straggler_threshold), waits));

@@ -22,7 +22,8 @@
 //
 //   StragglerJudge judge(clock, options.marginal_straggler_for);
 //   StragglerJudge::Verdict v = judge.Judge(ref, ranks, size, pooled, blocks, policy,
-//                                           running_all_local, flaps.StartWait(dwell), lines);
+//                                           running_all_local, flaps.StartWait(options.dwell),
+//                                           lines);
 //   StragglerJudge::SkewVerdict s =
 //       judge.JudgeSkew(ref, block, *SkewOfLoads(in, policy, in_force), policy, lines);
 //   in.skew_lasted = s.lasted;
@@ -72,8 +73,9 @@ class StragglerJudge {
 
   // Judges the round at the clock's monotonic time for the group `ref` of `size` ranks
   // (`ranks`: those registered), on the speeds pooled over its `num_blocks` blocks.
-  // `flap_wait`: how long any straggler must last before balancing starts, because the
-  // group's plans flap (plan_flaps.h: StartWait; zero: only the marginal rule).
+  // `flap_wait`: how long any straggler must last before a group running all-local starts
+  // balancing, because its plans flap (plan_flaps.h: StartWait; zero: only the marginal
+  // rule); not for a chronic rank.
   // Appends explanation lines: the pooled verdict, then each straggling rank's run.
   Verdict Judge(const GroupRef& ref, const std::vector<int32_t>& ranks, int32_t size,
                 const PooledGroup& pooled, int32_t num_blocks, const JobPolicy& policy,

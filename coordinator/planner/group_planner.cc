@@ -89,8 +89,9 @@ bool GroupBalances(const GroupPlannerInput& input) {
 // (docs/benchmarks.md, 2026-12-01), on estimates that move that much with the load.
 // A group that starts to balance (all-local on the even split) is not held here (its
 // first plan gains a third for a 2x straggler; a marginal one is the marginal-straggler
-// rule's), nor a block whose plan in force no longer fits (a budget, a cordon), nor one a
-// failed probe unholds, nor a change made on purpose (GroupPlannerInput::deliberate).
+// rule's, and blips the flap damping's: plan_flaps.h), nor a block whose plan in force
+// no longer fits (a budget, a cordon), nor one a failed probe unholds, nor a change made
+// on purpose (GroupPlannerInput::deliberate).
 void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& planning,
                           const std::vector<const GroupBlockInput*>& planned, GroupDecision& out) {
   if (input.deliberate || !Balances(planning.mode) || !GroupBalances(input)) return;

@@ -22,6 +22,15 @@ bool Balances(const std::vector<BlockPlan>& blocks) {
   });
 }
 
+// Whether a plan balances by rank speed: offloads or prunes in some block. Experts'
+// replicas follow their token loads, which calm speeds do not end, so they are no blip's.
+bool BalancesBySpeed(const std::vector<BlockPlan>& blocks) {
+  return std::any_of(blocks.begin(), blocks.end(), [](const BlockPlan& b) {
+    return !b.offloads.empty() || std::any_of(b.pruned_units.begin(), b.pruned_units.end(),
+                                              [](int32_t n) { return n > 0; });
+  });
+}
+
 // Per (block, rank), the units of the rank's own work that each of three plans takes off
 // it: those it prunes and offloads, less those of others it computes.
 using Reliefs = std::map<std::pair<int32_t, int32_t>, std::array<int64_t, 3>>;
@@ -73,28 +82,34 @@ absl::Duration PlanFlaps::Hold(const DwellOptions& base) const {
   return base.flap_hold * (int64_t{1} << (level_ - 1));
 }
 
+void PlanFlaps::Seed(const std::vector<BlockPlan>& in_force) {
+  if (!in_force_.has_value()) in_force_ = in_force;
+}
+
 bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
                        const DwellOptions& base, absl::Duration now, bool calm) {
-  const bool balanced = in_force_.has_value() && Balances(*in_force_);
-  const bool balances = Balances(blocks);
   const absl::Duration window = Hold(base) + base.flap_hold;
   const bool may_flap = !moves_units && !deliberate && base.flap_hold > absl::ZeroDuration();
   bool flap = may_flap && before_.has_value() && Undoes(*before_, *in_force_, blocks) &&
               now - pushed_at_ < window;
+  // Balancing by speed started (from a known plan that did not), or ended.
+  const bool balanced = in_force_.has_value() && BalancesBySpeed(*in_force_);
+  const bool balances = BalancesBySpeed(blocks);
+  const bool starts = in_force_.has_value() && !balanced && balances;
+  const bool ends = balanced && !balances;
   // A restart right after a blip that counted: the same noise, counted once.
-  if (!balanced && balances && ended_by_flap_) flap = false;
+  if (starts && ended_by_blip_) flap = false;
   // Calm ended balancing soon after it started: a blip.
-  const bool ends_blip = may_flap && calm && balanced && !balances &&
-                         balancing_since_.has_value() && now - *balancing_since_ < window;
-  flap = flap || ends_blip;
+  const bool lasted = balancing_since_.has_value() && now - *balancing_since_ >= window;
+  const bool blip = may_flap && calm && ends && balancing_since_.has_value() && !lasted;
+  flap = flap || blip;
   if (flap) level_ = std::min(level_ + 1, kMaxDoublings + 1);
-  ended_by_flap_ = ends_blip;
-  blipped_ = blipped_ || ends_blip;
-  if (!balances || moves_units) {
-    balancing_since_.reset();
-  } else if (!balanced) {
-    balancing_since_ = now;
-  }
+  ended_by_blip_ = blip;
+  // A straggler balanced for longer than a blip lasts, or a reshard (a straggler that
+  // lasted, and another ownership): the blips before it no longer hold starts back.
+  blipped_ = (blipped_ && !(ends && lasted) && !moves_units) || blip;
+  if (starts) balancing_since_ = now;
+  if (!balances || moves_units) balancing_since_.reset();
   before_ = std::move(in_force_);
   if (moves_units) before_.reset();
   in_force_ = blocks;
@@ -104,7 +119,9 @@ bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, b
 }
 
 absl::Duration PlanFlaps::StartWait(const DwellOptions& base) const {
-  if (!blipped_ || (in_force_.has_value() && Balances(*in_force_))) return absl::ZeroDuration();
+  if (!blipped_ || !in_force_.has_value() || BalancesBySpeed(*in_force_)) {
+    return absl::ZeroDuration();
+  }
   return Hold(base);
 }
 
@@ -129,14 +146,15 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
 
 std::string PlanFlaps::Describe(const DwellOptions& base) const {
   if (level_ == 0) return "";
-  return absl::StrCat(
-      "plans undone soon after they changed: ", level_, level_ == 1 ? " flap" : " flaps",
-      " counted, so a change of a plan that balances is held ", absl::FormatDuration(Hold(base)),
-      " by hysteresis ", base.dwell_hysteresis,
-      blipped_ ? absl::StrCat(", and (balancing ended by calm soon after it "
-                              "started) a straggler must last ",
-                              absl::FormatDuration(Hold(base)), " before balancing starts")
-               : "");
+  return absl::StrCat("plans undone soon after they changed: ", level_,
+                      level_ == 1 ? " flap" : " flaps",
+                      " counted, so a change of a plan that balances is held ",
+                      absl::FormatDuration(Hold(base)), " by hysteresis ", base.dwell_hysteresis,
+                      blipped_ ? absl::StrCat(", and (balancing ended by calm soon after it "
+                                              "started) a straggler must last ",
+                                              absl::FormatDuration(Hold(base)),
+                                              " or turn chronic before balancing starts")
+                               : "");
 }
 
 }  // namespace ballast::coordinator

@@ -34,6 +34,7 @@
 // operator changes a setting: that is no noise.
 //
 //   PlanFlaps flaps;                                   // one per group
+//   flaps.Seed(group.plan.blocks);                     // the plan in force, once known
 //   DwellOptions dwell = flaps.Dwell(options, now);    // plan with it
 //   absl::Duration wait = flaps.StartWait(options);    // the judge waits a straggler out
 //   if (decided_a_change) flaps.Pushed(plan.blocks, moves_units, probed, options, now, calm);
@@ -66,26 +67,31 @@ class PlanFlaps {
   // in force, or moves some rank's work back the way that change moved it, and the plan
   // in force had stood less than flap_hold beyond the hold in force (a change held by the
   // dwell is undone as soon as its hold ends, if noise made it); or `calm` (the round
-  // that decided it judged the group calm) and it ends balancing that started less than
-  // that long ago. A start right after such an end is not counted again. (Balancing ended
-  // otherwise, say because offloads stopped paying on a link measured slow, is no blip:
-  // its straggler is still there.)
+  // that decided it judged the group calm) and it ends balancing by speed (offloads,
+  // prunes) that started less than that long ago: a blip. A start right after a blip is
+  // not counted again. (Balancing ended otherwise, say because offloads stopped paying on
+  // a link measured slow, is no blip: its straggler is still there. Nor are experts'
+  // replicas: they follow token loads.)
   bool Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
-              const DwellOptions& base, absl::Duration now, bool calm = false);
+              const DwellOptions& base, absl::Duration now, bool calm);
   // The dwell to plan with at `now`: `base`, with plan_dwell raised to the hold while the
   // group flaps and its plan in force balances. Decays the hold first.
   DwellOptions Dwell(const DwellOptions& base, absl::Duration now);
-  // How long a straggler must last before a group whose plan in force does not balance
-  // starts balancing: the hold while the group flaps and some flap not yet decayed was a
-  // blip (balancing that calm ended soon), else zero. Call after Dwell (which decays the
-  // hold) at the same time.
+  // How long a straggler must last before a group whose plan in force balances nothing by
+  // speed (no offloads, no prunes) starts balancing: the hold after a blip (balancing that
+  // calm ended soon), until the flaps decay to none, balancing outlasts the window, or a
+  // plan moves units; else zero. Call after Dwell (which decays the hold) at the same
+  // time. The judge drops it for a chronic straggler.
   absl::Duration StartWait(const DwellOptions& base) const;
+  // The plan in force when this history starts, if no plan was pushed since (a fresh
+  // PlanFlaps knows none, and a start from an unknown plan is no start of balancing).
+  void Seed(const std::vector<BlockPlan>& in_force);
   // Flaps counted and not yet decayed (0: none).
   int32_t level() const { return level_; }
   // "plans undone soon after they changed: 2 flaps counted, so a change of a plan that
   // balances is held 1m by hysteresis 0.3" (and, after a blip, "..., and (balancing ended
-  // by calm soon after it started) a straggler must last 1m before balancing starts";
-  // empty with no flap), for explanations.
+  // by calm soon after it started) a straggler must last 1m or turn chronic before
+  // balancing starts"; empty with no flap), for explanations.
   std::string Describe(const DwellOptions& base) const;
 
  private:
@@ -95,11 +101,13 @@ class PlanFlaps {
   std::optional<std::vector<BlockPlan>> before_;  // blocks of the plan before the one in force
   std::optional<std::vector<BlockPlan>> in_force_;
   absl::Duration pushed_at_ = absl::ZeroDuration();  // of the plan in force
-  // When the balancing in force started (from a plan that did not balance); none while
-  // the plan in force does not balance, or after a reshard.
+  // When the balancing by speed in force started (from a known plan that did not balance
+  // by speed); none while the plan in force does not, after a reshard, or when its start
+  // is unknown (before a first push or Seed).
   std::optional<absl::Duration> balancing_since_;
-  bool ended_by_flap_ = false;  // the plan in force ended balancing, and that was a flap
-  // A blip counted among the flaps not yet decayed: starts are waited out (StartWait).
+  bool ended_by_blip_ = false;  // the plan in force ended balancing in a blip
+  // A blip was counted since the flaps last decayed to none, balancing last outlasted the
+  // window or units last moved: starts are waited out (StartWait).
   bool blipped_ = false;
   absl::Duration quiet_since_ = absl::ZeroDuration();  // the last change, or decay
   int32_t level_ = 0;

@@ -105,7 +105,7 @@ TEST(RankSpeedsTest, AMarginalStragglerMustLastALargeOneActsAtOnce) {
   auto at = [](double seconds) { return absl::Seconds(seconds); };
   auto calm_at = [&](const PooledGroup& g, double seconds, bool all_local = true,
                      absl::Duration wait = absl::Seconds(3)) {
-    return TreatAsCalm(g, 0.10, all_local, at(seconds), wait, absl::ZeroDuration(), kGap, run);
+    return TreatAsCalm(g, 0.10, all_local, at(seconds), wait, absl::ZeroDuration(), kGap, run).calm;
   };
   EXPECT_TRUE(calm_at(calm, 0));
   EXPECT_FALSE(run.since.has_value());
@@ -153,7 +153,8 @@ TEST(RankSpeedsTest, WhilePlansFlapAnyStragglerWaitsTheFlapWait) {
   auto calm_at = [&](const PooledGroup& g, double seconds, double flap_wait,
                      double marginal_for = 3) {
     return TreatAsCalm(g, 0.10, /*running_all_local=*/true, absl::Seconds(seconds),
-                       absl::Seconds(marginal_for), absl::Seconds(flap_wait), kGap, run);
+                       absl::Seconds(marginal_for), absl::Seconds(flap_wait), kGap, run)
+        .calm;
   };
   EXPECT_TRUE(calm_at(large, 0, 10));
   EXPECT_TRUE(calm_at(marginal, 1, 10)) << "one run, whatever its size";
@@ -174,6 +175,17 @@ TEST(RankSpeedsTest, WhilePlansFlapAnyStragglerWaitsTheFlapWait) {
   // The flap's wait decayed: a large straggler acts at once.
   EXPECT_FALSE(calm_at(large, 35, 0));
   EXPECT_FALSE(run.since.has_value());
+  // Only a group running all-local waits (on an uneven split the planner balances what
+  // is left whatever the verdict), and the verdict says how long.
+  const CalmVerdict planned =
+      TreatAsCalm(large, 0.10, /*running_all_local=*/false, absl::Seconds(36), absl::Seconds(3),
+                  absl::Seconds(10), kGap, run);
+  EXPECT_FALSE(planned.calm);
+  EXPECT_EQ(planned.wait, absl::ZeroDuration());
+  EXPECT_EQ(TreatAsCalm(marginal, 0.10, true, absl::Seconds(37), absl::Seconds(3),
+                        absl::Seconds(10), kGap, run)
+                .wait,
+            absl::Seconds(10));
 }
 
 // A rank's price in a block is its pooled slowdown times the block's reference; a fit of

@@ -95,8 +95,17 @@ TEST_F(StragglerJudgeTest, WhilePlansFlapAStragglerIsWaitedOutUntilChronic) {
   // A calm round, then the straggler again: waited out afresh (not yet chronic).
   EXPECT_TRUE(Round(1.0, true, kFlapWait).calm);
   EXPECT_TRUE(Round(2.0, true, kFlapWait).calm);
-  // A marginal straggler waits the longer of its own wait (1 s) and the flap's.
+  EXPECT_THAT(lines_[0], HasSubstr("for 0 of 5s before balancing"));
+  // Not on a group with a plan in force (its uneven split is balanced whatever the
+  // verdict): only all-local groups wait.
+  EXPECT_FALSE(Round(2.0, false, kFlapWait).calm);
+  // A marginal straggler waits the longer of its own wait (1 s) and the flap's (2 s).
   policy_.reshard_after = absl::Seconds(60);
+  EXPECT_TRUE(Round(1.0, true).calm);
+  waited = 0;
+  while (waited < 60 && Round(1.2, true, absl::Seconds(2)).calm) ++waited;
+  EXPECT_GE(waited, 19);
+  EXPECT_LE(waited, 21);
   EXPECT_TRUE(Round(1.0, true).calm);
   waited = 0;
   while (waited < 60 && Round(1.2, true, absl::Milliseconds(300)).calm) ++waited;

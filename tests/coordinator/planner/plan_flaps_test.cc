@@ -28,10 +28,10 @@ TEST(PlanFlapsTest, AChangeUndoneSoonIsAFlapAndHoldsTheGroupsChanges) {
   const DwellOptions base;  // 2 s dwell, hysteresis 0.3, flap hold 30 s
   PlanFlaps flaps;
   EXPECT_EQ(flaps.Dwell(base, S(0)).plan_dwell, S(2));
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(0)));
-  EXPECT_FALSE(flaps.Pushed(Offload(2), false, false, base, S(20)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(0), false));
+  EXPECT_FALSE(flaps.Pushed(Offload(2), false, false, base, S(20), false));
   // Back to 3 units 2 s later: the change was noise.
-  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(22)));
+  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(22), false));
   EXPECT_EQ(flaps.level(), 1);
   DwellOptions dwell = flaps.Dwell(base, S(23));
   EXPECT_EQ(dwell.plan_dwell, S(30));
@@ -39,19 +39,19 @@ TEST(PlanFlapsTest, AChangeUndoneSoonIsAFlapAndHoldsTheGroupsChanges) {
   EXPECT_THAT(flaps.Describe(base),
               HasSubstr("1 flap counted, so a change of a plan that balances is held 30s"));
   // Undoing the undo is a flap too.
-  EXPECT_TRUE(flaps.Pushed(Offload(2), false, false, base, S(24)));
+  EXPECT_TRUE(flaps.Pushed(Offload(2), false, false, base, S(24), false));
   EXPECT_EQ(flaps.Dwell(base, S(25)).plan_dwell, S(60));
   // A change that stood longer than the hold plus flap_hold is no flap; an undo counts
   // within the hold plus flap_hold (the undo of a held change comes as its hold ends).
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(24 + 91)));
-  EXPECT_FALSE(flaps.Pushed(Offload(4), false, false, base, S(116)));
-  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(116 + 60 + 29)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(24 + 91), false));
+  EXPECT_FALSE(flaps.Pushed(Offload(4), false, false, base, S(116), false));
+  EXPECT_TRUE(flaps.Pushed(Offload(3), false, false, base, S(116 + 60 + 29), false));
   EXPECT_EQ(flaps.Dwell(base, S(206)).plan_dwell, S(120));
   // Up to 16x.
   absl::Duration t = S(206);
   for (int i = 0; i < 6; ++i) {
-    flaps.Pushed(Offload(2), false, false, base, t += S(1));
-    flaps.Pushed(Offload(3), false, false, base, t += S(1));
+    flaps.Pushed(Offload(2), false, false, base, t += S(1), false);
+    flaps.Pushed(Offload(3), false, false, base, t += S(1), false);
   }
   EXPECT_EQ(flaps.level(), PlanFlaps::kMaxDoublings + 1);
   EXPECT_EQ(flaps.Dwell(base, t).plan_dwell, S(480));
@@ -66,15 +66,16 @@ TEST(PlanFlapsTest, AChangeUndoneSoonIsAFlapAndHoldsTheGroupsChanges) {
 TEST(PlanFlapsTest, APlanThatStoodOrANewOneIsNoFlap) {
   const DwellOptions base;
   PlanFlaps flaps;
-  flaps.Pushed(Offload(3), false, false, base, S(0));
-  flaps.Pushed(Offload(2), false, false, base, S(10));
+  flaps.Pushed(Offload(3), false, false, base, S(0), false);
+  flaps.Pushed(Offload(2), false, false, base, S(10), false);
   // Restored after 40 s: the change stood.
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(50)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(50), false));
   // A third plan, not the one before.
-  EXPECT_FALSE(flaps.Pushed(Offload(5), false, false, base, S(51)));
-  // All-local and back is a flap like any other (a calm group's blip).
-  EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(52)));
-  EXPECT_TRUE(flaps.Pushed(Offload(5), false, false, base, S(53)));
+  EXPECT_FALSE(flaps.Pushed(Offload(5), false, false, base, S(51), false));
+  // All-local and back soon is a flap like any other: a calm blip inside a straggler that
+  // had lasted, counted at the restart.
+  EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(52), /*calm=*/true));
+  EXPECT_TRUE(flaps.Pushed(Offload(5), false, false, base, S(53), false));
 }
 
 // A plan that moves some rank's work back the way the last change moved it undoes that
@@ -86,22 +87,22 @@ TEST(PlanFlapsTest, APartialUndoIsAFlap) {
   const std::vector<BlockPlan> back = {
       BlockPlan{.block = BlockId(0), .offloads = {{RankId(0), RankId(1), 1}}}};
   PlanFlaps flaps;
-  flaps.Pushed(Offload(0), false, false, base, S(0));
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(10)));
-  EXPECT_TRUE(flaps.Pushed(back, false, false, base, S(17)));
-  EXPECT_TRUE(flaps.Pushed(Offload(1), false, false, base, S(20)));
+  flaps.Pushed(Offload(0), false, false, base, S(0), false);
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(10), false));
+  EXPECT_TRUE(flaps.Pushed(back, false, false, base, S(17), false));
+  EXPECT_TRUE(flaps.Pushed(Offload(1), false, false, base, S(20), false));
   EXPECT_EQ(flaps.level(), 2);
 
   // Further the same way is no undo; part of the way back is.
   PlanFlaps more;
-  more.Pushed(Offload(1), false, false, base, S(0));
-  EXPECT_FALSE(more.Pushed(Offload(3), false, false, base, S(5)));
-  EXPECT_FALSE(more.Pushed(Offload(5), false, false, base, S(10)));
-  EXPECT_TRUE(more.Pushed(Offload(4), false, false, base, S(15)));
+  more.Pushed(Offload(1), false, false, base, S(0), false);
+  EXPECT_FALSE(more.Pushed(Offload(3), false, false, base, S(5), false));
+  EXPECT_FALSE(more.Pushed(Offload(5), false, false, base, S(10), false));
+  EXPECT_TRUE(more.Pushed(Offload(4), false, false, base, S(15), false));
   // Another block's change, this one's plan kept, undoes nothing.
   std::vector<BlockPlan> two = Offload(4);
   two.push_back(BlockPlan{.block = BlockId(1), .offloads = {{RankId(1), RankId(0), 2}}});
-  EXPECT_FALSE(more.Pushed(two, false, false, base, S(20)));
+  EXPECT_FALSE(more.Pushed(two, false, false, base, S(20), false));
 }
 
 // Only the relieved ranks' work counts: helpers share out a growing offload differently
@@ -116,17 +117,17 @@ TEST(PlanFlapsTest, HelpersReshufflingIsNoFlap) {
                                                          {RankId(1), RankId(3), to3}}}};
   };
   PlanFlaps flaps;
-  flaps.Pushed(spread(1, 1, 1), false, false, base, S(0));
-  EXPECT_FALSE(flaps.Pushed(spread(2, 1, 1), false, false, base, S(5)));
-  EXPECT_FALSE(flaps.Pushed(spread(1, 2, 2), false, false, base, S(10)));
+  flaps.Pushed(spread(1, 1, 1), false, false, base, S(0), false);
+  EXPECT_FALSE(flaps.Pushed(spread(2, 1, 1), false, false, base, S(5), false));
+  EXPECT_FALSE(flaps.Pushed(spread(1, 2, 2), false, false, base, S(10), false));
   EXPECT_EQ(flaps.level(), 0);
 
   PlanFlaps moved;
-  moved.Pushed(Offload(0), false, false, base, S(0));
-  moved.Pushed(Offload(3), false, false, base, S(5));
+  moved.Pushed(Offload(0), false, false, base, S(0), false);
+  moved.Pushed(Offload(3), false, false, base, S(5), false);
   EXPECT_TRUE(
       moved.Pushed({BlockPlan{.block = BlockId(0), .offloads = {{RankId(0), RankId(1), 2}}}}, false,
-                   false, base, S(10)));
+                   false, base, S(10), false));
 }
 
 // While the plan in force is all-local, no change is held (a new straggler gains far more
@@ -136,11 +137,12 @@ TEST(PlanFlapsTest, HelpersReshufflingIsNoFlap) {
 TEST(PlanFlapsTest, NoHoldWhileAllLocalAndAReshardStartsAfresh) {
   const DwellOptions base;
   PlanFlaps flaps;
-  flaps.Pushed(Offload(3), false, false, base, S(0));
+  flaps.Seed(Offload(0));
+  flaps.Pushed(Offload(3), false, false, base, S(0), false);
   // Calm 1 s after balancing started: a blip, counted at its end...
   EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(1), /*calm=*/true));
   // ... and not again when balancing starts once more.
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(2)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(2), false));
   EXPECT_EQ(flaps.Dwell(base, S(3)).plan_dwell, S(30));
   EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration()) << "balancing in force";
   EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(40), /*calm=*/true));
@@ -148,15 +150,15 @@ TEST(PlanFlapsTest, NoHoldWhileAllLocalAndAReshardStartsAfresh) {
   EXPECT_EQ(flaps.Dwell(base, S(41)).plan_dwell, S(2)) << "all-local in force: no hold";
   EXPECT_EQ(flaps.StartWait(base), S(60)) << "all-local in force: a straggler waits the hold";
   // Nor under a plan that only caps experts' capacity.
-  flaps.Pushed({BlockPlan{.block = BlockId(0), .capacity_factor = 1.25}}, false, false, base,
-               S(42));
+  flaps.Pushed({BlockPlan{.block = BlockId(0), .capacity_factor = 1.25}}, false, false, base, S(42),
+               false);
   EXPECT_EQ(flaps.Dwell(base, S(43)).plan_dwell, S(2)) << "a cap balances nothing";
   EXPECT_EQ(flaps.StartWait(base), S(60));
   // all-local -> a reshard -> all-local on the new split: no undo.
   PlanFlaps resharded;
-  resharded.Pushed(Offload(0), false, false, base, S(0));
-  resharded.Pushed(Offload(4), /*moves_units=*/true, false, base, S(1));
-  EXPECT_FALSE(resharded.Pushed(Offload(0), false, false, base, S(2)));
+  resharded.Pushed(Offload(0), false, false, base, S(0), false);
+  resharded.Pushed(Offload(4), /*moves_units=*/true, false, base, S(1), false);
+  EXPECT_FALSE(resharded.Pushed(Offload(0), false, false, base, S(2), false));
   EXPECT_EQ(resharded.level(), 0);
 }
 
@@ -168,29 +170,32 @@ TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart
   const DwellOptions base;  // flap hold 30 s
   PlanFlaps flaps;
   EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration()) << "no flap yet";
-  EXPECT_FALSE(flaps.Pushed(Offload(2), false, false, base, S(10)));
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(12)));
+  flaps.Seed(Offload(0));
+  flaps.Seed(Offload(5));  // only the first counts
+  EXPECT_FALSE(flaps.Pushed(Offload(2), false, false, base, S(10), false));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(12), false));
   EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(15), /*calm=*/true));
   EXPECT_EQ(flaps.level(), 1);
   EXPECT_EQ(flaps.Dwell(base, S(16)).plan_dwell, S(2));
   EXPECT_EQ(flaps.StartWait(base), S(30));
-  EXPECT_THAT(flaps.Describe(base), HasSubstr("a straggler must last 30s before balancing"));
+  EXPECT_THAT(flaps.Describe(base),
+              HasSubstr("a straggler must last 30s or turn chronic before balancing starts"));
   EXPECT_THAT(PlanFlaps().Describe(base), ::testing::IsEmpty());
   // Twice the hold without a change: no wait.
   EXPECT_EQ(flaps.Dwell(base, S(75)).plan_dwell, S(2));
   EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration());
   // A straggler that lasted: balancing for 40 s is no blip.
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(80)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(80), false));
   EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(120), /*calm=*/true));
   EXPECT_EQ(flaps.level(), 0);
   // (Balancing again within flap_hold of that end would be a flap: a calm blip inside a
-  // straggler, APlanThatStoodOrANewOneIsNoFlap.) A reshard in between: the balancing
-  // before it is history.
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(160)));
-  EXPECT_FALSE(flaps.Pushed(Offload(4), /*moves_units=*/true, false, base, S(162)));
+  // straggler, counted at the restart: APlanThatStoodOrANewOneIsNoFlap.) A reshard in
+  // between: the balancing before it is history.
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(160), false));
+  EXPECT_FALSE(flaps.Pushed(Offload(4), /*moves_units=*/true, false, base, S(162), false));
   EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(163), /*calm=*/true));
   // A probe's plan ended is no flap either: it was chosen to be measured.
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(200)));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(200), false));
   EXPECT_FALSE(flaps.Pushed(Offload(0), false, /*deliberate=*/true, base, S(201), true));
   EXPECT_EQ(flaps.level(), 0);
 
@@ -198,15 +203,15 @@ TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart
   // slow: the straggler is still there). Plans restored soon are flaps as ever, holding
   // changes of a plan that balances, but no straggler is waited out for them.
   PlanFlaps paying;
-  EXPECT_FALSE(paying.Pushed(Offload(3), false, false, base, S(0)));
+  EXPECT_FALSE(paying.Pushed(Offload(3), false, false, base, S(0), false));
   EXPECT_FALSE(paying.Pushed(Offload(0), false, false, base, S(1), /*calm=*/false));
-  EXPECT_TRUE(paying.Pushed(Offload(3), false, false, base, S(2)));
+  EXPECT_TRUE(paying.Pushed(Offload(3), false, false, base, S(2), false));
   EXPECT_TRUE(paying.Pushed(Offload(0), false, false, base, S(3), /*calm=*/false));
   EXPECT_EQ(paying.level(), 2);
   EXPECT_EQ(paying.StartWait(base), absl::ZeroDuration());
   EXPECT_THAT(paying.Describe(base), ::testing::Not(HasSubstr("straggler must last")));
   // A blip among them: waited out, until the flaps decay.
-  EXPECT_TRUE(paying.Pushed(Offload(3), false, false, base, S(4)));
+  EXPECT_TRUE(paying.Pushed(Offload(3), false, false, base, S(4), false));
   EXPECT_TRUE(paying.Pushed(Offload(0), false, false, base, S(5), /*calm=*/true));
   EXPECT_EQ(paying.level(), 4);
   EXPECT_EQ(paying.StartWait(base), S(240));
@@ -217,27 +222,68 @@ TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart
   EXPECT_EQ(paying.StartWait(base), absl::ZeroDuration());
 }
 
+// What ends the waits before the flaps decay: balancing that outlasts a blip (a straggler
+// that lasted), and a reshard. Experts' replicas, which follow token loads, make no blip;
+// nor does anything before the plan in force is known.
+TEST(PlanFlapsTest, WaitsEndWithAStragglerThatLastedOrAReshardAndReplicasMakeNoBlip) {
+  const DwellOptions base;
+  auto blip = [&](PlanFlaps& flaps, double at) {
+    flaps.Pushed(Offload(3), false, false, base, S(at), false);
+    return flaps.Pushed(Offload(0), false, false, base, S(at + 1), /*calm=*/true);
+  };
+  PlanFlaps lasted;
+  lasted.Seed(Offload(0));
+  ASSERT_TRUE(blip(lasted, 0));
+  ASSERT_EQ(lasted.StartWait(base), S(30));
+  lasted.Pushed(Offload(3), false, false, base, S(40), false);
+  lasted.Pushed(Offload(4), false, false, base, S(60), false);
+  EXPECT_FALSE(lasted.Pushed(Offload(0), false, false, base, S(110), /*calm=*/true));
+  EXPECT_EQ(lasted.level(), 1) << "not decayed: changes kept coming";
+  EXPECT_EQ(lasted.StartWait(base), absl::ZeroDuration());
+
+  PlanFlaps resharded;
+  resharded.Seed(Offload(0));
+  ASSERT_TRUE(blip(resharded, 0));
+  resharded.Pushed(Offload(0), /*moves_units=*/true, false, base, S(5), false);
+  EXPECT_EQ(resharded.StartWait(base), absl::ZeroDuration());
+
+  PlanFlaps experts;
+  experts.Seed(Offload(0));
+  experts.Pushed({BlockPlan{.block = BlockId(0),
+                            .replicas = {{.unit = 0, .helper = RankId(1), .share = 0.5}}}},
+                 false, false, base, S(0), false);
+  // (A restore soon, so a flap as ever, but no blip.)
+  EXPECT_TRUE(experts.Pushed(Offload(0), false, false, base, S(1), /*calm=*/true));
+  EXPECT_EQ(experts.StartWait(base), absl::ZeroDuration());
+
+  PlanFlaps unknown;  // never seeded: the first plan may have replaced one that balanced
+  EXPECT_FALSE(blip(unknown, 0));
+  EXPECT_EQ(unknown.StartWait(base), absl::ZeroDuration());
+}
+
 // The step feedback's probe and its way back are chosen to be measured: no flap, but the
 // history follows them (a later undo of the probe's way back is one).
 TEST(PlanFlapsTest, ADeliberateChangeIsNeverAFlap) {
   const DwellOptions base;
   PlanFlaps flaps;
-  flaps.Pushed(Offload(3), false, false, base, S(0));
-  EXPECT_FALSE(flaps.Pushed(Offload(4), false, /*deliberate=*/true, base, S(5)));
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, /*deliberate=*/true, base, S(10)));
+  flaps.Pushed(Offload(3), false, false, base, S(0), false);
+  EXPECT_FALSE(flaps.Pushed(Offload(4), false, /*deliberate=*/true, base, S(5), false));
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, /*deliberate=*/true, base, S(10), false));
   EXPECT_EQ(flaps.level(), 0);
   EXPECT_EQ(flaps.Dwell(base, S(11)).plan_dwell, S(2));
-  EXPECT_TRUE(flaps.Pushed(Offload(4), false, false, base, S(12)));
+  EXPECT_TRUE(flaps.Pushed(Offload(4), false, false, base, S(12), false));
 }
 
 TEST(PlanFlapsTest, FlapHoldZeroTurnsItOff) {
   DwellOptions base;
   base.flap_hold = absl::ZeroDuration();
   PlanFlaps flaps;
-  flaps.Pushed(Offload(3), false, false, base, S(0));
-  flaps.Pushed(Offload(2), false, false, base, S(1));
-  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(2)));
+  flaps.Pushed(Offload(3), false, false, base, S(0), false);
+  flaps.Pushed(Offload(2), false, false, base, S(1), false);
+  EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(2), false));
   EXPECT_EQ(flaps.Dwell(base, S(3)).plan_dwell, S(2));
+  EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(4), /*calm=*/true));
+  EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration());
 }
 
 }  // namespace
