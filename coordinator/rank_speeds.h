@@ -112,8 +112,9 @@ absl::Duration ExtendRun(bool holds, absl::Duration now, absl::Duration max_gap,
 // within 1 + kMarginalFactor x the straggler threshold of 1, either way.
 bool IsMarginal(double ratio, double straggler_threshold);
 
-// The marginal rule, for a group's straggler (TreatAsCalm) and a block's skewed loads
-// (StragglerJudge::JudgeSkew) alike: whether the round judged at monotonic time `now`
+// The marginal rule for a block's skewed loads (StragglerJudge::JudgeSkew; TreatAsCalm
+// applies the same rule to a group's straggler, with the flaps' wait beside it): whether
+// the round judged at monotonic time `now`
 // waits, treated as calm, because what it saw is `marginal` and the group (or block)
 // runs all-local, and that has not lasted `marginal_for` in `run`. A round that is not
 // marginal, or not all-local, ends the run, and so does a gap of more than `max_gap` since
