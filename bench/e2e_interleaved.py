@@ -7,20 +7,24 @@ speed moves by up to 40% between such runs (docs/benchmarks.md), so a ratio of t
 most 1.05x the ideal, plain at least 1.4x auto) could not be told met or missed. Here
 one job cycles through segments of SEGMENT steps:
 
-  none    no straggler,        policy mode observe   (the reference)
-  plain   rank 1 slowed 2x,    mode observe          (plain tensor parallelism)
-  MODE    rank 1 slowed 2x,    mode MODE             (for each of --modes; auto by default)
-  static  rank 1 slowed 2x,    held at a fixed plan  (for each plan of --static)
+  none    no straggler,        held at the even split  (the reference)
+  plain   rank 1 slowed 2x,    held at the even split  (plain tensor parallelism)
+  MODE    rank 1 slowed 2x,    mode MODE               (for each of --modes; auto by default)
+  static  rank 1 slowed 2x,    held at a fixed plan    (for each plan of --static)
 
 in this order in even cycles and in reverse in odd ones (a linear drift of the
 machine's speed then biases consecutive cycles in opposite directions).
 
-Observe runs plain TP as off does (it pushes nothing but the end of a plan left in
-force), and predicts the all-local step, so the prediction is sampled in every segment.
+none and plain are held (`ballastctl hold JOB GROUP 1 offload=0 reshard=0`, mode observe)
+so that they run plain TP whatever a mode's segment before left in force: observe alone
+ends offloads and prunes but keeps a reshard's ownership, and once auto reshards (a
+straggler that lasted), the plain segments after it ran its split until 2026-12-02. A
+held group's step is predicted as its plan's (all-local on the even split here), so the
+prediction is sampled in every segment.
 
 A static segment holds the group at one plan with `ballastctl hold` from its first step
-and releases it at its end (the planner is not consulted while held; the mode is
-observe, so a release ends the plan as plain's segments do): rank 1 keeps (1 - reshard)
+and releases it at its end, or holds the next one (the planner is not consulted while
+held): rank 1 keeps (1 - reshard)
 of its even share of units, the rest resharded evenly to the others, and helpers compute
 `offload` of what it keeps. --static offload:0.2,0.3,0.4 runs three such segments
 (repeatable, one kind per flag; kinds offload and reshard; --static none for none). The
@@ -34,6 +38,16 @@ summary also judges MODE against the fixed oracle, the one plan best over all cy
 (the lowest median of its step over plain's), in every cycle.
 A reshard moves units with their optimizer state, back and forth as the cycle goes
 through the plans: the settle steps cover it.
+
+How long the straggler has lasted when a mode's segment begins differs by cycle: in even
+cycles it came one segment before (with plain), in odd ones it has been on since the
+cycle before's plain segment, through every static one (a hold's moves do not restart
+the coordinator's count to chronic). The coordinator reshards a straggler only once it
+is chronic (its policy's reshard_after, 60 s by default), so a mode's segment shows its
+answer to a new straggler or to one that lasts. Each cycle reports how long the
+straggler had lasted at the segment's first measured step (MODE_straggler_seconds), and
+the summary judges the cycles where that was at least --reshard-after apart from the
+others (MODE_straggler_lasted, MODE_straggler_new).
 
 The straggler follows the launcher's step windows (launch.py --straggler 1:2@A-B,...),
 the mode `ballastctl policy set` at each segment's first step. Each segment's first
@@ -54,7 +68,7 @@ slowed; every JSON line names the kind it ran under ("contention").
 
   scripts/bench interleaved [--cycles 8] [--segment 60] [--modes auto,migrate]
       [--contention device] [--static offload:0.1,0.2,0.3 --static reshard:0.2,0.4]
-      [--coordinator-flag=--step_feedback]
+      [--coordinator-flag=--step_feedback] [--reshard-after 60]
 """
 
 import argparse
@@ -84,6 +98,10 @@ STATIC_KINDS = ("offload", "reshard")
 DEFAULT_STATIC = ("offload:0.2,0.3,0.4", "reshard:0.2,0.3,0.4")
 # The coordinator's measured step is the slowest rank's median over its last 16 reports.
 REPORTS_IN_MEASURED_STEP = 16
+# none and plain run held at the even split, nothing offloaded: plain tensor parallelism
+# whatever a mode's segment before left in force. (Observe ends offloads and prunes, but
+# keeps a reshard's ownership: after a mode resharded, plain would run its split.)
+EVEN = {"name": "even", "offload": 0.0, "reshard": 0.0}
 
 
 def parse_static(specs):
@@ -114,16 +132,17 @@ def parse_static(specs):
 
 def schedule(cycles, segment, modes, statics=()):
     """The segments in order: dicts with cycle, name, mode, straggler (bool), hold (a static
-    plan, or None), start and end step. Odd cycles run their segments in reverse (none,
-    plain, auto, statics, then statics, auto, plain, none), so that a drift of the
-    machine's speed across a pair of cycles biases the two alike in opposite directions,
-    and the median over cycles cancels it."""
-    kinds = [(n, None) for n in ["none", "plain", *modes]] + [(p["name"], p) for p in statics]
+    plan, EVEN for none and plain, or None), start and end step. Odd cycles run their
+    segments in reverse (none, plain, auto, statics, then statics, auto, plain, none), so
+    that a drift of the machine's speed across a pair of cycles biases the two alike in
+    opposite directions, and the median over cycles cancels it."""
+    kinds = ([("none", EVEN), ("plain", EVEN)] + [(m, None) for m in modes]
+             + [(p["name"], p) for p in statics])
     out = []
     for c in range(cycles):
         for i, (name, hold) in enumerate(kinds if c % 2 == 0 else kinds[::-1]):
             start = (c * len(kinds) + i) * segment
-            mode = "observe" if name in ("none", "plain") or hold else name
+            mode = "observe" if hold else name
             out.append({"cycle": c, "name": name, "mode": mode, "straggler": name != "none",
                         "hold": hold, "start": start, "end": start + segment})
     return out
@@ -144,10 +163,12 @@ def straggler_windows(segments):
 
 class ModeSwitcher:
     """The launcher's per-step hook: as rank 0 reaches each segment's first step, holds the
-    group at the segment's static plan or releases the one before it, and sets its policy
-    mode; records the step at which the switch was made, and feeds the status sampler.
-    A hold goes before the mode (the planner is out of the way while the mode changes),
-    a release after it (the group returns to the new mode)."""
+    group at the segment's plan (a static one, or EVEN) or releases the one held before,
+    and sets its policy mode; records the step at which the switch was made, and feeds the
+    status sampler. A hold goes before the mode (the planner is out of the way while the
+    mode changes), a release after it (the group returns to the new mode). The job starts
+    on the even split, so the first segment needs no hold: the switcher holds only what
+    differs from what it holds already, and releases only what it held."""
 
     def __init__(self, segments, job_name, sampler, straggler_rank=STRAGGLER_RANK):
         self.pending = list(zip(segments, segments[1:]))  # (segment before, segment)
@@ -155,6 +176,7 @@ class ModeSwitcher:
         self.group = f"{job_name}/tp0"
         self.rank = straggler_rank
         self.sampler = sampler
+        self.held = None  # the plan this switcher holds the group at, if any
         self.switched_at = {}  # segment start -> step reached when the mode was set
 
     def _ctl(self, job, *args):
@@ -166,26 +188,30 @@ class ModeSwitcher:
         while self.pending and step >= self.pending[0][1]["start"]:
             before, s = self.pending.pop(0)
             hold = s["hold"]
-            if hold is not None and hold is not before["hold"]:
+            if hold is not None and hold is not self.held:
                 self._ctl(job, "hold", self.job_name, self.group, str(self.rank),
                           f"offload={hold['offload']:g}", f"reshard={hold['reshard']:g}")
+                self.held = hold
             if s["mode"] != before["mode"]:
                 self._ctl(job, "policy", "set", self.job_name, f"mode={s['mode']}")
-            if hold is None and before["hold"] is not None:
+            if hold is None and self.held is not None:
                 self._ctl(job, "release", self.job_name, self.group)
+                self.held = None
             self.switched_at[s["start"]] = step
         self.sampler(job, step)
 
 
 def segment_figures(ranks, segment, settle, switched_at):
     """Median step seconds (rank 0's wall time), each rank's median seconds per unit, and
-    the mean offloaded and pruned fractions over a segment's steps after it settled."""
+    the mean offloaded and pruned fractions over a segment's steps after it settled (from
+    first_step)."""
     first = max(segment["start"], switched_at) + settle
     keep = lambda r: first <= r["step"] < segment["end"]
     steps0 = [r for r in ranks[0]["steps"] if keep(r)]
     if not steps0:
         return None
     return {
+        "first_step": first,
         "steps": len(steps0),
         "step_seconds": harness.median([r["wall_s"] for r in steps0]),
         "seconds_per_unit": [e2e.spu([r for r in rank["steps"] if keep(r)]) for rank in ranks],
@@ -208,6 +234,22 @@ def unit_share(ranks, keep, rank=STRAGGLER_RANK):
                 by_step[rec["step"]][1] += rec["units_computed"]
     shares = [mine / total for mine, total in by_step.values() if total > 0]
     return sum(shares) / len(shares) if shares else None
+
+
+def straggler_seconds(ranks, segments, segment, first_step):
+    """Rank 0's wall seconds with the straggler on, without a break, before `first_step`
+    of `segment` (0 when the segment has no straggler): from the first step of the run of
+    straggler segments that `segment` ends."""
+    if not segment["straggler"]:
+        return 0.0
+    onset = segment["start"]
+    for s in sorted(segments, key=lambda s: s["start"], reverse=True):
+        if s["start"] >= segment["start"]:
+            continue
+        if not s["straggler"] or s["end"] != onset:
+            break
+        onset = s["start"]
+    return sum(r["wall_s"] for r in ranks[0]["steps"] if onset <= r["step"] < first_step)
 
 
 def sample_truth(ranks, step):
@@ -253,6 +295,8 @@ def cycle_ratios(figures, modes, statics=()):
         out[f"{mode}_pruned_fraction"] = round(f["pruned_fraction"], 4)
         if f.get("straggler_unit_share") is not None:
             out[f"{mode}_straggler_unit_share"] = round(f["straggler_unit_share"], 4)
+        if f.get("straggler_seconds") is not None:
+            out[f"{mode}_straggler_seconds"] = round(f["straggler_seconds"], 1)
     out.update(oracle_ratios(figures, modes, statics, ideal))
     return out
 
@@ -334,7 +378,11 @@ def judged(values, target, at_most):
             "median_verdict": median_verdict(low, high, target, at_most)}
 
 
-def summarize(cycles, modes):
+def summarize(cycles, modes, reshard_after=None):
+    """The ratios over the cycles, judged against the targets; with `reshard_after`
+    (seconds), each mode's oracle ratios also over the cycles where the straggler had
+    lasted at least that long when its segment began (MODE_straggler_lasted) and over the
+    others (MODE_straggler_new)."""
     out = {"cycles": len(cycles), "plain_vs_ideal": spread([c["plain_vs_ideal"] for c in cycles])}
     for mode in modes:
         vs_ideal = [c[f"{mode}_vs_ideal"] for c in cycles if f"{mode}_vs_ideal" in c]
@@ -363,9 +411,46 @@ def summarize(cycles, modes):
                                            if "oracle" in c])
         out["oracle_wins"] = {n: oracles.count(n) for n in sorted(set(oracles))}
         out.update(fixed_oracle(cycles, modes))
+        if reshard_after is not None:
+            out.update(by_straggler_age(cycles, modes, reshard_after, out.get("fixed_oracle")))
     # plain / MODE is at most plain_vs_ideal unless the mode beats the ideal (pruning can:
     # it computes less), so in a cycle with plain under 1.4x the ideal the plain target
     # asks for a step below the ideal. plain_vs_ideal above says how often that is.
+    return out
+
+
+def by_straggler_age(cycles, modes, reshard_after, fixed):
+    """Each mode against the cycle's oracle and against the fixed oracle `fixed` (None:
+    none), over the cycles whose straggler had lasted `reshard_after` seconds when the
+    mode's segment began ("lasted") and over the others ("new")."""
+    out = {}
+    for mode in modes:
+        key = f"{mode}_straggler_seconds"
+        for name, pick in (("lasted", lambda v: v >= reshard_after),
+                           ("new", lambda v: v < reshard_after)):
+            group = [c for c in cycles if key in c and pick(c[key])
+                     and f"{mode}_over_oracle" in c]
+            if not group:
+                continue
+            g = {"cycles": [c["cycle"] for c in group if "cycle" in c],
+                 "reshard_after_seconds": reshard_after,
+                 "over_oracle": judged([c[f"{mode}_over_oracle"] for c in group],
+                                       TARGET_VS_ORACLE, at_most=True)}
+            share = [c[f"{mode}_captured_share"] for c in group
+                     if c.get(f"{mode}_captured_share") is not None]
+            if share:
+                g["captured_share"] = judged(share, TARGET_CAPTURED_SHARE, at_most=False)
+            if fixed is not None:
+                pairs = [(c[f"{mode}_seconds"], c["static_seconds"][fixed], c["plain_seconds"])
+                         for c in group if fixed in c.get("static_seconds", {})]
+                if pairs:
+                    g["over_fixed_oracle"] = judged([m / o for m, o, _ in pairs],
+                                                    TARGET_VS_ORACLE, at_most=True)
+                    fixed_share = [(p - m) / (p - o) for m, o, p in pairs if p > o]
+                    if fixed_share:
+                        g["captured_share_of_fixed_oracle"] = judged(
+                            fixed_share, TARGET_CAPTURED_SHARE, at_most=False)
+            out[f"{mode}_straggler_{name}"] = g
     return out
 
 
@@ -419,6 +504,10 @@ def main():
                    help="how rank 1 is slowed (launch.py --contention); device: an emulated "
                         "slower device, its block compute only")
     p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us)
+    p.add_argument("--reshard-after", type=float, default=60.0, metavar="SECONDS",
+                   help="the job policy's reshard_after (the coordinator's default; the bench "
+                        "does not change it): the summary judges the cycles where the "
+                        "straggler had lasted this long apart")
     p.add_argument("--coordinator-flag", action="append", default=[], metavar="--FLAG=VALUE",
                    help="extra ballast-coordinator flag for the whole job (repeatable), e.g. "
                         "--coordinator-flag=--step_feedback; every JSON line names them")
@@ -431,6 +520,8 @@ def main():
         p.error(f"--modes {a.modes!r}: each must be auto, migrate or resize")
     if a.cycles < 1 or a.segment < 2 or not 0 <= a.settle < a.segment:
         p.error("need --cycles >= 1, --segment >= 2 and 0 <= --settle < --segment")
+    if not a.reshard_after > 0:
+        p.error(f"--reshard-after {a.reshard_after} must be positive")
     if not 1000 <= a.quota_period_us <= 1000000:
         p.error(f"--quota-period-us {a.quota_period_us} out of range [1000, 1000000]")
     for flag in a.coordinator_flag:
@@ -468,6 +559,7 @@ def main():
             switched_at = switcher.switched_at.get(s["start"], s["start"])
             f = segment_figures(ranks, s, a.settle, switched_at)
             if f is not None:
+                f["straggler_seconds"] = straggler_seconds(ranks, segments, s, f["first_step"])
                 figures[s["name"]] = f
         ratios = cycle_ratios(figures, modes, statics)
         if ratios is not None:
@@ -478,7 +570,8 @@ def main():
         raise harness.LaunchError("no cycle had both a none and a plain segment")
     summary = {"bench": "e2e_interleaved", "contention": contention,
                "coordinator_flags": a.coordinator_flag,
-               "static": [p["name"] for p in statics], **summarize(results, modes),
+               "static": [p["name"] for p in statics],
+               **summarize(results, modes, a.reshard_after),
                "segment_steps": a.segment, "settle_steps": a.settle,
                "quota_period_us": a.quota_period_us, "wall_seconds": round(elapsed, 1)}
     # Predicted against measured step, by segment kind (in none and plain, observe's

@@ -6,7 +6,8 @@
 //     marginal one on a group running all-local for marginal_straggler_for, any one for
 //     the flap wait the caller gives while the group's plans flap;
 //   - chronic, per rank: straggling, pooled over the group's blocks, for reshard_after,
-//     counted from the last plan that moved units if later, so that resharding is priced;
+//     counted from the last plan the planner pushed that moved units if later (not an
+//     operator's hold: the rank straggled through it), so that resharding is priced;
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -29,7 +30,7 @@
 //   in.skew_lasted = s.lasted;
 //   in.skew_waits = s.waits;
 //   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted, in.skew_waits ...
-//   if (published && moves_units) judge.UnitsMoved(ref);
+//   if (published && moves_units && !held) judge.UnitsMoved(ref);
 //
 // Thread-safe. Its runs are keyed by the group's incarnation: a group forgotten and
 // registered again starts afresh, even if Forget was not called.
@@ -94,8 +95,8 @@ class StragglerJudge {
   // the loads are unbalanced.
   SkewVerdict JudgeSkew(const GroupRef& ref, int32_t block, const LoadsSkew& skew,
                         const JobPolicy& policy, std::vector<std::string>& lines);
-  // A plan that moves units was pushed now: the counts to chronic and to a lasting skew
-  // restart.
+  // A plan the planner decided that moves units was pushed now: the counts to chronic and
+  // to a lasting skew restart. (Not for a held plan: the runs go on through a hold.)
   void UnitsMoved(const GroupRef& ref);
   // Per registered rank, its run (none before the group's first round).
   std::map<int32_t, RankRun> Ranks(const GroupRef& ref) const;

@@ -51,10 +51,17 @@ class ScheduleTest(unittest.TestCase):
         job = FakeJob()
         for step in (0, 5, 11, 19, 24, 31, 45, 52, 61):
             switcher(job, step)
-        # none -> plain keeps mode off; plain -> auto switches; auto -> auto (step 30) and
-        # plain -> none (50) need nothing; auto -> plain (40) switches, and the next cycle's
-        # none (60) is reached at step 61.
-        self.assertEqual([c[-1] for c in job.calls], ["mode=auto", "mode=observe"])
+        # none -> plain holds the even split (the job started on it, unheld) and keeps
+        # mode observe; plain -> auto switches and releases; auto -> auto (step 30) and
+        # plain -> none (50) need nothing; auto -> plain (40) holds the even split again
+        # and switches, and the next cycle's none (60) is reached at step 61.
+        self.assertEqual(job.calls, [
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 10: plain
+            ("policy", "set", "vit", "mode=auto"),                           # 20: auto, then
+            ("release", "vit", "vit/tp0"),                                   #     release
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 40: plain
+            ("policy", "set", "vit", "mode=observe"),
+        ])
         self.assertEqual(switcher.switched_at, {10: 11, 20: 24, 30: 31, 40: 45, 50: 52, 60: 61})
         self.assertEqual(sampled, [0, 5, 11, 19, 24, 31, 45, 52, 61])
 
@@ -77,7 +84,8 @@ class ScheduleTest(unittest.TestCase):
                           "reshard 0.3", "offload 0.2", "auto", "plain", "none"])
         self.assertEqual([s["mode"] for s in segments[:5]],
                          ["observe", "observe", "auto", "observe", "observe"])
-        self.assertEqual([s["hold"] for s in segments[:5]], [None, None, None, *plans])
+        self.assertEqual([s["hold"] for s in segments[:5]], [il.EVEN, il.EVEN, None, *plans])
+        self.assertEqual((il.EVEN["offload"], il.EVEN["reshard"]), (0.0, 0.0))
         self.assertEqual(il.straggler_windows(segments), "1:2@10-90")
 
     def test_the_switcher_holds_static_segments_and_releases_after_them(self):
@@ -97,7 +105,9 @@ class ScheduleTest(unittest.TestCase):
         for step in range(0, 100, 5):
             switcher(job, step)
         self.assertEqual(job.calls, [
-            ("policy", "set", "vit", "mode=auto"),                           # 20: auto
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 10: plain
+            ("policy", "set", "vit", "mode=auto"),                           # 20: auto, then
+            ("release", "vit", "vit/tp0"),                                   #     release
             ("hold", "vit", "vit/tp0", "1", "offload=0.2", "reshard=0"),    # 30: hold, then
             ("policy", "set", "vit", "mode=observe"),                        #     observe
             ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0.3"),    # 40
@@ -105,7 +115,8 @@ class ScheduleTest(unittest.TestCase):
             ("hold", "vit", "vit/tp0", "1", "offload=0.2", "reshard=0"),    # 60
             ("policy", "set", "vit", "mode=auto"),                           # 70: auto, then
             ("release", "vit", "vit/tp0"),                                   #     release
-            ("policy", "set", "vit", "mode=observe"),                        # 80: plain
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 80: plain, held
+            ("policy", "set", "vit", "mode=observe"),                        #     even
         ])
 
     def test_a_failed_hold_stops_the_bench(self):
@@ -264,6 +275,43 @@ class ArithmeticTest(unittest.TestCase):
         # With 5 values even [min, max] covers less than 95%: returned as it is.
         self.assertEqual(il.median_interval([3, 1, 2, 5, 4])[:2], (1, 5))
         self.assertAlmostEqual(il.median_interval([3, 1, 2, 5, 4])[2], 1 - 2 / 32)
+
+    def test_the_straggler_lasted_from_its_run_of_segments(self):
+        # none plain auto | auto plain none, 10 steps each, 0.1 s a step; the straggler is
+        # on from step 10 to 50.
+        segments = il.schedule(2, 10, ["auto"])
+        ranks = [{"steps": [record(s, 0.1, 1e-3) for s in range(60)]}]
+        by_start = {s["start"]: s for s in segments}
+        self.assertEqual(il.straggler_seconds(ranks, segments, by_start[0], 1), 0.0)
+        # Cycle 0's auto, measured from step 21: steps 10-20 ran with the straggler.
+        self.assertAlmostEqual(il.straggler_seconds(ranks, segments, by_start[20], 21), 1.1)
+        # Cycle 1's auto follows cycle 0's: steps 10-30.
+        self.assertAlmostEqual(il.straggler_seconds(ranks, segments, by_start[30], 31), 2.1)
+        self.assertAlmostEqual(il.straggler_seconds(ranks, segments, by_start[10], 12), 0.2)
+        f = il.segment_figures([ranks[0], ranks[0]], by_start[30], 2, 33)
+        self.assertEqual(f["first_step"], 35)
+
+    def test_the_summary_judges_cycles_by_how_long_the_straggler_lasted(self):
+        def cycle(n, auto, seconds):
+            return {"cycle": n, "plain_vs_ideal": 1.4, "auto_vs_ideal": 1.0,
+                    "plain_over_auto": 0.20 / auto, "plain_seconds": 0.20, "auto_seconds": auto,
+                    "oracle": "reshard 0.3", "oracle_vs_ideal": 1.0, "plain_over_oracle": 1.6,
+                    "oracle_seconds": 0.125, "auto_over_oracle": auto / 0.125,
+                    "auto_captured_share": (0.20 - auto) / (0.20 - 0.125),
+                    "static_seconds": {"reshard 0.3": 0.125},
+                    "auto_straggler_seconds": seconds}
+        cycles = [cycle(0, 0.16, 9.0), cycle(1, 0.13, 75.0), cycle(2, 0.15, 9.5),
+                  cycle(3, 0.125, 80.0)]
+        summary = il.summarize(cycles, ["auto"], reshard_after=60)
+        lasted, new = summary["auto_straggler_lasted"], summary["auto_straggler_new"]
+        self.assertEqual(lasted["cycles"], [1, 3])
+        self.assertEqual(new["cycles"], [0, 2])
+        self.assertAlmostEqual(lasted["over_oracle"]["median"], round((1.04 + 1.0) / 2, 4))
+        self.assertEqual(lasted["over_oracle"]["verdict"], "met")
+        self.assertEqual(new["over_oracle"]["verdict"], "missed")
+        self.assertAlmostEqual(new["captured_share"]["max"], round(0.05 / 0.075, 4))
+        self.assertAlmostEqual(lasted["over_fixed_oracle"]["max"], 1.04)
+        self.assertNotIn("auto_straggler_lasted", il.summarize(cycles, ["auto"]))
 
     def test_the_median_verdict_needs_the_whole_interval_on_one_side(self):
         self.assertEqual(il.median_verdict(0.98, 1.04, 1.05, at_most=True), "met")

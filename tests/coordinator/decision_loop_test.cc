@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -223,6 +224,46 @@ TEST_F(DecisionLoopTest, AHeldGroupRunsItsHoldAndIsPredictedOnceSpeedsAreKnown) 
   EXPECT_THAT(Record().reasons.decision.notes,
               ::testing::Not(::testing::Contains(HasSubstr("held"))));
   EXPECT_EQ(Record().decisions.size(), 1u);
+}
+
+// The count to chronic restarts at the planner's reshards, not at an operator's: rank 1
+// at 3x from the start, held with a quarter of its units resharded from 1 s to 2.5 s, has
+// straggled 2.5 s when the hold is released, past reshard_after (2 s), and the planner
+// prices reshards for it at once. Had the hold's move restarted the count, rank 1 would
+// be chronic only at 3 s.
+TEST_F(DecisionLoopTest, AHeldReshardDoesNotRestartTheCountToChronic) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kAuto;
+  policy.report_period = absl::Milliseconds(100);
+  policy.reshard_after = absl::Seconds(2);
+  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  for (int64_t step = 0; step < 25; ++step) {
+    if (step == 10) {
+      ASSERT_TRUE(
+          settings_->SetHold("vit", "tp0", GroupHold{.rank = 1, .reshard_fraction = 0.25}).ok());
+    }
+    Reports(step, 3e-3);
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  }
+  ASSERT_GE(sink_.plans().size(), 2u) << "no plan before the hold, or no hold";
+  const v1::BlockPlan held = sink_.plans().back().blocks(0);
+  ASSERT_EQ(held.owner_of_unit_size(), 8) << "the hold moved no units";
+  EXPECT_EQ(std::count(held.owner_of_unit().begin(), held.owner_of_unit().end(), 1), 3);
+
+  ASSERT_TRUE(settings_->SetHold("vit", "tp0", std::nullopt).ok());
+  loop_->ReplanNow("vit");
+  loop_->Tick();
+  const DecisionRecord record = Record();
+  const std::string reasons = absl::StrJoin(record.reasons.before, "\n");
+  EXPECT_THAT(reasons, HasSubstr("rank 1 straggling for 2.4s: chronic")) << reasons;
+  EXPECT_THAT(reasons, ::testing::Not(HasSubstr("since the last reshard")));
+  ASSERT_EQ(record.reasons.planned.blocks.size(), 1u);
+  const std::vector<PlannerRank>& ranks = record.reasons.planned.blocks[0].input.ranks;
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_TRUE(ranks[1].chronic) << "the planner was not given the chronic straggler";
+  EXPECT_FALSE(ranks[0].chronic);
 }
 
 // A straggler whose block time has a fixed part (4 ms + 3 ms a unit) reads 4 ms a unit at
