@@ -40,14 +40,17 @@ A reshard moves units with their optimizer state, back and forth as the cycle go
 through the plans: the settle steps cover it.
 
 How long the straggler has lasted when a mode's segment begins differs by cycle: in even
-cycles it came one segment before (with plain), in odd ones it has been on since the
-cycle before's plain segment, through every static one (a hold's moves do not restart
-the coordinator's count to chronic). The coordinator reshards a straggler only once it
-is chronic (its policy's reshard_after, 60 s by default), so a mode's segment shows its
-answer to a new straggler or to one that lasts. Each cycle reports how long the
-straggler had lasted at the segment's first measured step (MODE_straggler_seconds), and
-the summary judges the cycles where that was at least --reshard-after apart from the
-others (MODE_straggler_lasted, MODE_straggler_new).
+cycles it came with plain, a segment or a few before, in odd ones it has been on since
+the cycle before's plain segment, through every static one (a hold's moves do not
+restart the coordinator's count to chronic). The coordinator reshards a straggler only
+once it is chronic (its policy's reshard_after, 60 s by default), so a mode's segment
+shows its answer to a new straggler or to one that lasts. Each cycle reports how long
+the straggler had been on when the segment's mode was set (MODE_straggler_seconds, rank
+0's wall time), and the summary judges the cycles where that was at least
+--reshard-after apart from the others (MODE_straggler_lasted, MODE_straggler_new). It
+stands in for the coordinator's own count, which starts a round or two after the
+straggler and restarts at the planner's reshards (with several --modes, one mode's
+reshard delays the next mode's).
 
 The straggler follows the launcher's step windows (launch.py --straggler 1:2@A-B,...),
 the mode `ballastctl policy set` at each segment's first step. Each segment's first
@@ -142,7 +145,7 @@ def schedule(cycles, segment, modes, statics=()):
     for c in range(cycles):
         for i, (name, hold) in enumerate(kinds if c % 2 == 0 else kinds[::-1]):
             start = (c * len(kinds) + i) * segment
-            mode = "observe" if hold else name
+            mode = "observe" if hold is not None else name
             out.append({"cycle": c, "name": name, "mode": mode, "straggler": name != "none",
                         "hold": hold, "start": start, "end": start + segment})
     return out
@@ -204,13 +207,15 @@ class ModeSwitcher:
 def segment_figures(ranks, segment, settle, switched_at):
     """Median step seconds (rank 0's wall time), each rank's median seconds per unit, and
     the mean offloaded and pruned fractions over a segment's steps after it settled (from
-    first_step)."""
-    first = max(segment["start"], switched_at) + settle
+    first_step, `settle` steps after the step its mode was set at, began)."""
+    began = max(segment["start"], switched_at)
+    first = began + settle
     keep = lambda r: first <= r["step"] < segment["end"]
     steps0 = [r for r in ranks[0]["steps"] if keep(r)]
     if not steps0:
         return None
     return {
+        "began": began,
         "first_step": first,
         "steps": len(steps0),
         "step_seconds": harness.median([r["wall_s"] for r in steps0]),
@@ -236,9 +241,9 @@ def unit_share(ranks, keep, rank=STRAGGLER_RANK):
     return sum(shares) / len(shares) if shares else None
 
 
-def straggler_seconds(ranks, segments, segment, first_step):
-    """Rank 0's wall seconds with the straggler on, without a break, before `first_step`
-    of `segment` (0 when the segment has no straggler): from the first step of the run of
+def straggler_seconds(ranks, segments, segment, step):
+    """Rank 0's wall seconds with the straggler on, without a break, before `step` of
+    `segment` (0 when the segment has no straggler): from the first step of the run of
     straggler segments that `segment` ends."""
     if not segment["straggler"]:
         return 0.0
@@ -249,7 +254,7 @@ def straggler_seconds(ranks, segments, segment, first_step):
         if not s["straggler"] or s["end"] != onset:
             break
         onset = s["start"]
-    return sum(r["wall_s"] for r in ranks[0]["steps"] if onset <= r["step"] < first_step)
+    return sum(r["wall_s"] for r in ranks[0]["steps"] if onset <= r["step"] < step)
 
 
 def sample_truth(ranks, step):
@@ -559,7 +564,7 @@ def main():
             switched_at = switcher.switched_at.get(s["start"], s["start"])
             f = segment_figures(ranks, s, a.settle, switched_at)
             if f is not None:
-                f["straggler_seconds"] = straggler_seconds(ranks, segments, s, f["first_step"])
+                f["straggler_seconds"] = straggler_seconds(ranks, segments, s, f["began"])
                 figures[s["name"]] = f
         ratios = cycle_ratios(figures, modes, statics)
         if ratios is not None:
@@ -574,8 +579,8 @@ def main():
                **summarize(results, modes, a.reshard_after),
                "segment_steps": a.segment, "settle_steps": a.settle,
                "quota_period_us": a.quota_period_us, "wall_seconds": round(elapsed, 1)}
-    # Predicted against measured step, by segment kind (in none and plain, observe's
-    # all-local prediction). The measured step is a median over a rank's last 16
+    # Predicted against measured step, by segment kind (in none and plain, the held even
+    # split's all-local step). The measured step is a median over a rank's last 16
     # reports (about a step each here), so a sample counts only once those all come from
     # the settled part of its segment.
     kind_of = {}

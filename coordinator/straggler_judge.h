@@ -83,8 +83,8 @@ class StragglerJudge {
                 bool running_all_local, absl::Duration flap_wait, std::vector<std::string>& lines);
   // A block's loads, judged over the rounds.
   struct SkewVerdict {
-    // Unbalanced for reshard_after, counted from the last plan that moved units if later:
-    // a reshard is worth pricing.
+    // Unbalanced for reshard_after, counted from the last plan the planner pushed that
+    // moved units if later: a reshard is worth pricing.
     bool lasted = false;
     // Marginally unbalanced on a block running all-local, not yet for
     // marginal_straggler_for: kept all-local.
@@ -115,7 +115,8 @@ class StragglerJudge {
       RoundRun marginal;
     };
     std::map<int32_t, BlockRuns> blocks;
-    // Monotonic time of the last pushed plan that moved units.
+    // Monotonic time of the last plan the planner pushed that moved units (UnitsMoved;
+    // not a hold's).
     std::optional<absl::Duration> moved_units_at;
   };
   // The group's runs, fresh for a new incarnation.

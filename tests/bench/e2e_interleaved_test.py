@@ -283,13 +283,13 @@ class ArithmeticTest(unittest.TestCase):
         ranks = [{"steps": [record(s, 0.1, 1e-3) for s in range(60)]}]
         by_start = {s["start"]: s for s in segments}
         self.assertEqual(il.straggler_seconds(ranks, segments, by_start[0], 1), 0.0)
-        # Cycle 0's auto, measured from step 21: steps 10-20 ran with the straggler.
+        # Cycle 0's auto, its mode set at step 21: steps 10-20 ran with the straggler.
         self.assertAlmostEqual(il.straggler_seconds(ranks, segments, by_start[20], 21), 1.1)
         # Cycle 1's auto follows cycle 0's: steps 10-30.
         self.assertAlmostEqual(il.straggler_seconds(ranks, segments, by_start[30], 31), 2.1)
         self.assertAlmostEqual(il.straggler_seconds(ranks, segments, by_start[10], 12), 0.2)
         f = il.segment_figures([ranks[0], ranks[0]], by_start[30], 2, 33)
-        self.assertEqual(f["first_step"], 35)
+        self.assertEqual((f["began"], f["first_step"]), (33, 35))  # switched late, settled
 
     def test_the_summary_judges_cycles_by_how_long_the_straggler_lasted(self):
         def cycle(n, auto, seconds):

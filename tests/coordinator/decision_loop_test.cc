@@ -228,9 +228,11 @@ TEST_F(DecisionLoopTest, AHeldGroupRunsItsHoldAndIsPredictedOnceSpeedsAreKnown) 
 
 // The count to chronic restarts at the planner's reshards, not at an operator's: rank 1
 // at 3x from the start, held with a quarter of its units resharded from 1 s to 2.5 s, has
-// straggled 2.5 s when the hold is released, past reshard_after (2 s), and the planner
-// prices reshards for it at once. Had the hold's move restarted the count, rank 1 would
-// be chronic only at 3 s.
+// straggled 2.4 s (judged from 0.1 s) when the hold is released, past reshard_after
+// (2 s), and the planner prices reshards for it at once. Had the hold's move restarted
+// the count, rank 1 would be chronic only at 3.1 s. (Which plan it then picks is the
+// planner's to say: from the hold's 5/3 split, offloading one unit evens the compute as
+// owning 2 would.)
 TEST_F(DecisionLoopTest, AHeldReshardDoesNotRestartTheCountToChronic) {
   JobPolicy policy;
   policy.mode = BalanceMode::kAuto;
