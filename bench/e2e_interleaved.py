@@ -24,20 +24,19 @@ prediction is sampled in every segment.
 
 A static segment holds the group at one plan with `ballastctl hold` from its first step
 and releases it at its end, or holds the next one (the planner is not consulted while
-held): rank 1 keeps (1 - reshard)
-of its even share of units, the rest resharded evenly to the others, and helpers compute
-`offload` of what it keeps. --static offload:0.2,0.3,0.4 runs three such segments
-(repeatable, one kind per flag; kinds offload and reshard; --static none for none). The
-best of a cycle's static plans (the lowest median step) is its oracle: what a fixed plan
-picked with hindsight attains. Each cycle reports MODE / oracle, plain / oracle and the
-share of plain's excess over the oracle that MODE removed, (plain - MODE) / (plain -
-oracle), beside MODE / ideal; the summary judges them against issue 39's targets
-(MODE at most 1.05x the oracle; at least 90% of the plain-to-oracle gain captured).
-A cycle's oracle is the least of several noisy steps, biased low by the noise; the
-summary also judges MODE against the fixed oracle, the one plan best over all cycles
-(the lowest median of its step over plain's), in every cycle.
-A reshard moves units with their optimizer state, back and forth as the cycle goes
-through the plans: the settle steps cover it.
+held): rank 1 keeps (1 - reshard) of its even share of units, the rest resharded evenly
+to the others, and helpers compute `offload` of what it keeps. --static
+offload:0.2,0.3,0.4 runs three such segments (repeatable, one kind per flag; kinds
+offload and reshard; --static none for none). The best of a cycle's static plans (the
+lowest median step) is its oracle: what a fixed plan picked with hindsight attains. Each
+cycle reports MODE / oracle, plain / oracle and the share of plain's excess over the
+oracle that MODE removed, (plain - MODE) / (plain - oracle), beside MODE / ideal; the
+summary judges them against issue 39's targets (MODE at most 1.05x the oracle; at least
+90% of the plain-to-oracle gain captured). A cycle's oracle is the least of several
+noisy steps, biased low by the noise; the summary also judges MODE against the fixed
+oracle, the one plan best over all cycles (the lowest median of its step over plain's),
+in every cycle. A reshard moves units with their optimizer state, back and forth as the
+cycle goes through the plans: the settle steps cover it.
 
 How long the straggler has lasted when a mode's segment begins differs by cycle: in even
 cycles it came with plain, a segment or a few before, in odd ones it has been on since
