@@ -399,15 +399,11 @@ def summarize(cycles, modes, reshard_after=None):
         if own:
             out[f"{mode}_vs_own_speeds_ideal"] = judged(own, TARGET_VS_IDEAL, at_most=True)
         out[f"plain_over_{mode}"] = judged(over, TARGET_PLAIN_OVER_MODE, at_most=False)
-        vs_oracle = [c[f"{mode}_over_oracle"] for c in cycles if f"{mode}_over_oracle" in c]
-        if vs_oracle:
-            out[f"{mode}_over_oracle"] = judged(vs_oracle, TARGET_VS_ORACLE, at_most=True)
-            share = [c[f"{mode}_captured_share"] for c in cycles
-                     if c.get(f"{mode}_captured_share") is not None]
-            if share:
-                out[f"{mode}_captured_share"] = judged(share, TARGET_CAPTURED_SHARE,
-                                                       at_most=False)
-            out[f"{mode}_captured_share_undefined_cycles"] = len(vs_oracle) - len(share)
+        against = against_oracle(cycles, mode)
+        if against:
+            out.update({f"{mode}_{k}": v for k, v in against.items()})
+            out[f"{mode}_captured_share_undefined_cycles"] = (
+                against["over_oracle"]["n"] - against.get("captured_share", {"n": 0})["n"])
     oracles = [c["oracle"] for c in cycles if "oracle" in c]
     if oracles:
         out["oracle_vs_ideal"] = spread([c["oracle_vs_ideal"] for c in cycles if "oracle" in c])
@@ -436,25 +432,41 @@ def by_straggler_age(cycles, modes, reshard_after, fixed):
                      and f"{mode}_over_oracle" in c]
             if not group:
                 continue
-            g = {"cycles": [c["cycle"] for c in group if "cycle" in c],
-                 "reshard_after_seconds": reshard_after,
-                 "over_oracle": judged([c[f"{mode}_over_oracle"] for c in group],
-                                       TARGET_VS_ORACLE, at_most=True)}
-            share = [c[f"{mode}_captured_share"] for c in group
-                     if c.get(f"{mode}_captured_share") is not None]
-            if share:
-                g["captured_share"] = judged(share, TARGET_CAPTURED_SHARE, at_most=False)
-            if fixed is not None:
-                pairs = [(c[f"{mode}_seconds"], c["static_seconds"][fixed], c["plain_seconds"])
-                         for c in group if fixed in c.get("static_seconds", {})]
-                if pairs:
-                    g["over_fixed_oracle"] = judged([m / o for m, o, _ in pairs],
-                                                    TARGET_VS_ORACLE, at_most=True)
-                    fixed_share = [(p - m) / (p - o) for m, o, p in pairs if p > o]
-                    if fixed_share:
-                        g["captured_share_of_fixed_oracle"] = judged(
-                            fixed_share, TARGET_CAPTURED_SHARE, at_most=False)
-            out[f"{mode}_straggler_{name}"] = g
+            out[f"{mode}_straggler_{name}"] = {
+                "cycles": [c["cycle"] for c in group if "cycle" in c],
+                "reshard_after_seconds": reshard_after,
+                **against_oracle(group, mode),
+                **(against_fixed(group, mode, fixed) if fixed is not None else {})}
+    return out
+
+
+def against_oracle(cycles, mode):
+    """MODE against each cycle's own oracle over `cycles`: over_oracle and captured_share
+    judged against issue 39's targets; {} when no cycle has an oracle."""
+    vs_oracle = [c[f"{mode}_over_oracle"] for c in cycles if f"{mode}_over_oracle" in c]
+    if not vs_oracle:
+        return {}
+    out = {"over_oracle": judged(vs_oracle, TARGET_VS_ORACLE, at_most=True)}
+    share = [c[f"{mode}_captured_share"] for c in cycles
+             if c.get(f"{mode}_captured_share") is not None]
+    if share:
+        out["captured_share"] = judged(share, TARGET_CAPTURED_SHARE, at_most=False)
+    return out
+
+
+def against_fixed(cycles, mode, fixed):
+    """MODE against the static plan `fixed` in every one of `cycles` that ran both:
+    over_fixed_oracle and captured_share_of_fixed_oracle judged; {} when none did."""
+    pairs = [(c[f"{mode}_seconds"], c["static_seconds"][fixed], c["plain_seconds"])
+             for c in cycles if fixed in c.get("static_seconds", {}) and f"{mode}_seconds" in c]
+    if not pairs:
+        return {}
+    out = {"over_fixed_oracle": judged([m / o for m, o, _ in pairs], TARGET_VS_ORACLE,
+                                       at_most=True)}
+    share = [(p - m) / (p - o) for m, o, p in pairs if p > o]
+    if share:
+        out["captured_share_of_fixed_oracle"] = judged(share, TARGET_CAPTURED_SHARE,
+                                                       at_most=False)
     return out
 
 
@@ -474,18 +486,8 @@ def fixed_oracle(cycles, modes):
     out = {"fixed_oracle": best,
            "static_over_plain_median": {n: round(harness.median(v), 4)
                                         for n, v in relative.items()}}
-    with_best = [c for c in cycles if best in c.get("static_seconds", {})]
     for mode in modes:
-        pairs = [(c[f"{mode}_seconds"], c["static_seconds"][best], c["plain_seconds"])
-                 for c in with_best if f"{mode}_seconds" in c]
-        if not pairs:
-            continue
-        out[f"{mode}_over_fixed_oracle"] = judged([m / o for m, o, _ in pairs],
-                                                  TARGET_VS_ORACLE, at_most=True)
-        share = [(p - m) / (p - o) for m, o, p in pairs if p > o]
-        if share:
-            out[f"{mode}_captured_share_of_fixed_oracle"] = judged(
-                share, TARGET_CAPTURED_SHARE, at_most=False)
+        out.update({f"{mode}_{k}": v for k, v in against_fixed(cycles, mode, best).items()})
     return out
 
 
