@@ -12,8 +12,9 @@ one job cycles through segments of SEGMENT steps:
   MODE    rank 1 slowed 2x,    mode MODE               (for each of --modes; auto by default)
   static  rank 1 slowed 2x,    held at a fixed plan    (for each plan of --static)
 
-in this order in even cycles and in reverse in odd ones (a linear drift of the
-machine's speed then biases consecutive cycles in opposite directions).
+(2x by default: --slowdown) in this order in even cycles and in reverse in odd ones (a
+linear drift of the machine's speed then biases consecutive cycles in opposite
+directions).
 
 none and plain are held (`ballastctl hold JOB GROUP 1 offload=0 reshard=0`, mode observe)
 so that they run plain TP whatever a mode's segment before left in force: observe alone
@@ -66,17 +67,24 @@ wholly on the target's good side, missed when wholly on the other, else not reso
 more cycles narrow it.
 
 --contention (device, quota, cotenant, auto: launch.py --contention) picks how rank 1 is
-slowed; every JSON line names the kind it ran under ("contention").
+slowed; every JSON line names the kind it ran under ("contention"). --trainer picks the
+model (the C++ ViT by default; torch: the same ViT on ballast.torch; gpt: the PyTorch GPT,
+2 micro-batches a step), --policy sets the job's policy for the whole run (e.g.
+reshard_after_ms=10000: how long a straggler must last before it is resharded), and every
+JSON line names both. As each mode's segment ends, the group's `ballastctl explain` (its
+last plan and why) is kept in OUT/explain/cycle-C-MODE.txt.
 
   scripts/bench interleaved [--cycles 8] [--segment 60] [--modes auto,migrate]
       [--contention device] [--static offload:0.1,0.2,0.3 --static reshard:0.2,0.4]
-      [--coordinator-flag=--step_feedback] [--reshard-after 60]
+      [--coordinator-flag=--step_feedback] [--reshard-after 60] [--trainer gpt]
+      [--policy reshard_after_ms=10000]
 """
 
 import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 
@@ -104,6 +112,8 @@ REPORTS_IN_MEASURED_STEP = 16
 # whatever a mode's segment before left in force. (Observe ends offloads and prunes, but
 # keeps a reshard's ownership: after a mode resharded, plain would run its split.)
 EVEN = {"name": "even", "offload": 0.0, "reshard": 0.0}
+# The coordinator's default reshard_after (coordinator/policy.h), in seconds.
+RESHARD_AFTER_DEFAULT = 60.0
 
 
 def parse_static(specs):
@@ -150,7 +160,7 @@ def schedule(cycles, segment, modes, statics=()):
     return out
 
 
-def straggler_windows(segments):
+def straggler_windows(segments, slowdown=SLOWDOWN):
     """launch.py's --straggler text for the segments with the straggler on (merged runs)."""
     windows = []
     for s in segments:
@@ -160,7 +170,7 @@ def straggler_windows(segments):
             windows[-1][1] = s["end"]
         else:
             windows.append([s["start"], s["end"]])
-    return f"{STRAGGLER_RANK}:{SLOWDOWN:g}@" + ",".join(f"{a}-{b}" for a, b in windows)
+    return f"{STRAGGLER_RANK}:{slowdown:g}@" + ",".join(f"{a}-{b}" for a, b in windows)
 
 
 class ModeSwitcher:
@@ -172,12 +182,14 @@ class ModeSwitcher:
     on the even split, so the first segment needs no hold: the switcher holds only what
     differs from what it holds already, and releases only what it held."""
 
-    def __init__(self, segments, job_name, sampler, straggler_rank=STRAGGLER_RANK):
+    def __init__(self, segments, job_name, sampler, straggler_rank=STRAGGLER_RANK,
+                 explain_dir=None):
         self.pending = list(zip(segments, segments[1:]))  # (segment before, segment)
         self.job_name = job_name
         self.group = f"{job_name}/tp0"
         self.rank = straggler_rank
         self.sampler = sampler
+        self.explain_dir = explain_dir
         self.held = None  # the plan this switcher holds the group at, if any
         self.switched_at = {}  # segment start -> step reached when the mode was set
 
@@ -186,9 +198,27 @@ class ModeSwitcher:
         if r.returncode != 0:
             raise harness.LaunchError(f"ballastctl {' '.join(args)} failed: {r.stderr.strip()}")
 
+    def _keep_explanation(self, job, segment):
+        """`ballastctl explain` of the group as a mode's segment ends (its last plan and
+        why), kept as cycle-C-NAME.txt in explain_dir: what a cycle's figures do not say,
+        e.g. why auto offloaded where it resharded in the other cycles. Best effort: a
+        failed call is written down, not raised (the figures do not depend on it). The
+        run's last segment has no switch after it, and is not explained."""
+        if self.explain_dir is None or segment["hold"] is not None:
+            return
+        try:
+            r = job.ctl("explain", self.job_name, self.group)
+            text = r.stdout if r.returncode == 0 else f"ballastctl explain failed: {r.stderr}"
+        except (OSError, subprocess.SubprocessError, harness.LaunchError) as e:
+            text = f"ballastctl explain failed: {e}\n"
+        name = f"cycle-{segment['cycle']}-{segment['name']}.txt"
+        with open(os.path.join(self.explain_dir, name), "w") as f:
+            f.write(text)
+
     def __call__(self, job, step):
         while self.pending and step >= self.pending[0][1]["start"]:
             before, s = self.pending.pop(0)
+            self._keep_explanation(job, before)
             hold = s["hold"]
             if hold is not None and hold is not self.held:
                 self._ctl(job, "hold", self.job_name, self.group, str(self.rank),
@@ -509,23 +539,51 @@ def main():
     p.add_argument("--contention", choices=harness.CONTENTION_KINDS, default="auto",
                    help="how rank 1 is slowed (launch.py --contention); device: an emulated "
                         "slower device, its block compute only")
+    p.add_argument("--slowdown", type=float, default=SLOWDOWN,
+                   help="how much slower rank 1 runs in the straggler's segments, in (1, 16]")
     p.add_argument("--quota-period-us", type=int, default=harness.JobConfig.quota_period_us)
-    p.add_argument("--reshard-after", type=float, default=60.0, metavar="SECONDS",
-                   help="the job policy's reshard_after (the coordinator's default; the bench "
-                        "does not change it): the summary judges the cycles where the "
-                        "straggler had lasted this long apart")
+    p.add_argument("--reshard-after", type=float, default=None, metavar="SECONDS",
+                   help="the job policy's reshard_after (default: --policy reshard_after_ms's, "
+                        "else the coordinator's default, 60; this flag does not set it): the "
+                        "summary judges the cycles where the straggler had lasted this long "
+                        "apart")
     p.add_argument("--coordinator-flag", action="append", default=[], metavar="--FLAG=VALUE",
                    help="extra ballast-coordinator flag for the whole job (repeatable), e.g. "
                         "--coordinator-flag=--step_feedback; every JSON line names them")
+    p.add_argument("--trainer", choices=("cpp", "torch", "gpt"), default="cpp",
+                   help="the ViT in C++ (vit_train) or in PyTorch, or the GPT in PyTorch "
+                        "(launch.py --trainer)")
+    p.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
+                   help="job policy setting for the whole job (repeatable; ballastctl policy "
+                        "set's keys), e.g. --policy reshard_after_ms=10000; every JSON line "
+                        "names them")
     p.add_argument("--out", default="")
-    p.add_argument("trainer_args", nargs="*", help="extra vit_train flags (after --)")
+    p.add_argument("trainer_args", nargs="*", help="extra trainer flags (after --)")
     a = p.parse_args()
+    policy = {}
+    for kv in a.policy:
+        key, eq, value = kv.partition("=")
+        if not eq or not key or key == "mode" or key in policy:
+            p.error(f"--policy {kv!r} is not KEY=VALUE, or names mode (the bench sets it) "
+                    "or a key given before")
+        policy[key] = value
+    if a.reshard_after is not None and "reshard_after_ms" in policy:
+        p.error("give --reshard-after or --policy reshard_after_ms, not both (the policy's "
+                "sets the summary's)")
+    if a.reshard_after is None:
+        try:
+            a.reshard_after = float(policy.get("reshard_after_ms", RESHARD_AFTER_DEFAULT * 1000))
+        except ValueError:
+            p.error(f"--policy reshard_after_ms={policy['reshard_after_ms']!r} is not a number")
+        a.reshard_after /= 1000
     modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in modes if m not in ("auto", "migrate", "resize")]
     if bad or not modes:
         p.error(f"--modes {a.modes!r}: each must be auto, migrate or resize")
     if a.cycles < 1 or a.segment < 2 or not 0 <= a.settle < a.segment:
         p.error("need --cycles >= 1, --segment >= 2 and 0 <= --settle < --segment")
+    if not 1 < a.slowdown <= 16:
+        p.error(f"--slowdown {a.slowdown} out of range (1, 16]")
     if not a.reshard_after > 0:
         p.error(f"--reshard-after {a.reshard_after} must be positive")
     if not 1000 <= a.quota_period_us <= 1000000:
@@ -541,16 +599,24 @@ def main():
     out_dir = a.out or os.path.join(a.build, "bench-e2e-interleaved")
     os.makedirs(out_dir, exist_ok=True)
     cfg = harness.JobConfig(build=a.build, steps=segments[-1]["end"], mode=segments[0]["mode"],
-                            stragglers=[harness.Straggler.parse(straggler_windows(segments))],
+                            stragglers=[harness.Straggler.parse(
+                                straggler_windows(segments, a.slowdown))],
                             out=os.path.join(out_dir, "job"), verbose=False, progress="none",
                             trainer_args=a.trainer_args, quota_period_us=a.quota_period_us,
-                            contention=a.contention, coordinator_flags=a.coordinator_flag)
+                            contention=a.contention, coordinator_flags=a.coordinator_flag,
+                            trainer=a.trainer, policy=policy)
     names = ", ".join(["none", "plain", *modes, *(p["name"] for p in statics)])
     print(f"[interleaved] {a.cycles} cycles of {names}; {a.segment} steps a segment "
           f"({cfg.steps} steps)", file=sys.stderr, flush=True)
     sampler = e2e.StatusSampler()
     sampler.SAMPLE_EVERY = 5
-    switcher = ModeSwitcher(segments, harness.JOB_OF_TRAINER["cpp"], sampler)
+    explain_dir = os.path.join(out_dir, "explain")
+    os.makedirs(explain_dir, exist_ok=True)
+    for name in os.listdir(explain_dir):  # an earlier run's, which this one may not replace
+        if name.startswith("cycle-") and name.endswith(".txt"):
+            os.remove(os.path.join(explain_dir, name))
+    switcher = ModeSwitcher(segments, harness.JOB_OF_TRAINER[a.trainer], sampler,
+                            explain_dir=explain_dir)
     began = time.monotonic()
     ranks = harness.run_job(cfg, on_step=switcher)
     elapsed = time.monotonic() - began
@@ -569,13 +635,16 @@ def main():
                 figures[s["name"]] = f
         ratios = cycle_ratios(figures, modes, statics)
         if ratios is not None:
-            results.append({"cycle": c, "contention": contention,
-                            "coordinator_flags": a.coordinator_flag, **ratios})
+            results.append({"cycle": c, "contention": contention, "slowdown": a.slowdown,
+                            "trainer": a.trainer,
+                            "coordinator_flags": a.coordinator_flag, "policy": policy,
+                            **ratios})
             print(json.dumps(results[-1]), flush=True)
     if not results:
         raise harness.LaunchError("no cycle had both a none and a plain segment")
-    summary = {"bench": "e2e_interleaved", "contention": contention,
-               "coordinator_flags": a.coordinator_flag,
+    summary = {"bench": "e2e_interleaved", "contention": contention, "slowdown": a.slowdown,
+               "trainer": a.trainer,
+               "coordinator_flags": a.coordinator_flag, "policy": policy,
                "static": [p["name"] for p in statics],
                **summarize(results, modes, a.reshard_after),
                "segment_steps": a.segment, "settle_steps": a.settle,

@@ -85,17 +85,18 @@ void AdminReads::FillGroup(const GroupSnapshot& group, const JobPolicy& policy,
       }
     }
     // The pooled verdict the decisions use (straggler_judge.h), where the group is planned
-    // and the rank was judged in the last few report periods; the speed model's per-block
-    // state otherwise (mode off: nothing is pooled).
+    // and the rank was judged in the last few report periods (normal in a calm spell its
+    // run survives, as the decisions see it then); the speed model's per-block state
+    // otherwise (mode off: nothing is pooled).
     auto run = runs.find(rank.rank);
     if (rank.attached && state != "stale" && policy.mode != BalanceMode::kOff &&
         run != runs.end() && run->second.judged_at.has_value() &&
         now - *run->second.judged_at <=
             StragglerJudge::kJudgementGapPeriods * policy.report_period) {
       const std::optional<absl::Duration>& since = run->second.straggling_since;
-      state = !since.has_value()                     ? "normal"
-              : now - *since >= policy.reshard_after ? "chronic"
-                                                     : "transient";
+      state = !since.has_value() || run->second.calm_since.has_value() ? "normal"
+              : now - *since >= policy.reshard_after                   ? "chronic"
+                                                                       : "transient";
     }
     if (settings_->Cordoned(rank.device)) state = "cordoned";
     rs->set_state(state);

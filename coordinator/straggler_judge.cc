@@ -31,7 +31,15 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   // Chronic, so that resharding is priced: straggling over the group's blocks for the
   // policy's reshard_after without a break. Per block, the speed model's own straggler
   // state breaks off whenever that block's estimate dips under the threshold, and under
-  // a CPU quota some block's does every few seconds.
+  // a CPU quota some block's does every few seconds: the pooled verdict rides those out.
+  // A break is a gap in the rounds (max_gap) or a calm spell: the rank not straggling for
+  // longer than the calm spell grace since it last straggled. Shorter ones are kept: the
+  // speed model adopts a run of a few fast samples at once (speed_model.h), and under a
+  // CPU quota a straggler computing few units has such runs (three steps at 0.4-1.1x its
+  // peer's time a unit in the interleaved benchmark), so it read calm for a round or two
+  // and its count restarted 90 s into the straggle (docs/benchmarks.md, 2026-12-02
+  // (night)). Longer ones end the run: a rank slow 1.5 s in every 4.5 s is blips.
+  const absl::Duration calm_grace = std::min(max_gap, kMaxCalmSpell);
   v.chronic.assign(size, false);
   for (int32_t r : ranks) {
     RankRun& rank = runs.ranks[r];
@@ -39,8 +47,24 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
         r < size && static_cast<size_t>(r) < pooled.ranks.size() && pooled.ranks[r].straggling;
     const bool gap = rank.judged_at.has_value() && now - *rank.judged_at > max_gap;
     rank.judged_at = now;
-    if (!straggling || gap) rank.straggling_since.reset();
-    if (!straggling) continue;
+    if (gap) rank = RankRun{.judged_at = now};
+    if (!straggling) {
+      if (!rank.straggling_since.has_value()) continue;
+      const absl::Duration calm_for = now - *rank.last_straggled_at;
+      if (calm_for > calm_grace) {
+        rank = RankRun{.judged_at = now};
+        continue;
+      }
+      if (!rank.calm_since.has_value()) rank.calm_since = now;
+      rank_lines.push_back(
+          absl::StrCat("rank ", r, " not straggling for ",
+                       absl::FormatDuration(absl::Trunc(calm_for, absl::Milliseconds(10))),
+                       ", straggling again within ", absl::FormatDuration(calm_grace),
+                       " keeps its count to chronic"));
+      continue;
+    }
+    rank.last_straggled_at = now;
+    rank.calm_since.reset();
     if (!rank.straggling_since.has_value()) rank.straggling_since = now;
     const absl::Duration straggling_for = now - *rank.straggling_since;
     // A reshard restarts the count (UnitsMoved).
@@ -82,9 +106,10 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   lines.push_back(
       absl::StrCat(DescribePooledGroup(pooled, num_blocks, policy.straggler_threshold), waits));
   // Symmetric with resharding for a chronic straggler: a split changes only on a verdict
-  // that has held for reshard_after. Under a CPU quota a resharded rank with fewer units
-  // is throttled less and can look calm for seconds while still contended; going back on
-  // that would move units twice a cycle.
+  // that has held for reshard_after (here without the calm spell's grace: a straggling
+  // round ends the calm run, so a split goes back to even only on a steady calm). Under a CPU quota
+  // a resharded rank with fewer units is throttled less and can look calm for seconds while still
+  // contended; going back on that would move units twice a cycle.
   v.calm_lasted =
       ExtendRun(pooled.calm, now, max_gap, runs.calm) >= policy.reshard_after && pooled.calm;
 

@@ -7,7 +7,9 @@
 //     the flap wait the caller gives while the group's plans flap;
 //   - chronic, per rank: straggling, pooled over the group's blocks, for reshard_after,
 //     counted from the last plan the planner pushed that moved units if later (not an
-//     operator's hold: the rank straggled through it), so that resharding is priced;
+//     operator's hold: the rank straggled through it), so that resharding is priced; a
+//     calm spell no longer than kMaxCalmSpell (and a gap the run survives, below) does
+//     not end it;
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -57,6 +59,10 @@ class StragglerJudge {
  public:
   // Rounds come every report period; a longer gap than this many breaks a run.
   static constexpr int kJudgementGapPeriods = 3;
+  // The longest calm spell a rank's straggling run survives (no longer than the gap
+  // above either): a round or two of a fast burst the speed model adopted, not a blip's
+  // seconds of calm.
+  static constexpr absl::Duration kMaxCalmSpell = absl::Seconds(1);
 
   struct Verdict {
     bool calm = false;          // plan all-local (a marginal straggler not lasted is calm)
@@ -65,8 +71,12 @@ class StragglerJudge {
   };
   // One rank's run of straggling rounds, for status.
   struct RankRun {
-    std::optional<absl::Duration> straggling_since;  // unset when it does not straggle
-    std::optional<absl::Duration> judged_at;         // the last round that judged it
+    std::optional<absl::Duration> straggling_since;   // unset when it does not straggle
+    std::optional<absl::Duration> last_straggled_at;  // its run's last straggling round
+    // Set while a straggling run goes through a calm spell not yet long enough to end it:
+    // the rank does not straggle now (status reads it normal), but its count goes on.
+    std::optional<absl::Duration> calm_since;
+    std::optional<absl::Duration> judged_at;  // the last round that judged it
   };
 
   // `clock` must outlive the judge.
@@ -77,7 +87,8 @@ class StragglerJudge {
   // `flap_wait`: how long any straggler must last before a group running all-local starts
   // balancing, because its plans flap (plan_flaps.h: StartWait; zero: only the marginal
   // rule); not for a chronic rank.
-  // Appends explanation lines: the pooled verdict, then each straggling rank's run.
+  // Appends explanation lines: the pooled verdict, then each straggling rank's run (or
+  // its calm spell).
   Verdict Judge(const GroupRef& ref, const std::vector<int32_t>& ranks, int32_t size,
                 const PooledGroup& pooled, int32_t num_blocks, const JobPolicy& policy,
                 bool running_all_local, absl::Duration flap_wait, std::vector<std::string>& lines);

@@ -6,6 +6,7 @@ benchmark (scripts/bench interleaved), not a test."""
 
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
@@ -34,6 +35,8 @@ class ScheduleTest(unittest.TestCase):
         straggler = il.harness.Straggler.parse(text)
         self.assertEqual([s for s in range(180) if straggler.active(s)],
                          [*range(20, 100), *range(140, 180)])
+        self.assertEqual(il.straggler_windows(il.schedule(1, 20, ["auto"]), slowdown=3),
+                         "1:3@20-60")
 
     def test_the_switcher_sets_a_mode_only_where_it_changes(self):
         class FakeJob:
@@ -118,6 +121,36 @@ class ScheduleTest(unittest.TestCase):
             ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 80: plain, held
             ("policy", "set", "vit", "mode=observe"),                        #     even
         ])
+
+    def test_the_switcher_keeps_the_explanation_as_a_modes_segment_ends(self):
+        class FakeJob:
+            def __init__(self):
+                self.calls = []
+
+            def ctl(self, *args):
+                self.calls.append(args)
+                ok = args[0] != "explain" or len(self.calls) < 5
+                return type("Done", (), {"returncode": 0 if ok else 1, "stdout": "why\n",
+                                         "stderr": "no plan"})()
+
+        # none plain auto off0.2 | off0.2 auto plain none: auto ends at 30 and at 60
+        segments = il.schedule(2, 10, ["auto"], il.parse_static(["offload:0.2"]))
+        with tempfile.TemporaryDirectory() as d:
+            switcher = il.ModeSwitcher(segments, "vit", lambda job, step: None,
+                                       explain_dir=d)
+            job = FakeJob()
+            for step in range(0, 80, 5):
+                switcher(job, step)
+            explains = [i for i, c in enumerate(job.calls) if c[0] == "explain"]
+            self.assertEqual([job.calls[i] for i in explains],
+                             [("explain", "vit", "vit/tp0")] * 2)
+            # Asked before the next segment's hold, while auto's plan is in force.
+            self.assertEqual(job.calls[explains[0] + 1][0], "hold")
+            self.assertEqual(sorted(os.listdir(d)), ["cycle-0-auto.txt", "cycle-1-auto.txt"])
+            with open(os.path.join(d, "cycle-0-auto.txt")) as f:
+                self.assertEqual(f.read(), "why\n")
+            with open(os.path.join(d, "cycle-1-auto.txt")) as f:
+                self.assertEqual(f.read(), "ballastctl explain failed: no plan")
 
     def test_a_failed_hold_stops_the_bench(self):
         class FailingJob:

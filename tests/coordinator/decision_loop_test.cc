@@ -508,6 +508,56 @@ TEST_F(DecisionLoopTest, ExpertLoadsSkewedForReshardAfterAreReshardedOneMoveAtAT
   EXPECT_NE(reshards()[1], moved);
 }
 
+// An operator's hold that moves experts does not restart the count to a lasting skew (the
+// rule for chronic ranks, straggler_judge.h): loads skewed 1 s before the hold, through
+// 0.7 s of it and after its release have lasted reshard_after (2 s) at 2 s from their
+// onset, where a count restarted by the hold would reach it 3 s after.
+TEST_F(DecisionLoopTest, AHeldMoveOfExpertsDoesNotRestartTheCountToALastingSkew) {
+  JobPolicy policy = settings_->PolicyFor("vit");
+  policy.reshard_after = absl::Seconds(2);
+  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  testing::GroupSpec spec;
+  spec.units_divide = true;
+  ASSERT_TRUE(registry_->AgentConnected(testing::GroupHello(spec), &sink_).ok());
+  const std::vector<int32_t> tokens = {300, 120, 70, 50, 40, 30, 20, 10};
+  int64_t step = 0;
+  std::vector<int32_t> owners = kEven;
+  bool confirm = false;
+  auto round = [&] {
+    for (int rank : {0, 1}) ReportExperts(spec, rank, step, tokens, owners, confirm);
+    ++step;
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  };
+  for (int i = 0; i < 10; ++i) round();
+  ASSERT_FALSE(Record().reasons.planned.blocks.empty());
+  EXPECT_FALSE(Record().reasons.planned.blocks[0].input.skew_lasted);
+
+  // Held with one of rank 1's experts moved to rank 0; the workers confirm the move.
+  ASSERT_TRUE(
+      settings_->SetHold("vit", "tp0", GroupHold{.rank = 1, .reshard_fraction = 0.25}).ok());
+  round();
+  ASSERT_FALSE(sink_.plans().empty());
+  const v1::BlockPlan held = sink_.plans().back().blocks(0);
+  ASSERT_EQ(held.owner_of_unit_size(), 8) << "the hold moved no experts";
+  owners.assign(held.owner_of_unit().begin(), held.owner_of_unit().end());
+  ASSERT_NE(owners, kEven);
+  confirm = true;
+  for (int i = 0; i < 6; ++i) round();
+
+  // Released 1.6 s after the onset (the first round, at 0.1 s): the skew has lasted 2 s
+  // at 2.1 s.
+  ASSERT_TRUE(settings_->SetHold("vit", "tp0", std::nullopt).ok());
+  loop_->ReplanNow("vit");
+  bool lasted = false;
+  for (int i = 0; i < 5 && !lasted; ++i) {
+    round();
+    const GroupPlannerInput& planned = Record().reasons.planned;
+    lasted = !planned.blocks.empty() && planned.blocks[0].input.skew_lasted;
+  }
+  EXPECT_TRUE(lasted) << absl::StrJoin(Record().reasons.before, "\n");
+}
+
 // The job's capacity cap goes with every expert plan, and the planner prices the experts'
 // work capped: 640 tokens a Forward over 8 experts at factor 1 keep at most 80 each.
 TEST_F(DecisionLoopTest, TheJobsCapacityCapGoesWithTheExpertsPlan) {

@@ -1,7 +1,8 @@
 // StragglerJudge on a fake clock: a rank is chronic after reshard_after of straggling
-// without a break, a gap in the rounds breaks the run, a reshard restarts the count, and a
-// group registered again starts afresh. A block's skewed loads last the same way, per
-// block, and a marginal skew is waited out as a marginal straggler is.
+// without a break (a calm spell of a round or two is none), a gap in the rounds breaks
+// the run, a reshard restarts the count, and a group registered again starts afresh. A
+// block's skewed loads last the same way, per block, and a marginal skew is waited out as
+// a marginal straggler is.
 #include "coordinator/straggler_judge.h"
 
 #include <gmock/gmock.h>
@@ -57,6 +58,52 @@ TEST_F(StragglerJudgeTest, ARankIsChronicAfterReshardAfterWithoutABreak) {
   EXPECT_THAT(Round(2.0).chronic, ElementsAre(false, false));
 }
 
+// A calm spell no longer than the grace (a gap the run survives, 3 report periods: 300 ms
+// here, at most kMaxCalmSpell) since the rank last straggled does not end its run: the
+// count to chronic goes on through it (not chronic while calm). A longer spell ends it.
+TEST_F(StragglerJudgeTest, AShortCalmSpellDoesNotRestartTheCountToChronic) {
+  for (int i = 0; i < 10; ++i) Round(2.0);  // 0.1-1.0 s
+  for (int i = 0; i < 3; ++i) EXPECT_THAT(Round(1.0).chronic, ElementsAre(false, false)) << i;
+  EXPECT_THAT(lines_, ::testing::Contains(
+                          HasSubstr("rank 1 not straggling for 300ms, straggling again within "
+                                    "300ms keeps its count to chronic")));
+  StragglerJudge::RankRun run = judge_.Ranks(ref_).at(1);
+  EXPECT_TRUE(run.straggling_since.has_value());
+  EXPECT_TRUE(run.calm_since.has_value());
+  for (int i = 0; i < 7; ++i) EXPECT_FALSE(Round(2.0).chronic[1]) << i;  // to 2.0 s
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).calm_since.has_value());
+  EXPECT_TRUE(Round(2.0).chronic[1]);
+  EXPECT_THAT(lines_, ::testing::Contains(HasSubstr("rank 1 straggling for 2s: chronic")));
+  EXPECT_FALSE(Round(1.0).chronic[1]) << "chronic while calm";
+
+  // Calm for 400 ms since it last straggled: the run ends, and the next one counts from
+  // its own start.
+  for (int i = 0; i < 3; ++i) Round(1.0);
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).straggling_since.has_value());
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(Round(2.0).chronic[1]) << i;
+  EXPECT_TRUE(Round(2.0).chronic[1]);
+}
+
+// At the default report period (1 s) the grace is kMaxCalmSpell, 1 s, not the 3 s of a
+// gap: one calm round is kept, two end the run (a blip's seconds of calm end it).
+TEST_F(StragglerJudgeTest, TheCalmSpellsGraceIsAtMostASecond) {
+  policy_.report_period = absl::Seconds(1);
+  auto round = [&](double slowdown) {
+    clock_.Advance(absl::Milliseconds(900));
+    return Round(slowdown);  // 1 s after the last
+  };
+  for (int i = 0; i < 3; ++i) round(2.0);
+  round(1.0);
+  EXPECT_TRUE(judge_.Ranks(ref_).at(1).straggling_since.has_value());
+  round(2.0);
+  EXPECT_THAT(lines_, ::testing::Contains(HasSubstr("rank 1 straggling for 4s")));
+  round(1.0);
+  round(1.0);
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).straggling_since.has_value());
+  round(2.0);
+  EXPECT_EQ(judge_.Ranks(ref_).at(1).straggling_since, clock_.Monotonic());
+}
+
 TEST_F(StragglerJudgeTest, AReshardRestartsTheCountToChronic) {
   for (int i = 0; i < 21; ++i) Round(2.0);
   judge_.UnitsMoved(ref_);
@@ -92,8 +139,13 @@ TEST_F(StragglerJudgeTest, WhilePlansFlapAStragglerIsWaitedOutUntilChronic) {
   EXPECT_LE(waited, 21);
   EXPECT_TRUE(Round(2.0, true, kFlapWait).chronic[1]);
   EXPECT_THAT(lines_[0], ::testing::Not(HasSubstr("flap")));
-  // A calm round, then the straggler again: waited out afresh (not yet chronic).
-  EXPECT_TRUE(Round(1.0, true, kFlapWait).calm);
+  // A calm round does not end the straggle (chronic again after it; not while calm);
+  // calm for 400 ms, then the straggler again: waited out afresh (not yet chronic).
+  StragglerJudge::Verdict calm = Round(1.0, true, kFlapWait);
+  EXPECT_TRUE(calm.calm);
+  EXPECT_FALSE(calm.chronic[1]);
+  EXPECT_TRUE(Round(2.0, true, kFlapWait).chronic[1]);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Round(1.0, true, kFlapWait).calm);
   EXPECT_TRUE(Round(2.0, true, kFlapWait).calm);
   EXPECT_THAT(lines_[0], HasSubstr("for 0 of 5s before balancing"));
   // Not on a group with a plan in force (its uneven split is balanced whatever the
