@@ -18,6 +18,21 @@ def record(step, wall, spu, offloaded=0.0):
             "offloaded_fraction": offloaded, "pruned_fraction": 0.0}
 
 
+class FakeJob:
+    """ballastctl calls recorded; `ok(args, n)` says whether the n-th call (from 1)
+    succeeds (all do by default). Answers carry stdout "why" and stderr "no plan"."""
+
+    def __init__(self, ok=lambda args, n: True):
+        self.calls = []
+        self.ok = ok
+
+    def ctl(self, *args):
+        self.calls.append(args)
+        good = self.ok(args, len(self.calls))
+        return type("Done", (), {"returncode": 0 if good else 1, "stdout": "why\n",
+                                 "stderr": "no plan"})()
+
+
 class ScheduleTest(unittest.TestCase):
     def test_segments_cycle_through_none_plain_and_the_modes_mirrored(self):
         segments = il.schedule(2, 10, ["auto", "migrate"])
@@ -39,14 +54,6 @@ class ScheduleTest(unittest.TestCase):
                          "1:3@20-60")
 
     def test_the_switcher_sets_a_mode_only_where_it_changes(self):
-        class FakeJob:
-            def __init__(self):
-                self.calls = []
-
-            def ctl(self, *args):
-                self.calls.append(args)
-                return type("Done", (), {"returncode": 0, "stderr": ""})()
-
         # none plain auto | auto plain none | none
         segments = il.schedule(3, 10, ["auto"])[:7]
         sampled = []
@@ -92,14 +99,6 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual(il.straggler_windows(segments), "1:2@10-90")
 
     def test_the_switcher_holds_static_segments_and_releases_after_them(self):
-        class FakeJob:
-            def __init__(self):
-                self.calls = []
-
-            def ctl(self, *args):
-                self.calls.append(args)
-                return type("Done", (), {"returncode": 0, "stderr": ""})()
-
         plans = il.parse_static(["offload:0.2", "reshard:0.3"])
         # none plain auto off0.2 re0.3 | re0.3 off0.2 auto plain none
         segments = il.schedule(2, 10, ["auto"], plans)
@@ -123,22 +122,13 @@ class ScheduleTest(unittest.TestCase):
         ])
 
     def test_the_switcher_keeps_the_explanation_as_a_modes_segment_ends(self):
-        class FakeJob:
-            def __init__(self):
-                self.calls = []
-
-            def ctl(self, *args):
-                self.calls.append(args)
-                ok = args[0] != "explain" or len(self.calls) < 5
-                return type("Done", (), {"returncode": 0 if ok else 1, "stdout": "why\n",
-                                         "stderr": "no plan"})()
-
         # none plain auto off0.2 | off0.2 auto plain none: auto ends at 30 and at 60
         segments = il.schedule(2, 10, ["auto"], il.parse_static(["offload:0.2"]))
         with tempfile.TemporaryDirectory() as d:
             switcher = il.ModeSwitcher(segments, "vit", lambda job, step: None,
                                        explain_dir=d)
-            job = FakeJob()
+            # The second explain fails.
+            job = FakeJob(lambda args, n: args[0] != "explain" or n < 5)
             for step in range(0, 80, 5):
                 switcher(job, step)
             explains = [i for i, c in enumerate(job.calls) if c[0] == "explain"]
