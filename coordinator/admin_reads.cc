@@ -94,9 +94,9 @@ void AdminReads::FillGroup(const GroupSnapshot& group, const JobPolicy& policy,
         now - *run->second.judged_at <=
             StragglerJudge::kJudgementGapPeriods * policy.report_period) {
       const std::optional<absl::Duration>& since = run->second.straggling_since;
-      state = !since.has_value() || run->second.calm_since.has_value() ? "normal"
-              : now - *since >= policy.reshard_after                   ? "chronic"
-                                                                       : "transient";
+      state = !since.has_value() || run->second.InCalmSpell() ? "normal"
+              : now - *since >= policy.reshard_after          ? "chronic"
+                                                              : "transient";
     }
     if (settings_->Cordoned(rank.device)) state = "cordoned";
     rs->set_state(state);

@@ -55,7 +55,6 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
         rank = RankRun{.judged_at = now};
         continue;
       }
-      if (!rank.calm_since.has_value()) rank.calm_since = now;
       rank_lines.push_back(
           absl::StrCat("rank ", r, " not straggling for ",
                        absl::FormatDuration(absl::Trunc(calm_for, absl::Milliseconds(10))),
@@ -64,7 +63,6 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
       continue;
     }
     rank.last_straggled_at = now;
-    rank.calm_since.reset();
     if (!rank.straggling_since.has_value()) rank.straggling_since = now;
     const absl::Duration straggling_for = now - *rank.straggling_since;
     // A reshard restarts the count (UnitsMoved).

@@ -73,10 +73,12 @@ class StragglerJudge {
   struct RankRun {
     std::optional<absl::Duration> straggling_since;   // unset when it does not straggle
     std::optional<absl::Duration> last_straggled_at;  // its run's last straggling round
-    // Set while a straggling run goes through a calm spell not yet long enough to end it:
+    std::optional<absl::Duration> judged_at;          // the last round that judged it
+    // The last round found it calm inside a straggling run not yet ended by that calm:
     // the rank does not straggle now (status reads it normal), but its count goes on.
-    std::optional<absl::Duration> calm_since;
-    std::optional<absl::Duration> judged_at;  // the last round that judged it
+    bool InCalmSpell() const {
+      return straggling_since.has_value() && last_straggled_at != judged_at;
+    }
   };
 
   // `clock` must outlive the judge.

@@ -69,9 +69,9 @@ TEST_F(StragglerJudgeTest, AShortCalmSpellDoesNotRestartTheCountToChronic) {
                                     "300ms keeps its count to chronic")));
   StragglerJudge::RankRun run = judge_.Ranks(ref_).at(1);
   EXPECT_TRUE(run.straggling_since.has_value());
-  EXPECT_TRUE(run.calm_since.has_value());
+  EXPECT_TRUE(run.InCalmSpell());
   for (int i = 0; i < 7; ++i) EXPECT_FALSE(Round(2.0).chronic[1]) << i;  // to 2.0 s
-  EXPECT_FALSE(judge_.Ranks(ref_).at(1).calm_since.has_value());
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).InCalmSpell());
   EXPECT_TRUE(Round(2.0).chronic[1]);
   EXPECT_THAT(lines_, ::testing::Contains(HasSubstr("rank 1 straggling for 2s: chronic")));
   EXPECT_FALSE(Round(1.0).chronic[1]) << "chronic while calm";
