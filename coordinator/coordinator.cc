@@ -40,7 +40,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                           .flap_hold = options.flap_hold},
                                 .fixed_costs = options.fixed_costs,
                                 .unit_count_fit = options.unit_count_fit,
-                                .step_feedback = options.step_feedback},
+                                .step_feedback = options.step_feedback,
+                                .offload_check = options.offload_check},
             clock, &registry_, &judge_, settings_.get(), speeds),
       reads_(options.link_bytes_per_second, clock, &registry_, &judge_, settings_.get(), &loop_,
              speeds) {}
@@ -75,6 +76,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   }
   if (options.step_feedback.has_value()) {
     BALLAST_RETURN_IF_ERROR(ValidateStepFeedbackOptions(*options.step_feedback));
+  }
+  if (options.offload_check.has_value()) {
+    BALLAST_RETURN_IF_ERROR(ValidateOffloadCheckOptions(*options.offload_check));
   }
   if (!(options.dwell_hysteresis >= 0 && options.dwell_hysteresis <= 1)) {
     return absl::InvalidArgumentError(

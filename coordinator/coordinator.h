@@ -78,6 +78,12 @@ struct CoordinatorOptions {
   // 5-12% under a quota straggler and lengthened them 6-8% under a slower device
   // (docs/benchmarks.md, 2026-11-29). Checked by Create (ValidateStepFeedbackOptions).
   std::optional<StepFeedbackOptions> step_feedback;
+  // Measure the straggler's offloads against the best plan without them and refuse them
+  // where they are no faster (offload_check.h). On by default: under a CPU quota the
+  // small GPT's offloads made its steps 6-30% longer than plain tensor parallelism's
+  // (docs/benchmarks.md, 2026-12-02 (night)). Unset: off. Checked by Create
+  // (ValidateOffloadCheckOptions).
+  std::optional<OffloadCheckOptions> offload_check = OffloadCheckOptions{};
   // A group with no attached rank and no registration or report for this long is
   // forgotten: its ranks, plan, explanation and speed estimates (and so its metric
   // series). An agent disconnected this long is forgotten too. Policies, pauses and

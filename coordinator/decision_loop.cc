@@ -17,16 +17,6 @@
 namespace ballast::coordinator {
 namespace {
 
-// The ownership a block is planned on: the plan in force's, where it moves the block's
-// units (restated until confirmed), else what the workers run.
-const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
-                                            const BlockSnapshot& block) {
-  for (const BlockPlan& bp : in_force.blocks) {
-    if (bp.block.value() == block.block && !bp.owner_of_unit.empty()) return bp.owner_of_unit;
-  }
-  return block.owner_of_unit;
-}
-
 // Why a group cannot be planned yet (empty: it can): not every rank has registered.
 std::string WaitingForRanks(const GroupSnapshot& group) {
   if (static_cast<int32_t>(group.ranks.size()) >= group.size) return "";
@@ -73,6 +63,9 @@ DecisionLoop::DecisionLoop(const DecisionLoopOptions& options, Clock* clock,
   if (options.step_feedback.has_value()) {
     feedback_ = std::make_unique<StepFeedback>(clock_, *options.step_feedback);
   }
+  if (options.offload_check.has_value()) {
+    offload_check_ = std::make_unique<OffloadCheck>(clock_, *options.offload_check);
+  }
 }
 
 DecisionLoop::Entry& DecisionLoop::EntryOf(const GroupRef& ref) {
@@ -87,6 +80,7 @@ bool DecisionLoop::Tick() {
   for (const GroupRef& ref : forgotten.groups) {
     judge_->Forget(ref.key);
     if (feedback_ != nullptr) feedback_->Forget(ref.key);
+    if (offload_check_ != nullptr) offload_check_->Forget(ref.key);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -102,20 +96,27 @@ bool DecisionLoop::Tick() {
     DecisionRecord last;
     Damping damping;
     bool operator_changed = false;
+    bool paused = false;
     {
       absl::MutexLock lock(&mu_);
       Entry& entry = EntryOf(ref);
       if (now < entry.next_decision) continue;
       entry.next_decision = now + policy.report_period;
-      if (settings_->Paused(job)) {
+      paused = settings_->Paused(job);
+      if (paused) {
         entry.record.reasons = {.before = {"balancing paused: the plan in force stays"}};
-        continue;
+      } else {
+        last = entry.record;  // only this loop writes it, one round at a time
+        damping.dwell = entry.flaps.Dwell(options_.dwell, now);
+        damping.described = entry.flaps.Describe(options_.dwell);
+        damping.start_wait = entry.flaps.StartWait(options_.dwell);
+        operator_changed = std::exchange(entry.operator_changed, false);
       }
-      last = entry.record;  // only this loop writes it, one round at a time
-      damping.dwell = entry.flaps.Dwell(options_.dwell, now);
-      damping.described = entry.flaps.Describe(options_.dwell);
-      damping.start_wait = entry.flaps.StartWait(options_.dwell);
-      operator_changed = std::exchange(entry.operator_changed, false);
+    }
+    if (paused) {
+      // Its steps meanwhile are no straggler's to judge offloads by (offload_check.h).
+      if (offload_check_ != nullptr) offload_check_->Forget(ref.key);
+      continue;
     }
     // Copied under the registry's lock; planned without it.
     const std::optional<GroupSnapshot> group = registry_->Snapshot(ref.key, true);
@@ -190,9 +191,13 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   // Inside a flap hold the planner would swallow a probe: the step feedback waits it out.
   const bool flap_held =
       dwell.plan_dwell > options_.dwell.plan_dwell && DwellHolds(policy, dwell, since_change);
+  // Mode off judges nothing: the offload check's steps would be no straggler's.
+  if (policy.mode == BalanceMode::kOff && offload_check_ != nullptr) {
+    offload_check_->Forget(group.ref.key);
+  }
   if (policy.mode != BalanceMode::kOff &&
-      !GatherInputs(group, policy, flap_held, damping.start_wait, planner_input, lines,
-                    common_fixed)) {
+      !GatherInputs(group, policy, flap_held, /*operator_hold=*/false, damping.start_wait,
+                    planner_input, lines, common_fixed)) {
     record.reasons = {.before = std::move(lines)};
     return out;
   }
@@ -290,8 +295,8 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   GroupPlannerInput priced;
   std::optional<double> common_fixed;
   correction_ = {};
-  if (GatherInputs(group, policy, /*held=*/true, absl::ZeroDuration(), priced, lines,
-                   common_fixed)) {
+  if (GatherInputs(group, policy, /*held=*/true, /*operator_hold=*/true, absl::ZeroDuration(),
+                   priced, lines, common_fixed)) {
     const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
     JobPolicy pricing = policy;
     pricing.mode = BalanceMode::kAuto;  // the hold's techniques are not the mode's to refuse
@@ -365,8 +370,8 @@ WorkloadPlan DecisionLoop::Numbered(const GroupSnapshot& group, const WorkersPla
 }
 
 bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
-                                absl::Duration start_wait, GroupPlannerInput& input,
-                                std::vector<std::string>& lines,
+                                bool operator_hold, absl::Duration start_wait,
+                                GroupPlannerInput& input, std::vector<std::string>& lines,
                                 std::optional<double>& common_fixed) {
   // A block whose units divide is timed per token (group_registry.h), so its work is its
   // tokens; the others' is their units. It weighs the block in the pooled verdict and in
@@ -421,8 +426,16 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   lines.push_back(std::move(link_line));
   const std::vector<double> fixed_per_step =
       FixedSecondsPerStep(group, *pooled, lines, common_fixed);
+  const int32_t straggler = TimersStraggler(*pooled, verdict, group.size);
+  // The check first: while it probes, the step feedback holds (each judges its own plan).
+  // It sees the straggler in every mode (it probes only offloads pushed, and plain tensor
+  // parallelism under mode observe is a step to compare them with); the step feedback
+  // only where plans are pushed (a probe in observe would change nothing, time out, and
+  // settle it before the job balances).
+  bool checking = false;
+  const bool refuse_offloads = RefusesOffloads(group, straggler, operator_hold, lines, checking);
   const std::vector<double> correction =
-      StepCorrection(group, *pooled, verdict, Balances(policy.mode), held, lines);
+      StepCorrection(group, Balances(policy.mode) ? straggler : -1, held || checking, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference
   // compute, so that every block sees the same ratios between ranks.
   double reference_total = 0;
@@ -470,6 +483,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     // group balance.)
     in.input.calm = verdict.calm;
     in.input.calm_lasted = verdict.calm_lasted;
+    in.input.offloads_refused = refuse_offloads && !block.units_divide;
     std::vector<int32_t> owned(group.size, 0);
     for (RankId r : in.input.owner_of_unit) ++owned[r.value()];
     for (const RankSpeed& rs : block_speeds.ranks) {
@@ -539,51 +553,6 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
         " (the planner's ranks show the split)"));
   }
   return true;
-}
-
-std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group,
-                                                 const PooledGroup& pooled,
-                                                 const StragglerJudge::Verdict& verdict,
-                                                 bool balances, bool held,
-                                                 std::vector<std::string>& lines) {
-  if (feedback_ == nullptr) return {};  // (Decide and DecideHeld reset correction_)
-  StepFeedback::Round round;
-  round.size = group.size;
-  round.held = held;
-  round.plan_version = WorkersRun(group).version;
-  round.published_version = group.plan.version.value();
-  // The target: the rank the compute timers judge slowest, in a group they judge not calm
-  // and a mode that pushes plans (a probe in observe would change nothing, time out, and
-  // settle the loop before the job balances).
-  if (balances && !verdict.calm) {
-    double slowest = 0;
-    for (size_t r = 0; r < pooled.ranks.size() && r < static_cast<size_t>(group.size); ++r) {
-      if (pooled.ranks[r].straggling && pooled.ranks[r].slowdown > slowest) {
-        slowest = pooled.ranks[r].slowdown;
-        round.straggler = static_cast<int32_t>(r);
-      }
-    }
-  }
-  // The group's step under the plan the workers run: once every attached rank has run
-  // enough steps under it, its slowest rank's median over them.
-  double step = 0;
-  for (const RankSnapshot& rank : group.ranks) {
-    if (!rank.attached) continue;
-    if (rank.last_plan_version != round.plan_version ||
-        rank.plan_steps < feedback_->options().min_steps) {
-      step = 0;
-      break;
-    }
-    step = std::max(step, rank.plan_step_median);
-  }
-  round.step_seconds = step;
-  const size_t first_line = lines.size();
-  StepFeedback::Correction correction = feedback_->Update(group.ref, round, lines);
-  correction_ = {
-      .moved = correction.moved,
-      .undo = correction.undo,
-      .why = correction.news ? absl::StrJoin(lines.begin() + first_line, lines.end(), "; ") : ""};
-  return std::move(correction.factors);
 }
 
 std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,

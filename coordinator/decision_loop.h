@@ -14,6 +14,9 @@
 // Plan versions are wall-clock microseconds (strictly increasing per group), so they stay
 // newer than anything a worker holds even after the coordinator restarts without state.
 //
+// The two loops on the measured step (the step feedback, the offload check) get their
+// rounds from decision_loop_step.cc.
+//
 // It keeps, per group, when the group is next due and what its last decision was (the
 // blocks' decisions and the reasons behind them), for the admin reads' predictions and
 // explanations. Ticks are serialised (one planning round at a time); everything else it
@@ -38,6 +41,7 @@
 #include "coordinator/group_figures.h"
 #include "coordinator/group_registry.h"
 #include "coordinator/job_settings.h"
+#include "coordinator/offload_check.h"
 #include "coordinator/planner/group_planner.h"
 #include "coordinator/planner/plan_flaps.h"
 #include "coordinator/planner/planner.h"
@@ -58,6 +62,9 @@ struct DecisionLoopOptions {
   bool unit_count_fit = true;
   // Probe the straggler's speed by the measured step (step_feedback.h). Unset: off.
   std::optional<StepFeedbackOptions> step_feedback;
+  // Refuse the straggler's offloads where the measured step shows them no faster than the
+  // best plan without them (offload_check.h). Unset: off.
+  std::optional<OffloadCheckOptions> offload_check;
 };
 
 // A group's last decision, as the admin reads show it.
@@ -120,9 +127,10 @@ class DecisionLoop {
     DecisionRecord record;
     std::optional<WorkloadPlan> change;
     bool moves_units = false;
-    // The step feedback moved its factor this round: a change is its probe (or the way
-    // back from one), chosen on purpose, so no flap (plan_flaps.h). `probe`: what the
-    // step feedback did, when it changed (for the log; empty otherwise).
+    // The step feedback moved its factor this round, or the offload check refused
+    // offloads or allowed them again: a change is a probe (or the way back from one),
+    // chosen on purpose, so no flap (plan_flaps.h). `probe`: what the loops did, when it
+    // changed (for the log; empty otherwise).
     bool probed = false;
     std::string probe;
     // The judge treated the group as calm this round: a change that ends balancing ends
@@ -143,11 +151,12 @@ class DecisionLoop {
   // The planner's input for the group's blocks (`input.blocks`), from the speed model's
   // estimates pooled per rank, the judge's verdict (which this updates; `start_wait`:
   // Damping's), the link's price, fixed costs, the step feedback's correction and
-  // cordons; says what it found in `lines`. False, with the reason in `lines`, while some
-  // rank has no estimate yet. `held`: the group's plan is held (a flap hold, an
-  // operator's), so the step feedback does not probe.
+  // cordons, and the offload check's refusal; says what it found in `lines`. False, with
+  // the reason in `lines`, while some rank has no estimate yet. `held`: the group's plan
+  // is held (a flap hold, an operator's), so the step feedback does not probe;
+  // `operator_hold`: an operator's (the offload check measures nothing).
   bool GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
-                    absl::Duration start_wait, GroupPlannerInput& input,
+                    bool operator_hold, absl::Duration start_wait, GroupPlannerInput& input,
                     std::vector<std::string>& lines, std::optional<double>& common_fixed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The same for a group an operator holds (JobSettings::HoldFor): the hold's plan,
@@ -167,11 +176,21 @@ class DecisionLoop {
   WorkloadPlan Numbered(const GroupSnapshot& group, const WorkersPlan& workers,
                         WorkloadPlan plan) const;
   // Each rank's factor on its seconds per unit from the step feedback (empty when it is
-  // off), saying what it did in `lines`. Its target is the pooled verdict's straggler
-  // when the job's mode `balances` (pushes plans).
-  std::vector<double> StepCorrection(const GroupSnapshot& group, const PooledGroup& pooled,
-                                     const StragglerJudge::Verdict& verdict, bool balances,
-                                     bool held, std::vector<std::string>& lines)
+  // off), for `straggler` (the timers' target: TimersStraggler),
+  // saying what it did in `lines` and in correction_. `held`: no probe.
+  std::vector<double> StepCorrection(const GroupSnapshot& group, int32_t straggler, bool held,
+                                     std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // The rank the compute timers judge the group's straggler, for the measured-step loops:
+  // the slowest straggling rank, in a group they judge not calm; -1: none.
+  static int32_t TimersStraggler(const PooledGroup& pooled, const StragglerJudge::Verdict& verdict,
+                                 int32_t size);
+  // Whether this round plans without offloads (offload_check.h; false when the check is
+  // off or a rank is cordoned), for `straggler` (the timers' target in any mode),
+  // saying why in `lines` and in correction_ (its undo and moved as the check asks);
+  // `probing`: the check probes, so the step feedback must hold.
+  bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
+                       std::vector<std::string>& lines, bool& probing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
   // collective times and pooled slowdown, indexed by rank; sets `common` to the least and
@@ -188,16 +207,19 @@ class DecisionLoop {
   GroupRegistry* const registry_;
   StragglerJudge* const judge_;
   const JobSettings* const settings_;
-  std::unique_ptr<StepFeedback> feedback_;  // null: off
+  std::unique_ptr<StepFeedback> feedback_;       // null: off
+  std::unique_ptr<OffloadCheck> offload_check_;  // null: off
   SpeedModel* const speeds_;
 
   absl::Mutex tick_mu_;  // one planning round at a time: the judge's runs are per round
   // The planner's buffers, kept from one decision to the next (planner.h): the rounds are
   // serial, so one serves every group.
   PlannerWorkspace workspace_ ABSL_GUARDED_BY(tick_mu_);
-  // The round's step correction as StepCorrection left it (Decide and DecideHeld reset
-  // it, both read it): whether the factors moved and whether the plan in force must go
-  // (StepFeedback::Correction), and its lines saying why when there is news.
+  // The round's measured-step loops as StepCorrection and RefusesOffloads left them
+  // (Decide and DecideHeld reset it, both read it): whether the step feedback's factors
+  // moved or the offload check's refusal changed (a change chosen to be measured), whether
+  // the plan in force must go (StepFeedback::Correction::undo, OffloadCheck::Verdict::undo),
+  // and their lines saying why when there is news.
   struct RoundCorrection {
     bool moved = false;
     bool undo = false;

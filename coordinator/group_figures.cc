@@ -69,4 +69,22 @@ double LinkBytesPerSecond(const std::optional<LinkModel::Estimate>& learned,
   return learned.has_value() ? learned->bytes_per_second : prior;
 }
 
+double MeasuredStep(const std::vector<RankSnapshot>& ranks, int64_t version, int64_t min_steps) {
+  double step = 0;
+  for (const RankSnapshot& rank : ranks) {
+    if (!rank.attached) continue;
+    if (rank.last_plan_version != version || rank.plan_steps < min_steps) return 0;
+    step = std::max(step, rank.plan_step_median);
+  }
+  return step;
+}
+
+const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
+                                            const BlockSnapshot& block) {
+  for (const BlockPlan& bp : in_force.blocks) {
+    if (bp.block.value() == block.block && !bp.owner_of_unit.empty()) return bp.owner_of_unit;
+  }
+  return block.owner_of_unit;
+}
+
 }  // namespace ballast::coordinator

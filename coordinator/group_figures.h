@@ -39,6 +39,17 @@ StepPrediction PredictStep(const std::map<int32_t, BlockDecision>& decisions,
 double LinkBytesPerSecond(const std::optional<LinkModel::Estimate>& learned,
                           absl::Duration stale_after, double prior, std::string* explanation);
 
+// The ownership a block is planned on: the plan in force's, where it moves the block's
+// units (restated until the workers confirm it), else what the workers run.
+const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
+                                            const BlockSnapshot& block);
+
+// The group's step under plan `version`, as the measured-step loops judge plans by it
+// (step_feedback.h, offload_check.h): once every attached rank runs it and has run at
+// least `min_steps` steps under it, the slowest rank's median over them (the registry's
+// last 16); 0 until then.
+double MeasuredStep(const std::vector<RankSnapshot>& ranks, int64_t version, int64_t min_steps);
+
 }  // namespace ballast::coordinator
 
 #endif  // BALLAST_COORDINATOR_GROUP_FIGURES_H_

@@ -76,6 +76,10 @@ ABSL_FLAG(bool, step_feedback, false,
           "(coordinator/step_feedback.h); for stragglers slower than their timers show (CPU "
           "quotas: 5-12% shorter steps; under a slower device 6-8% longer, "
           "docs/benchmarks.md). False: the compute timers alone");
+ABSL_FLAG(bool, offload_check, true,
+          "Measure the straggler's offloads against the best plan without them (one probe "
+          "a straggler, again every 5 minutes) and refuse them where they are no faster "
+          "(coordinator/offload_check.h); false: offloads as the model prices them");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest gRPC message accepted (a hello, a batch of reports, an admin call): with "
           "the shape limits, a bound on what one agent session can make the coordinator "
@@ -156,6 +160,7 @@ int main(int argc, char** argv) {
   options.fixed_costs = absl::GetFlag(FLAGS_fixed_costs);
   options.unit_count_fit = absl::GetFlag(FLAGS_unit_count_fit);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
+  if (!absl::GetFlag(FLAGS_offload_check)) options.offload_check.reset();
   options.forget_after = absl::GetFlag(FLAGS_forget_after);
   options.max_workers_per_agent = absl::GetFlag(FLAGS_max_workers_per_agent);
   options.max_groups_per_agent = absl::GetFlag(FLAGS_max_groups_per_agent);

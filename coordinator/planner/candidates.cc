@@ -99,7 +99,7 @@ const Solution& SolutionOf(CandidateKind technique, const ModePlans& plans) {
 
 template <CandidateKind kTechnique>
 bool TechniqueApplies(const BlockState& block, const PlanCandidate*) {
-  return Allows(kTechnique, block.mode);
+  return Allows(kTechnique, block.techniques);
 }
 
 template <CandidateKind kTechnique>
@@ -175,10 +175,10 @@ PlanCandidate PriceReshard(const BlockState& block, bool even_split, bool halfwa
   if (even_split) {
     reshard = AllLocalCandidate(CandidateKind::kReshard, input.block, moved_problem);
   } else {
-    const ModePlans moved = SolveMode(moved_problem, block.mode, block.solver, needed);
+    const ModePlans moved = SolveMode(moved_problem, block.techniques, block.solver, needed);
     *cut_off = moved.joint_cut_off;
-    reshard =
-        MakeCandidate(CandidateKind::kReshard, input.block, moved_problem, moved.best(block.mode));
+    reshard = MakeCandidate(CandidateKind::kReshard, input.block, moved_problem,
+                            moved.best(block.techniques));
   }
   reshard.plan.owner_of_unit = MoveUnits(input.owner_of_unit, filled);
   for (size_t u = 0; u < input.owner_of_unit.size(); ++u) {
@@ -302,11 +302,13 @@ absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
   // A reshard already applied is just the ownership now: do not re-send it.
   if (cur.plan.owner_of_unit == input.owner_of_unit) cur.plan.owner_of_unit.clear();
   absl::StatusOr<PlanCost> cost = PricePlan(input, *block.policy, cur.plan);
-  if (cost.ok()) {
+  if (!cost.ok()) {
+    cur.note = std::string(cost.status().message());
+  } else if (block.offloads_refused && !cur.plan.offloads.empty()) {
+    cur.note = "it offloads, and offloads are refused";
+  } else {
     cur.feasible = true;
     cur.cost = *std::move(cost);
-  } else {
-    cur.note = std::string(cost.status().message());
   }
   // A reshard recommended has beaten the best plan on this ownership by its own margin
   // (EvaluateReshard): the plan in force holds it off by the job's hysteresis only.
@@ -391,6 +393,8 @@ BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
   block.reshard_hysteresis = reshard_hysteresis;
   block.solver = solver;
   block.mode = PlanningMode(policy.mode);
+  block.offloads_refused = OffloadsRefused(input) && TransfersAllowed(block.mode);
+  block.techniques = block.offloads_refused ? BalanceMode::kResize : block.mode;
   block.owned = OwnedCounts(input);
   block.problem = MakeProblem(input, block.owned, policy, block.mode);
   const Problem& problem = block.problem;
@@ -434,7 +438,7 @@ BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
   block.noise = policy.straggler_threshold / (1 + policy.straggler_threshold);
   block.calm = input.calm && !block.any_cordoned && block.even;
   block.balances = Balances(policy.mode) && !block.calm;
-  block.plans = SolveMode(problem, block.mode, solver);
+  block.plans = SolveMode(problem, block.techniques, solver);
   return block;
 }
 

@@ -42,9 +42,15 @@ struct BlockState {
   const BlockPlan* current = nullptr;     // the plan in force, or none
   TransferSolver* solver = nullptr;       // the caller's workspace, for a reshard's search
   BalanceMode mode = BalanceMode::kAuto;  // the planning mode (PlanningMode)
-  std::vector<int32_t> owned;             // n_r
-  Problem problem;                        // on the current ownership
-  ModePlans plans;                        // the mode's techniques on it, solved together
+  // Offloads refused in effect (OffloadsRefused) in a mode that transfers: the
+  // techniques solved for, on the current ownership and a reshard's, are resize's (the
+  // problem's prune budget is still the mode's, none in migrate), and a plan in force
+  // that offloads is no candidate.
+  bool offloads_refused = false;
+  BalanceMode techniques = BalanceMode::kAuto;  // the mode's, or resize where refused
+  std::vector<int32_t> owned;                   // n_r
+  Problem problem;                              // on the current ownership
+  ModePlans plans;                              // the mode's techniques on it, solved together
   // H = sum of 1 / c_r and F = sum of f_r / c_r over the ranks not cordoned, and the
   // largest fixed cost: no plan's step is below it, whatever it moves.
   double inverse_sum = 0, fixed_units = 0, most_fixed = 0;

@@ -121,8 +121,9 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
       Num(input.transfer_seconds_per_unit), " s/unit, accuracy weight ",
       Num(policy.accuracy_weight_seconds), " s, prune budget ",
       Num(policy.max_pruned_fraction_rank), "/rank ", Num(policy.max_pruned_fraction_group),
-      "/group, hysteresis ", Num(policy.hysteresis), "\n  [fixed s +] ",
-      by_loads ? "s/token, experts owned:" : "s/unit x units:");
+      "/group, hysteresis ", Num(policy.hysteresis),
+      OffloadsRefused(input) && !by_loads ? ", offloads refused (the offload check)" : "",
+      "\n  [fixed s +] ", by_loads ? "s/token, experts owned:" : "s/unit x units:");
   for (size_t r = 0; r < input.ranks.size(); ++r) {
     const PlannerRank& rank = input.ranks[r];
     absl::StrAppend(&out, " ", r, ":",

@@ -163,7 +163,8 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
   if (input.in_force_measured_worse) {
     out.notes.push_back(
         "the plan in force ran slower than the plan before it (the step feedback's failed "
-        "probe): the best plan replaces it, with no hysteresis");
+        "probe, or the offload check's probe once offloads measured faster) or offloads what "
+        "the offload check refuses: the best plan replaces it, with no hysteresis");
   }
   out.planned_with = planning;
   WorkloadPlan desired;

@@ -83,12 +83,15 @@ struct GroupPlannerInput {
   // Since the plan in force was pushed (none: no change yet, so no dwell).
   std::optional<absl::Duration> since_change;
   // The plan in force was measured slower than the plan before it (a failed probe of
-  // the step feedback, step_feedback.h): it is not kept by hysteresis or dwell; the
+  // the step feedback, step_feedback.h; the offload check's probe once offloads measured
+  // faster, offload_check.h), or offloads what the blocks' offloads_refused forbids: it
+  // is not kept by hysteresis or dwell; the
   // blocks are planned as if none were in force, and the best plan goes out (blocks of
   // experts excepted: their plan in force also sets the band their loads are judged in).
   bool in_force_measured_worse = false;
   // This round's change is chosen on purpose, not by noise: the step feedback's probe, or
-  // its way back, moved the straggler's factor, or an operator changed a setting
+  // its way back, moved the straggler's factor, the offload check refused offloads or
+  // allowed them again, or an operator changed a setting
   // (DecisionLoop::ReplanNow). The refinements of a group that balances are then not
   // weighed against the noise (group_planner.cc's HoldSmallRefinements): a probe the
   // gate swallowed would only grow until it moved the plan in one jump.

@@ -62,7 +62,8 @@ class PlanFlaps {
 
   // A plan with these blocks (`moves_units`: it reshards) was pushed at `now`, planned
   // with `base` (Dwell's). `deliberate`: it was chosen to be measured (the step
-  // feedback's probe, or its way back), so it is recorded but never a flap. Returns
+  // feedback's probe, or its way back; the offload check's), so it is recorded but never
+  // a flap. Returns
   // whether it undid the change before it (a flap): it restores the plan before the one
   // in force, or moves some rank's work back the way that change moved it, and the plan
   // in force had stood less than flap_hold beyond the hold in force (a change held by the

@@ -1,5 +1,6 @@
 #include "coordinator/planner/vocabulary.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -58,6 +59,11 @@ absl::Status ValidatePlannerRanks(const std::vector<PlannerRank>& ranks) {
         absl::StrCat("ranks: all ", p, " ranks are cordoned; at least one must compute"));
   }
   return absl::OkStatus();
+}
+
+bool OffloadsRefused(const PlannerInput& input) {
+  return input.offloads_refused && std::none_of(input.ranks.begin(), input.ranks.end(),
+                                                [](const PlannerRank& r) { return r.cordoned; });
 }
 
 absl::Status ValidatePlannerInput(const PlannerInput& input) {

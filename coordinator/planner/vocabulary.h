@@ -81,7 +81,16 @@ struct PlannerInput {
   // ranks go back to even by a reshard (BlockDecision::evens_split); before, it is
   // balanced on the split it has.
   bool calm_lasted = false;
+  // No plan offloads units, the plan in force included: the measured step showed the
+  // straggler's offloads no faster than the best plan without them (the coordinator's
+  // OffloadCheck). Prunes and reshards stay as the mode allows. Ignored where a rank is
+  // cordoned (only transfers empty its device) and for a block planned by its loads.
+  bool offloads_refused = false;
 };
+
+// Whether a block's offloads are refused in effect: asked (offloads_refused), and no
+// rank cordoned (only transfers empty a cordoned device).
+bool OffloadsRefused(const PlannerInput& input);
 
 // What a plan costs under the model.
 struct PlanCost {

@@ -30,6 +30,7 @@ using planner_testing::PlanExplained;
 using planner_testing::Straggler;
 using planner_testing::Total;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A chronic straggler's first reshard, from an even split, goes all the way to the
 // water-filled counts; one that refines a split already uneven goes halfway (its speeds
@@ -289,6 +290,79 @@ TEST(PlannerTest, AReshardHysteresisOutOfRangeIsRejected) {
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(d.status().message(), HasSubstr("reshard_hysteresis"));
     EXPECT_THAT(d.status().message(), HasSubstr("out of range [0, 1]"));
+  }
+}
+
+// Offloads the coordinator's offload check refuses: no plan ships units, whatever the
+// model says they gain, but prunes and a chronic straggler's reshard stay as the mode
+// allows; in mode migrate nothing but a reshard is left.
+TEST(PlannerTest, RefusedOffloadsLeavePrunesAndReshards) {
+  Case k;
+  k.c = {1e-3, 2e-3};
+  k.n = {45, 45};
+  k.tau = 1e-5;
+  auto offloaded = [](const BlockPlan& plan) {
+    int32_t units = 0;
+    for (const Offload& o : plan.offloads) units += o.units;
+    return units;
+  };
+  for (BalanceMode mode : {BalanceMode::kAuto, BalanceMode::kMigrate}) {
+    SCOPED_TRACE(BalanceModeName(mode));
+    k.policy.mode = mode;
+    k.chronic = {false, false};
+    PlannerInput in = MakeInput(k);
+    absl::StatusOr<Explained> d = PlanExplained(in, k.policy, nullptr);
+    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_GT(offloaded(d->plan), 10) << d->explanation;  // 15 by the model
+
+    const BlockPlan offloading = d->plan;
+    in.offloads_refused = true;
+    d = PlanExplained(in, k.policy, nullptr);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(offloaded(d->plan), 0) << d->explanation;
+    EXPECT_TRUE(d->plan.owner_of_unit.empty()) << "not chronic: no reshard";
+    EXPECT_THAT(d->explanation, HasSubstr("offloads refused (the offload check)"));
+    // Nor is a plan in force that offloads kept, by hysteresis or otherwise.
+    d = PlanExplained(in, k.policy, &offloading);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(offloaded(d->plan), 0) << d->explanation;
+    EXPECT_THAT(d->explanation, HasSubstr("it offloads, and offloads are refused"));
+    if (mode == BalanceMode::kMigrate) {
+      EXPECT_TRUE(d->plan.pruned_units.empty() ||
+                  *std::max_element(d->plan.pruned_units.begin(), d->plan.pruned_units.end()) == 0)
+          << d->explanation;
+    }
+
+    k.chronic = {false, true};
+    in = MakeInput(k);
+    in.offloads_refused = true;
+    d = PlanExplained(in, k.policy, nullptr);
+    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_EQ(d->chosen, CandidateKind::kReshard) << d->explanation;
+    EXPECT_EQ(offloaded(d->plan), 0) << d->explanation;
+    std::vector<int32_t> owned(2, 0);
+    for (RankId r : d->plan.owner_of_unit) ++owned[r.value()];
+    EXPECT_EQ(owned, (std::vector<int32_t>{60, 30})) << "the water-filled split";
+
+    // A cordon is drained whatever was refused: only transfers empty a device.
+    k.chronic = {false, false};
+    k.cordoned = {false, true};
+    in = MakeInput(k);
+    in.offloads_refused = true;
+    d = PlanExplained(in, k.policy, nullptr);
+    ASSERT_TRUE(d.ok()) << d.status();
+    std::vector<int32_t> computed = {45, 45};
+    if (!d->plan.owner_of_unit.empty()) {
+      computed = {0, 0};
+      for (RankId r : d->plan.owner_of_unit) ++computed[r.value()];
+    }
+    for (const Offload& o : d->plan.offloads) {
+      computed[o.owner.value()] -= o.units;
+      computed[o.helper.value()] += o.units;
+    }
+    EXPECT_EQ(computed[1], 0) << d->explanation;
+    EXPECT_THAT(d->explanation, Not(HasSubstr("offloads refused"))) << "not in effect";
+    k.cordoned.clear();
   }
 }
 

@@ -1,0 +1,120 @@
+// The decision loop's two loops on the measured step, the step feedback
+// (step_feedback.h) and the offload check (offload_check.h): each round's input gathered
+// from the group's snapshot, and what they decide written to the round's correction_.
+// Apart from decision_loop.cc, which plans.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/decision_loop.h"
+#include "coordinator/group_figures.h"
+
+namespace ballast::coordinator {
+namespace {
+
+// Whether the group's newest plan offloads units of a block planned by counts (a block of
+// experts' replicas are judged by its loads: expert_plan.h).
+bool OffloadsUnits(const GroupSnapshot& group) {
+  for (const BlockPlan& bp : group.plan.blocks) {
+    if (bp.offloads.empty()) continue;
+    for (const BlockSnapshot& block : group.blocks) {
+      if (block.block == bp.block.value() && !block.units_divide) return true;
+    }
+  }
+  return false;
+}
+
+// A fingerprint of the ownership the group's newest plan runs on (its moves, else what
+// the workers run), so the offload check compares plans on the same split.
+uint64_t OwnershipFingerprint(const GroupSnapshot& group) {
+  uint64_t h = 0;
+  for (const BlockSnapshot& block : group.blocks) {
+    h = absl::HashOf(h, block.block);
+    for (RankId r : PlannedOwnership(group.plan, block)) h = absl::HashOf(h, r.value());
+  }
+  return h;
+}
+
+void AppendWhy(const std::string& line, std::string& why) {
+  if (line.empty()) return;
+  why = why.empty() ? line : absl::StrCat(why, "; ", line);
+}
+
+}  // namespace
+
+int32_t DecisionLoop::TimersStraggler(const PooledGroup& pooled,
+                                      const StragglerJudge::Verdict& verdict, int32_t size) {
+  if (verdict.calm) return -1;
+  int32_t straggler = -1;
+  double slowest = 0;
+  for (size_t r = 0; r < pooled.ranks.size() && r < static_cast<size_t>(size); ++r) {
+    if (pooled.ranks[r].straggling && pooled.ranks[r].slowdown > slowest) {
+      slowest = pooled.ranks[r].slowdown;
+      straggler = static_cast<int32_t>(r);
+    }
+  }
+  return straggler;
+}
+
+std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group, int32_t straggler,
+                                                 bool held, std::vector<std::string>& lines) {
+  if (feedback_ == nullptr) return {};  // (Decide and DecideHeld reset correction_)
+  StepFeedback::Round round;
+  round.size = group.size;
+  round.straggler = straggler;
+  round.held = held;
+  round.plan_version = WorkersRun(group).version;
+  round.published_version = group.plan.version.value();
+  round.step_seconds =
+      MeasuredStep(group.ranks, round.plan_version, feedback_->options().min_steps);
+  const size_t first_line = lines.size();
+  StepFeedback::Correction correction = feedback_->Update(group.ref, round, lines);
+  correction_.moved = correction_.moved || correction.moved;
+  correction_.undo = correction_.undo || correction.undo;
+  if (correction.news) {
+    AppendWhy(absl::StrJoin(lines.begin() + first_line, lines.end(), "; "), correction_.why);
+  }
+  return std::move(correction.factors);
+}
+
+bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,
+                                   bool operator_hold, std::vector<std::string>& lines,
+                                   bool& probing) {
+  probing = false;
+  if (offload_check_ == nullptr) return false;
+  const std::vector<bool> cordoned = CordonedRanks(group);
+  // A cordon is an operator's order too, and only transfers empty a device: nothing is
+  // refused while one stands, whatever verdict the check keeps.
+  const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
+  OffloadCheck::Round round;
+  round.straggler = straggler;
+  round.held = operator_hold || cordon;
+  round.plan_version = WorkersRun(group).version;
+  round.published_version = group.plan.version.value();
+  round.offloads = OffloadsUnits(group);
+  round.ownership = OwnershipFingerprint(group);
+  round.step_seconds =
+      MeasuredStep(group.ranks, round.plan_version, offload_check_->options().min_steps);
+  const size_t first_line = lines.size();
+  const OffloadCheck::Verdict v = offload_check_->Update(group.ref, round, lines);
+  probing = v.probing;
+  if (cordon) {
+    lines.push_back(
+        "offload check: a rank is cordoned: offloads are not refused (only transfers empty its "
+        "device)");
+    return false;
+  }
+  correction_.moved = correction_.moved || v.changed;
+  correction_.undo = correction_.undo || v.undo;
+  if (v.changed) {
+    AppendWhy(absl::StrJoin(lines.begin() + first_line, lines.end(), "; "), correction_.why);
+  }
+  return v.refuse;
+}
+
+}  // namespace ballast::coordinator

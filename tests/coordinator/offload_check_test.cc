@@ -1,0 +1,458 @@
+// OffloadCheck: a straggler's offloads measured against the best plan without them, and
+// refused where they are no faster; kept where they are; a verdict stands until it is
+// checked again, through a change of straggler, not through a long calm; a hold, or a
+// probe not judged in time, is dropped. Through the decision loop, on workers whose
+// offloads cost the step more than the model prices them, the group ends at plain tensor
+// parallelism's step; where offloads pay, at theirs; a cordon drains its rank whatever
+// the verdict.
+#include "coordinator/offload_check.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/decision_loop.h"
+#include "testing/control_plane_messages.h"
+#include "testing/fake_clock.h"
+#include "testing/fake_policy_store.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+const GroupRef kGroup{.key = {"gpt", "tp0"}, .incarnation = 1};
+
+// Rank 1 the straggler; the workers run plan `version`, the newest pushed, which
+// offloads or not, at a step of `step` seconds (0: not enough steps under it yet).
+OffloadCheck::Round Ran(int64_t version, bool offloads, double step) {
+  return {.straggler = 1,
+          .plan_version = version,
+          .published_version = version,
+          .offloads = offloads,
+          .step_seconds = step};
+}
+
+class OffloadCheckTest : public ::testing::Test {
+ protected:
+  // Rank 1 has straggled 10 s: a median of 16 steps of up to 0.6 s is all its own.
+  void SetUp() override {
+    Update(Ran(0, false, 0));
+    clock_.Advance(absl::Seconds(10));
+  }
+  OffloadCheck::Verdict Update(const OffloadCheck::Round& round) {
+    return check_.Update(kGroup, round, lines_);
+  }
+  // Plan 1 offloads and runs `with` seconds a step; the probe's plan 2 does not, and
+  // runs `without`.
+  OffloadCheck::Verdict Probe(double with, double without) {
+    Update(Ran(1, true, with));
+    OffloadCheck::Round pushed = Ran(1, true, with);
+    pushed.published_version = 2;
+    pushed.offloads = false;
+    Update(pushed);
+    return Update(Ran(2, false, without));
+  }
+
+  testing::FakeClock clock_;
+  OffloadCheckOptions options_{.min_steps = 16,
+                               .min_gain = 0.03,
+                               .probe_timeout = absl::Seconds(20),
+                               .recheck_after = absl::Minutes(5)};
+  OffloadCheck check_{&clock_, options_};
+  std::vector<std::string> lines_;
+};
+
+TEST_F(OffloadCheckTest, OffloadsNoFasterThanWithoutAreRefusedUntilCheckedAgain) {
+  OffloadCheck::Verdict v = Update(Ran(1, true, 0));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("waiting for 16 steps of every rank under the plan that"));
+  // Measured: offloads refused, and the plan that offloads must go.
+  v = Update(Ran(1, true, 0.45));
+  EXPECT_TRUE(v.refuse);
+  EXPECT_TRUE(v.undo);
+  EXPECT_TRUE(v.changed);
+  EXPECT_THAT(lines_.back(), HasSubstr("offloads ran 0.4500 s a step: probing"));
+  v = Update(Ran(1, true, 0.45));  // the round planned nothing (a block without estimates)
+  EXPECT_TRUE(v.refuse);
+  EXPECT_TRUE(v.undo) << "still pushed: still to go";
+  EXPECT_FALSE(v.changed);
+  EXPECT_THAT(lines_.back(), HasSubstr("waiting for the planner's plan without offloads"));
+  OffloadCheck::Round pushed = Ran(1, true, 0.45);
+  pushed.published_version = 2;
+  pushed.offloads = false;
+  v = Update(pushed);
+  EXPECT_TRUE(v.refuse);
+  EXPECT_FALSE(v.undo);
+  EXPECT_THAT(lines_.back(), HasSubstr("steps of every rank under the plan without offloads"));
+  EXPECT_TRUE(Update(Ran(2, false, 0)).refuse);
+  // 0.45 s against 0.44 s: not 3% faster.
+  v = Update(Ran(2, false, 0.44));
+  EXPECT_TRUE(v.refuse);
+  EXPECT_FALSE(v.changed);
+  EXPECT_THAT(lines_.back(), HasSubstr("offloads ran 0.4500 s a step against 0.4400 s without "
+                                       "them, not 3% faster: offloads refused"));
+  clock_.Advance(absl::Minutes(4));
+  v = Update(Ran(2, false, 0.44));
+  EXPECT_TRUE(v.refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("refused: offloads ran 0.4500 s"));
+  EXPECT_THAT(lines_.back(), HasSubstr("checked again in 1m"));
+  // Checked again: allowed, and the planner's next plan that offloads is measured anew.
+  clock_.Advance(absl::Minutes(1));
+  v = Update(Ran(2, false, 0.44));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_TRUE(v.changed);
+  EXPECT_THAT(lines_.back(), HasSubstr("no offloads pushed, nothing to check"));
+  EXPECT_FALSE(Update(Ran(3, true, 0)).refuse);
+  // Judged against the plan without offloads that ran until the recheck: no probe.
+  v = Update(Ran(3, true, 0.42));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_FALSE(v.probing);
+  EXPECT_THAT(lines_.back(), HasSubstr("offloads ran 0.4200 s a step against 0.4400 s without "
+                                       "them (measured 0s before): offloads allowed"));
+}
+
+TEST_F(OffloadCheckTest, OffloadsThatPayAreKeptUntilCheckedAgain) {
+  OffloadCheck::Verdict v = Probe(0.30, 0.40);
+  EXPECT_FALSE(v.refuse);
+  EXPECT_TRUE(v.changed) << "the planner offloads again";
+  EXPECT_TRUE(v.undo) << "without hysteresis: the dwell would hold the probe's plan";
+  EXPECT_FALSE(v.probing);
+  EXPECT_THAT(lines_.back(), HasSubstr("offloads ran 0.3000 s a step against 0.4000 s without "
+                                       "them: offloads allowed"));
+  // The planner's next plans are not probed until the verdict is checked again.
+  for (int64_t version : {3, 4}) {
+    v = Update(Ran(version, true, 0.31));
+    EXPECT_FALSE(v.refuse);
+    EXPECT_FALSE(v.changed);
+  }
+  clock_.Advance(absl::Minutes(5));
+  EXPECT_TRUE(Update(Ran(4, true, 0.31)).refuse) << "checked again";
+}
+
+TEST_F(OffloadCheckTest, TheVerdictOutlivesANewStragglerNotALongCalm) {
+  ASSERT_TRUE(Probe(0.45, 0.40).refuse);
+  OffloadCheck::Round calm = Ran(2, false, 0.40);
+  calm.straggler = -1;
+  EXPECT_TRUE(Update(calm).refuse) << "kept for its return";
+  EXPECT_THAT(lines_.back(), HasSubstr("rank 1's verdict is kept for its return"));
+  clock_.Advance(absl::Seconds(29));
+  EXPECT_TRUE(Update(calm).refuse);
+  EXPECT_TRUE(Update(Ran(2, false, 0.40)).refuse) << "back: refused still";
+  clock_.Advance(absl::Seconds(1));
+  Update(calm);
+  clock_.Advance(OffloadCheck::kAbsentFor);
+  OffloadCheck::Verdict v = Update(calm);
+  EXPECT_FALSE(v.refuse);
+  EXPECT_TRUE(v.changed);
+  EXPECT_THAT(lines_.back(), HasSubstr("rank 1 not straggling for 30s: its check ends"));
+
+  Update(Ran(2, false, 0));  // rank 1 again, for long enough
+  clock_.Advance(absl::Seconds(10));
+  // Two stragglers that swap places buy no probe each time: the verdict is the group's.
+  ASSERT_TRUE(Probe(0.45, 0.40).refuse);
+  OffloadCheck::Round other = Ran(2, false, 0.40);
+  other.straggler = 0;
+  v = Update(other);
+  EXPECT_TRUE(v.refuse);
+  EXPECT_FALSE(v.changed);
+  EXPECT_THAT(lines_,
+              Contains(HasSubstr("rank 0 is the straggler now, not rank 1: the verdict stands")));
+}
+
+TEST_F(OffloadCheckTest, AHoldMeasuresNothingAndDropsAProbe) {
+  OffloadCheck::Round held = Ran(1, true, 0.45);
+  held.held = true;
+  EXPECT_FALSE(Update(held).refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("the plan is held or a rank cordoned: no check"));
+  OffloadCheck::Verdict v = Update(Ran(1, true, 0.45));  // released: measured, probing
+  ASSERT_TRUE(v.refuse);
+  EXPECT_TRUE(v.probing);
+  held.published_version = 5;
+  v = Update(held);
+  EXPECT_FALSE(v.refuse);
+  EXPECT_TRUE(v.changed);
+  EXPECT_FALSE(v.probing);
+  EXPECT_THAT(lines_.back(),
+              HasSubstr("the plan is held or a rank cordoned: the probe is dropped"));
+}
+
+// The planner kept its plan (one that offloads), or its plan without offloads never ran
+// 16 steps before the next change: either way the probe ends, offloads allowed.
+// A plan without offloads measured a moment before, on the same split and all under this
+// straggler (plain TP held by an operator, here), is what offloads are judged against:
+// no probe. Not once it is older than a minute, or on another split, or measured over
+// steps from before the straggler.
+TEST_F(OffloadCheckTest, AStepMeasuredWithoutOffloadsJustBeforeSparesTheProbe) {
+  OffloadCheck::Round plain = Ran(1, false, 0.40);
+  plain.held = true;
+  OffloadCheck fresh(&clock_, options_);
+  fresh.Update(kGroup, plain,
+               lines_);  // the straggler is first seen: its median is of steps before it
+  clock_.Advance(absl::Seconds(6));
+  fresh.Update(kGroup, plain, lines_);
+  clock_.Advance(absl::Seconds(2));
+  OffloadCheck::Verdict v = fresh.Update(kGroup, Ran(2, true, 0.45), lines_);
+  EXPECT_TRUE(v.probing) << "the median of 0.40 s was partly from before the straggler";
+
+  OffloadCheck check(&clock_, options_);
+  auto update = [&](const OffloadCheck::Round& round) {
+    return check.Update(kGroup, round, lines_);
+  };
+  update(plain);
+  clock_.Advance(absl::Seconds(7));  // 16 steps of 0.40 s: all the straggler's
+  update(plain);
+  update(Ran(2, true, 0));
+  clock_.Advance(absl::Seconds(8));
+  v = update(Ran(2, true, 0.45));
+  EXPECT_TRUE(v.refuse);
+  EXPECT_FALSE(v.probing);
+  EXPECT_TRUE(v.undo);
+  EXPECT_THAT(lines_.back(), HasSubstr("offloads ran 0.4500 s a step against 0.4000 s without "
+                                       "them (measured 8s before), not 3% faster: offloads "
+                                       "refused"));
+  // Rechecked after 5 minutes: the plan without offloads ran until then.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Minutes(1));
+    update(Ran(3, false, 0.40));
+  }
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(update(Ran(3, false, 0.40)).refuse) << "checked again";
+  v = update(Ran(4, true, 0.30));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_FALSE(v.probing);
+  EXPECT_THAT(lines_.back(), HasSubstr("against 0.4000 s without them (measured 0s before): "
+                                       "offloads allowed"));
+
+  // Too old, or on another split: a probe.
+  OffloadCheck stale(&clock_, options_);
+  stale.Update(kGroup, plain, lines_);
+  clock_.Advance(absl::Seconds(7));
+  stale.Update(kGroup, plain, lines_);
+  clock_.Advance(absl::Seconds(61));
+  EXPECT_TRUE(stale.Update(kGroup, Ran(2, true, 0.45), lines_).probing);
+  OffloadCheck::Round moved = Ran(3, true, 0.45);
+  moved.ownership = 7;
+  OffloadCheck other(&clock_, options_);
+  other.Update(kGroup, plain, lines_);
+  clock_.Advance(absl::Seconds(7));
+  other.Update(kGroup, plain, lines_);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(other.Update(kGroup, moved, lines_).probing);
+}
+
+// Every step of a median judged (with offloads or without) ran while the target
+// straggled: not before it was first judged the straggler, not before it came back from a
+// calm spell, not another straggler's, and under the plan the workers run.
+TEST_F(OffloadCheckTest, OnlyStepsAllRunUnderTheStragglerAreJudged) {
+  OffloadCheck first(&clock_, options_);
+  OffloadCheck::Verdict v = first.Update(kGroup, Ran(1, true, 0.45), lines_);  // judged now
+  EXPECT_FALSE(v.probing);
+  EXPECT_THAT(lines_.back(), HasSubstr("waiting for 16 steps"));
+  clock_.Advance(absl::Seconds(8));  // 16 steps of 0.45 s
+  EXPECT_TRUE(first.Update(kGroup, Ran(1, true, 0.45), lines_).probing);
+
+  // Without offloads: under a plan the workers do not run yet, another straggler's, or
+  // from before a calm spell: no step to compare with, so a probe. Back from another
+  // straggler, the plan that offloads waits for 16 steps all its own.
+  auto after = [&](const std::vector<OffloadCheck::Round>& rounds) {
+    OffloadCheck check(&clock_, options_);
+    for (const OffloadCheck::Round& round : rounds) {
+      check.Update(kGroup, round, lines_);
+      clock_.Advance(absl::Seconds(8));
+    }
+    check.Update(kGroup, Ran(9, true, 0.45), lines_);
+    return lines_.back();
+  };
+  const std::string probe = "probing the best plan without them";
+  OffloadCheck::Round plain = Ran(1, false, 0.40);
+  EXPECT_THAT(after({plain, plain}), HasSubstr("(measured 8s before), not 3% faster"));
+  OffloadCheck::Round lagging = plain;
+  lagging.published_version = 2;
+  EXPECT_THAT(after({lagging, lagging}), HasSubstr(probe));
+  OffloadCheck::Round other = plain;
+  other.straggler = 0;
+  EXPECT_THAT(after({other, other, plain}), HasSubstr(probe));
+  EXPECT_THAT(after({plain, plain, other}), HasSubstr("waiting for 16 steps"));
+  OffloadCheck::Round calm = plain;
+  calm.straggler = -1;
+  EXPECT_THAT(after({plain, plain, calm, plain}), HasSubstr(probe));
+}
+
+TEST_F(OffloadCheckTest, AProbeNotJudgedInTimeIsDropped) {
+  ASSERT_TRUE(Update(Ran(1, true, 0.45)).refuse);
+  clock_.Advance(absl::Seconds(19));
+  EXPECT_TRUE(Update(Ran(1, true, 0.45)).refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("waiting for the planner's plan without offloads"));
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(Update(Ran(1, true, 0.45)).refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("a probe not judged within 20s was dropped"));
+  EXPECT_FALSE(Update(Ran(1, true, 0.45)).refuse) << "until checked again";
+
+  OffloadCheck again(&clock_, options_);
+  again.Update(kGroup, Ran(0, false, 0), lines_);
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_TRUE(again.Update(kGroup, Ran(1, true, 0.45), lines_).probing);
+  for (int64_t version = 2; version < 5; ++version) {  // a new plan every 5 s
+    clock_.Advance(absl::Seconds(5));
+    EXPECT_TRUE(again.Update(kGroup, Ran(version, false, 0), lines_).refuse);
+  }
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_FALSE(again.Update(kGroup, Ran(5, false, 0), lines_).refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("a probe not judged within 20s was dropped"));
+}
+
+TEST_F(OffloadCheckTest, TheNewestPlanThatOffloadsIsTheOneMeasured) {
+  Update(Ran(1, true, 0));
+  OffloadCheck::Round newer = Ran(1, true, 0.45);  // plan 1's step; plan 2 pushed
+  newer.published_version = 2;
+  EXPECT_FALSE(Update(newer).refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("waiting for 16 steps"));
+  EXPECT_TRUE(Update(Ran(2, true, 0.41)).refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("offloads ran 0.4100 s a step"));
+}
+
+TEST(OffloadCheckOptionsTest, BadOptionsNameTheField) {
+  EXPECT_THAT(ValidateOffloadCheckOptions({.min_steps = 0}).message(), HasSubstr("min_steps 0"));
+  EXPECT_THAT(ValidateOffloadCheckOptions({.min_gain = 1}).message(), HasSubstr("min_gain 1"));
+  EXPECT_THAT(ValidateOffloadCheckOptions({.probe_timeout = absl::ZeroDuration()}).message(),
+              HasSubstr("probe_timeout 0"));
+  EXPECT_THAT(ValidateOffloadCheckOptions({.recheck_after = -absl::Seconds(1)}).message(),
+              HasSubstr("recheck_after -1s"));
+  EXPECT_TRUE(ValidateOffloadCheckOptions({}).ok());
+}
+
+// Through the decision loop. 32 units, 16 a rank; rank 1's units take it 2 ms against
+// rank 0's 1 ms, as its timers see. Each unit it offloads also costs the step
+// `offload_cost` beyond what the model prices (a throttled rank's transfers, landing in
+// its collectives).
+class NullSink final : public AgentSink {
+ public:
+  void Send(const v1::CoordinatorMessage& m) override {
+    if (m.has_plan()) plans.push_back(m.plan().plan());
+  }
+  std::vector<v1::WorkloadPlan> plans;
+};
+
+struct LoopResult {
+  int32_t straggler_units = 16;  // what rank 1 computes at the end
+  double step = 0;               // the step then
+  size_t plans = 0;
+  std::vector<std::string> why;  // the last decision's lines
+};
+
+// `cordon_at`: the step from which rank 1's device is cordoned (-1: never).
+LoopResult RunLoop(bool check, double offload_cost, int64_t cordon_at = -1) {
+  testing::FakeClock clock;
+  testing::InMemoryPolicyStore store;
+  std::unique_ptr<SpeedModel> speeds = *SpeedModel::Create(SpeedModelOptions{}, &clock);
+  std::unique_ptr<JobSettings> settings = *JobSettings::Load(&store, &clock);
+  GroupRegistry registry(RegistryOptions{}, &clock, speeds.get());
+  StragglerJudge judge(&clock, absl::Seconds(3));
+  DecisionLoopOptions options;
+  options.dwell.plan_dwell = absl::Milliseconds(500);
+  if (check) {
+    options.offload_check = OffloadCheckOptions{
+        .min_steps = 8, .probe_timeout = absl::Seconds(2), .recheck_after = absl::Minutes(5)};
+  }
+  DecisionLoop loop(options, &clock, &registry, &judge, settings.get(), speeds.get());
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  EXPECT_TRUE(settings->SetPolicy("vit", policy).ok());
+  testing::GroupSpec spec;
+  spec.owner_of_unit.assign(32, 0);
+  std::fill(spec.owner_of_unit.begin() + 16, spec.owner_of_unit.end(), 1);
+  NullSink sink;
+  EXPECT_TRUE(registry.AgentConnected(testing::GroupHello(spec), &sink).ok());
+  LoopResult out;
+  std::vector<int32_t> owners = spec.owner_of_unit;
+  for (int64_t step = 0; step < 600; ++step) {
+    if (step == cordon_at) {
+      EXPECT_TRUE(settings->SetCordon("dev1", true, "test").ok());
+      loop.ReplanNow("");
+    }
+    // The workers run the newest plan pushed.
+    int64_t version = 0;
+    int32_t offloaded = 0;
+    if (!sink.plans.empty()) version = sink.plans.back().version();
+    for (const v1::WorkloadPlan& plan : sink.plans) {  // moves, in order
+      for (const v1::BlockPlan& b : plan.blocks()) {
+        if (b.owner_of_unit_size() > 0)
+          owners.assign(b.owner_of_unit().begin(), b.owner_of_unit().end());
+      }
+    }
+    int32_t units[2] = {0, 0};
+    for (int32_t o : owners) ++units[o];
+    if (!sink.plans.empty()) {
+      for (const v1::BlockPlan& b : sink.plans.back().blocks()) {
+        for (const v1::Offload& o : b.offloads()) {
+          units[o.owner()] -= o.units();
+          units[o.helper()] += o.units();
+          offloaded += o.units();
+        }
+      }
+    }
+    const double busy[2] = {units[0] * 1e-3, units[1] * 2e-3};
+    const double wall = std::max(busy[0], busy[1]) + 2e-3 + offloaded * offload_cost;
+    for (int32_t rank : {0, 1}) {
+      v1::WorkerReport r = testing::StepReport(spec, rank, step, units[rank], busy[rank]);
+      r.mutable_step()->mutable_blocks(0)->set_comm_seconds(wall - busy[rank]);
+      r.mutable_step()->set_plan_version(version);
+      for (int32_t o : owners) r.mutable_step()->mutable_blocks(0)->add_owner_of_unit(o);
+      EXPECT_TRUE(registry.Report("agent-1", r).ok());
+    }
+    out.straggler_units = units[1];
+    out.step = wall;
+    clock.Advance(absl::Milliseconds(50));
+    loop.Tick();
+  }
+  out.plans = sink.plans.size();
+  const std::vector<GroupRef> groups = registry.Groups();
+  if (!groups.empty()) out.why = loop.Record(groups[0]).reasons.before;
+  return out;
+}
+
+// Offloads that cost 3 ms a unit more than priced: the model's plan (rank 1 computing 11
+// of its 16 units, 5 offloaded) runs 39 ms against plain's 34 ms.
+TEST(OffloadCheckLoopTest, OffloadsThatMakeTheStepLongerAreRefused) {
+  const LoopResult model = RunLoop(/*check=*/false, 3e-3);
+  ASSERT_LT(model.straggler_units, 16);
+  EXPECT_GT(model.step, 0.034 * 1.05) << "the model's plan is slower than plain";
+  const LoopResult checked = RunLoop(/*check=*/true, 3e-3);
+  EXPECT_EQ(checked.straggler_units, 16);
+  EXPECT_NEAR(checked.step, 0.034, 1e-9) << "plain's step";
+  EXPECT_LE(checked.plans, model.plans + 2) << "the probe, and no way back";
+  EXPECT_THAT(checked.why,
+              Contains(HasSubstr("refused: offloads ran 0.0390 s a step against 0.0340 s "
+                                 "without them, not 3% faster")));
+}
+
+// Offloads as the model prices them: the probe costs two plan changes and a few steps,
+// and the group ends where the model put it.
+TEST(OffloadCheckLoopTest, OffloadsThatPayAreKeptAfterOneProbe) {
+  const LoopResult model = RunLoop(/*check=*/false, 0);
+  ASSERT_LT(model.straggler_units, 16);
+  const LoopResult checked = RunLoop(/*check=*/true, 0);
+  EXPECT_EQ(checked.straggler_units, model.straggler_units);
+  EXPECT_NEAR(checked.step, model.step, 1e-9);
+  EXPECT_LE(checked.plans, model.plans + 2) << "the probe and its way back";
+  EXPECT_THAT(checked.why,
+              Contains(HasSubstr("allowed: offloads ran 0.0240 s a step against 0.0340 s")));
+}
+
+// A cordon is an operator's order, and only transfers empty a device: with offloads
+// refused, a cordon of the straggler's device still drains it.
+TEST(OffloadCheckLoopTest, ACordonDrainsItsRankWhateverTheVerdict) {
+  const LoopResult checked = RunLoop(/*check=*/true, 3e-3, /*cordon_at=*/300);
+  EXPECT_EQ(checked.straggler_units, 0);
+  EXPECT_THAT(checked.why, Contains(HasSubstr("a rank is cordoned: offloads are not refused")));
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
