@@ -19,6 +19,7 @@
 #include "testing/control_plane_messages.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
+#include "testing/simulated_job.h"
 
 namespace ballast::coordinator {
 namespace {
@@ -331,91 +332,32 @@ TEST(OffloadCheckOptionsTest, BadOptionsNameTheField) {
 // rank 0's 1 ms, as its timers see. Each unit it offloads also costs the step
 // `offload_cost` beyond what the model prices (a throttled rank's transfers, landing in
 // its collectives).
-class NullSink final : public AgentSink {
- public:
-  void Send(const v1::CoordinatorMessage& m) override {
-    if (m.has_plan()) plans.push_back(m.plan().plan());
-  }
-  std::vector<v1::WorkloadPlan> plans;
-};
-
-struct LoopResult {
-  int32_t straggler_units = 16;  // what rank 1 computes at the end
-  double step = 0;               // the step then
-  size_t plans = 0;
-  std::vector<std::string> why;  // the last decision's lines
-};
+using LoopResult = testing::SimulatedJobResult;
 
 // `cordon_at`: the step from which rank 1's device is cordoned (-1: never).
 LoopResult RunLoop(bool check, double offload_cost, int64_t cordon_at = -1) {
-  testing::FakeClock clock;
-  testing::InMemoryPolicyStore store;
-  std::unique_ptr<SpeedModel> speeds = *SpeedModel::Create(SpeedModelOptions{}, &clock);
-  std::unique_ptr<JobSettings> settings = *JobSettings::Load(&store, &clock);
-  GroupRegistry registry(RegistryOptions{}, &clock, speeds.get());
-  StragglerJudge judge(&clock, absl::Seconds(3));
   DecisionLoopOptions options;
   options.dwell.plan_dwell = absl::Milliseconds(500);
   if (check) {
     options.offload_check = OffloadCheckOptions{
         .min_steps = 8, .probe_timeout = absl::Seconds(2), .recheck_after = absl::Minutes(5)};
   }
-  DecisionLoop loop(options, &clock, &registry, &judge, settings.get(), speeds.get());
   JobPolicy policy;
   policy.mode = BalanceMode::kMigrate;
   policy.report_period = absl::Milliseconds(100);
-  EXPECT_TRUE(settings->SetPolicy("vit", policy).ok());
-  testing::GroupSpec spec;
-  spec.owner_of_unit.assign(32, 0);
-  std::fill(spec.owner_of_unit.begin() + 16, spec.owner_of_unit.end(), 1);
-  NullSink sink;
-  EXPECT_TRUE(registry.AgentConnected(testing::GroupHello(spec), &sink).ok());
-  LoopResult out;
-  std::vector<int32_t> owners = spec.owner_of_unit;
-  for (int64_t step = 0; step < 600; ++step) {
-    if (step == cordon_at) {
-      EXPECT_TRUE(settings->SetCordon("dev1", true, "test").ok());
-      loop.ReplanNow("");
-    }
-    // The workers run the newest plan pushed.
-    int64_t version = 0;
-    int32_t offloaded = 0;
-    if (!sink.plans.empty()) version = sink.plans.back().version();
-    for (const v1::WorkloadPlan& plan : sink.plans) {  // moves, in order
-      for (const v1::BlockPlan& b : plan.blocks()) {
-        if (b.owner_of_unit_size() > 0)
-          owners.assign(b.owner_of_unit().begin(), b.owner_of_unit().end());
-      }
-    }
-    int32_t units[2] = {0, 0};
-    for (int32_t o : owners) ++units[o];
-    if (!sink.plans.empty()) {
-      for (const v1::BlockPlan& b : sink.plans.back().blocks()) {
-        for (const v1::Offload& o : b.offloads()) {
-          units[o.owner()] -= o.units();
-          units[o.helper()] += o.units();
-          offloaded += o.units();
-        }
-      }
-    }
-    const double busy[2] = {units[0] * 1e-3, units[1] * 2e-3};
-    const double wall = std::max(busy[0], busy[1]) + 2e-3 + offloaded * offload_cost;
-    for (int32_t rank : {0, 1}) {
-      v1::WorkerReport r = testing::StepReport(spec, rank, step, units[rank], busy[rank]);
-      r.mutable_step()->mutable_blocks(0)->set_comm_seconds(wall - busy[rank]);
-      r.mutable_step()->set_plan_version(version);
-      for (int32_t o : owners) r.mutable_step()->mutable_blocks(0)->add_owner_of_unit(o);
-      EXPECT_TRUE(registry.Report("agent-1", r).ok());
-    }
-    out.straggler_units = units[1];
-    out.step = wall;
-    clock.Advance(absl::Milliseconds(50));
-    loop.Tick();
-  }
-  out.plans = sink.plans.size();
-  const std::vector<GroupRef> groups = registry.Groups();
-  if (!groups.empty()) out.why = loop.Record(groups[0]).reasons.before;
-  return out;
+  return testing::RunSimulatedJob(
+      options, policy,
+      [&](const testing::SimulatedStepIn& in) {
+        const double busy[2] = {in.units[0] * 1e-3, in.units[1] * 2e-3};
+        return testing::SimulatedStepCost{
+            .compute = {busy[0], busy[1]},
+            .wall = std::max(busy[0], busy[1]) + 2e-3 + in.offloaded * offload_cost};
+      },
+      [&](int64_t step, JobSettings& settings, DecisionLoop& loop) {
+        if (step != cordon_at) return;
+        EXPECT_TRUE(settings.SetCordon("dev1", true, "test").ok());
+        loop.ReplanNow("");
+      });
 }
 
 // Offloads that cost 3 ms a unit more than priced: the model's plan (rank 1 computing 11

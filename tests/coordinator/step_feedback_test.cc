@@ -14,6 +14,7 @@
 #include "testing/control_plane_messages.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
+#include "testing/simulated_job.h"
 
 namespace ballast::coordinator {
 namespace {
@@ -258,79 +259,25 @@ TEST(StepFeedbackOptionsTest, BadOptionsNameTheField) {
 // against rank 0's 1 ms, but each of its units costs it 2.4 ms of the step (a quota
 // throttles it in its collectives too). Balanced by the timers it keeps 13 units, a
 // 33.2 ms step; the best is 9 (25 ms).
-class NullSink final : public AgentSink {
- public:
-  void Send(const v1::CoordinatorMessage& m) override {
-    if (m.has_plan()) plans.push_back(m.plan().plan());
-  }
-  std::vector<v1::WorkloadPlan> plans;
-};
-
-struct LoopResult {
-  int32_t straggler_units = 16;  // what rank 1 computes at the end
-  double step = 0;               // the step then
-  size_t plans = 0;
-  std::vector<std::string> why;  // the last decision's lines
-};
+using LoopResult = testing::SimulatedJobResult;
 
 LoopResult RunLoop(bool feedback, double straggler_seconds_per_unit = 2.4e-3,
                    double hysteresis = 0.05) {
-  testing::FakeClock clock;
-  testing::InMemoryPolicyStore store;
-  std::unique_ptr<SpeedModel> speeds = *SpeedModel::Create(SpeedModelOptions{}, &clock);
-  std::unique_ptr<JobSettings> settings = *JobSettings::Load(&store, &clock);
-  GroupRegistry registry(RegistryOptions{}, &clock, speeds.get());
-  StragglerJudge judge(&clock, absl::Seconds(3));
   DecisionLoopOptions options;
   options.dwell.plan_dwell = absl::Milliseconds(500);
   if (feedback) {
     options.step_feedback = StepFeedbackOptions{
         .min_steps = 8, .probe_timeout = absl::Seconds(2), .backoff = absl::Minutes(2)};
   }
-  DecisionLoop loop(options, &clock, &registry, &judge, settings.get(), speeds.get());
   JobPolicy policy;
   policy.mode = BalanceMode::kMigrate;
   policy.report_period = absl::Milliseconds(100);
   policy.hysteresis = hysteresis;
-  EXPECT_TRUE(settings->SetPolicy("vit", policy).ok());
-  testing::GroupSpec spec;
-  spec.owner_of_unit.assign(32, 0);
-  std::fill(spec.owner_of_unit.begin() + 16, spec.owner_of_unit.end(), 1);
-  NullSink sink;
-  EXPECT_TRUE(registry.AgentConnected(testing::GroupHello(spec), &sink).ok());
-  LoopResult out;
-  for (int64_t step = 0; step < 600; ++step) {
-    // The workers run the newest plan pushed.
-    int32_t units[2] = {16, 16};
-    int64_t version = 0;
-    if (!sink.plans.empty()) {
-      const v1::WorkloadPlan& plan = sink.plans.back();
-      version = plan.version();
-      for (const v1::BlockPlan& b : plan.blocks()) {
-        for (const v1::Offload& o : b.offloads()) {
-          units[o.owner()] -= o.units();
-          units[o.helper()] += o.units();
-        }
-      }
-    }
-    const double busy[2] = {units[0] * 1e-3, units[1] * straggler_seconds_per_unit};
-    const double wall = std::max(busy[0], busy[1]) + 2e-3;
-    for (int32_t rank : {0, 1}) {
-      const double compute = units[rank] * (rank == 0 ? 1e-3 : 1.5e-3);
-      v1::WorkerReport r = testing::StepReport(spec, rank, step, units[rank], compute);
-      r.mutable_step()->mutable_blocks(0)->set_comm_seconds(wall - compute);
-      r.mutable_step()->set_plan_version(version);
-      EXPECT_TRUE(registry.Report("agent-1", r).ok());
-    }
-    out.straggler_units = units[1];
-    out.step = wall;
-    clock.Advance(absl::Milliseconds(50));
-    loop.Tick();
-  }
-  out.plans = sink.plans.size();
-  const std::vector<GroupRef> groups = registry.Groups();
-  if (!groups.empty()) out.why = loop.Record(groups[0]).reasons.before;
-  return out;
+  return testing::RunSimulatedJob(options, policy, [&](const testing::SimulatedStepIn& in) {
+    const double busy[2] = {in.units[0] * 1e-3, in.units[1] * straggler_seconds_per_unit};
+    return testing::SimulatedStepCost{.compute = {in.units[0] * 1e-3, in.units[1] * 1.5e-3},
+                                      .wall = std::max(busy[0], busy[1]) + 2e-3};
+  });
 }
 
 TEST(StepFeedbackLoopTest, TheLoopMovesMoreOffAStragglerSlowerThanItsTimersShow) {
