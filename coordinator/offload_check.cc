@@ -57,7 +57,7 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
       lines.push_back("offload check: no straggler, nothing to check");
       return false;
     }
-    // No straggler to balance (calm by the timers, or a mode that pushes no plans): the
+    // No straggler (the timers judge the group calm, or no rank straggling): the
     // verdict is kept for the straggler's return, a while; a measurement in flight is
     // not (the plans meanwhile are not the ones it measures).
     if (!g.absent_since.has_value()) g.absent_since = now;
