@@ -432,8 +432,11 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   // parallelism under mode observe is a step to compare them with); the step feedback
   // only where plans are pushed (a probe in observe would change nothing, time out, and
   // settle it before the job balances).
+  const std::vector<bool> cordoned = CordonedRanks(group);
   bool checking = false;
-  const bool refuse_offloads = RefusesOffloads(group, straggler, operator_hold, lines, checking);
+  const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
+  const bool refuse_offloads =
+      RefusesOffloads(group, straggler, operator_hold, cordon, lines, checking);
   const std::vector<double> correction =
       StepCorrection(group, Balances(policy.mode) ? straggler : -1, held || checking, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference
@@ -442,7 +445,6 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   for (size_t i = 0; i < speeds.size(); ++i) {
     reference_total += speeds[i].speeds.reference_seconds_per_unit * block_work[i];
   }
-  const std::vector<bool> cordoned = CordonedRanks(group);
   absl::btree_map<size_t, std::vector<int32_t>> fitted;  // rank -> blocks priced by a fit
   // The group's step: its slowest rank's median.
   double step_seconds = 0;

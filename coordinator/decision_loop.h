@@ -186,11 +186,11 @@ class DecisionLoop {
   static int32_t TimersStraggler(const PooledGroup& pooled, const StragglerJudge::Verdict& verdict,
                                  int32_t size);
   // Whether this round plans without offloads (offload_check.h; false when the check is
-  // off or a rank is cordoned), for `straggler` (the timers' target in any mode),
-  // saying why in `lines` and in correction_ (its undo and moved as the check asks);
-  // `probing`: the check probes, so the step feedback must hold.
+  // off or `cordon`: some rank is cordoned), for `straggler` (the timers' target in any
+  // mode), saying why in `lines` and in correction_ (its undo and moved as the check
+  // asks); `probing`: the check probes, so the step feedback must hold.
   bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
-                       std::vector<std::string>& lines, bool& probing)
+                       bool cordon, std::vector<std::string>& lines, bool& probing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
   // collective times and pooled slowdown, indexed by rank; sets `common` to the least and

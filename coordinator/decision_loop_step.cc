@@ -83,14 +83,12 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group, int
 }
 
 bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,
-                                   bool operator_hold, std::vector<std::string>& lines,
+                                   bool operator_hold, bool cordon, std::vector<std::string>& lines,
                                    bool& probing) {
   probing = false;
   if (offload_check_ == nullptr) return false;
-  const std::vector<bool> cordoned = CordonedRanks(group);
   // A cordon is an operator's order too, and only transfers empty a device: nothing is
   // refused while one stands, whatever verdict the check keeps.
-  const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
   OffloadCheck::Round round;
   round.straggler = straggler;
   round.held = operator_hold || cordon;
