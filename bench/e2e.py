@@ -6,7 +6,7 @@
   (c) resize    rank 1 slowed 2x, ZERO-resizing only
   (d) migrate   rank 1 slowed 2x, migration/resharding only (exact)
   (e) auto      rank 1 slowed 2x, the planner chooses
-  (e') auto_fixed  auto with the coordinator's --fixed_costs: each rank's collective
+  (e') auto_fixed  auto with the coordinator's --fixed_costs=on: each rank's collective
                 time beyond the least balanced with its units (coordinator/fixed_costs.h)
   (e'') auto_feedback  auto with the coordinator's --step_feedback: the straggler's
                 speed probed by the step it gets, kept while the step improves
@@ -58,7 +58,7 @@ CONFIGS = [
     ("resize", "resize", ["1:2"], {"accuracy_weight_seconds": "0.05"}, []),
     ("migrate", "migrate", ["1:2"], {}, []),
     ("auto", "auto", ["1:2"], {}, []),
-    ("auto_fixed", "auto", ["1:2"], {}, ["--fixed_costs"]),
+    ("auto_fixed", "auto", ["1:2"], {}, ["--fixed_costs=on"]),
     ("auto_feedback", "auto", ["1:2"], {}, ["--step_feedback"]),
     ("midrun", "auto", ["1:2@{on}-{off}"], {}, []),
     ("calm", "auto", [], {}, []),

@@ -65,11 +65,11 @@ struct CoordinatorOptions {
   // marginal skew of an expert block's loads before its experts are split.
   absl::Duration marginal_straggler_for = absl::Seconds(3);
   // Balance each rank's collective time beyond the least with its units, as a fixed cost
-  // (fixed_costs.h). Off (the default): the planner balances block compute alone. Off by
-  // default because the estimate assumes a straggler's collectives slow with its compute,
-  // and on the e2e benchmark, where they do, it measured no gain beyond the noise
-  // (docs/benchmarks.md, 2026-11-26).
-  bool fixed_costs = false;
+  // (fixed_costs.h). The estimate assumes a straggler's collectives slow with its compute,
+  // true of a CPU quota or a co-tenant, false of a slower device, where it reshards too
+  // far; so by default (auto) only for a straggler whose collectives were measured slower
+  // than the group's calm ones (straggler_kind.h). Off: block compute alone.
+  FixedCostsMode fixed_costs = FixedCostsMode::kAuto;
   // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
   // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.
   bool unit_count_fit = true;

@@ -59,6 +59,7 @@ DecisionLoop::DecisionLoop(const DecisionLoopOptions& options, Clock* clock,
       registry_(registry),
       judge_(judge),
       settings_(settings),
+      straggler_kind_(clock, options.straggler_kind),
       speeds_(speeds) {
   if (options.step_feedback.has_value()) {
     feedback_ = std::make_unique<StepFeedback>(clock_, *options.step_feedback);
@@ -81,6 +82,7 @@ bool DecisionLoop::Tick() {
     judge_->Forget(ref.key);
     if (feedback_ != nullptr) feedback_->Forget(ref.key);
     if (offload_check_ != nullptr) offload_check_->Forget(ref.key);
+    straggler_kind_.Forget(ref.key);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -424,17 +426,17 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const double bytes_per_second = LinkBytesPerSecond(group.link, group.link_stale_after,
                                                      options_.link_bytes_per_second, &link_line);
   lines.push_back(std::move(link_line));
-  const std::vector<double> fixed_per_step =
-      FixedSecondsPerStep(group, *pooled, lines, common_fixed);
   const int32_t straggler = TimersStraggler(*pooled, verdict, group.size);
+  const std::vector<bool> cordoned = CordonedRanks(group);
+  const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
+  const std::vector<double> fixed_per_step = FixedSecondsPerStep(
+      group, *pooled, KindOf(group, straggler, cordon, lines), lines, common_fixed);
   // The check first: while it probes, the step feedback holds (each judges its own plan).
   // It sees the straggler in every mode (it probes only offloads pushed, and plain tensor
   // parallelism under mode observe is a step to compare them with); the step feedback
   // only where plans are pushed (a probe in observe would change nothing, time out, and
   // settle it before the job balances).
-  const std::vector<bool> cordoned = CordonedRanks(group);
   bool checking = false;
-  const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
   const bool refuse_offloads =
       RefusesOffloads(group, straggler, operator_hold, cordon, lines, checking);
   const std::vector<double> correction =
@@ -559,13 +561,20 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
 
 std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,
                                                       const PooledGroup& pooled,
+                                                      StragglerKind::Kind kind,
                                                       std::vector<std::string>& lines,
                                                       std::optional<double>& common) const {
   std::vector<double> none(group.size, 0.0);
-  if (!options_.fixed_costs) {
+  if (options_.fixed_costs == FixedCostsMode::kOff) {
     lines.push_back(
         "fixed costs: off (coordinator flag --fixed_costs): collectives not balanced with "
         "the units");
+    return none;
+  }
+  if (options_.fixed_costs == FixedCostsMode::kAuto && kind != StragglerKind::Kind::kWhole) {
+    lines.push_back(
+        "fixed costs: none (--fixed_costs=auto: only for a straggler measured slow in its "
+        "collectives too)");
     return none;
   }
   std::vector<double> collective(group.size, 0.0), slowdown(group.size, 0.0);

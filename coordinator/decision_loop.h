@@ -38,6 +38,7 @@
 #include "absl/time/time.h"
 #include "ballast/plan.h"
 #include "common/clock.h"
+#include "coordinator/fixed_costs.h"
 #include "coordinator/group_figures.h"
 #include "coordinator/group_registry.h"
 #include "coordinator/job_settings.h"
@@ -48,6 +49,7 @@
 #include "coordinator/speed_model.h"
 #include "coordinator/step_feedback.h"
 #include "coordinator/straggler_judge.h"
+#include "coordinator/straggler_kind.h"
 
 namespace ballast::coordinator {
 
@@ -55,8 +57,11 @@ struct DecisionLoopOptions {
   // The prior link bandwidth (link_model.h), until offloads measure it.
   double link_bytes_per_second = 1e9;
   DwellOptions dwell;
-  // Balance each rank's collective time beyond the least with its units (fixed_costs.h).
-  bool fixed_costs = false;
+  // Balance each rank's collective time beyond the least with its units (fixed_costs.h):
+  // in auto, where the straggler's collectives were measured slower with it
+  // (straggler_kind.h).
+  FixedCostsMode fixed_costs = FixedCostsMode::kAuto;
+  StragglerKindOptions straggler_kind;
   // Price each rank's block compute as fixed seconds plus seconds per unit where a fit over
   // the unit counts it ran finds a fixed part (unit_count_fit.h); else per unit alone.
   bool unit_count_fit = true;
@@ -85,7 +90,8 @@ struct DecisionRecord {
   std::map<int32_t, BlockDecision> decisions;  // last, per block
   // The collectives' own cost a step that the last decision left out of the planner's
   // fixed costs, for the step prediction; unset when it gave none (mode off,
-  // --fixed_costs=false, nothing measured).
+  // --fixed_costs=off, auto for a straggler not judged slow in its collectives, nothing
+  // measured).
   std::optional<double> common_fixed_seconds;
 };
 
@@ -192,12 +198,18 @@ class DecisionLoop {
   bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
                        bool cordon, std::vector<std::string>& lines, bool& probing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // The kind of `straggler` (the timers' target; -1: none), measured by straggler_kind_
+  // from the group's collectives, saying what it found in `lines`.
+  StragglerKind::Kind KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,
+                             std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
-  // collective times and pooled slowdown, indexed by rank; sets `common` to the least and
-  // says what it found in `lines`. Zeros (and `common` untouched) when fixed costs are
-  // off or nothing was measured.
+  // collective times and pooled slowdown, indexed by rank, where the options' mode and
+  // the straggler's `kind` say to balance them; sets `common` to the least and says what
+  // it found in `lines`. Zeros (and `common` untouched) when none are balanced or nothing
+  // was measured.
   std::vector<double> FixedSecondsPerStep(const GroupSnapshot& group, const PooledGroup& pooled,
-                                          std::vector<std::string>& lines,
+                                          StragglerKind::Kind kind, std::vector<std::string>& lines,
                                           std::optional<double>& common) const;
   // The group's entry, fresh for a new incarnation.
   Entry& EntryOf(const GroupRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -209,6 +221,7 @@ class DecisionLoop {
   const JobSettings* const settings_;
   std::unique_ptr<StepFeedback> feedback_;       // null: off
   std::unique_ptr<OffloadCheck> offload_check_;  // null: off
+  StragglerKind straggler_kind_;
   SpeedModel* const speeds_;
 
   absl::Mutex tick_mu_;  // one planning round at a time: the judge's runs are per round

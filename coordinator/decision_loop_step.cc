@@ -1,7 +1,8 @@
 // The decision loop's two loops on the measured step, the step feedback
-// (step_feedback.h) and the offload check (offload_check.h): each round's input gathered
-// from the group's snapshot, and what they decide written to the round's correction_.
-// Apart from decision_loop.cc, which plans.
+// (step_feedback.h) and the offload check (offload_check.h), and the straggler's kind
+// from the measured collectives (straggler_kind.h): each round's input gathered from the
+// group's snapshot, and what the loops decide written to the round's correction_. Apart
+// from decision_loop.cc, which plans.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -80,6 +81,21 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group, int
     AppendWhy(absl::StrJoin(lines.begin() + first_line, lines.end(), "; "), correction_.why);
   }
   return std::move(correction.factors);
+}
+
+StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,
+                                         std::vector<std::string>& lines) {
+  StragglerKind::Round round;
+  round.straggler = straggler;
+  round.cordon = cordon;
+  round.plan_version = WorkersRun(group).version;
+  round.published_version = group.plan.version.value();
+  round.offloads = OffloadsUnits(group);
+  round.units = UnitsComputed(group);
+  const int32_t min_steps = straggler_kind_.options().min_steps;
+  round.step_seconds = MeasuredStep(group.ranks, round.plan_version, min_steps);
+  round.collective_seconds = MeasuredCollectives(group.ranks, round.plan_version, min_steps);
+  return straggler_kind_.Update(group.ref, round, lines);
 }
 
 bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,

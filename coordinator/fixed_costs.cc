@@ -5,10 +5,36 @@
 #include <limits>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace ballast::coordinator {
+
+absl::StatusOr<FixedCostsMode> ParseFixedCostsMode(absl::string_view text) {
+  if (absl::EqualsIgnoreCase(text, "auto")) return FixedCostsMode::kAuto;
+  if (absl::EqualsIgnoreCase(text, "off")) return FixedCostsMode::kOff;
+  if (absl::EqualsIgnoreCase(text, "on")) return FixedCostsMode::kOn;
+  // What the flag took when it was a bool (true, false, 1, 0, yes, no, ...).
+  if (bool on = false; absl::SimpleAtob(text, &on)) {
+    return on ? FixedCostsMode::kOn : FixedCostsMode::kOff;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("fixed costs mode '", text, "' is not one of off, auto, on"));
+}
+
+absl::string_view FixedCostsModeName(FixedCostsMode mode) {
+  switch (mode) {
+    case FixedCostsMode::kOff:
+      return "off";
+    case FixedCostsMode::kAuto:
+      return "auto";
+    case FixedCostsMode::kOn:
+      return "on";
+  }
+  return "?";
+}
 
 absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
                                               const std::vector<double>& slowdowns) {

@@ -22,11 +22,13 @@
 // alike, as a CPU co-tenant, a CPU quota or a GPU co-tenant's kernels do. A rank that is
 // slower only in its compute (an older GPU on the same links) would be given a fixed cost
 // it does not have, at most its own measured collective time, and once it then arrives
-// first its own waits confirm the estimate. So the term is off unless an operator turns it
-// on (`ballast-coordinator --fixed_costs`): on the e2e benchmark's CPU-quota straggler,
-// where the assumption holds, it offloaded 2-5 points more of the units but the step moved
-// within the noise (docs/benchmarks.md, 2026-11-26). Measuring each rank's waits in its
-// collectives would drop the assumption (docs/architecture.md, "Not done yet").
+// first its own waits confirm the estimate. So by default (`--fixed_costs=auto`) the term
+// is given only for a straggler whose collectives were measured slower than the group's
+// calm ones (straggler_kind.h): on the small GPT under a 2x CPU quota it made auto 1.22x
+// faster than plain TP where compute alone made it 1.04x, and under a 2x slower device it
+// resharded too far (docs/benchmarks.md, 2026-12-02 (late)). `on` gives it for every
+// straggler, `off` never. Measuring each rank's waits in its collectives would drop the
+// assumption (docs/architecture.md, "Not done yet").
 //
 // The planner is given each rank's excess over the least (`FixedCosts::excess`): only
 // differences move units, and the common part stays in the step prediction as the
@@ -40,8 +42,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ballast::coordinator {
+
+// Where the coordinator balances fixed costs (--fixed_costs).
+enum class FixedCostsMode {
+  kOff,   // never: block compute alone
+  kAuto,  // for a straggler whose collectives were measured slower with it (straggler_kind.h)
+  kOn,    // always, as estimated below
+};
+// "off", "auto", "on", in any case, and what the flag took when it was a bool ("true",
+// "false", "1", "0", "yes", "no"...); INVALID_ARGUMENT naming the accepted values
+// otherwise. (The bare `--fixed_costs` and `--nofixed_costs` of the bool are gone.)
+absl::StatusOr<FixedCostsMode> ParseFixedCostsMode(absl::string_view text);
+absl::string_view FixedCostsModeName(FixedCostsMode mode);
 
 struct FixedCosts {
   // Per rank (indexed as the inputs): fixed seconds a step beyond the least, >= 0; 0 for a

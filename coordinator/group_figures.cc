@@ -79,12 +79,51 @@ double MeasuredStep(const std::vector<RankSnapshot>& ranks, int64_t version, int
   return step;
 }
 
+double MeasuredCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
+                           int64_t min_steps) {
+  double floor = 0;
+  bool any = false;
+  for (const RankSnapshot& rank : ranks) {
+    if (!rank.attached) continue;
+    if (rank.last_plan_version != version || rank.plan_steps < min_steps) return 0;
+    floor = any ? std::min(floor, rank.plan_collective_median) : rank.plan_collective_median;
+    any = true;
+  }
+  return floor;
+}
+
 const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
                                             const BlockSnapshot& block) {
   for (const BlockPlan& bp : in_force.blocks) {
     if (bp.block.value() == block.block && !bp.owner_of_unit.empty()) return bp.owner_of_unit;
   }
   return block.owner_of_unit;
+}
+
+std::vector<int32_t> UnitsComputed(const GroupSnapshot& group) {
+  std::vector<int32_t> units(std::max(group.size, 0), 0);
+  const auto add = [&units](RankId rank, int32_t n) {
+    if (rank.value() >= 0 && static_cast<size_t>(rank.value()) < units.size()) {
+      units[rank.value()] += n;
+    }
+  };
+  for (const BlockSnapshot& block : group.blocks) {
+    if (block.units_divide) continue;
+    const std::vector<RankId>& owners = PlannedOwnership(group.plan, block);
+    if (owners.empty()) return {};
+    for (RankId owner : owners) add(owner, 1);
+    for (const BlockPlan& bp : group.plan.blocks) {
+      if (bp.block.value() != block.block) continue;
+      for (size_t r = 0; r < bp.pruned_units.size(); ++r) {
+        add(RankId(static_cast<int32_t>(r)), -bp.pruned_units[r]);
+      }
+      for (const Offload& o : bp.offloads) {
+        add(o.owner, -o.units);
+        add(o.helper, o.units);
+      }
+    }
+  }
+  return units;
 }
 
 }  // namespace ballast::coordinator

@@ -50,6 +50,19 @@ const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
 // last 16); 0 until then.
 double MeasuredStep(const std::vector<RankSnapshot>& ranks, int64_t version, int64_t min_steps);
 
+// The collectives' floor under plan `version` (straggler_kind.h), on the same terms: the
+// least median collective seconds a step over the attached ranks (the rank that arrives
+// last waits for nobody, so this is what the collectives cost); 0 until every attached
+// rank ran `min_steps` steps under it.
+double MeasuredCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
+                           int64_t min_steps);
+
+// Each rank's units computed under the group's newest plan (straggler_kind.h): owned on
+// the plan's ownership (PlannedOwnership), less pruned, less offloaded to a helper, and
+// the helper's plus; blocks whose units divide (experts' replicas) are left out. Indexed
+// by rank; empty where the snapshot carries no ownership.
+std::vector<int32_t> UnitsComputed(const GroupSnapshot& group);
+
 }  // namespace ballast::coordinator
 
 #endif  // BALLAST_COORDINATOR_GROUP_FIGURES_H_

@@ -346,9 +346,11 @@ void GroupRegistry::Apply(GroupEntry& group, RankEntry& rank, const v1::WorkerRe
   rank.step_seconds.Add(compute + collective);
   if (step.plan_version() != rank.last_plan_version) {
     rank.plan_step_seconds = RecentSeconds();
+    rank.plan_collective_seconds = RecentSeconds();
     rank.plan_steps = 0;
   }
   rank.plan_step_seconds.Add(compute + collective);
+  rank.plan_collective_seconds.Add(collective);
   ++rank.plan_steps;
   rank.last_plan_version = step.plan_version();
   rank.last_plan_number = step.plan_number();
@@ -443,6 +445,7 @@ GroupSnapshot GroupRegistry::SnapshotOf(const GroupEntry& group, bool with_owner
                        .collective_samples = rank.collective_seconds.values.size(),
                        .step_median = rank.step_seconds.Median(),
                        .plan_step_median = rank.plan_step_seconds.Median(),
+                       .plan_collective_median = rank.plan_collective_seconds.Median(),
                        .plan_steps = rank.plan_steps,
                        .last_plan_version = rank.last_plan_version,
                        .last_plan_number = rank.last_plan_number});

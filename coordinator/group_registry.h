@@ -97,6 +97,7 @@ struct RankSnapshot {
   // The same over its last steps under the plan of its latest report only (at most 16:
   // the step feedback judges a plan by them), and how many steps it ran under that plan.
   double plan_step_median = 0;
+  double plan_collective_median = 0;
   int64_t plan_steps = 0;
   int64_t last_plan_version = 0;  // the plan its latest report ran under
   int64_t last_plan_number = 0;   // and that plan's number
@@ -209,7 +210,8 @@ class GroupRegistry {
     int64_t last_units_computed = -1;
     RecentSeconds collective_seconds;
     RecentSeconds step_seconds;
-    RecentSeconds plan_step_seconds;  // since last_plan_version began
+    RecentSeconds plan_step_seconds;        // since last_plan_version began
+    RecentSeconds plan_collective_seconds;  // the same, collectives alone
     int64_t plan_steps = 0;
     int64_t last_plan_version = 0;
     int64_t last_plan_number = 0;

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -25,6 +26,7 @@
 #include "coordinator/admin_service.h"
 #include "coordinator/agent_service.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/fixed_costs.h"
 #include "coordinator/metrics.h"
 #include "coordinator/policy_store.h"
 #include "coordinator/server.h"
@@ -62,10 +64,12 @@ ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
           "last before a calm group starts balancing, and a marginal skew of an expert "
           "block's loads before its experts are split; a larger one is balanced at once");
-ABSL_FLAG(bool, fixed_costs, false,
+ABSL_FLAG(std::string, fixed_costs, "auto",
           "Balance each rank's collective time beyond the least together with its units, "
-          "scaled by its compute slowdown (coordinator/fixed_costs.h); for stragglers whose "
-          "collectives slow with them (co-tenants, CPU quotas). False: compute alone");
+          "scaled by its compute slowdown (coordinator/fixed_costs.h): auto: for a straggler "
+          "whose collectives were measured slower than the group's calm ones (a CPU quota, a "
+          "co-tenant: coordinator/straggler_kind.h); on: for every straggler; off: compute "
+          "alone");
 ABSL_FLAG(bool, unit_count_fit, true,
           "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
           "fitted over the unit counts it ran finds a fixed part "
@@ -157,7 +161,13 @@ int main(int argc, char** argv) {
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
   options.flap_hold = absl::GetFlag(FLAGS_flap_hold);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
-  options.fixed_costs = absl::GetFlag(FLAGS_fixed_costs);
+  absl::StatusOr<FixedCostsMode> fixed_costs =
+      ParseFixedCostsMode(absl::GetFlag(FLAGS_fixed_costs));
+  if (!fixed_costs.ok()) {
+    BALLAST_LOG(ERROR) << "--fixed_costs: " << fixed_costs.status().message();
+    return 2;  // a usage error
+  }
+  options.fixed_costs = *fixed_costs;
   options.unit_count_fit = absl::GetFlag(FLAGS_unit_count_fit);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
   if (!absl::GetFlag(FLAGS_offload_check)) options.offload_check.reset();

@@ -77,7 +77,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    help="extra policy settings (see ballastctl policy set)")
     p.add_argument("--coordinator-flag", action="append", default=[], metavar="--FLAG=VALUE",
                    help="extra ballast-coordinator flag, e.g. "
-                        "--coordinator-flag=--fixed_costs=false")
+                        "--coordinator-flag=--fixed_costs=off")
     p.add_argument("--progress", default="auto", choices=("auto", "bar", "lines", "none"))
     p.add_argument("--netns", action="append", default=[], metavar="RANK:NAMESPACE:ADDRESS",
                    help="run RANK in an existing network namespace, its Gloo transport on "

@@ -451,7 +451,7 @@ class TwoRankLockstep {
 // is balanced, as a cluster whose slow ranks are slow only in compute wants.
 TEST_F(CoordinatorTest, StatusPredictsTheWholeStepFromMedians) {
   RecordingSink sink;
-  ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.fixed_costs = false}, &sink));
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.fixed_costs = FixedCostsMode::kOff}, &sink));
   JobPolicy policy = *coordinator_->GetPolicy("vit");
   policy.mode = BalanceMode::kObserve;  // explain, push nothing: all-local stays
   ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
@@ -537,7 +537,9 @@ TEST_F(CoordinatorTest, AStragglersSlowerCollectivesAreBalancedAsAFixedCost) {
     // (The offload check would probe the plan once 16 steps ran under it: this is about
     // what the plan is.)
     ASSERT_NO_FATAL_FAILURE(
-        StartMigrateJob({.fixed_costs = fixed_costs, .offload_check = std::nullopt}, &sink));
+        StartMigrateJob({.fixed_costs = fixed_costs ? FixedCostsMode::kOn : FixedCostsMode::kOff,
+                         .offload_check = std::nullopt},
+                        &sink));
     TwoRankLockstep ranks(coordinator_.get(), &clock_);
     ranks.Run(1, {4, 4}, c, own, 0);
     ASSERT_EQ(sink.plans().size(), 1u);
@@ -557,6 +559,47 @@ TEST_F(CoordinatorTest, AStragglersSlowerCollectivesAreBalancedAsAFixedCost) {
                                                     "0 +0 1 +0.004"));
       EXPECT_THAT(why->text(), ::testing::HasSubstr("1:0.004+0.003x"));
     }
+  }
+}
+
+// --fixed_costs=auto, the default: fixed costs only for a straggler whose collectives
+// were measured slower than the group's calm ones. The group runs calm (10 ms a unit, 20
+// ms of collectives each), then rank 1 turns 3x slower under mode observe (all-local, so
+// its collectives are measured): as a CPU quota would (its own collectives 60 ms: the
+// floor 3x the calm one), its 40 ms of excess are balanced as a fixed cost and migrate
+// offloads 3 units; as a slower device would (its own still 20 ms), compute alone and 2
+// units. A straggler there since the start has no calm floor to compare with: 2 units.
+TEST_F(CoordinatorTest, FixedCostsOnlyWhereTheStragglersCollectivesSlowedWithIt) {
+  const std::vector<double> calm = {10e-3, 10e-3}, slow = {10e-3, 30e-3};
+  struct Case {
+    const char* name;
+    bool calm_first;
+    std::vector<double> own;
+    int offloaded;
+    const char* kind;
+  };
+  for (const Case& k : {Case{"quota", true, {20e-3, 60e-3}, 3, "slow in its collectives too"},
+                        Case{"device", true, {20e-3, 20e-3}, 2, "slow in its compute alone"},
+                        Case{"from the start", false, {20e-3, 60e-3}, 2, "unknown"}}) {
+    SCOPED_TRACE(k.name);
+    RecordingSink sink;
+    ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.offload_check = std::nullopt}, &sink));
+    JobPolicy policy = *coordinator_->GetPolicy("vit");
+    policy.mode = BalanceMode::kObserve;
+    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    if (k.calm_first) ranks.Run(30, {4, 4}, calm, {20e-3, 20e-3}, 0);
+    ranks.Run(60, {4, 4}, slow, k.own, 0);
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(),
+                ::testing::HasSubstr(absl::StrCat("straggler kind (rank 1): ", k.kind)));
+    policy.mode = BalanceMode::kMigrate;
+    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+    ranks.Run(1, {4, 4}, slow, k.own, 0);
+    ASSERT_EQ(sink.plans().size(), 1u);
+    EXPECT_EQ(OffloadedUnits(sink.plans()[0]), k.offloaded);
+    coordinator_.reset();
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace ballast::coordinator {
@@ -69,6 +70,21 @@ TEST(FixedCostsTest, BadInputIsNamed) {
               HasSubstr("collective_seconds has 1 ranks but slowdowns has 2"));
   EXPECT_THAT(EstimateFixedCosts({0.1, std::nan("")}, {1, 2}).status().message(),
               HasSubstr("rank 1: collective seconds nan"));
+}
+
+TEST(FixedCostsTest, ModesParseAndAWrongOneIsNamed) {
+  for (const auto& [text, mode] :
+       {std::pair{"off", FixedCostsMode::kOff}, std::pair{"false", FixedCostsMode::kOff},
+        std::pair{"auto", FixedCostsMode::kAuto}, std::pair{"on", FixedCostsMode::kOn},
+        std::pair{"true", FixedCostsMode::kOn}, std::pair{"AUTO", FixedCostsMode::kAuto},
+        std::pair{"1", FixedCostsMode::kOn}, std::pair{"no", FixedCostsMode::kOff}}) {
+    absl::StatusOr<FixedCostsMode> parsed = ParseFixedCostsMode(text);
+    ASSERT_TRUE(parsed.ok()) << text;
+    EXPECT_EQ(*parsed, mode) << text;
+  }
+  EXPECT_EQ(FixedCostsModeName(FixedCostsMode::kAuto), "auto");
+  EXPECT_THAT(ParseFixedCostsMode("sometimes").status().message(),
+              HasSubstr("fixed costs mode 'sometimes' is not one of off, auto, on"));
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+// StragglerKind: whether a straggler's collectives slow with it, measured, so that fixed
+// costs (fixed_costs.h) are balanced where they exist and only there.
+//
+// Why. A rank throttled whole (a CPU quota, a co-tenant) is slow in its collectives too,
+// and balancing its compute alone leaves its peers waiting that difference at every
+// all-reduce: on the small GPT under a 2x quota the coordinator gained 1.04x over plain
+// TP without fixed costs and 1.22x with them (docs/benchmarks.md, 2026-12-02 (late)). A
+// rank slow only in its compute (an older GPU on the same links) has no such cost, and
+// fixed costs inferred for it (fixed_costs.h assumes its collectives slow with its
+// compute) reshard it too far: the GPT's 2x device straggler kept 19-25% of its units
+// where the best static plan keeps 33%. A step's totals cannot tell the two apart (in
+// lockstep every rank's compute plus collectives is the step); the group's collectives
+// before the straggler can. The rank that arrives last at a collective waits for nobody,
+// so the least collective time over the ranks is what the collectives themselves cost (the
+// "floor"). A slower device leaves the floor as it was; a throttled rank raises it (in
+// the e2e benchmark's 2x quota, 97 ms a step against 43 ms calm).
+//
+// How, per group:
+//   - calm floor: in a round the compute timers judge calm, once every rank has run
+//     `min_steps` steps under a plan without offloads (an offload's transfers are timed as
+//     collectives), all since the group turned calm: the floor, kept as the group's;
+//   - straggling floor: the same for the straggler (the rank the timers judge it), the
+//     first time such a plan has run `min_steps` steps while it straggled and computed
+//     at least the units it computed when the calm floor was measured: before balancing
+//     starts, plain TP held by an operator, or the offload check's probe
+//     (offload_check.h). Fewer units relieve a throttled rank's collectives too (it idles
+//     more, and waits less for its CPU share): under a 2x quota held at half its units
+//     the GPT's straggler measured 1.25x the calm floor where at all of them 1.97-2.26x;
+//   - kind: kWhole where the straggling floor is at least `min_ratio` times a calm floor
+//     measured within `calm_fresh` before, else kCompute. The verdict stands while the
+//     straggler lasts: once balanced, a throttled rank idles more and its collectives
+//     speed up, and judging it again would take its fixed cost away and give it its units
+//     back. It stands through calm rounds too. A calm spell of kAbsentFor ends it,
+//     counted only while the straggler computes its calm units (relieved of some, a
+//     throttled rank can look calm while it is not). Another straggler is judged on its
+//     own (each verdict kept by rank, so two stragglers that take turns keep theirs). The
+//     calm floor is not measured while a verdict stands, for the same reason.
+//   - kUnknown until then, and for a straggler with no calm floor to compare with (one
+//     there from the job's start): the caller decides (the coordinator balances no fixed
+//     costs then, as before this existed).
+// A cordon measures nothing (its rank computes nothing; its collectives are no
+// straggler's).
+//
+//   StragglerKind kinds(&clock, options);
+//   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
+//
+// Thread-safe. Keyed by the group's incarnation, like the judge.
+#ifndef BALLAST_COORDINATOR_STRAGGLER_KIND_H_
+#define BALLAST_COORDINATOR_STRAGGLER_KIND_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/group_registry.h"
+
+namespace ballast::coordinator {
+
+struct StragglerKindOptions {
+  // Steps every rank runs under a plan before its collectives are a floor, >= 1 (the
+  // registry's medians cover the last 16).
+  int32_t min_steps = 16;
+  // A straggling floor this many times the calm one or more is the straggler's, > 1:
+  // 16-step medians of a calm floor moved by under 10% in the e2e benchmark.
+  double min_ratio = 1.25;
+  // How old a calm floor may be and still be compared with, > 0.
+  absl::Duration calm_fresh = absl::Minutes(10);
+};
+
+// INVALID_ARGUMENT naming the field.
+absl::Status ValidateStragglerKindOptions(const StragglerKindOptions& options);
+
+class StragglerKind {
+ public:
+  enum class Kind {
+    kUnknown,  // no straggler, or not measured yet
+    kCompute,  // slow in its compute alone (a slower device): no fixed cost
+    kWhole,    // its collectives slowed with it (a CPU quota, a co-tenant): fixed costs
+  };
+
+  // What one planning round saw of a group.
+  struct Round {
+    // The rank the compute timers judge the group's straggler; -1: calm.
+    int32_t straggler = -1;
+    // Some rank is cordoned: nothing is measured.
+    bool cordon = false;
+    int64_t plan_version = 0;       // the plan the workers run
+    int64_t published_version = 0;  // the newest plan pushed
+    bool offloads = false;          // the newest plan pushed offloads some unit
+    // Each rank's units computed under the newest plan pushed (owned, less pruned and
+    // offloaded; summed over the blocks planned by counts); empty: not known (nothing
+    // is then compared).
+    std::vector<int32_t> units;
+    // The group's step and its collectives' floor under the plan the workers run, once
+    // every rank ran min_steps steps under it (group_figures.h: MeasuredStep,
+    // MeasuredCollectives); <= 0 until then.
+    double step_seconds = 0;
+    double collective_seconds = 0;
+  };
+
+  // `clock` must outlive this.
+  StragglerKind(Clock* clock, const StragglerKindOptions& options)
+      : clock_(clock), options_(options) {}
+
+  // The round's straggler's kind, appending lines on what was measured to `lines`. In a
+  // calm round, the verdicts that still stand (kWhole if any is), else kUnknown.
+  Kind Update(const GroupRef& ref, const Round& round, std::vector<std::string>& lines)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops a group the registry forgot.
+  void Forget(const GroupKey& key) ABSL_LOCKS_EXCLUDED(mu_);
+  const StragglerKindOptions& options() const { return options_; }
+
+  // A straggler judged calm for this long is forgotten (a quota straggler relieved of
+  // units can look calm for seconds while still contended: straggler_judge.h).
+  static constexpr absl::Duration kAbsentFor = absl::Seconds(30);
+
+ private:
+  struct Verdict {
+    Kind kind = Kind::kUnknown;
+    std::string why;  // its measurements
+  };
+  struct GroupState {
+    uint64_t incarnation = 0;
+    // The calm floor and when it was measured (0: none yet).
+    double calm_floor = 0;
+    absl::Duration calm_floor_at;
+    std::vector<int32_t> calm_units;           // Round::units when calm_floor was measured
+    std::optional<absl::Duration> calm_since;  // the calm spell's first round
+    // The rank judged the straggler since target_since, without a calm round between.
+    int32_t target = -1;
+    absl::Duration target_since;
+    // Each straggler judged, until a calm spell of kAbsentFor.
+    std::map<int32_t, Verdict> judged;
+    std::optional<absl::Duration> absent_since;  // the calm spell counted toward it
+  };
+  // Whether the round's collectives are a floor: a plan without offloads that every rank
+  // ran min_steps steps, all since `since`.
+  bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;
+  // Whether `rank` computes fewer units in `round` than when the calm floor was measured.
+  static bool Relieved(const GroupState& g, const Round& round, int32_t rank);
+  // Update's two halves: a calm round measures the calm floor and counts the calm spell
+  // that ends the verdicts; a straggling round judges the straggler.
+  Kind Calm(GroupState& g, const Round& round, absl::Duration now, std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Kind Straggling(GroupState& g, const Round& round, absl::Duration now,
+                  std::vector<std::string>& lines) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;
+  const StragglerKindOptions options_;
+  absl::Mutex mu_;
+  std::map<GroupKey, GroupState> groups_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::coordinator
+
+#endif  // BALLAST_COORDINATOR_STRAGGLER_KIND_H_

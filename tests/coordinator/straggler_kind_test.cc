@@ -1,0 +1,239 @@
+// StragglerKind: a straggler whose collectives' floor rose over the group's calm one is
+// judged slow in them too (fixed costs), one whose floor stayed is judged slow in compute
+// alone; nothing is judged from plans with offloads, from steps that were not all the
+// straggler's, against a stale calm floor, under a cordon, or while the straggler computes
+// fewer units than it did calm; a verdict stands while the straggler lasts (and while it
+// looks calm relieved of units), a calm spell of 30 s ends it, another straggler is
+// judged afresh.
+#include "coordinator/straggler_kind.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "testing/fake_clock.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using Kind = StragglerKind::Kind;
+
+const GroupRef kGroup{.key = {"gpt", "tp0"}, .incarnation = 1};
+
+// The workers run plan `version` (the newest pushed), without offloads unless said, at a
+// step of 0.1 s whose collectives cost `collectives` at least.
+StragglerKind::Round Ran(int32_t straggler, int64_t version, double collectives,
+                         bool offloads = false, std::vector<int32_t> units = {}) {
+  return {.straggler = straggler,
+          .plan_version = version,
+          .published_version = version,
+          .offloads = offloads,
+          .units = std::move(units),
+          .step_seconds = 0.1,
+          .collective_seconds = collectives};
+}
+
+class StragglerKindTest : public ::testing::Test {
+ protected:
+  Kind Update(const StragglerKind::Round& round) {
+    lines_.clear();
+    return kinds_.Update(kGroup, round, lines_);
+  }
+  std::string Said() const { return lines_.empty() ? "" : lines_.back(); }
+  // Calm for 2 s (16 steps of 0.1 s take 1.6 s), with collectives at 43 ms.
+  void Calm(double collectives = 0.043) {
+    Update(Ran(-1, 1, collectives));
+    clock_.Advance(absl::Seconds(2));
+    Update(Ran(-1, 1, collectives));
+  }
+  // Rank 1 straggles; 2 s later the plan in force (without offloads) shows `collectives`.
+  Kind Straggle(double collectives, int64_t version = 1) {
+    Update(Ran(1, version, 0.043));  // the median still holds calm steps
+    clock_.Advance(absl::Seconds(2));
+    return Update(Ran(1, version, collectives));
+  }
+
+  testing::FakeClock clock_;
+  StragglerKind kinds_{&clock_, StragglerKindOptions{}};
+  std::vector<std::string> lines_;
+};
+
+TEST_F(StragglerKindTest, CollectivesThatSlowWithTheStragglerAreItsWhole) {
+  Calm();
+  EXPECT_THAT(Said(), HasSubstr("collectives 0.0430 s a step at least when calm"));
+  EXPECT_EQ(Straggle(0.097), Kind::kWhole);
+  EXPECT_THAT(Said(), HasSubstr("straggler kind (rank 1): slow in its collectives too (a CPU "
+                                "quota or a co-tenant): collectives 0.0970 s a step at least "
+                                "against 0.0430 s calm (2.26x, >= 1.25x"));
+}
+
+TEST_F(StragglerKindTest, CollectivesAsCalmMeanASlowerDevice) {
+  Calm();
+  EXPECT_EQ(Straggle(0.050), Kind::kCompute);
+  EXPECT_THAT(Said(), HasSubstr("slow in its compute alone (a slower device): collectives "
+                                "0.0500 s a step at least against 0.0430 s calm (1.16x, < "
+                                "1.25x"));
+}
+
+TEST_F(StragglerKindTest, NothingIsJudgedWithoutACalmFloor) {
+  // A straggler from the job's start.
+  EXPECT_EQ(Straggle(0.097), Kind::kUnknown);
+  EXPECT_THAT(Said(), HasSubstr("unknown: no calm collectives measured within 10m"));
+  // A calm spell under offloads measures no floor (their transfers are timed as
+  // collectives)...
+  Update(Ran(-1, 2, 0.043, /*offloads=*/true));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 2, 0.043, /*offloads=*/true));
+  EXPECT_THAT(Said(), HasSubstr("calm collectives not measured yet"));
+  // ...nor does one shorter than the 16 steps of a median.
+  Update(Ran(1, 3, 0.097));
+  Update(Ran(-1, 3, 0.043));
+  EXPECT_THAT(Said(), HasSubstr("calm collectives not measured yet"));
+  clock_.Advance(absl::Seconds(1));
+  Update(Ran(-1, 3, 0.043));
+  EXPECT_THAT(Said(), HasSubstr("calm collectives not measured yet"));
+  clock_.Advance(absl::Seconds(1));
+  Update(Ran(-1, 3, 0.043));
+  EXPECT_THAT(Said(), HasSubstr("collectives 0.0430 s a step at least when calm"));
+}
+
+TEST_F(StragglerKindTest, AStaleCalmFloorIsNoneAndACordonMeasuresNothing) {
+  Calm();
+  Update(Ran(1, 1, 0.043));
+  clock_.Advance(absl::Minutes(11));
+  EXPECT_EQ(Update(Ran(1, 1, 0.097)), Kind::kUnknown);
+  EXPECT_THAT(Said(), HasSubstr("no calm collectives measured within 10m"));
+
+  StragglerKind other(&clock_, StragglerKindOptions{});
+  std::vector<std::string> lines;
+  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
+  clock_.Advance(absl::Seconds(2));
+  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
+  other.Update(kGroup, Ran(1, 1, 0.043), lines);
+  clock_.Advance(absl::Seconds(2));
+  StragglerKind::Round cordoned = Ran(1, 1, 0.097);
+  cordoned.cordon = true;
+  EXPECT_EQ(other.Update(kGroup, cordoned, lines), Kind::kUnknown);
+  EXPECT_EQ(other.Update(kGroup, Ran(1, 1, 0.097), lines), Kind::kWhole);
+}
+
+TEST_F(StragglerKindTest, WaitsForAPlanWithoutOffloadsRunAllUnderTheStraggler) {
+  Calm();
+  Update(Ran(1, 1, 0.043));
+  clock_.Advance(absl::Seconds(1));  // 10 of the 16 steps were its own
+  EXPECT_EQ(Update(Ran(1, 1, 0.097)), Kind::kUnknown);
+  EXPECT_THAT(Said(), HasSubstr("not measured yet"));
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(Update(Ran(1, 2, 0.2, /*offloads=*/true)), Kind::kUnknown)
+      << "an offload's transfers are timed as collectives";
+  StragglerKind::Round pushed = Ran(1, 2, 0.097);
+  pushed.published_version = 3;  // the workers do not run the newest plan yet
+  EXPECT_EQ(Update(pushed), Kind::kUnknown);
+  EXPECT_EQ(Update(Ran(1, 3, 0.0)), Kind::kUnknown) << "not 16 steps under it yet";
+  EXPECT_EQ(Update(Ran(1, 3, 0.097)), Kind::kWhole);  // the offload check's probe
+}
+
+TEST_F(StragglerKindTest, AVerdictStandsWhileTheStragglerLasts) {
+  Calm();
+  ASSERT_EQ(Straggle(0.097), Kind::kWhole);
+  // Balanced, a throttled rank idles more and its collectives speed up: still whole.
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(Update(Ran(1, 4, 0.045)), Kind::kWhole);
+  // A calm blip keeps it; another straggler is judged afresh.
+  EXPECT_EQ(Update(Ran(-1, 4, 0.045)), Kind::kWhole);
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(Update(Ran(1, 4, 0.045)), Kind::kWhole);
+  EXPECT_EQ(Update(Ran(0, 4, 0.045)), Kind::kUnknown);
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(0, 4, 0.045)), Kind::kCompute);
+  // Calm for 30 s: the verdict ends, and the calm floor moves with the calm measured.
+  Update(Ran(-1, 4, 0.050));
+  clock_.Advance(absl::Seconds(31));
+  Update(Ran(-1, 4, 0.050));
+  EXPECT_EQ(Straggle(0.060, 4), Kind::kCompute) << "0.060 against 0.050 calm: 1.2x";
+}
+
+TEST_F(StragglerKindTest, FewerUnitsThanCalmMeasureNothing) {
+  const std::vector<int32_t> even{45, 45}, resharded{60, 30};
+  Update(Ran(-1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.043, false, even));
+  // Held at a third of its units, a throttled rank's collectives look nearly calm.
+  Update(Ran(1, 2, 0.043, false, resharded));
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(1, 2, 0.050, false, resharded)), Kind::kUnknown);
+  EXPECT_THAT(Said(), HasSubstr("not measured yet: it computes 30 units under the plan in "
+                                "force, fewer than the 45 it computed when calm"));
+  // Back at all of them (plain TP, or the offload check's probe): judged once 16 steps ran.
+  EXPECT_EQ(Update(Ran(1, 3, 0.0, false, even)), Kind::kUnknown);
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(1, 3, 0.097, false, even)), Kind::kWhole);
+}
+
+TEST_F(StragglerKindTest, RelievedAndLookingCalmTheStragglerKeepsItsVerdict) {
+  const std::vector<int32_t> even{45, 45}, resharded{60, 30};
+  Update(Ran(-1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.043, false, even));
+  Update(Ran(1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kWhole);
+  // Resharded, its timers read calm for a minute: the verdict stands (the planner goes on
+  // pricing what relieved it), and the calm floor is not measured from it.
+  EXPECT_EQ(Update(Ran(-1, 2, 0.060, false, resharded)), Kind::kWhole);
+  clock_.Advance(absl::Minutes(1));
+  EXPECT_EQ(Update(Ran(-1, 2, 0.060, false, resharded)), Kind::kWhole);
+  EXPECT_THAT(lines_, Contains(HasSubstr("collectives 0.0430 s a step at least when calm")));
+  EXPECT_THAT(Said(), HasSubstr("straggler kind (rank 1, calm now): slow in its collectives"));
+  EXPECT_EQ(Update(Ran(1, 2, 0.060, false, resharded)), Kind::kWhole);
+  // Given its units back and calm for 30 s: the contention is over.
+  Update(Ran(-1, 3, 0.050, false, even));
+  clock_.Advance(absl::Seconds(31));
+  EXPECT_EQ(Update(Ran(-1, 3, 0.050, false, even)), Kind::kUnknown);
+  EXPECT_THAT(Said(), HasSubstr("collectives 0.0500 s a step at least when calm"));
+  EXPECT_EQ(Update(Ran(1, 3, 0.050, false, even)), Kind::kUnknown);
+}
+
+TEST_F(StragglerKindTest, TwoStragglersTakingTurnsKeepTheirVerdicts) {
+  Calm();
+  ASSERT_EQ(Straggle(0.097), Kind::kWhole);
+  Update(Ran(0, 1, 0.097));
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(Update(Ran(0, 1, 0.050)), Kind::kCompute);
+  EXPECT_EQ(Update(Ran(1, 1, 0.050)), Kind::kWhole) << "rank 1's verdict, not measured again";
+  EXPECT_EQ(Update(Ran(0, 1, 0.097)), Kind::kCompute);
+}
+
+TEST_F(StragglerKindTest, ANewIncarnationStartsAfresh) {
+  Calm();
+  ASSERT_EQ(Straggle(0.097), Kind::kWhole);
+  const GroupRef again{.key = kGroup.key, .incarnation = 2};
+  std::vector<std::string> lines;
+  EXPECT_EQ(kinds_.Update(again, Ran(1, 1, 0.097), lines), Kind::kUnknown);
+  // The new incarnation measures its own calm floor; forgotten, it has none again.
+  kinds_.Update(again, Ran(-1, 1, 0.043), lines);
+  clock_.Advance(absl::Seconds(2));
+  kinds_.Update(again, Ran(-1, 1, 0.043), lines);
+  kinds_.Forget(kGroup.key);
+  kinds_.Update(again, Ran(1, 1, 0.043), lines);
+  clock_.Advance(absl::Seconds(2));
+  lines.clear();
+  EXPECT_EQ(kinds_.Update(again, Ran(1, 1, 0.097), lines), Kind::kUnknown);
+  EXPECT_THAT(lines, Contains(HasSubstr("no calm collectives measured")));
+}
+
+TEST(StragglerKindOptionsTest, ValidationNamesTheField) {
+  EXPECT_TRUE(ValidateStragglerKindOptions({}).ok());
+  EXPECT_THAT(ValidateStragglerKindOptions({.min_steps = 0}).message(), HasSubstr("min_steps"));
+  EXPECT_THAT(ValidateStragglerKindOptions({.min_ratio = 1.0}).message(), HasSubstr("min_ratio"));
+  EXPECT_THAT(ValidateStragglerKindOptions({.calm_fresh = absl::ZeroDuration()}).message(),
+              HasSubstr("calm_fresh"));
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
