@@ -5,17 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/duration_text.h"
 
 namespace ballast::coordinator {
-namespace {
-
-// "4m12s", not "4m12.440254124s".
-std::string Rounded(absl::Duration d) {
-  d = absl::Trunc(d, absl::Seconds(1));
-  return d == absl::ZeroDuration() ? "0s" : absl::FormatDuration(d);
-}
-
-}  // namespace
 
 absl::Status ValidateOffloadCheckOptions(const OffloadCheckOptions& o) {
   if (o.min_steps < 1) {
@@ -111,7 +103,7 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
       if (standing) {
         const bool refused = g.phase == Phase::kRefused;
         return say(refused, absl::StrCat(refused ? "refused: " : "allowed: ", g.why,
-                                         "; checked again in ", Rounded(g.until - now)));
+                                         "; checked again in ", WholeSeconds(g.until - now)));
       }
       g.phase = Phase::kWatch;
       [[fallthrough]];
@@ -134,8 +126,8 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
       if (g.baseline_step > 0 && now - g.baseline_at <= kBaselineFresh &&
           g.baseline_ownership == round.ownership) {
         return Judged(g, g.baseline_step,
-                      absl::StrCat(" (measured ", Rounded(now - g.baseline_at), " before)"), now,
-                      lines);
+                      absl::StrCat(" (measured ", WholeSeconds(now - g.baseline_at), " before)"),
+                      now, lines);
       }
       g.phase = Phase::kProbe;
       g.probe_from = round.plan_version;

@@ -5,17 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/duration_text.h"
 
 namespace ballast::coordinator {
-namespace {
-
-// "4m12s", not "4m12.440254124s".
-std::string Rounded(absl::Duration d) {
-  d = absl::Trunc(d, absl::Seconds(1));
-  return d == absl::ZeroDuration() ? "0s" : absl::FormatDuration(d);
-}
-
-}  // namespace
 
 absl::Status ValidateStragglerKindOptions(const StragglerKindOptions& o) {
   if (o.min_steps < 1) {
@@ -79,7 +71,7 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
   lines.push_back(g.calm_floor > 0
                       ? absl::StrFormat("straggler kind: none straggles; collectives %.4f s a "
                                         "step at least when calm (measured %s ago)",
-                                        g.calm_floor, Rounded(now - g.calm_floor_at))
+                                        g.calm_floor, WholeSeconds(now - g.calm_floor_at))
                       : "straggler kind: none straggles; calm collectives not measured yet");
   // A verdict stands through calm rounds: a throttled rank relieved of units can look
   // calm, and the planner must go on pricing what relieved it.
