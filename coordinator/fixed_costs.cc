@@ -24,18 +24,6 @@ absl::StatusOr<FixedCostsMode> ParseFixedCostsMode(absl::string_view text) {
       absl::StrCat("fixed costs mode '", text, "' is not one of off, auto, on"));
 }
 
-absl::string_view FixedCostsModeName(FixedCostsMode mode) {
-  switch (mode) {
-    case FixedCostsMode::kOff:
-      return "off";
-    case FixedCostsMode::kAuto:
-      return "auto";
-    case FixedCostsMode::kOn:
-      return "on";
-  }
-  return "?";
-}
-
 absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
                                               const std::vector<double>& slowdowns) {
   if (collective_seconds.size() != slowdowns.size()) {

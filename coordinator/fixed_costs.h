@@ -56,7 +56,6 @@ enum class FixedCostsMode {
 // "false", "1", "0", "yes", "no"...); INVALID_ARGUMENT naming the accepted values
 // otherwise. (The bare `--fixed_costs` and `--nofixed_costs` of the bool are gone.)
 absl::StatusOr<FixedCostsMode> ParseFixedCostsMode(absl::string_view text);
-absl::string_view FixedCostsModeName(FixedCostsMode mode);
 
 struct FixedCosts {
   // Per rank (indexed as the inputs): fixed seconds a step beyond the least, >= 0; 0 for a

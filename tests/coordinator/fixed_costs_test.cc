@@ -82,7 +82,6 @@ TEST(FixedCostsTest, ModesParseAndAWrongOneIsNamed) {
     ASSERT_TRUE(parsed.ok()) << text;
     EXPECT_EQ(*parsed, mode) << text;
   }
-  EXPECT_EQ(FixedCostsModeName(FixedCostsMode::kAuto), "auto");
   EXPECT_THAT(ParseFixedCostsMode("sometimes").status().message(),
               HasSubstr("fixed costs mode 'sometimes' is not one of off, auto, on"));
 }
