@@ -39,6 +39,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                           .dwell_hysteresis = options.dwell_hysteresis,
                                           .flap_hold = options.flap_hold},
                                 .fixed_costs = options.fixed_costs,
+                                .straggler_kind = options.straggler_kind,
                                 .unit_count_fit = options.unit_count_fit,
                                 .step_feedback = options.step_feedback,
                                 .offload_check = options.offload_check},
@@ -74,6 +75,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     return absl::InvalidArgumentError(absl::StrCat(
         "flap_hold ", absl::FormatDuration(options.flap_hold), " out of range [0, 1h]"));
   }
+  BALLAST_RETURN_IF_ERROR(ValidateStragglerKindOptions(options.straggler_kind));
   if (options.step_feedback.has_value()) {
     BALLAST_RETURN_IF_ERROR(ValidateStepFeedbackOptions(*options.step_feedback));
   }

@@ -39,6 +39,7 @@
 #include "coordinator/policy_store.h"
 #include "coordinator/speed_model.h"
 #include "coordinator/straggler_judge.h"
+#include "coordinator/straggler_kind.h"
 
 namespace ballast::coordinator {
 
@@ -57,8 +58,9 @@ struct CoordinatorOptions {
   // A plan that undoes the change before it within this long (beyond any hold in force)
   // is a flap, and the group's changes are then held this long by dwell_hysteresis,
   // doubling per further flap; one that calm ends that soon after balancing started (a
-  // blip) is one too, and then a straggler must last the hold (or turn chronic) before an
-  // all-local group balances again (coordinator/planner/plan_flaps.h). 0: off.
+  // blip) is one too, and then a straggler must last twice as long as the blip balanced,
+  // at most the hold (or turn chronic), before an all-local group balances again
+  // (coordinator/planner/plan_flaps.h). 0: off.
   absl::Duration flap_hold = absl::Seconds(30);
   // How long a marginal straggler (within 1.3x at the default straggler threshold) must
   // last before a calm group that runs all-local starts balancing (rank_speeds.h); and a
@@ -70,6 +72,9 @@ struct CoordinatorOptions {
   // far; so by default (auto) only for a straggler whose collectives were measured slower
   // than the group's calm ones (straggler_kind.h). Off: block compute alone.
   FixedCostsMode fixed_costs = FixedCostsMode::kAuto;
+  // How auto judges a straggler's kind (straggler_kind.h). Checked by Create
+  // (ValidateStragglerKindOptions).
+  StragglerKindOptions straggler_kind;
   // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
   // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.
   bool unit_count_fit = true;

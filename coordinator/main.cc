@@ -59,7 +59,8 @@ ABSL_FLAG(absl::Duration, flap_hold, absl::Seconds(30),
           "group's changes are then held this long by --dwell_hysteresis, doubling with "
           "each further flap (up to 16x) and halving after each quiet hold. Balancing that "
           "calm ends that soon after it started is one too, and then a straggler must last "
-          "the hold (or turn chronic) before an all-local group balances again; 0: off");
+          "twice as long as that blip balanced, at most the hold (or turn chronic), before an "
+          "all-local group balances again; 0: off");
 ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
           "last before a calm group starts balancing, and a marginal skew of an expert "

@@ -135,7 +135,7 @@ struct CalmVerdict {
 // The round judged at monotonic time `now`, on a group running all-local when
 // `running_all_local` (no plan at all): a straggler there waits while its run in `run` is
 // shorter than the wait, `marginal_for` for a marginal one and at least `flap_wait` for
-// any (the hold of a group whose plans flap, plan_flaps.h: StartWait; zero otherwise). A
+// any (the wait of a group whose plans flap, plan_flaps.h: StartWait; zero otherwise). A
 // round without a straggler that waits ends the run, and so does a gap of more than
 // `max_gap` since the last round judged (the job was paused, or not every rank reported):
 // rounds not judged are no evidence that the straggler lasted.

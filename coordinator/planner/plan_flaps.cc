@@ -108,27 +108,31 @@ bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, b
   // A straggler balanced for longer than a blip lasts, or a reshard (a straggler that
   // lasted, and another ownership): the blips before it no longer hold starts back.
   blipped_ = (blipped_ && !(ends && lasted) && !moves_units) || blip;
+  if (!blipped_) longest_blip_ = absl::ZeroDuration();
+  if (blip) longest_blip_ = std::max(longest_blip_, now - *balancing_since_);
   if (starts) balancing_since_ = now;
   if (!balances || moves_units) balancing_since_.reset();
   before_ = std::move(in_force_);
   if (moves_units) before_.reset();
   in_force_ = blocks;
+  probe_in_force_ = deliberate;
   pushed_at_ = now;
   quiet_since_ = now;
   return flap;
 }
 
 absl::Duration PlanFlaps::StartWait(const DwellOptions& base) const {
-  if (!blipped_ || !in_force_.has_value() || BalancesBySpeed(*in_force_)) {
+  if (!blipped_ || probe_in_force_ || !in_force_.has_value() || BalancesBySpeed(*in_force_)) {
     return absl::ZeroDuration();
   }
-  return Hold(base);
+  return std::min(Hold(base), kBlipsOutlasted * longest_blip_);
 }
 
 DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
   if (base.flap_hold <= absl::ZeroDuration()) {
     level_ = 0;
     blipped_ = false;
+    longest_blip_ = absl::ZeroDuration();
     return base;
   }
   // Each hold that passes twice over without a change halves it.
@@ -136,7 +140,10 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
     quiet_since_ += 2 * Hold(base);
     --level_;
   }
-  if (level_ == 0) blipped_ = false;
+  if (level_ == 0) {
+    blipped_ = false;
+    longest_blip_ = absl::ZeroDuration();
+  }
   DwellOptions dwell = base;
   if (in_force_.has_value() && Balances(*in_force_)) {
     dwell.plan_dwell = std::max(base.plan_dwell, Hold(base));
@@ -146,15 +153,16 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
 
 std::string PlanFlaps::Describe(const DwellOptions& base) const {
   if (level_ == 0) return "";
-  return absl::StrCat("plans undone soon after they changed: ", level_,
-                      level_ == 1 ? " flap" : " flaps",
-                      " counted, so a change of a plan that balances is held ",
-                      absl::FormatDuration(Hold(base)), " by hysteresis ", base.dwell_hysteresis,
-                      blipped_ ? absl::StrCat(", and (balancing ended by calm soon after it "
-                                              "started) a straggler must last ",
-                                              absl::FormatDuration(Hold(base)),
-                                              " or turn chronic before balancing starts")
-                               : "");
+  return absl::StrCat(
+      "plans undone soon after they changed: ", level_, level_ == 1 ? " flap" : " flaps",
+      " counted, so a change of a plan that balances is held ", absl::FormatDuration(Hold(base)),
+      " by hysteresis ", base.dwell_hysteresis,
+      blipped_ ? absl::StrCat(", and (balancing ended by calm soon after it "
+                              "started: blips of up to ",
+                              absl::FormatDuration(longest_blip_), ") a straggler must last ",
+                              absl::FormatDuration(StartWait(base)),
+                              " or turn chronic before balancing starts")
+               : "");
 }
 
 }  // namespace ballast::coordinator

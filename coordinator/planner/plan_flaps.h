@@ -22,16 +22,21 @@
 // a plan at once, whatever the dwell. A group running all-local meets its flaps at the
 // start instead: balancing that calm ended within flap_hold of its start (plus the hold in
 // force) is a flap too (the caller says the group was judged calm), a blip balanced after
-// it had passed, and while the group flaps a straggler must last the hold before balancing
-// starts again (StartWait; the straggler judge waits it out). On an idle 2-core VM, a calm
-// rank was 1.2-1.7x slower for 1-15 s at a time during minute-long slowdowns of the whole
-// VM: a plan started for each spell and calm ended it within seconds, 10 changes in 1,000
-// steps (docs/benchmarks.md, 2026-12-02). A straggler that lasts balances on its first
-// start and is no flap; one that comes and goes within seconds is not worth a plan that
-// takes a second to arrive. A plan that moves units starts the history afresh: the plans
-// before it ran on another ownership, so an all-local plan after a reshard does not undo
-// the all-local plan before it. The caller starts afresh too (a new PlanFlaps) when an
-// operator changes a setting: that is no noise.
+// it had passed, and while the group flaps a straggler must outlast the blips before
+// balancing starts again (StartWait; the straggler judge waits it out). On an idle 2-core
+// VM, a calm rank was 1.2-1.7x slower for 1-15 s at a time during minute-long slowdowns
+// of the whole VM: a plan started for each spell and calm ended it within seconds, 10
+// changes in 1,000 steps (docs/benchmarks.md, 2026-12-02). A straggler that lasts
+// balances on its first start and is no flap; one that comes and goes within seconds is
+// not worth a plan that takes a second to arrive. The wait is twice the longest blip
+// counted (how long its balancing lasted: the reports' lag delays its start as much as
+// its end), at most the hold: a straggler must outlast the blips this group has seen,
+// not the hold. With the hold as the wait, a 2x quota straggler that came 3 s after a
+// blip of 0.25 s ran unbalanced for 34 s, 165 steps (docs/benchmarks.md, 2026-12-03). A
+// plan that moves units starts the history afresh: the plans before it ran on another
+// ownership, so an all-local plan after a reshard does not undo the all-local plan before
+// it. The caller starts afresh too (a new PlanFlaps) when an operator changes a setting:
+// that is no noise.
 //
 //   PlanFlaps flaps;                                   // one per group
 //   flaps.Seed(group.plan.blocks);                     // the plan in force, once known
@@ -59,6 +64,9 @@ class PlanFlaps {
  public:
   // The most a hold grows: flap_hold times 2^kMaxDoublings.
   static constexpr int32_t kMaxDoublings = 4;
+  // How many times the longest blip counted a straggler must last (StartWait): a spell a
+  // little longer than the last is still waited out.
+  static constexpr int32_t kBlipsOutlasted = 2;
 
   // A plan with these blocks (`moves_units`: it reshards) was pushed at `now`, planned
   // with `base` (Dwell's). `deliberate`: it was chosen to be measured (the step
@@ -79,10 +87,17 @@ class PlanFlaps {
   // group flaps and its plan in force balances. Decays the hold first.
   DwellOptions Dwell(const DwellOptions& base, absl::Duration now);
   // How long a straggler must last before a group whose plan in force balances nothing by
-  // speed (no offloads, no prunes) starts balancing: the hold after a blip (balancing that
-  // calm ended soon), until the flaps decay to none, balancing outlasts the window, or a
-  // plan moves units; else zero. Call after Dwell (which decays the hold) at the same
-  // time. The judge drops it for a chronic straggler.
+  // speed (no offloads, no prunes) starts balancing: after a blip (balancing that calm
+  // ended soon), kBlipsOutlasted times the longest blip counted, at most the hold, until
+  // the flaps decay to none, balancing outlasts the window, or a plan moves units; else
+  // zero. Zero too while the plan in force was pushed deliberately: the offload check's
+  // probe of a straggler without its offloads (or a step-feedback probe) measures a
+  // straggler that outlasted the wait, and waiting it out again would end the probe with
+  // "no straggler" and start balancing afresh after the wait, again and again (a 2x device
+  // straggler after a blip: offloads and the probe's all-local every 2.5 s, 26 plan
+  // changes in 500 steps; with the hold as the wait, unbalanced for 150 steps until it
+  // turned chronic). Call after Dwell (which decays the hold) at the same time. The judge
+  // drops it for a chronic straggler.
   absl::Duration StartWait(const DwellOptions& base) const;
   // The plan in force when this history starts, if no plan was pushed since (a fresh
   // PlanFlaps knows none, and a start from an unknown plan is no start of balancing).
@@ -91,8 +106,8 @@ class PlanFlaps {
   int32_t level() const { return level_; }
   // "plans undone soon after they changed: 2 flaps counted, so a change of a plan that
   // balances is held 1m by hysteresis 0.3" (and, after a blip, "..., and (balancing ended
-  // by calm soon after it started) a straggler must last 1m or turn chronic before
-  // balancing starts"; empty with no flap), for explanations.
+  // by calm soon after it started: blips of up to 1.5s) a straggler must last 3s or turn
+  // chronic before balancing starts"; empty with no flap), for explanations.
   std::string Describe(const DwellOptions& base) const;
 
  private:
@@ -110,6 +125,10 @@ class PlanFlaps {
   // A blip was counted since the flaps last decayed to none, balancing last outlasted the
   // window or units last moved: starts are waited out (StartWait).
   bool blipped_ = false;
+  // How long the longest of those blips balanced (from its start to the calm that ended
+  // it); zero while !blipped_.
+  absl::Duration longest_blip_ = absl::ZeroDuration();
+  bool probe_in_force_ = false;                        // the plan in force was pushed deliberately
   absl::Duration quiet_since_ = absl::ZeroDuration();  // the last change, or decay
   int32_t level_ = 0;
 };

@@ -42,6 +42,9 @@ TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
   c = Coordinator::Create({.link_stale_after = absl::ZeroDuration()}, &clock, &store, speeds.get());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.status().message(), ::testing::HasSubstr("link_stale_after 0 must be > 0"));
+  c = Coordinator::Create({.straggler_kind = {.min_ratio = 0.9}}, &clock, &store, speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("straggler kind min_ratio 0.9"));
 }
 
 // An agent whose workers come and go: one session announcing `workers` ranks of `job`,

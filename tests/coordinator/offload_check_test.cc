@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "coordinator/decision_loop.h"
 #include "testing/control_plane_messages.h"
 #include "testing/fake_clock.h"
@@ -394,6 +395,37 @@ TEST(OffloadCheckLoopTest, ACordonDrainsItsRankWhateverTheVerdict) {
   const LoopResult checked = RunLoop(/*check=*/true, 3e-3, /*cordon_at=*/300);
   EXPECT_EQ(checked.straggler_units, 0);
   EXPECT_THAT(checked.why, Contains(HasSubstr("a rank is cordoned: offloads are not refused")));
+}
+
+// A blip (rank 1 2x slower for a moment) balanced and ended by calm, then a straggler for
+// good: it outlasts the wait the blip set (plan_flaps.h: StartWait), is balanced, probed
+// without its offloads and kept balanced. The probe must not restart the wait: that ended
+// it with "no straggler" and balanced afresh after the wait, a plan change every few
+// rounds to the run's end.
+TEST(OffloadCheckLoopTest, AStragglerAfterABlipIsProbedOnceAndKeptBalanced) {
+  DecisionLoopOptions options;
+  options.dwell.plan_dwell = absl::Milliseconds(500);
+  options.offload_check = OffloadCheckOptions{
+      .min_steps = 8, .probe_timeout = absl::Seconds(2), .recheck_after = absl::Minutes(5)};
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  const LoopResult r =
+      testing::RunSimulatedJob(options, policy, [&](const testing::SimulatedStepIn& in) {
+        const bool slow = (in.step >= 100 && in.step < 106) || in.step >= 300;
+        const double busy[2] = {in.units[0] * 1e-3, in.units[1] * (slow ? 2e-3 : 1e-3)};
+        return testing::SimulatedStepCost{.compute = {busy[0], busy[1]},
+                                          .wall = std::max(busy[0], busy[1]) + 2e-3};
+      });
+  const std::vector<int64_t>& changed_at = r.changed_at;
+  const std::string changes = absl::StrJoin(changed_at, ", ");
+  EXPECT_THAT(r.why, Contains(HasSubstr("a straggler must last"))) << "no blip counted";
+  ASSERT_GE(changed_at.size(), 3u) << changes;
+  EXPECT_LT(changed_at[0], 120) << changes;  // the blip balanced...
+  EXPECT_LT(changed_at[1], 130) << changes;  // ... and ended
+  EXPECT_GE(changed_at[2], 300) << changes;
+  EXPECT_LE(changed_at.size(), 5u) << "the straggler: start, probe, way back; " << changes;
+  EXPECT_LT(r.straggler_units, 16) << changes;
 }
 
 }  // namespace

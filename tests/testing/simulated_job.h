@@ -47,7 +47,8 @@ struct SimulatedJobResult {
   int32_t straggler_units = 16;  // what rank 1 computes at the end
   double step = 0;               // the step then
   size_t plans = 0;
-  std::vector<std::string> why;  // the last decision's lines
+  std::vector<int64_t> changed_at;  // the steps after which a plan was pushed
+  std::vector<std::string> why;     // the last decision's lines
 };
 
 // 600 steps of job "vit" (32 units, 16 a rank; `policy` its policy), 50 ms of the clock a
@@ -115,7 +116,9 @@ inline SimulatedJobResult RunSimulatedJob(
     out.straggler_units = in.units[1];
     out.step = c.wall;
     clock.Advance(absl::Milliseconds(50));
+    const size_t before = sink.plans.size();
     loop.Tick();
+    if (sink.plans.size() > before) out.changed_at.push_back(step);
   }
   out.plans = sink.plans.size();
   const std::vector<coordinator::GroupRef> groups = registry.Groups();

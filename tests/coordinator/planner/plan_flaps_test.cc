@@ -148,6 +148,7 @@ TEST(PlanFlapsTest, NoHoldWhileAllLocalAndAReshardStartsAfresh) {
   EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(40), /*calm=*/true));
   EXPECT_EQ(flaps.level(), 2);
   EXPECT_EQ(flaps.Dwell(base, S(41)).plan_dwell, S(2)) << "all-local in force: no hold";
+  // The longer blip balanced 38 s; twice that is past the hold.
   EXPECT_EQ(flaps.StartWait(base), S(60)) << "all-local in force: a straggler waits the hold";
   // Nor under a plan that only caps experts' capacity.
   flaps.Pushed({BlockPlan{.block = BlockId(0), .capacity_factor = 1.25}}, false, false, base, S(42),
@@ -177,9 +178,10 @@ TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart
   EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(15), /*calm=*/true));
   EXPECT_EQ(flaps.level(), 1);
   EXPECT_EQ(flaps.Dwell(base, S(16)).plan_dwell, S(2));
-  EXPECT_EQ(flaps.StartWait(base), S(30));
+  EXPECT_EQ(flaps.StartWait(base), S(10)) << "twice the blip's 5 s, within the 30 s hold";
   EXPECT_THAT(flaps.Describe(base),
-              HasSubstr("a straggler must last 30s or turn chronic before balancing starts"));
+              HasSubstr("(balancing ended by calm soon after it started: blips of up to 5s) a "
+                        "straggler must last 10s or turn chronic before balancing starts"));
   EXPECT_THAT(PlanFlaps().Describe(base), ::testing::IsEmpty());
   // Twice the hold without a change: no wait.
   EXPECT_EQ(flaps.Dwell(base, S(75)).plan_dwell, S(2));
@@ -214,12 +216,61 @@ TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart
   EXPECT_TRUE(paying.Pushed(Offload(3), false, false, base, S(4), false));
   EXPECT_TRUE(paying.Pushed(Offload(0), false, false, base, S(5), /*calm=*/true));
   EXPECT_EQ(paying.level(), 4);
-  EXPECT_EQ(paying.StartWait(base), S(240));
+  EXPECT_EQ(paying.StartWait(base), S(2)) << "twice the 1 s blip, within the 240 s hold";
   EXPECT_EQ(paying.Dwell(base, S(5 + 480 + 240 + 120)).plan_dwell, S(2));
-  EXPECT_EQ(paying.StartWait(base), S(30));
+  EXPECT_EQ(paying.StartWait(base), S(2));
   EXPECT_EQ(paying.Dwell(base, S(5 + 480 + 240 + 120 + 60)).plan_dwell, S(2));
   EXPECT_EQ(paying.level(), 0);
   EXPECT_EQ(paying.StartWait(base), absl::ZeroDuration());
+}
+
+// A straggler must outlast the blips seen: twice the longest blip counted, at most the
+// hold, and the longest is forgotten with the blips (the flaps decayed to none).
+TEST(PlanFlapsTest, AStragglerWaitsTwiceTheLongestBlipAtMostTheHold) {
+  const DwellOptions base;  // flap hold 30 s
+  PlanFlaps flaps;
+  flaps.Seed(Offload(0));
+  auto blip = [&](double at, double lasting) {
+    flaps.Pushed(Offload(3), false, false, base, S(at), false);
+    return flaps.Pushed(Offload(0), false, false, base, S(at + lasting), /*calm=*/true);
+  };
+  ASSERT_TRUE(blip(0, 0.25));
+  EXPECT_EQ(flaps.StartWait(base), S(0.5));
+  ASSERT_TRUE(blip(10, 3));
+  EXPECT_EQ(flaps.StartWait(base), S(6));
+  ASSERT_TRUE(blip(20, 1)) << "a shorter blip keeps the longest";
+  EXPECT_EQ(flaps.level(), 3);
+  EXPECT_EQ(flaps.StartWait(base), S(6));
+  ASSERT_TRUE(blip(30, 25));
+  EXPECT_EQ(flaps.StartWait(base), S(50)) << "within the hold, 240 s by now";
+  // The flaps decay (each hold twice over without a change); once none is left, neither
+  // is the wait nor the blips' length.
+  EXPECT_EQ(flaps.Dwell(base, S(55 + 480 + 240 + 120 + 60)).plan_dwell, S(2));
+  EXPECT_EQ(flaps.level(), 0);
+  EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration());
+  ASSERT_TRUE(blip(1000, 1));
+  EXPECT_EQ(flaps.StartWait(base), S(2));
+}
+
+// The offload check's probe (all-local, deliberate) measures a straggler that outlasted
+// the wait: no straggler is waited out while it is in force, or the wait would end the
+// probe and balancing would start afresh after it, again and again. The next change that
+// is no probe brings the wait back.
+TEST(PlanFlapsTest, NoStragglerIsWaitedOutWhileAProbeIsInForce) {
+  const DwellOptions base;
+  PlanFlaps flaps;
+  flaps.Seed(Offload(0));
+  flaps.Pushed(Offload(3), false, false, base, S(0), false);
+  ASSERT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(1), /*calm=*/true));
+  ASSERT_EQ(flaps.StartWait(base), S(2));
+  // A straggler that outlasted the wait, balanced, then probed without its offloads.
+  flaps.Pushed(Offload(3), false, false, base, S(10), false);
+  EXPECT_FALSE(flaps.Pushed(Offload(0), false, /*deliberate=*/true, base, S(12), false));
+  EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration()) << "the probe in force";
+  // Its offloads back, then a blip's end: the wait is back.
+  flaps.Pushed(Offload(3), false, /*deliberate=*/true, base, S(14), false);
+  flaps.Pushed(Offload(0), false, false, base, S(15), /*calm=*/true);
+  EXPECT_EQ(flaps.StartWait(base), S(2));
 }
 
 // What ends the waits before the flaps decay: balancing that outlasts a blip (a straggler
@@ -234,7 +285,7 @@ TEST(PlanFlapsTest, WaitsEndWithAStragglerThatLastedOrAReshardAndReplicasMakeNoB
   PlanFlaps lasted;
   lasted.Seed(Offload(0));
   ASSERT_TRUE(blip(lasted, 0));
-  ASSERT_EQ(lasted.StartWait(base), S(30));
+  ASSERT_EQ(lasted.StartWait(base), S(2));
   lasted.Pushed(Offload(3), false, false, base, S(40), false);
   lasted.Pushed(Offload(4), false, false, base, S(60), false);
   EXPECT_FALSE(lasted.Pushed(Offload(0), false, false, base, S(110), /*calm=*/true));
