@@ -125,6 +125,10 @@ absl::Duration PlanFlaps::StartWait(const DwellOptions& base) const {
   if (!blipped_ || probe_in_force_ || !in_force_.has_value() || BalancesBySpeed(*in_force_)) {
     return absl::ZeroDuration();
   }
+  return BlipWait(base);
+}
+
+absl::Duration PlanFlaps::BlipWait(const DwellOptions& base) const {
   return std::min(Hold(base), kBlipsOutlasted * longest_blip_);
 }
 
@@ -160,7 +164,7 @@ std::string PlanFlaps::Describe(const DwellOptions& base) const {
       blipped_ ? absl::StrCat(", and (balancing ended by calm soon after it "
                               "started: blips of up to ",
                               absl::FormatDuration(longest_blip_), ") a straggler must last ",
-                              absl::FormatDuration(StartWait(base)),
+                              absl::FormatDuration(BlipWait(base)),
                               " or turn chronic before balancing starts")
                : "");
 }

@@ -113,6 +113,8 @@ class PlanFlaps {
  private:
   // flap_hold x 2^(level - 1), at most 2^kMaxDoublings x; zero at level 0.
   absl::Duration Hold(const DwellOptions& base) const;
+  // kBlipsOutlasted x the longest blip, at most the hold: StartWait where a wait applies.
+  absl::Duration BlipWait(const DwellOptions& base) const;
 
   std::optional<std::vector<BlockPlan>> before_;  // blocks of the plan before the one in force
   std::optional<std::vector<BlockPlan>> in_force_;

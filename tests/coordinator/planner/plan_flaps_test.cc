@@ -267,6 +267,8 @@ TEST(PlanFlapsTest, NoStragglerIsWaitedOutWhileAProbeIsInForce) {
   flaps.Pushed(Offload(3), false, false, base, S(10), false);
   EXPECT_FALSE(flaps.Pushed(Offload(0), false, /*deliberate=*/true, base, S(12), false));
   EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration()) << "the probe in force";
+  EXPECT_THAT(flaps.Describe(base), HasSubstr("a straggler must last 2s"))
+      << "the wait that applies once no probe is in force";
   // Its offloads back, then a blip's end: the wait is back.
   flaps.Pushed(Offload(3), false, /*deliberate=*/true, base, S(14), false);
   flaps.Pushed(Offload(0), false, false, base, S(15), /*calm=*/true);
