@@ -107,9 +107,13 @@ bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, b
   ended_by_blip_ = blip;
   // A straggler balanced for longer than a blip lasts, or a reshard (a straggler that
   // lasted, and another ownership): the blips before it no longer hold starts back.
-  blipped_ = (blipped_ && !(ends && lasted) && !moves_units) || blip;
-  if (!blipped_) longest_blip_ = absl::ZeroDuration();
-  if (blip) longest_blip_ = std::max(longest_blip_, now - *balancing_since_);
+  const bool still_blipped = blipped_ && !(ends && lasted) && !moves_units;
+  // The longest blip since the blips last stopped holding starts back.
+  if (blip) {
+    longest_blip_ =
+        std::max(still_blipped ? longest_blip_ : absl::ZeroDuration(), now - *balancing_since_);
+  }
+  blipped_ = still_blipped || blip;
   if (starts) balancing_since_ = now;
   if (!balances || moves_units) balancing_since_.reset();
   before_ = std::move(in_force_);
@@ -136,7 +140,6 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
   if (base.flap_hold <= absl::ZeroDuration()) {
     level_ = 0;
     blipped_ = false;
-    longest_blip_ = absl::ZeroDuration();
     return base;
   }
   // Each hold that passes twice over without a change halves it.
@@ -144,10 +147,7 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
     quiet_since_ += 2 * Hold(base);
     --level_;
   }
-  if (level_ == 0) {
-    blipped_ = false;
-    longest_blip_ = absl::ZeroDuration();
-  }
+  if (level_ == 0) blipped_ = false;
   DwellOptions dwell = base;
   if (in_force_.has_value() && Balances(*in_force_)) {
     dwell.plan_dwell = std::max(base.plan_dwell, Hold(base));

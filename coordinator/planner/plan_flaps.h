@@ -128,7 +128,7 @@ class PlanFlaps {
   // window or units last moved: starts are waited out (StartWait).
   bool blipped_ = false;
   // How long the longest of those blips balanced (from its start to the calm that ended
-  // it); zero while !blipped_.
+  // it); read only while blipped_.
   absl::Duration longest_blip_ = absl::ZeroDuration();
   bool probe_in_force_ = false;                        // the plan in force was pushed deliberately
   absl::Duration quiet_since_ = absl::ZeroDuration();  // the last change, or decay

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -335,8 +336,10 @@ TEST(OffloadCheckOptionsTest, BadOptionsNameTheField) {
 // its collectives).
 using LoopResult = testing::SimulatedJobResult;
 
-// `cordon_at`: the step from which rank 1's device is cordoned (-1: never).
-LoopResult RunLoop(bool check, double offload_cost, int64_t cordon_at = -1) {
+// `cordon_at`: the step from which rank 1's device is cordoned (-1: never). `slow`: the
+// steps at which rank 1 is 2x slower (else as fast as rank 0); every step when unset.
+LoopResult RunLoop(bool check, double offload_cost, int64_t cordon_at = -1,
+                   const std::function<bool(int64_t)>& slow = {}) {
   DecisionLoopOptions options;
   options.dwell.plan_dwell = absl::Milliseconds(500);
   if (check) {
@@ -349,7 +352,8 @@ LoopResult RunLoop(bool check, double offload_cost, int64_t cordon_at = -1) {
   return testing::RunSimulatedJob(
       options, policy,
       [&](const testing::SimulatedStepIn& in) {
-        const double busy[2] = {in.units[0] * 1e-3, in.units[1] * 2e-3};
+        const double per_unit = !slow || slow(in.step) ? 2e-3 : 1e-3;
+        const double busy[2] = {in.units[0] * 1e-3, in.units[1] * per_unit};
         return testing::SimulatedStepCost{
             .compute = {busy[0], busy[1]},
             .wall = std::max(busy[0], busy[1]) + 2e-3 + in.offloaded * offload_cost};
@@ -403,20 +407,9 @@ TEST(OffloadCheckLoopTest, ACordonDrainsItsRankWhateverTheVerdict) {
 // it with "no straggler" and balanced afresh after the wait, a plan change every few
 // rounds to the run's end.
 TEST(OffloadCheckLoopTest, AStragglerAfterABlipIsProbedOnceAndKeptBalanced) {
-  DecisionLoopOptions options;
-  options.dwell.plan_dwell = absl::Milliseconds(500);
-  options.offload_check = OffloadCheckOptions{
-      .min_steps = 8, .probe_timeout = absl::Seconds(2), .recheck_after = absl::Minutes(5)};
-  JobPolicy policy;
-  policy.mode = BalanceMode::kMigrate;
-  policy.report_period = absl::Milliseconds(100);
-  const LoopResult r =
-      testing::RunSimulatedJob(options, policy, [&](const testing::SimulatedStepIn& in) {
-        const bool slow = (in.step >= 100 && in.step < 106) || in.step >= 300;
-        const double busy[2] = {in.units[0] * 1e-3, in.units[1] * (slow ? 2e-3 : 1e-3)};
-        return testing::SimulatedStepCost{.compute = {busy[0], busy[1]},
-                                          .wall = std::max(busy[0], busy[1]) + 2e-3};
-      });
+  const LoopResult r = RunLoop(/*check=*/true, 0, /*cordon_at=*/-1, [](int64_t step) {
+    return (step >= 100 && step < 106) || step >= 300;
+  });
   const std::vector<int64_t>& changed_at = r.changed_at;
   const std::string changes = absl::StrJoin(changed_at, ", ");
   EXPECT_THAT(r.why, Contains(HasSubstr("a straggler must last"))) << "no blip counted";
