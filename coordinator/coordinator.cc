@@ -40,6 +40,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                           .flap_hold = options.flap_hold},
                                 .fixed_costs = options.fixed_costs,
                                 .straggler_kind = options.straggler_kind,
+                                .reshard_slower_devices = options.reshard_slower_devices,
                                 .unit_count_fit = options.unit_count_fit,
                                 .step_feedback = options.step_feedback,
                                 .offload_check = options.offload_check},

@@ -429,8 +429,14 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const int32_t straggler = TimersStraggler(*pooled, verdict, group.size);
   const std::vector<bool> cordoned = CordonedRanks(group);
   const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
-  const std::vector<double> fixed_per_step = FixedSecondsPerStep(
-      group, *pooled, KindOf(group, straggler, cordon, lines), lines, common_fixed);
+  const StragglerKind::Kind kind = KindOf(group, straggler, cordon, lines);
+  std::vector<bool> chronic = verdict.chronic;
+  if (options_.reshard_slower_devices && kind == StragglerKind::Kind::kCompute && straggler >= 0 &&
+      straggler < group.size && !chronic[straggler]) {
+    chronic[straggler] = judge_->SlowerDeviceChronic(group.ref, straggler, policy, lines);
+  }
+  const std::vector<double> fixed_per_step =
+      FixedSecondsPerStep(group, *pooled, kind, lines, common_fixed);
   // The check first: while it probes, the step feedback holds (each judges its own plan).
   // It sees the straggler in every mode (it probes only offloads pushed, and plain tensor
   // parallelism under mode observe is a step to compare them with); the step feedback
@@ -523,7 +529,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       }
       if (r < fixed_per_step.size()) pr.fixed_seconds += fixed_per_step[r] * share;
       if (price.fitted) fitted[r].push_back(block.block);
-      pr.chronic = rs.rank.value() < group.size && verdict.chronic[rs.rank.value()];
+      pr.chronic = rs.rank.value() < group.size && chronic[rs.rank.value()];
       in.input.ranks.push_back(pr);
     }
     // A skew that lasts is worth resharding the experts for (expert_plan.h), and a

@@ -62,6 +62,9 @@ struct DecisionLoopOptions {
   // (straggler_kind.h).
   FixedCostsMode fixed_costs = FixedCostsMode::kAuto;
   StragglerKindOptions straggler_kind;
+  // A straggler measured slow in its compute alone (a slower device) is chronic at once,
+  // its reshard priced without waiting reshard_after (StragglerJudge::SlowerDeviceChronic).
+  bool reshard_slower_devices = true;
   // Price each rank's block compute as fixed seconds plus seconds per unit where a fit over
   // the unit counts it ran finds a fixed part (unit_count_fit.h); else per unit alone.
   bool unit_count_fit = true;

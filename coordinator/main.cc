@@ -71,6 +71,11 @@ ABSL_FLAG(std::string, fixed_costs, "auto",
           "whose collectives were measured slower than the group's calm ones (a CPU quota, a "
           "co-tenant: coordinator/straggler_kind.h); on: for every straggler; off: compute "
           "alone");
+ABSL_FLAG(bool, reshard_slower_devices, true,
+          "A straggler measured slow in its compute alone, its collectives as fast as calm "
+          "(a slower device: coordinator/straggler_kind.h), is chronic at once: its reshard "
+          "is priced without waiting the job's reshard_after (reshards stay reshard_after "
+          "apart); false: it waits reshard_after as any straggler");
 ABSL_FLAG(bool, unit_count_fit, true,
           "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
           "fitted over the unit counts it ran finds a fixed part "
@@ -169,6 +174,7 @@ int main(int argc, char** argv) {
     return 2;  // a usage error
   }
   options.fixed_costs = *fixed_costs;
+  options.reshard_slower_devices = absl::GetFlag(FLAGS_reshard_slower_devices);
   options.unit_count_fit = absl::GetFlag(FLAGS_unit_count_fit);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
   if (!absl::GetFlag(FLAGS_offload_check)) options.offload_check.reset();

@@ -154,6 +154,25 @@ StragglerJudge::SkewVerdict StragglerJudge::JudgeSkew(const GroupRef& ref, int32
   return v;
 }
 
+bool StragglerJudge::SlowerDeviceChronic(const GroupRef& ref, int32_t rank, const JobPolicy& policy,
+                                         std::vector<std::string>& lines) {
+  const absl::Duration now = clock_->Monotonic();
+  absl::MutexLock lock(&mu_);
+  const GroupRuns& runs = RunsOf(ref);
+  if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after) {
+    lines.push_back(absl::StrCat(
+        "rank ", rank, ": a slower device, but units moved ",
+        absl::FormatDuration(absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100))),
+        " ago: chronic only once reshard_after (", absl::FormatDuration(policy.reshard_after),
+        ") has passed since"));
+    return false;
+  }
+  lines.push_back(absl::StrCat("rank ", rank,
+                               ": a slower device (measured): chronic now, without lasting "
+                               "reshard_after (coordinator flag --reshard_slower_devices)"));
+  return true;
+}
+
 void StragglerJudge::UnitsMoved(const GroupRef& ref) {
   // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it idles
   // more and is throttled less, which made the split swing by a unit every ~13 s on the

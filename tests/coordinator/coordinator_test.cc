@@ -562,6 +562,23 @@ TEST_F(CoordinatorTest, AStragglersSlowerCollectivesAreBalancedAsAFixedCost) {
   }
 }
 
+// Job "vit" in mode observe: calm for 3 s if `calm_first` (10 ms a unit, 20 ms of
+// collectives each), then rank 1 3x slower for 6 s, its own collectives `own` (all-local,
+// so they are measured: straggler_kind.h); then one step in mode migrate.
+void SlowUnderObserveThenMigrate(Coordinator* coordinator, testing::FakeClock* clock,
+                                 bool calm_first, const std::vector<double>& own) {
+  const std::vector<double> calm = {10e-3, 10e-3}, slow = {10e-3, 30e-3};
+  JobPolicy policy = *coordinator->GetPolicy("vit");
+  policy.mode = BalanceMode::kObserve;
+  ASSERT_TRUE(coordinator->SetPolicy("vit", policy).ok());
+  TwoRankLockstep ranks(coordinator, clock);
+  if (calm_first) ranks.Run(30, {4, 4}, calm, {20e-3, 20e-3}, 0);
+  ranks.Run(60, {4, 4}, slow, own, 0);
+  policy.mode = BalanceMode::kMigrate;
+  ASSERT_TRUE(coordinator->SetPolicy("vit", policy).ok());
+  ranks.Run(1, {4, 4}, slow, own, 0);
+}
+
 // --fixed_costs=auto, the default: fixed costs only for a straggler whose collectives
 // were measured slower than the group's calm ones. The group runs calm (10 ms a unit, 20
 // ms of collectives each), then rank 1 turns 3x slower under mode observe (all-local, so
@@ -570,7 +587,6 @@ TEST_F(CoordinatorTest, AStragglersSlowerCollectivesAreBalancedAsAFixedCost) {
 // offloads 3 units; as a slower device would (its own still 20 ms), compute alone and 2
 // units. A straggler there since the start has no calm floor to compare with: 2 units.
 TEST_F(CoordinatorTest, FixedCostsOnlyWhereTheStragglersCollectivesSlowedWithIt) {
-  const std::vector<double> calm = {10e-3, 10e-3}, slow = {10e-3, 30e-3};
   struct Case {
     const char* name;
     bool calm_first;
@@ -583,22 +599,63 @@ TEST_F(CoordinatorTest, FixedCostsOnlyWhereTheStragglersCollectivesSlowedWithIt)
                         Case{"from the start", false, {20e-3, 60e-3}, 2, "unknown"}}) {
     SCOPED_TRACE(k.name);
     RecordingSink sink;
-    ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.offload_check = std::nullopt}, &sink));
-    JobPolicy policy = *coordinator_->GetPolicy("vit");
-    policy.mode = BalanceMode::kObserve;
-    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-    TwoRankLockstep ranks(coordinator_.get(), &clock_);
-    if (k.calm_first) ranks.Run(30, {4, 4}, calm, {20e-3, 20e-3}, 0);
-    ranks.Run(60, {4, 4}, slow, k.own, 0);
+    // (A slower device would be resharded at once: the next test. This one is about the
+    // offloads' fixed costs.)
+    ASSERT_NO_FATAL_FAILURE(
+        StartMigrateJob({.reshard_slower_devices = false, .offload_check = std::nullopt}, &sink));
+    ASSERT_NO_FATAL_FAILURE(
+        SlowUnderObserveThenMigrate(coordinator_.get(), &clock_, k.calm_first, k.own));
     absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
     ASSERT_TRUE(why.ok());
     EXPECT_THAT(why->text(),
                 ::testing::HasSubstr(absl::StrCat("straggler kind (rank 1): ", k.kind)));
-    policy.mode = BalanceMode::kMigrate;
-    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-    ranks.Run(1, {4, 4}, slow, k.own, 0);
     ASSERT_EQ(sink.plans().size(), 1u);
     EXPECT_EQ(OffloadedUnits(sink.plans()[0]), k.offloaded);
+    coordinator_.reset();
+  }
+}
+
+// --reshard_slower_devices, the default: a straggler measured a slower device is resharded
+// as soon as its kind is known, not offloaded until it has lasted reshard_after (60 s
+// here). The group of the test above: calm, then rank 1 3x slower for 6 s under observe
+// (all-local, so its collectives are measured), then migrate. As a slower device (its
+// collectives as calm) it owns fewer units in the first plan and offloads none; with the
+// flag off, or as a CPU quota (its collectives 3x too: no slower device), it is offloaded.
+TEST_F(CoordinatorTest, ASlowerDeviceIsReshardedOnceItsKindIsMeasured) {
+  struct Case {
+    const char* name;
+    bool reshard_slower_devices;
+    std::vector<double> own;
+    bool resharded;
+  };
+  for (const Case& k : {Case{"device", true, {20e-3, 20e-3}, true},
+                        Case{"device, flag off", false, {20e-3, 20e-3}, false},
+                        Case{"quota", true, {20e-3, 60e-3}, false}}) {
+    SCOPED_TRACE(k.name);
+    RecordingSink sink;
+    ASSERT_NO_FATAL_FAILURE(StartMigrateJob(
+        {.reshard_slower_devices = k.reshard_slower_devices, .offload_check = std::nullopt},
+        &sink));
+    ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
+                                                        /*calm_first=*/true, k.own));
+    ASSERT_EQ(sink.plans().size(), 1u);
+    absl::StatusOr<WorkloadPlan> plan = FromProto(sink.plans()[0]);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->blocks.size(), 1u);
+    const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    if (k.resharded) {
+      ASSERT_EQ(owners.size(), static_cast<size_t>(kUnits));
+      EXPECT_LT(std::count(owners.begin(), owners.end(), RankId(1)), kUnits / 2);
+      EXPECT_EQ(OffloadedUnits(sink.plans()[0]), 0);
+      EXPECT_THAT(why->text(),
+                  ::testing::HasSubstr("rank 1: a slower device (measured): chronic now"));
+    } else {
+      EXPECT_TRUE(owners.empty()) << "resharded a straggler neither chronic nor a slower device";
+      EXPECT_GT(OffloadedUnits(sink.plans()[0]), 0);
+      EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("chronic now")));
+    }
     coordinator_.reset();
   }
 }

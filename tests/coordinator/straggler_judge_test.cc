@@ -111,6 +111,29 @@ TEST_F(StragglerJudgeTest, AReshardRestartsTheCountToChronic) {
   EXPECT_TRUE(Round(2.0).chronic[1]);
 }
 
+// A straggler measured a slower device is chronic at once, but the planner's reshards stay
+// reshard_after apart: not within 2 s of the last move, and again once it has passed.
+TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
+  EXPECT_FALSE(Round(2.0).chronic[1]);
+  lines_.clear();
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device (measured): chronic now")));
+  judge_.UnitsMoved(ref_);
+  for (int i = 0; i < 19; ++i) {
+    Round(2.0);
+    lines_.clear();
+    EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, policy_, lines_)) << i;
+  }
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device, but units moved 1.9s ago: "
+                                            "chronic only once reshard_after (2s) has passed")));
+  Round(2.0);
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, policy_, lines_));
+  // A group registered again has moved nothing.
+  judge_.UnitsMoved(ref_);
+  const GroupRef again{ref_.key, ref_.incarnation + 1};
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(again, 1, policy_, lines_));
+}
+
 TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIsWaitedOut) {
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(Round(1.0).calm_lasted) << i;
   EXPECT_TRUE(Round(1.0).calm_lasted);
