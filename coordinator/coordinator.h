@@ -77,11 +77,8 @@ struct CoordinatorOptions {
   StragglerKindOptions straggler_kind;
   // A straggler measured slow in its compute alone (a slower device, straggler_kind.h) is
   // chronic at once: its reshard is priced without waiting the job's reshard_after, which
-  // still spaces the reshards (StragglerJudge::SlowerDeviceChronic). A device stays as
-  // slow as it is, and offloading its units every step until reshard_after passed only
-  // delayed the split the reshard then reached: with this the GPT's 2x device straggler
-  // ran 1.015x the best static plan where it ran 1.126x, and the ViT's settled 40 steps
-  // after its onset instead of ~400 (docs/benchmarks.md, 2026-12-03 (eve)).
+  // still spaces the reshards (why, and what it measured: StragglerJudge::
+  // SlowerDeviceChronic).
   bool reshard_slower_devices = true;
   // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
   // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.

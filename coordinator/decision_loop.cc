@@ -430,10 +430,13 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const std::vector<bool> cordoned = CordonedRanks(group);
   const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
   const StragglerKind::Kind kind = KindOf(group, straggler, cordon, lines);
+  // (Not under an operator's hold: nothing is planned there.)
   std::vector<bool> chronic = verdict.chronic;
-  if (options_.reshard_slower_devices && kind == StragglerKind::Kind::kCompute && straggler >= 0 &&
-      straggler < group.size && !chronic[straggler]) {
-    chronic[straggler] = judge_->SlowerDeviceChronic(group.ref, straggler, policy, lines);
+  if (options_.reshard_slower_devices && !operator_hold && kind == StragglerKind::Kind::kCompute &&
+      straggler >= 0 && straggler < group.size && !chronic[straggler]) {
+    if (const std::optional<absl::Duration> at = straggler_kind_.MeasuredAt(group.ref, straggler)) {
+      chronic[straggler] = judge_->SlowerDeviceChronic(group.ref, straggler, *at, policy, lines);
+    }
   }
   const std::vector<double> fixed_per_step =
       FixedSecondsPerStep(group, *pooled, kind, lines, common_fixed);

@@ -154,11 +154,19 @@ StragglerJudge::SkewVerdict StragglerJudge::JudgeSkew(const GroupRef& ref, int32
   return v;
 }
 
-bool StragglerJudge::SlowerDeviceChronic(const GroupRef& ref, int32_t rank, const JobPolicy& policy,
+bool StragglerJudge::SlowerDeviceChronic(const GroupRef& ref, int32_t rank,
+                                         absl::Duration measured_at, const JobPolicy& policy,
                                          std::vector<std::string>& lines) {
   const absl::Duration now = clock_->Monotonic();
   absl::MutexLock lock(&mu_);
-  const GroupRuns& runs = RunsOf(ref);
+  GroupRuns& runs = RunsOf(ref);
+  RankRun& run = runs.ranks[rank];
+  if (!run.straggling_since.has_value() || *run.straggling_since > measured_at) {
+    lines.push_back(absl::StrCat("rank ", rank,
+                                 ": a slower device, measured before this straggle began: "
+                                 "chronic after reshard_after, as any straggler"));
+    return false;
+  }
   if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after) {
     lines.push_back(absl::StrCat(
         "rank ", rank, ": a slower device, but units moved ",
@@ -170,6 +178,7 @@ bool StragglerJudge::SlowerDeviceChronic(const GroupRef& ref, int32_t rank, cons
   lines.push_back(absl::StrCat("rank ", rank,
                                ": a slower device (measured): chronic now, without lasting "
                                "reshard_after (coordinator flag --reshard_slower_devices)"));
+  run.slower_device = true;
   return true;
 }
 

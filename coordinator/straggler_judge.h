@@ -9,8 +9,8 @@
 //     counted from the last plan the planner pushed that moved units if later (not an
 //     operator's hold: the rank straggled through it), so that resharding is priced; a
 //     calm spell no longer than kMaxCalmSpell (and a gap the run survives, below) does
-//     not end it. A straggler measured a slower device is chronic at once, unless units
-//     moved within reshard_after (SlowerDeviceChronic);
+//     not end it. A straggler measured a slower device in its run is chronic at once,
+//     unless units moved within reshard_after (SlowerDeviceChronic);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -32,8 +32,9 @@
 //       judge.JudgeSkew(ref, block, *SkewOfLoads(in, policy, in_force), policy, lines);
 //   in.skew_lasted = s.lasted;
 //   in.skew_waits = s.waits;
-//   if (kind == StragglerKind::Kind::kCompute && !v.chronic[s]) {  // s: the straggler
-//     v.chronic[s] = judge.SlowerDeviceChronic(ref, s, policy, lines);
+//   if (kind == StragglerKind::Kind::kCompute && !v.chronic[straggler]) {
+//     v.chronic[straggler] = judge.SlowerDeviceChronic(
+//         ref, straggler, *kinds.MeasuredAt(ref, straggler), policy, lines);
 //   }
 //   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted, in.skew_waits ...
 //   if (published && moves_units && !held) judge.UnitsMoved(ref);
@@ -78,6 +79,9 @@ class StragglerJudge {
     std::optional<absl::Duration> straggling_since;   // unset when it does not straggle
     std::optional<absl::Duration> last_straggled_at;  // its run's last straggling round
     std::optional<absl::Duration> judged_at;          // the last round that judged it
+    // Chronic before reshard_after, as a slower device measured in this run
+    // (SlowerDeviceChronic).
+    bool slower_device = false;
     // The last round found it calm inside a straggling run not yet ended by that calm:
     // the rank does not straggle now (status reads it normal), but its count goes on.
     bool InCalmSpell() const {
@@ -113,14 +117,18 @@ class StragglerJudge {
   SkewVerdict JudgeSkew(const GroupRef& ref, int32_t block, const LoadsSkew& skew,
                         const JobPolicy& policy, std::vector<std::string>& lines);
   // Rank `rank`, the round's straggler, was measured slow in its compute alone (a slower
-  // device: straggler_kind.h). Whether it is chronic now, without lasting reshard_after:
-  // a device's slowness is the device's, and will last (an older GPU stays old), so
-  // offloading its units every step until reshard_after passed only delays the reshard
-  // that ends in the same split. Not if the planner moved units within reshard_after
-  // (UnitsMoved): the reshards stay spaced as a chronic straggler's are. Appends a line
-  // saying which. Call after Judge in the same round.
-  bool SlowerDeviceChronic(const GroupRef& ref, int32_t rank, const JobPolicy& policy,
-                           std::vector<std::string>& lines);
+  // device: straggler_kind.h) at `measured_at` (monotonic). Whether it is chronic now,
+  // without lasting reshard_after. A device's slowness is the device's and lasts (an
+  // older GPU stays old), so offloading its units every step until reshard_after passed
+  // only delays the reshard that ends in the same split: on the GPT's 2x device
+  // straggler auto ran 1.126x the best static plan that way, 1.015x with this
+  // (docs/benchmarks.md, 2026-12-03 (eve)). Only for a kind measured in this straggling
+  // run: a verdict stands while the straggler relieved of units looks calm, and one from
+  // a run before would make a blip chronic. Not if the planner moved units within
+  // reshard_after (UnitsMoved): reshards stay spaced as a chronic straggler's are.
+  // Appends a line saying which. Call after Judge in the same round.
+  bool SlowerDeviceChronic(const GroupRef& ref, int32_t rank, absl::Duration measured_at,
+                           const JobPolicy& policy, std::vector<std::string>& lines);
   // A plan the planner decided that moves units was pushed now: the counts to chronic and
   // to a lasting skew restart. (Not for a held plan: the runs go on through a hold.)
   void UnitsMoved(const GroupRef& ref);

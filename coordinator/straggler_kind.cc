@@ -123,6 +123,7 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
   const bool whole = ratio >= options_.min_ratio;
   Verdict& verdict = g.judged[g.target];
   verdict.kind = whole ? Kind::kWhole : Kind::kCompute;
+  verdict.measured_at = now;
   verdict.why = absl::StrFormat(
       "%s: collectives %.4f s a step at least against %.4f s calm (%.2fx, %s %.2fx; judged "
       "once, for as long as it straggles)",
@@ -131,6 +132,15 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       round.collective_seconds, g.calm_floor, ratio, whole ? ">=" : "<", options_.min_ratio);
   lines.push_back(absl::StrCat(who, verdict.why));
   return verdict.kind;
+}
+
+std::optional<absl::Duration> StragglerKind::MeasuredAt(const GroupRef& ref, int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  const auto g = groups_.find(ref.key);
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return std::nullopt;
+  const auto it = g->second.judged.find(rank);
+  if (it == g->second.judged.end()) return std::nullopt;
+  return it->second.measured_at;
 }
 
 void StragglerKind::Forget(const GroupKey& key) {

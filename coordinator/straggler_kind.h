@@ -112,6 +112,10 @@ class StragglerKind {
   // calm round, the verdicts that still stand (kWhole if any is), else kUnknown.
   Kind Update(const GroupRef& ref, const Round& round, std::vector<std::string>& lines)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // When the verdict on `rank` that stands was measured (the clock's monotonic time); none
+  // while none stands.
+  std::optional<absl::Duration> MeasuredAt(const GroupRef& ref, int32_t rank) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a group the registry forgot.
   void Forget(const GroupKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   const StragglerKindOptions& options() const { return options_; }
@@ -123,7 +127,8 @@ class StragglerKind {
  private:
   struct Verdict {
     Kind kind = Kind::kUnknown;
-    std::string why;  // its measurements
+    std::string why;             // its measurements
+    absl::Duration measured_at;  // monotonic
   };
   struct GroupState {
     uint64_t incarnation = 0;
@@ -153,7 +158,7 @@ class StragglerKind {
 
   Clock* const clock_;
   const StragglerKindOptions options_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<GroupKey, GroupState> groups_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -205,10 +205,11 @@ bool ReshardApplies(const BlockState& block, const PlanCandidate* recommended) {
 //
 // The hysteresis here is the job's, not the dwell's (group_planner.h), which is raised
 // for a while after each change and for minutes while a group flaps: a reshard is priced
-// only for a rank that has straggled for reshard_after without a break, the count starts
-// again after each move (StragglerJudge), and the persistence is the evidence the raised
-// hysteresis stands in for, as for experts (expert_plan.cc); a cordon's drain is an
-// operator's order, not an estimate. Held by the flap hold's 30%,
+// only for a rank that has straggled for reshard_after without a break or was measured a
+// slower device in its straggle, the count starts again after each move (StragglerJudge),
+// and the persistence (or the kind, which lasts) is the evidence the raised hysteresis
+// stands in for, as for experts (expert_plan.cc); a cordon's drain is an operator's
+// order, not an estimate. Held by the flap hold's 30%,
 // the 2x quota straggler of the e2e benchmark was never resharded in 1,000 steps (no
 // split could gain more than 15% by its timers), while its offloads flapped on and a
 // static reshard ran its step 1.2x faster (docs/benchmarks.md, 2026-11-29 (b)).

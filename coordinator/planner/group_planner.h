@@ -39,8 +39,8 @@ namespace ballast::coordinator {
 // from one planning round to the next; without the dwell, plans flip between near-equal
 // neighbours on most rounds. A new straggler still gets a plan at once: it improves the
 // step by far more (after a blip, once it has lasted the flap hold: plan_flaps.h). A
-// reshard for a chronic straggler is not held (its persistence is the evidence:
-// candidates.cc's EvaluateReshard).
+// reshard for a chronic straggler is not held (its persistence, or its kind measured a
+// slower device, is the evidence: candidates.cc's EvaluateReshard).
 // A group whose changes keep being undone is held longer (plan_flaps.h): flap_hold, the
 // first hold after a flap (0: never held longer).
 struct DwellOptions {

@@ -651,6 +651,13 @@ TEST_F(CoordinatorTest, ASlowerDeviceIsReshardedOnceItsKindIsMeasured) {
       EXPECT_EQ(OffloadedUnits(sink.plans()[0]), 0);
       EXPECT_THAT(why->text(),
                   ::testing::HasSubstr("rank 1: a slower device (measured): chronic now"));
+      // Status shows the rank as the decisions see it (6 s of straggling: transient by
+      // reshard_after alone).
+      absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
+      ASSERT_TRUE(status.ok()) << status.status();
+      const v1::GroupStatus& g = status->jobs(0).groups(0);
+      ASSERT_EQ(g.ranks_size(), 2);
+      EXPECT_EQ(g.ranks(1).state(), "chronic");
     } else {
       EXPECT_TRUE(owners.empty()) << "resharded a straggler neither chronic nor a slower device";
       EXPECT_GT(OffloadedUnits(sink.plans()[0]), 0);

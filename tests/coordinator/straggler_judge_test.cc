@@ -111,27 +111,50 @@ TEST_F(StragglerJudgeTest, AReshardRestartsTheCountToChronic) {
   EXPECT_TRUE(Round(2.0).chronic[1]);
 }
 
-// A straggler measured a slower device is chronic at once, but the planner's reshards stay
-// reshard_after apart: not within 2 s of the last move, and again once it has passed.
+// A straggler measured a slower device in its straggling run is chronic at once (and
+// status reads it so), but the planner's reshards stay reshard_after apart: not within
+// 2 s of the last move, and again once it has passed.
 TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
+  const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, policy_, lines_));
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device (measured): chronic now")));
+  EXPECT_TRUE(judge_.Ranks(ref_).at(1).slower_device);
   judge_.UnitsMoved(ref_);
   for (int i = 0; i < 19; ++i) {
     Round(2.0);
     lines_.clear();
-    EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, policy_, lines_)) << i;
+    EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_)) << i;
   }
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device, but units moved 1.9s ago: "
                                             "chronic only once reshard_after (2s) has passed")));
   Round(2.0);
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, policy_, lines_));
-  // A group registered again has moved nothing.
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  // A group registered again has moved nothing (and its rank straggles anew).
   judge_.UnitsMoved(ref_);
   const GroupRef again{ref_.key, ref_.incarnation + 1};
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(again, 1, policy_, lines_));
+  clock_.Advance(absl::Milliseconds(100));
+  std::vector<std::string> lines;
+  judge_.Judge(again, {0, 1}, 2, Pooled(2.0), 1, policy_, false, absl::ZeroDuration(), lines);
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(again, 1, clock_.Monotonic(), policy_, lines));
+}
+
+// A kind measured in a straggling run before this one makes nothing chronic at once: the
+// verdict stands while a relieved straggler looks calm, and a blip after it must not be
+// resharded on it.
+TEST_F(StragglerJudgeTest, ASlowerDeviceMeasuredBeforeThisStraggleWaitsReshardAfter) {
+  Round(2.0);
+  const absl::Duration measured = clock_.Monotonic();
+  for (int i = 0; i < 5; ++i) Round(1.0);  // 500 ms calm: the run ends
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).straggling_since.has_value());
+  Round(2.0);
+  lines_.clear();
+  EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("measured before this straggle began")));
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).slower_device);
+  // Measured again in this run, it is.
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, clock_.Monotonic(), policy_, lines_));
 }
 
 TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIsWaitedOut) {

@@ -4,7 +4,7 @@
 // straggler's, against a stale calm floor, under a cordon, or while the straggler computes
 // fewer units than it did calm; a verdict stands while the straggler lasts (and while it
 // looks calm relieved of units), a calm spell of 30 s ends it, another straggler is
-// judged afresh.
+// judged afresh; each verdict knows when it was measured.
 #include "coordinator/straggler_kind.h"
 
 #include <gmock/gmock.h>
@@ -78,6 +78,21 @@ TEST_F(StragglerKindTest, CollectivesAsCalmMeanASlowerDevice) {
   EXPECT_THAT(Said(), HasSubstr("slow in its compute alone (a slower device): collectives "
                                 "0.0500 s a step at least against 0.0430 s calm (1.16x, < "
                                 "1.25x"));
+}
+
+// When the verdict that stands was measured: the round that measured it, kept while it
+// stands; none before, for another rank, or for another incarnation.
+TEST_F(StragglerKindTest, AVerdictKnowsWhenItWasMeasured) {
+  Calm();
+  EXPECT_FALSE(kinds_.MeasuredAt(kGroup, 1).has_value());
+  ASSERT_EQ(Straggle(0.050), Kind::kCompute);
+  const absl::Duration measured = clock_.Monotonic();
+  EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), measured);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(Update(Ran(1, 1, 0.050)), Kind::kCompute);
+  EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), measured) << "measured again while it stands";
+  EXPECT_FALSE(kinds_.MeasuredAt(kGroup, 0).has_value());
+  EXPECT_FALSE(kinds_.MeasuredAt({kGroup.key, kGroup.incarnation + 1}, 1).has_value());
 }
 
 TEST_F(StragglerKindTest, NothingIsJudgedWithoutACalmFloor) {
