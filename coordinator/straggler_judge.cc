@@ -161,10 +161,12 @@ bool StragglerJudge::SlowerDeviceChronic(const GroupRef& ref, int32_t rank,
   absl::MutexLock lock(&mu_);
   GroupRuns& runs = RunsOf(ref);
   RankRun& run = runs.ranks[rank];
-  if (!run.straggling_since.has_value() || *run.straggling_since > measured_at) {
+  if (!run.straggling_since.has_value()) return false;  // Judge found it calm
+  if (*run.straggling_since > measured_at && now - *run.straggling_since < kKnownDeviceStraggle) {
     lines.push_back(absl::StrCat("rank ", rank,
                                  ": a slower device, measured before this straggle began: "
-                                 "chronic after reshard_after, as any straggler"));
+                                 "chronic once the straggle has lasted ",
+                                 absl::FormatDuration(kKnownDeviceStraggle), " (not a blip)"));
     return false;
   }
   if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after) {

@@ -9,8 +9,9 @@
 //     counted from the last plan the planner pushed that moved units if later (not an
 //     operator's hold: the rank straggled through it), so that resharding is priced; a
 //     calm spell no longer than kMaxCalmSpell (and a gap the run survives, below) does
-//     not end it. A straggler measured a slower device in its run is chronic at once,
-//     unless units moved within reshard_after (SlowerDeviceChronic);
+//     not end it. A straggler measured a slower device is chronic at once (a verdict
+//     from before this run once the run has lasted kKnownDeviceStraggle), unless units
+//     moved within reshard_after (SlowerDeviceChronic);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -68,6 +69,11 @@ class StragglerJudge {
   // above either): a round or two of a fast burst the speed model adopted, not a blip's
   // seconds of calm.
   static constexpr absl::Duration kMaxCalmSpell = absl::Seconds(1);
+  // How long a straggle by a rank whose slower-device verdict was measured before it began
+  // must last to be chronic at once (SlowerDeviceChronic): longer than this VM's blips
+  // (up to 1.7 s in docs/benchmarks.md, 2026-12-03 (later)), and about as long as
+  // measuring the kind afresh takes (16 steps).
+  static constexpr absl::Duration kKnownDeviceStraggle = absl::Seconds(5);
 
   struct Verdict {
     bool calm = false;          // plan all-local (a marginal straggler not lasted is calm)
@@ -79,8 +85,7 @@ class StragglerJudge {
     std::optional<absl::Duration> straggling_since;   // unset when it does not straggle
     std::optional<absl::Duration> last_straggled_at;  // its run's last straggling round
     std::optional<absl::Duration> judged_at;          // the last round that judged it
-    // Chronic before reshard_after, as a slower device measured in this run
-    // (SlowerDeviceChronic).
+    // Chronic before reshard_after, as a measured slower device (SlowerDeviceChronic).
     bool slower_device = false;
     // The last round found it calm inside a straggling run not yet ended by that calm:
     // the rank does not straggle now (status reads it normal), but its count goes on.
@@ -122,9 +127,11 @@ class StragglerJudge {
   // older GPU stays old), so offloading its units every step until reshard_after passed
   // only delays the reshard that ends in the same split: on the GPT's 2x device
   // straggler auto ran 1.126x the best static plan that way, 1.015x with this
-  // (docs/benchmarks.md, 2026-12-03 (eve)). Only for a kind measured in this straggling
-  // run: a verdict stands while the straggler relieved of units looks calm, and one from
-  // a run before would make a blip chronic. Not if the planner moved units within
+  // (docs/benchmarks.md, 2026-12-03 (eve)). A verdict measured before this straggling run
+  // began (it stands through calm spells under 30 s: straggler_kind.h) counts once the
+  // run has lasted kKnownDeviceStraggle, so that no blip is resharded on it; without it,
+  // the GPT's device straggler coming back 17 s after it left ran plain TP until
+  // reshard_after (its offloads refused), 0.98x plain. Not if the planner moved units within
   // reshard_after (UnitsMoved): reshards stay spaced as a chronic straggler's are.
   // Appends a line saying which. Call after Judge in the same round.
   bool SlowerDeviceChronic(const GroupRef& ref, int32_t rank, absl::Duration measured_at,

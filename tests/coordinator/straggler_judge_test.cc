@@ -140,21 +140,29 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_TRUE(judge_.SlowerDeviceChronic(again, 1, clock_.Monotonic(), policy_, lines));
 }
 
-// A kind measured in a straggling run before this one makes nothing chronic at once: the
-// verdict stands while a relieved straggler looks calm, and a blip after it must not be
-// resharded on it.
-TEST_F(StragglerJudgeTest, ASlowerDeviceMeasuredBeforeThisStraggleWaitsReshardAfter) {
+// A kind measured in a straggling run before this one (its verdict stands through calm
+// spells under 30 s) makes the straggle chronic at once only once it has lasted
+// kKnownDeviceStraggle (5 s): a blip is not resharded on it, a straggler that came back is.
+TEST_F(StragglerJudgeTest, ASlowerDeviceMeasuredBeforeThisStraggleMustLastFiveSeconds) {
   Round(2.0);
   const absl::Duration measured = clock_.Monotonic();
   for (int i = 0; i < 5; ++i) Round(1.0);  // 500 ms calm: the run ends
   EXPECT_FALSE(judge_.Ranks(ref_).at(1).straggling_since.has_value());
   Round(2.0);
+  const absl::Duration began = clock_.Monotonic();
   lines_.clear();
   EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
-  EXPECT_THAT(lines_, ElementsAre(HasSubstr("measured before this straggle began")));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("measured before this straggle began: chronic once "
+                                            "the straggle has lasted 5s (not a blip)")));
   EXPECT_FALSE(judge_.Ranks(ref_).at(1).slower_device);
-  // Measured again in this run, it is.
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, clock_.Monotonic(), policy_, lines_));
+  while (clock_.Monotonic() - began < absl::Milliseconds(4900)) {
+    Round(2.0);
+    EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_))
+        << clock_.Monotonic() - began;
+  }
+  Round(2.0);
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.Ranks(ref_).at(1).slower_device);
 }
 
 TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIsWaitedOut) {
