@@ -33,9 +33,11 @@
 //       judge.JudgeSkew(ref, block, *SkewOfLoads(in, policy, in_force), policy, lines);
 //   in.skew_lasted = s.lasted;
 //   in.skew_waits = s.waits;
+//   // (The kind may be another rank's verdict that stands: only the straggler's counts.)
 //   if (kind == StragglerKind::Kind::kCompute && !v.chronic[straggler]) {
-//     v.chronic[straggler] = judge.SlowerDeviceChronic(
-//         ref, straggler, *kinds.MeasuredAt(ref, straggler), policy, lines);
+//     if (std::optional<absl::Duration> at = kinds.MeasuredAt(ref, straggler)) {
+//       v.chronic[straggler] = judge.SlowerDeviceChronic(ref, straggler, *at, policy, lines);
+//     }
 //   }
 //   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted, in.skew_waits ...
 //   if (published && moves_units && !held) judge.UnitsMoved(ref);
