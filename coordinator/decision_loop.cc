@@ -155,9 +155,16 @@ bool DecisionLoop::Tick() {
       summary = PlanSummary(*outcome.change);
       published = registry_->Publish(ref, *outcome.change);
       // The count to chronic restarts at the planner's own reshards, which it spaces by
-      // reshard_after; an operator's hold is not one of them. A straggler slow through a
-      // held reshard and its release has lasted, and the planner may reshard it at once.
-      if (published && outcome.moves_units && !hold.has_value()) judge_->UnitsMoved(ref);
+      // reshard_after; an operator's hold is not one of them, and its ownership replaces
+      // the planner's. A straggler slow through a held reshard and its release has
+      // lasted, and the planner may reshard it at once.
+      if (published && outcome.moves_units) {
+        if (hold.has_value()) {
+          judge_->HoldMovedUnits(ref);
+        } else {
+          judge_->UnitsMoved(ref);
+        }
+      }
     }
     if (published) {
       BALLAST_LOG(INFO) << "job=" << group->job << " group=" << group->name << " new plan "

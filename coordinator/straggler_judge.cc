@@ -194,6 +194,11 @@ void StragglerJudge::UnitsMoved(const GroupRef& ref) {
   RunsOf(ref).moved_units_at = now;
 }
 
+void StragglerJudge::HoldMovedUnits(const GroupRef& ref) {
+  absl::MutexLock lock(&mu_);
+  RunsOf(ref).moved_units_at.reset();
+}
+
 std::map<int32_t, StragglerJudge::RankRun> StragglerJudge::Ranks(const GroupRef& ref) const {
   absl::MutexLock lock(&mu_);
   auto it = groups_.find(ref.key);

@@ -6,12 +6,12 @@
 //     marginal one on a group running all-local for marginal_straggler_for, any one for
 //     the flap wait the caller gives while the group's plans flap;
 //   - chronic, per rank: straggling, pooled over the group's blocks, for reshard_after,
-//     counted from the last plan the planner pushed that moved units if later (not an
-//     operator's hold: the rank straggled through it), so that resharding is priced; a
-//     calm spell no longer than kMaxCalmSpell (and a gap the run survives, below) does
-//     not end it. A straggler measured a slower device is chronic at once (a verdict
-//     from before this run once the run has lasted kKnownDeviceStraggle), unless units
-//     moved within reshard_after (SlowerDeviceChronic);
+//     counted from the last plan the planner pushed that moved units if later and still
+//     in force (not an operator's hold: the rank straggled through it; a hold that moved
+//     units since lifts it: HoldMovedUnits), so that resharding is priced; a calm spell
+//     no longer than kMaxCalmSpell (and a gap the run survives, below) does not end it. A straggler measured a slower device is chronic at once (a verdict
+//     from before this run once the run has lasted kKnownDeviceStraggle), unless the
+//     planner moved units within reshard_after (SlowerDeviceChronic);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -40,7 +40,7 @@
 //     }
 //   }
 //   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted, in.skew_waits ...
-//   if (published && moves_units && !held) judge.UnitsMoved(ref);
+//   if (published && moves_units) held ? judge.HoldMovedUnits(ref) : judge.UnitsMoved(ref);
 //
 // Thread-safe. Its runs are keyed by the group's incarnation: a group forgotten and
 // registered again starts afresh, even if Forget was not called.
@@ -134,13 +134,21 @@ class StragglerJudge {
   // run has lasted kKnownDeviceStraggle, so that no blip is resharded on it; without it,
   // the GPT's device straggler coming back 17 s after it left ran plain TP until
   // reshard_after (its offloads refused), 0.98x plain. Not if the planner moved units within
-  // reshard_after (UnitsMoved): reshards stay spaced as a chronic straggler's are.
+  // reshard_after (UnitsMoved) and no hold has moved them since (HoldMovedUnits): the
+  // planner's reshards stay spaced as a chronic straggler's are.
   // Appends a line saying which. Call after Judge in the same round.
   bool SlowerDeviceChronic(const GroupRef& ref, int32_t rank, absl::Duration measured_at,
                            const JobPolicy& policy, std::vector<std::string>& lines);
   // A plan the planner decided that moves units was pushed now: the counts to chronic and
   // to a lasting skew restart. (Not for a held plan: the runs go on through a hold.)
   void UnitsMoved(const GroupRef& ref);
+  // An operator's hold pushed a plan that moves units: the ownership in force is the
+  // hold's, so the planner's last move no longer spaces its next one (resharding back
+  // after a release is no swing of its own). Without it, a ViT's device straggler
+  // released from a held even split ~40 s after the planner's reshard was offloaded from
+  // that split until reshard_after: 1.084x the best static plan, 1.004x where no hold
+  // came between (docs/benchmarks.md, 2026-12-03 (night)).
+  void HoldMovedUnits(const GroupRef& ref);
   // Per registered rank, its run (none before the group's first round).
   std::map<int32_t, RankRun> Ranks(const GroupRef& ref) const;
   void Forget(const GroupKey& key);
@@ -159,7 +167,7 @@ class StragglerJudge {
     };
     std::map<int32_t, BlockRuns> blocks;
     // Monotonic time of the last plan the planner pushed that moved units (UnitsMoved;
-    // not a hold's).
+    // not a hold's), while that ownership is in force (a hold's move clears it).
     std::optional<absl::Duration> moved_units_at;
   };
   // The group's runs, fresh for a new incarnation.

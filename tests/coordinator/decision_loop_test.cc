@@ -271,6 +271,65 @@ TEST_F(DecisionLoopTest, AHeldReshardDoesNotRestartTheCountToChronic) {
   EXPECT_FALSE(ranks[0].chronic);
 }
 
+// A hold that moves units replaces the planner's ownership: released within reshard_after
+// (2 s) of the planner's own reshard, the straggler (slow through it all) is chronic at
+// once, not only once reshard_after has passed since that reshard. Without it a ViT's
+// device straggler released from a held even split was offloaded from that split for ~20 s.
+TEST_F(DecisionLoopTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
+  JobPolicy policy;
+  policy.mode = BalanceMode::kAuto;
+  policy.report_period = absl::Milliseconds(100);
+  policy.reshard_after = absl::Seconds(2);
+  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  // The workers run the newest plan's ownership (rank 1 at 3 ms a unit, rank 0 at 1 ms)
+  // and report it, as workers that applied its moves do; then a planning round.
+  std::vector<int32_t> owners = {0, 0, 0, 0, 1, 1, 1, 1};
+  int64_t step = 0;
+  auto run_step = [&] {
+    int64_t version = 0;
+    if (!sink_.plans().empty()) {
+      // A plan that states no ownership keeps the one the workers run.
+      const v1::WorkloadPlan plan = sink_.plans().back();  // plans() is a copy
+      for (const v1::BlockPlan& b : plan.blocks()) {
+        if (b.owner_of_unit_size() > 0) {
+          owners.assign(b.owner_of_unit().begin(), b.owner_of_unit().end());
+        }
+      }
+      version = plan.version();
+    }
+    for (int rank : {0, 1}) {
+      const int32_t units = static_cast<int32_t>(std::count(owners.begin(), owners.end(), rank));
+      v1::WorkerReport r =
+          testing::StepReport({}, rank, step, units, units * (rank == 0 ? 1e-3 : 3e-3));
+      for (int32_t o : owners) r.mutable_step()->mutable_blocks(0)->add_owner_of_unit(o);
+      r.mutable_step()->set_plan_version(version);
+      const absl::Status reported = registry_->Report("agent-1", r);
+      ASSERT_TRUE(reported.ok()) << reported;
+    }
+    ++step;
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  };
+  auto rank1_units = [&] { return std::count(owners.begin(), owners.end(), 1); };
+  while (step < 40 && rank1_units() == 4) run_step();
+  ASSERT_LT(rank1_units(), 4) << "the planner never resharded the chronic straggler";
+  run_step();  // the workers confirm the reshard
+  ASSERT_TRUE(
+      settings_->SetHold("vit", "tp0", GroupHold{.rank = 1, .offload_fraction = 0.25}).ok());
+  for (int i = 0; i < 3; ++i) run_step();
+  ASSERT_EQ(rank1_units(), 4) << "the held offload kept the planner's ownership";
+
+  ASSERT_TRUE(settings_->SetHold("vit", "tp0", std::nullopt).ok());
+  loop_->ReplanNow("vit");
+  loop_->Tick();
+  const std::string reasons = absl::StrJoin(Record().reasons.before, "\n");
+  EXPECT_THAT(reasons, HasSubstr(": chronic")) << reasons;
+  EXPECT_THAT(reasons, ::testing::Not(HasSubstr("since the last reshard"))) << reasons;
+  run_step();
+  EXPECT_LT(rank1_units(), 4) << "released from the hold's even split, it was not resharded";
+}
+
 // A straggler whose block time has a fixed part (4 ms + 3 ms a unit) reads 4 ms a unit at
 // 4 units and 5 ms at 2. Once it has run both counts the planner prices it by the fit: a
 // unit moved saves 3 ms, not 5. With the coordinator's --unit_count_fit=false, by its

@@ -140,6 +140,29 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_TRUE(judge_.SlowerDeviceChronic(again, 1, clock_.Monotonic(), policy_, lines));
 }
 
+// An operator's hold that moved units replaces the planner's ownership: the planner's
+// last reshard no longer spaces its next one, for a slower device and for a straggler
+// chronic by lasting (the straggle went on through the hold). A later move of the
+// planner's own spaces again.
+TEST_F(StragglerJudgeTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
+  for (int i = 0; i < 21; ++i) Round(2.0);
+  const absl::Duration measured = clock_.Monotonic();
+  judge_.UnitsMoved(ref_);
+  Round(2.0);
+  EXPECT_FALSE(Round(2.0).chronic[1]);
+  lines_.clear();
+  EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("units moved 200ms ago")));
+  judge_.HoldMovedUnits(ref_);
+  EXPECT_TRUE(Round(2.0).chronic[1]);  // straggling since before the planner's move
+  lines_.clear();
+  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("a slower device (measured): chronic now")));
+  judge_.UnitsMoved(ref_);
+  EXPECT_FALSE(Round(2.0).chronic[1]);
+  EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+}
+
 // A kind measured in a straggling run before this one (its verdict stands through calm
 // spells under 30 s) makes the straggle chronic at once only once it has lasted
 // kKnownDeviceStraggle (5 s): a blip is not resharded on it, a straggler that came back is.
