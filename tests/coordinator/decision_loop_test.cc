@@ -68,6 +68,15 @@ class DecisionLoopTest : public testing::CoordinatorPartsTest {
       loop_->Tick();
     }
   }
+  // Job "vit" in mode auto, reshard_after 2 s; its agent connects with 2 ranks of 4 units.
+  void StartAutoWithShortReshardAfter() {
+    JobPolicy policy;
+    policy.mode = BalanceMode::kAuto;
+    policy.report_period = absl::Milliseconds(100);
+    policy.reshard_after = absl::Seconds(2);
+    ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+    ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  }
   // The marginal skew's wait, under the job's capacity cap `cap` (0: none).
   void MarginalSkewIsWaitedOut(double cap);
   inline static const std::vector<int32_t> kEven = {0, 0, 0, 0, 1, 1, 1, 1};
@@ -237,12 +246,7 @@ TEST_F(DecisionLoopTest, AHeldGroupRunsItsHoldAndIsPredictedOnceSpeedsAreKnown) 
 // planner's to say: from the hold's 5/3 split, offloading one unit evens the compute as
 // owning 2 would.)
 TEST_F(DecisionLoopTest, AHeldReshardDoesNotRestartTheCountToChronic) {
-  JobPolicy policy;
-  policy.mode = BalanceMode::kAuto;
-  policy.report_period = absl::Milliseconds(100);
-  policy.reshard_after = absl::Seconds(2);
-  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
-  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  ASSERT_NO_FATAL_FAILURE(StartAutoWithShortReshardAfter());
   for (int64_t step = 0; step < 25; ++step) {
     if (step == 10) {
       ASSERT_TRUE(
@@ -276,12 +280,7 @@ TEST_F(DecisionLoopTest, AHeldReshardDoesNotRestartTheCountToChronic) {
 // once, not only once reshard_after has passed since that reshard. Without it a ViT's
 // device straggler released from a held even split was offloaded from that split for ~20 s.
 TEST_F(DecisionLoopTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
-  JobPolicy policy;
-  policy.mode = BalanceMode::kAuto;
-  policy.report_period = absl::Milliseconds(100);
-  policy.reshard_after = absl::Seconds(2);
-  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
-  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  ASSERT_NO_FATAL_FAILURE(StartAutoWithShortReshardAfter());
   // The workers run the newest plan's ownership (rank 1 at 3 ms a unit, rank 0 at 1 ms)
   // and report it, as workers that applied its moves do; then a planning round.
   std::vector<int32_t> owners = {0, 0, 0, 0, 1, 1, 1, 1};
