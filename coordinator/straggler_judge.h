@@ -9,9 +9,10 @@
 //     counted from the last plan the planner pushed that moved units if later and still
 //     in force (not an operator's hold: the rank straggled through it; a hold that moved
 //     units since lifts it: HoldMovedUnits), so that resharding is priced; a calm spell
-//     no longer than kMaxCalmSpell (and a gap the run survives, below) does not end it. A straggler measured a slower device is chronic at once (a verdict
-//     from before this run once the run has lasted kKnownDeviceStraggle), unless the
-//     planner moved units within reshard_after (SlowerDeviceChronic);
+//     no longer than kMaxCalmSpell (and a gap the run survives, below) does not end it.
+//     A straggler measured a slower device is chronic at once (a verdict from before
+//     this run once the run has lasted kKnownDeviceStraggle), unless the planner moved
+//     units within reshard_after (SlowerDeviceChronic);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
