@@ -94,9 +94,9 @@ void AdminReads::FillGroup(const GroupSnapshot& group, const JobPolicy& policy,
         now - *run->second.judged_at <=
             StragglerJudge::kJudgementGapPeriods * policy.report_period) {
       const std::optional<absl::Duration>& since = run->second.straggling_since;
-      // Chronic as the decisions see it: lasted reshard_after, or a slower device measured.
+      // Chronic as the decisions see it: lasted reshard_after, or its kind measured.
       const bool chronic =
-          since.has_value() && (now - *since >= policy.reshard_after || run->second.slower_device);
+          since.has_value() && (now - *since >= policy.reshard_after || run->second.kind_measured);
       state = !since.has_value() || run->second.InCalmSpell() ? "normal"
               : chronic                                       ? "chronic"
                                                               : "transient";

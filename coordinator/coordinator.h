@@ -78,8 +78,13 @@ struct CoordinatorOptions {
   // A straggler measured slow in its compute alone (a slower device, straggler_kind.h) is
   // chronic at once: its reshard is priced without waiting the job's reshard_after, which
   // still spaces the reshards (why, and what it measured: StragglerJudge::
-  // SlowerDeviceChronic).
+  // KindMeasuredChronic).
   bool reshard_slower_devices = true;
+  // The same for a straggler measured throttled whole, its collectives slowed with it (a
+  // CPU quota, a co-tenant), whose offloads barely relieve it (the same comment). Off where
+  // co-tenants come and go in less than the job's reshard_after: each would cost a move and
+  // a move back.
+  bool reshard_throttled_ranks = true;
   // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
   // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.
   bool unit_count_fit = true;

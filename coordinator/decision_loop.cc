@@ -439,10 +439,14 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const StragglerKind::Kind kind = KindOf(group, straggler, cordon, lines);
   // (Not under an operator's hold: nothing is planned there.)
   std::vector<bool> chronic = verdict.chronic;
-  if (options_.reshard_slower_devices && !operator_hold && kind == StragglerKind::Kind::kCompute &&
-      straggler >= 0 && straggler < group.size && !chronic[straggler]) {
+  const bool reshard_kind = kind == StragglerKind::Kind::kCompute ? options_.reshard_slower_devices
+                            : kind == StragglerKind::Kind::kWhole ? options_.reshard_throttled_ranks
+                                                                  : false;
+  if (reshard_kind && !operator_hold && straggler >= 0 && straggler < group.size &&
+      !chronic[straggler]) {
     if (const std::optional<absl::Duration> at = straggler_kind_.MeasuredAt(group.ref, straggler)) {
-      chronic[straggler] = judge_->SlowerDeviceChronic(group.ref, straggler, *at, policy, lines);
+      chronic[straggler] =
+          judge_->KindMeasuredChronic(group.ref, straggler, kind, *at, policy, lines);
     }
   }
   const std::vector<double> fixed_per_step =

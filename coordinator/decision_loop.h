@@ -62,9 +62,11 @@ struct DecisionLoopOptions {
   // (straggler_kind.h).
   FixedCostsMode fixed_costs = FixedCostsMode::kAuto;
   StragglerKindOptions straggler_kind;
-  // A straggler measured slow in its compute alone (a slower device) is chronic at once,
-  // its reshard priced without waiting reshard_after (StragglerJudge::SlowerDeviceChronic).
+  // A straggler measured slow in its compute alone (a slower device), or throttled whole
+  // (its collectives slow too: a CPU quota, a co-tenant), is chronic at once, its reshard
+  // priced without waiting reshard_after (StragglerJudge::KindMeasuredChronic).
   bool reshard_slower_devices = true;
+  bool reshard_throttled_ranks = true;
   // Price each rank's block compute as fixed seconds plus seconds per unit where a fit over
   // the unit counts it ran finds a fixed part (unit_count_fit.h); else per unit alone.
   bool unit_count_fit = true;

@@ -76,6 +76,12 @@ ABSL_FLAG(bool, reshard_slower_devices, true,
           "(a slower device: coordinator/straggler_kind.h), is chronic at once: its reshard "
           "is priced without waiting the job's reshard_after (reshards stay reshard_after "
           "apart); false: it waits reshard_after as any straggler");
+ABSL_FLAG(bool, reshard_throttled_ranks, true,
+          "A straggler measured throttled whole, its collectives slowed with its compute (a "
+          "CPU quota, a co-tenant: coordinator/straggler_kind.h), is chronic at once, as "
+          "--reshard_slower_devices makes a slower device (its offloads barely relieve it); "
+          "false where co-tenants come and go in less than reshard_after (each would cost a "
+          "move and a move back)");
 ABSL_FLAG(bool, unit_count_fit, true,
           "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
           "fitted over the unit counts it ran finds a fixed part "
@@ -175,6 +181,7 @@ int main(int argc, char** argv) {
   }
   options.fixed_costs = *fixed_costs;
   options.reshard_slower_devices = absl::GetFlag(FLAGS_reshard_slower_devices);
+  options.reshard_throttled_ranks = absl::GetFlag(FLAGS_reshard_throttled_ranks);
   options.unit_count_fit = absl::GetFlag(FLAGS_unit_count_fit);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
   if (!absl::GetFlag(FLAGS_offload_check)) options.offload_check.reset();

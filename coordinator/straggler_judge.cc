@@ -154,33 +154,40 @@ StragglerJudge::SkewVerdict StragglerJudge::JudgeSkew(const GroupRef& ref, int32
   return v;
 }
 
-bool StragglerJudge::SlowerDeviceChronic(const GroupRef& ref, int32_t rank,
-                                         absl::Duration measured_at, const JobPolicy& policy,
-                                         std::vector<std::string>& lines) {
+bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
+                                         StragglerKind::Kind kind, absl::Duration measured_at,
+                                         const JobPolicy& policy, std::vector<std::string>& lines) {
+  if (kind == StragglerKind::Kind::kUnknown) return false;
+  const std::string what = kind == StragglerKind::Kind::kCompute
+                               ? "a slower device"
+                               : "throttled whole (its collectives slow too)";
   const absl::Duration now = clock_->Monotonic();
   absl::MutexLock lock(&mu_);
   GroupRuns& runs = RunsOf(ref);
   RankRun& run = runs.ranks[rank];
   if (!run.straggling_since.has_value()) return false;  // Judge found it calm
-  if (*run.straggling_since > measured_at && now - *run.straggling_since < kKnownDeviceStraggle) {
-    lines.push_back(absl::StrCat("rank ", rank,
-                                 ": a slower device, measured before this straggle began: "
-                                 "chronic once the straggle has lasted ",
-                                 absl::FormatDuration(kKnownDeviceStraggle), " (not a blip)"));
+  if (*run.straggling_since > measured_at && now - *run.straggling_since < kKnownKindStraggle) {
+    lines.push_back(absl::StrCat("rank ", rank, ": ", what,
+                                 ", measured before this straggle began: chronic once the "
+                                 "straggle has lasted ",
+                                 absl::FormatDuration(kKnownKindStraggle), " (not a blip)"));
     return false;
   }
   if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after) {
     lines.push_back(absl::StrCat(
-        "rank ", rank, ": a slower device, but units moved ",
+        "rank ", rank, ": ", what, ", but units moved ",
         absl::FormatDuration(absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100))),
         " ago: chronic only once reshard_after (", absl::FormatDuration(policy.reshard_after),
         ") has passed since"));
     return false;
   }
-  lines.push_back(absl::StrCat("rank ", rank,
-                               ": a slower device (measured): chronic now, without lasting "
-                               "reshard_after (coordinator flag --reshard_slower_devices)"));
-  run.slower_device = true;
+  lines.push_back(absl::StrCat("rank ", rank, ": ", what,
+                               " (measured): chronic now, without lasting reshard_after ",
+                               "(coordinator flag ",
+                               kind == StragglerKind::Kind::kCompute ? "--reshard_slower_devices"
+                                                                     : "--reshard_throttled_ranks",
+                               ")"));
+  run.kind_measured = true;
   return true;
 }
 

@@ -10,9 +10,10 @@
 //     in force (not an operator's hold: the rank straggled through it; a hold that moved
 //     units since lifts it: HoldMovedUnits), so that resharding is priced; a calm spell
 //     no longer than kMaxCalmSpell (and a gap the run survives, below) does not end it.
-//     A straggler measured a slower device is chronic at once (a verdict from before
-//     this run once the run has lasted kKnownDeviceStraggle), unless the planner moved
-//     units within reshard_after (SlowerDeviceChronic);
+//     A straggler whose kind was measured (a slower device, or a rank throttled whole:
+//     straggler_kind.h) is chronic at once (a verdict from before this run once the run
+//     has lasted kKnownKindStraggle), unless the planner moved units within
+//     reshard_after (KindMeasuredChronic);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -35,9 +36,10 @@
 //   in.skew_lasted = s.lasted;
 //   in.skew_waits = s.waits;
 //   // (The kind may be another rank's verdict that stands: only the straggler's counts.)
-//   if (kind == StragglerKind::Kind::kCompute && !v.chronic[straggler]) {
+//   if (kind != StragglerKind::Kind::kUnknown && !v.chronic[straggler]) {
 //     if (std::optional<absl::Duration> at = kinds.MeasuredAt(ref, straggler)) {
-//       v.chronic[straggler] = judge.SlowerDeviceChronic(ref, straggler, *at, policy, lines);
+//       v.chronic[straggler] =
+//           judge.KindMeasuredChronic(ref, straggler, kind, *at, policy, lines);
 //     }
 //   }
 //   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted, in.skew_waits ...
@@ -61,6 +63,7 @@
 #include "coordinator/planner/expert_plan.h"
 #include "coordinator/policy.h"
 #include "coordinator/rank_speeds.h"
+#include "coordinator/straggler_kind.h"
 
 namespace ballast::coordinator {
 
@@ -72,11 +75,11 @@ class StragglerJudge {
   // above either): a round or two of a fast burst the speed model adopted, not a blip's
   // seconds of calm.
   static constexpr absl::Duration kMaxCalmSpell = absl::Seconds(1);
-  // How long a straggle by a rank whose slower-device verdict was measured before it began
-  // must last to be chronic at once (SlowerDeviceChronic): longer than this VM's blips
-  // (up to 1.7 s in docs/benchmarks.md, 2026-12-03 (later)), and about as long as
-  // measuring the kind afresh takes (16 steps).
-  static constexpr absl::Duration kKnownDeviceStraggle = absl::Seconds(5);
+  // How long a straggle by a rank whose kind was measured before it began must last to be
+  // chronic at once (KindMeasuredChronic): longer than this VM's blips (up to 1.7 s in
+  // docs/benchmarks.md, 2026-12-03 (later)), and about as long as measuring the kind
+  // afresh takes (16 steps).
+  static constexpr absl::Duration kKnownKindStraggle = absl::Seconds(5);
 
   struct Verdict {
     bool calm = false;          // plan all-local (a marginal straggler not lasted is calm)
@@ -88,8 +91,8 @@ class StragglerJudge {
     std::optional<absl::Duration> straggling_since;   // unset when it does not straggle
     std::optional<absl::Duration> last_straggled_at;  // its run's last straggling round
     std::optional<absl::Duration> judged_at;          // the last round that judged it
-    // Chronic before reshard_after, as a measured slower device (SlowerDeviceChronic).
-    bool slower_device = false;
+    // Chronic before reshard_after, its kind measured (KindMeasuredChronic).
+    bool kind_measured = false;
     // The last round found it calm inside a straggling run not yet ended by that calm:
     // the rank does not straggle now (status reads it normal), but its count goes on.
     bool InCalmSpell() const {
@@ -124,22 +127,33 @@ class StragglerJudge {
   // the loads are unbalanced.
   SkewVerdict JudgeSkew(const GroupRef& ref, int32_t block, const LoadsSkew& skew,
                         const JobPolicy& policy, std::vector<std::string>& lines);
-  // Rank `rank`, the round's straggler, was measured slow in its compute alone (a slower
-  // device: straggler_kind.h) at `measured_at` (monotonic). Whether it is chronic now,
-  // without lasting reshard_after. A device's slowness is the device's and lasts (an
-  // older GPU stays old), so offloading its units every step until reshard_after passed
-  // only delays the reshard that ends in the same split: on the GPT's 2x device
-  // straggler auto ran 1.126x the best static plan that way, 1.015x with this
-  // (docs/benchmarks.md, 2026-12-03 (eve)). A verdict measured before this straggling run
-  // began (it stands through calm spells under 30 s: straggler_kind.h) counts once the
-  // run has lasted kKnownDeviceStraggle, so that no blip is resharded on it; without it,
-  // the GPT's device straggler coming back 17 s after it left ran plain TP until
-  // reshard_after (its offloads refused), 0.98x plain. Not if the planner moved units within
-  // reshard_after (UnitsMoved) and no hold has moved them since (HoldMovedUnits): the
-  // planner's reshards stay spaced as a chronic straggler's are.
+  // Rank `rank`, the round's straggler, had its kind measured (`kind`, kCompute or kWhole:
+  // straggler_kind.h) at `measured_at` (monotonic). Whether it is chronic now, without
+  // lasting reshard_after. Measuring the kind took 16 steps of straggling, so the
+  // straggle is no blip, and for either kind waiting reshard_after only delays the
+  // reshard that ends in the same split:
+  //   - a slower device (kCompute) stays slow (an older GPU stays old): offloading its
+  //     units every step until reshard_after passed ran the GPT's 2x device straggler at
+  //     1.126x the best static plan, 1.015x with this (docs/benchmarks.md, 2026-12-03
+  //     (eve));
+  //   - a rank throttled whole (kWhole: a CPU quota, a co-tenant) is throttled in its
+  //     offloads' transfers too, so offloads barely relieve it: on the ViT's 2x quota
+  //     straggler a static offload of 0.3 ran 0.967x plain TP where a reshard of 0.4 ran
+  //     0.754x, and auto, offloading until reshard_after, 1.289x the best static plan
+  //     (docs/benchmarks.md, 2026-12-03 (late)). What the wait guarded against, a quota's
+  //     slowdown moving with its load, the spacing below still does.
+  // A verdict measured before this straggling run began (it stands through calm spells
+  // under 30 s: straggler_kind.h) counts once the run has lasted kKnownKindStraggle, so
+  // that no blip is resharded on it; without it, the GPT's device straggler coming back
+  // 17 s after it left ran plain TP until reshard_after (its offloads refused), 0.98x
+  // plain. Not if the planner moved units within reshard_after (UnitsMoved) and no hold
+  // has moved them since (HoldMovedUnits): the planner's reshards stay spaced as a
+  // chronic straggler's are. What a wrong call costs: a straggle that ends soon after its
+  // reshard costs a second move, back to even once calm has lasted reshard_after.
   // Appends a line saying which. Call after Judge in the same round.
-  bool SlowerDeviceChronic(const GroupRef& ref, int32_t rank, absl::Duration measured_at,
-                           const JobPolicy& policy, std::vector<std::string>& lines);
+  bool KindMeasuredChronic(const GroupRef& ref, int32_t rank, StragglerKind::Kind kind,
+                           absl::Duration measured_at, const JobPolicy& policy,
+                           std::vector<std::string>& lines);
   // A plan the planner decided that moves units was pushed now: the counts to chronic and
   // to a lasting skew restart. (Not for a held plan: the runs go on through a hold.)
   void UnitsMoved(const GroupRef& ref);

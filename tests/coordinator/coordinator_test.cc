@@ -601,8 +601,10 @@ TEST_F(CoordinatorTest, FixedCostsOnlyWhereTheStragglersCollectivesSlowedWithIt)
     RecordingSink sink;
     // (A slower device would be resharded at once: the next test. This one is about the
     // offloads' fixed costs.)
-    ASSERT_NO_FATAL_FAILURE(
-        StartMigrateJob({.reshard_slower_devices = false, .offload_check = std::nullopt}, &sink));
+    ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.reshard_slower_devices = false,
+                                             .reshard_throttled_ranks = false,
+                                             .offload_check = std::nullopt},
+                                            &sink));
     ASSERT_NO_FATAL_FAILURE(
         SlowUnderObserveThenMigrate(coordinator_.get(), &clock_, k.calm_first, k.own));
     absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
@@ -615,27 +617,38 @@ TEST_F(CoordinatorTest, FixedCostsOnlyWhereTheStragglersCollectivesSlowedWithIt)
   }
 }
 
-// --reshard_slower_devices, the default: a straggler measured a slower device is resharded
-// as soon as its kind is known, not offloaded until it has lasted reshard_after (60 s
-// here). The group of the test above: calm, then rank 1 3x slower for 6 s under observe
-// (all-local, so its collectives are measured), then migrate. As a slower device (its
-// collectives as calm) it owns fewer units in the first plan and offloads none; with the
-// flag off, or as a CPU quota (its collectives 3x too: no slower device), it is offloaded.
-TEST_F(CoordinatorTest, ASlowerDeviceIsReshardedOnceItsKindIsMeasured) {
+// --reshard_slower_devices and --reshard_throttled_ranks, the defaults: a straggler whose
+// kind was measured is resharded as soon as it is known, not offloaded until it has lasted
+// reshard_after (60 s here). The group of the test above: calm, then rank 1 3x slower for
+// 6 s under observe (all-local, so its collectives are measured), then migrate. As a
+// slower device (its collectives as calm) or throttled whole (a CPU quota: its
+// collectives 3x too) it owns fewer units in the first plan and offloads none; with its
+// kind's flag off it is offloaded.
+TEST_F(CoordinatorTest, AStragglerIsReshardedOnceItsKindIsMeasured) {
   struct Case {
     const char* name;
     bool reshard_slower_devices;
+    bool reshard_throttled_ranks;
     std::vector<double> own;
     bool resharded;
+    const char* why;
   };
-  for (const Case& k : {Case{"device", true, {20e-3, 20e-3}, true},
-                        Case{"device, flag off", false, {20e-3, 20e-3}, false},
-                        Case{"quota", true, {20e-3, 60e-3}, false}}) {
+  for (const Case& k :
+       {Case{"device", true, true, {20e-3, 20e-3}, true, "rank 1: a slower device (measured)"},
+        Case{"device, flag off", false, true, {20e-3, 20e-3}, false, ""},
+        Case{"quota",
+             true,
+             true,
+             {20e-3, 60e-3},
+             true,
+             "rank 1: throttled whole (its collectives slow too) (measured)"},
+        Case{"quota, flag off", true, false, {20e-3, 60e-3}, false, ""}}) {
     SCOPED_TRACE(k.name);
     RecordingSink sink;
-    ASSERT_NO_FATAL_FAILURE(StartMigrateJob(
-        {.reshard_slower_devices = k.reshard_slower_devices, .offload_check = std::nullopt},
-        &sink));
+    ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.reshard_slower_devices = k.reshard_slower_devices,
+                                             .reshard_throttled_ranks = k.reshard_throttled_ranks,
+                                             .offload_check = std::nullopt},
+                                            &sink));
     ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
                                                         /*calm_first=*/true, k.own));
     ASSERT_EQ(sink.plans().size(), 1u);
@@ -649,8 +662,7 @@ TEST_F(CoordinatorTest, ASlowerDeviceIsReshardedOnceItsKindIsMeasured) {
       ASSERT_EQ(owners.size(), static_cast<size_t>(kUnits));
       EXPECT_LT(std::count(owners.begin(), owners.end(), RankId(1)), kUnits / 2);
       EXPECT_EQ(OffloadedUnits(sink.plans()[0]), 0);
-      EXPECT_THAT(why->text(),
-                  ::testing::HasSubstr("rank 1: a slower device (measured): chronic now"));
+      EXPECT_THAT(why->text(), ::testing::HasSubstr(absl::StrCat(k.why, ": chronic now")));
       // Status shows the rank as the decisions see it (6 s of straggling: transient by
       // reshard_after alone).
       absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
@@ -659,7 +671,7 @@ TEST_F(CoordinatorTest, ASlowerDeviceIsReshardedOnceItsKindIsMeasured) {
       ASSERT_EQ(g.ranks_size(), 2);
       EXPECT_EQ(g.ranks(1).state(), "chronic");
     } else {
-      EXPECT_TRUE(owners.empty()) << "resharded a straggler neither chronic nor a slower device";
+      EXPECT_TRUE(owners.empty()) << "resharded a straggler not chronic, its flag off";
       EXPECT_GT(OffloadedUnits(sink.plans()[0]), 0);
       EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("chronic now")));
     }

@@ -19,6 +19,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+constexpr StragglerKind::Kind kDevice = StragglerKind::Kind::kCompute;
+constexpr StragglerKind::Kind kThrottled = StragglerKind::Kind::kWhole;
+
 // Two ranks, rank 1 at `slowdown` (straggling above 1.1x).
 PooledGroup Pooled(double slowdown) {
   PooledGroup g;
@@ -118,26 +121,26 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
   const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device (measured): chronic now")));
-  EXPECT_TRUE(judge_.Ranks(ref_).at(1).slower_device);
+  EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
   judge_.UnitsMoved(ref_);
   for (int i = 0; i < 19; ++i) {
     Round(2.0);
     lines_.clear();
-    EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_)) << i;
+    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_)) << i;
   }
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device, but units moved 1.9s ago: "
                                             "chronic only once reshard_after (2s) has passed")));
   Round(2.0);
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
   // A group registered again has moved nothing (and its rank straggles anew).
   judge_.UnitsMoved(ref_);
   const GroupRef again{ref_.key, ref_.incarnation + 1};
   clock_.Advance(absl::Milliseconds(100));
   std::vector<std::string> lines;
   judge_.Judge(again, {0, 1}, 2, Pooled(2.0), 1, policy_, false, absl::ZeroDuration(), lines);
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(again, 1, clock_.Monotonic(), policy_, lines));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(again, 1, kDevice, clock_.Monotonic(), policy_, lines));
 }
 
 // An operator's hold that moved units replaces the planner's ownership: the planner's
@@ -151,21 +154,45 @@ TEST_F(StragglerJudgeTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
   Round(2.0);
   EXPECT_FALSE(Round(2.0).chronic[1]);
   lines_.clear();
-  EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("units moved 200ms ago")));
   judge_.HoldMovedUnits(ref_);
   EXPECT_TRUE(Round(2.0).chronic[1]);  // straggling since before the planner's move
   lines_.clear();
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("a slower device (measured): chronic now")));
   judge_.UnitsMoved(ref_);
   EXPECT_FALSE(Round(2.0).chronic[1]);
-  EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
+}
+
+// A rank measured throttled whole (a CPU quota, a co-tenant) is chronic at once as a
+// slower device is, spaced the same way; a straggler of no measured kind is not.
+TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
+  EXPECT_FALSE(Round(2.0).chronic[1]);
+  const absl::Duration measured = clock_.Monotonic();
+  lines_.clear();
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, StragglerKind::Kind::kUnknown, measured, policy_,
+                                          lines_));
+  EXPECT_TRUE(lines_.empty());
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).kind_measured);
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr(
+                          "rank 1: throttled whole (its collectives slow too) (measured): chronic "
+                          "now, without lasting reshard_after (coordinator flag "
+                          "--reshard_throttled_ranks)")));
+  EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
+  judge_.UnitsMoved(ref_);
+  Round(2.0);
+  lines_.clear();
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("throttled whole (its collectives slow too), but "
+                                            "units moved 100ms ago")));
 }
 
 // A kind measured in a straggling run before this one (its verdict stands through calm
 // spells under 30 s) makes the straggle chronic at once only once it has lasted
-// kKnownDeviceStraggle (5 s): a blip is not resharded on it, a straggler that came back is.
+// kKnownKindStraggle (5 s): a blip is not resharded on it, a straggler that came back is.
 TEST_F(StragglerJudgeTest, ASlowerDeviceMeasuredBeforeThisStraggleMustLastFiveSeconds) {
   Round(2.0);
   const absl::Duration measured = clock_.Monotonic();
@@ -174,18 +201,18 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceMeasuredBeforeThisStraggleMustLastFiveSe
   Round(2.0);
   const absl::Duration began = clock_.Monotonic();
   lines_.clear();
-  EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("measured before this straggle began: chronic once "
                                             "the straggle has lasted 5s (not a blip)")));
-  EXPECT_FALSE(judge_.Ranks(ref_).at(1).slower_device);
+  EXPECT_FALSE(judge_.Ranks(ref_).at(1).kind_measured);
   while (clock_.Monotonic() - began < absl::Milliseconds(4900)) {
     Round(2.0);
-    EXPECT_FALSE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_))
+    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_))
         << clock_.Monotonic() - began;
   }
   Round(2.0);
-  EXPECT_TRUE(judge_.SlowerDeviceChronic(ref_, 1, measured, policy_, lines_));
-  EXPECT_TRUE(judge_.Ranks(ref_).at(1).slower_device);
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
 }
 
 TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIsWaitedOut) {
