@@ -599,8 +599,8 @@ TEST_F(CoordinatorTest, FixedCostsOnlyWhereTheStragglersCollectivesSlowedWithIt)
                         Case{"from the start", false, {20e-3, 60e-3}, 2, "unknown"}}) {
     SCOPED_TRACE(k.name);
     RecordingSink sink;
-    // (A slower device would be resharded at once: the next test. This one is about the
-    // offloads' fixed costs.)
+    // (A straggler of measured kind would be resharded at once: the next test. This one is
+    // about the offloads' fixed costs.)
     ASSERT_NO_FATAL_FAILURE(StartMigrateJob({.reshard_slower_devices = false,
                                              .reshard_throttled_ranks = false,
                                              .offload_check = std::nullopt},
