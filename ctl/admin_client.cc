@@ -2,21 +2,44 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "common/grpc_status.h"
 
 namespace ballast::ctl {
 namespace {
 
+// A call that fails UNAVAILABLE (no connection) is made again after these pauses, each
+// twice the last, while the deadline allows: a connection attempt can fail while the
+// coordinator listens (a fresh-clone CI run saw the first admin call of
+// tests/integration/control_plane_test.cc fail to connect, the agents beside it connecting
+// 8 ms later), and a coordinator restarting is back within a second or so. Every admin
+// call reads state or sets it to a value, so one the coordinator did apply before its
+// answer was lost is harmless to repeat. A coordinator that stays down, or refuses the TLS
+// handshake, still fails UNAVAILABLE, about a second later.
+constexpr int kRetries = 3;
+constexpr absl::Duration kFirstPause = absl::Milliseconds(150);
+
+// The channel reconnects after a failed attempt no sooner than its backoff (1 s by default),
+// and fails calls at once until then: short enough for the pauses above to see a new try.
+std::shared_ptr<grpc::Channel> AdminChannel(const AdminClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(
+      options.address,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
+}
+
 class GrpcAdminClient final : public AdminClient {
  public:
   explicit GrpcAdminClient(const AdminClientOptions& options)
-      : options_(options),
-        stub_(v1::Admin::NewStub(
-            grpc::CreateChannel(options.address, options.credentials != nullptr
-                                                     ? options.credentials
-                                                     : grpc::InsecureChannelCredentials()))) {}
+      : options_(options), stub_(v1::Admin::NewStub(AdminChannel(options))) {}
 
   absl::StatusOr<v1::ClusterStatus> GetStatus(const v1::GetStatusRequest& r) override {
     return Call<v1::ClusterStatus>(r, &v1::Admin::Stub::GetStatus);
@@ -43,13 +66,23 @@ class GrpcAdminClient final : public AdminClient {
  private:
   template <typename Response, typename Request, typename Method>
   absl::StatusOr<Response> Call(const Request& request, Method method) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
-    if (!options_.token.empty()) {
-      context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
-    }
+    const absl::Time deadline = absl::Now() + options_.deadline;
     Response response;
-    grpc::Status status = (stub_.get()->*method)(&context, request, &response);
+    grpc::Status status;
+    absl::Duration pause = kFirstPause;
+    for (int retry = 0;; ++retry, pause *= 2) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(deadline));
+      if (!options_.token.empty()) {
+        context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
+      }
+      status = (stub_.get()->*method)(&context, request, &response);
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || retry == kRetries ||
+          absl::Now() + pause >= deadline) {
+        break;
+      }
+      absl::SleepFor(pause);
+    }
     if (!status.ok()) {
       absl::Status s = FromGrpcStatus(status);
       switch (s.code()) {

@@ -330,6 +330,34 @@ TEST_F(ControlPlaneTest, CoordinatorRestartLosesNothing) {
       WaitFor([&] { return Version(0) > version && AllRelieveRank3(); }, absl::Seconds(10)));
 }
 
+// An admin call made while the coordinator is not listening (a restart, or a connection
+// attempt that failed) is made again while its deadline allows: answered once the
+// coordinator is back 300 ms later, where a single attempt fails UNAVAILABLE at once. One
+// that stays down still fails UNAVAILABLE, well inside the deadline.
+TEST_F(ControlPlaneTest, AnAdminCallOutlastsACoordinatorBackWithinItsDeadline) {
+  coordinator_->Stop();
+  absl::Status restarted;
+  std::thread restart([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    restarted = coordinator_->Start();
+  });
+  v1::GetPolicyRequest get;
+  get.set_job(kJob);
+  absl::StatusOr<v1::Policy> policy = admin_->GetPolicy(get);
+  restart.join();
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->report_period_ms(), absl::ToInt64Milliseconds(kReportPeriod));
+
+  coordinator_->Stop();
+  const absl::Time start = absl::Now();
+  policy = admin_->GetPolicy(get);
+  EXPECT_EQ(policy.status().code(), absl::StatusCode::kUnavailable) << policy.status();
+  EXPECT_THAT(policy.status().message(), ::testing::HasSubstr("not reachable"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));  // the deadline is 5 s
+  ASSERT_TRUE(coordinator_->Start().ok());
+}
+
 TEST_F(ControlPlaneTest, WorkersKeepTrainingWhileTheirAgentIsAwayAndReattach) {
   ASSERT_TRUE(WaitFor([&] { return coordinator_->coordinator()->attached_workers() == kRanks; },
                       absl::Seconds(10)));
