@@ -85,6 +85,14 @@ struct CoordinatorOptions {
   // co-tenants come and go in less than the job's reshard_after: each would cost a move and
   // a move back.
   bool reshard_throttled_ranks = true;
+  // Price a straggler measured throttled whole at the slowdown its step measured (the
+  // group's step over the calm one on the same split) where its compute timers say less:
+  // under a CPU quota they see a fraction of it (straggler_kind.h, "Step slowdown"). Off
+  // by default: on the small GPT's 2x quota straggler it took auto from 1.205x the best
+  // static plan to 1.140x, but the one step it measures ran 13% over the quota's typical
+  // one, and the predicted step fell to 14-75% of samples within 10% (from 100%;
+  // docs/benchmarks.md, 2026-12-04).
+  bool price_throttled_by_step = false;
   // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
   // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.
   bool unit_count_fit = true;

@@ -67,6 +67,9 @@ struct DecisionLoopOptions {
   // priced without waiting reshard_after (StragglerJudge::KindMeasuredChronic).
   bool reshard_slower_devices = true;
   bool reshard_throttled_ranks = true;
+  // Price a straggler measured throttled whole at the slowdown its step measured where its
+  // compute timers say less (StragglerKind::StepSlowdown).
+  bool price_throttled_by_step = false;
   // Price each rank's block compute as fixed seconds plus seconds per unit where a fit over
   // the unit counts it ran finds a fixed part (unit_count_fit.h); else per unit alone.
   bool unit_count_fit = true;
@@ -208,6 +211,12 @@ class DecisionLoop {
   StragglerKind::Kind KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,
                              std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // Raises the pooled slowdown of `straggler`, of kind `kind`, to the slowdown its step
+  // measured where it is throttled whole and its timers say less
+  // (price_throttled_by_step; StragglerKind::StepSlowdown), saying so in `lines`: its price
+  // per unit and its share of the fixed costs both follow that slowdown.
+  void PriceByStep(const GroupSnapshot& group, int32_t straggler, StragglerKind::Kind kind,
+                   PooledGroup& pooled, std::vector<std::string>& lines) const;
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
   // collective times and pooled slowdown, indexed by rank, where the options' mode and
   // the straggler's `kind` say to balance them; sets `common` to the least and says what

@@ -1,8 +1,9 @@
 // The decision loop's two loops on the measured step, the step feedback
 // (step_feedback.h) and the offload check (offload_check.h), and the straggler's kind
-// from the measured collectives (straggler_kind.h): each round's input gathered from the
-// group's snapshot, and what the loops decide written to the round's correction_. Apart
-// from decision_loop.cc, which plans.
+// from the measured collectives (straggler_kind.h), with the price a throttled
+// straggler's measured step sets: each round's input gathered from the group's snapshot,
+// and what the loops decide written to the round's correction_. Apart from
+// decision_loop.cc, which plans.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/decision_loop.h"
 #include "coordinator/group_figures.h"
@@ -96,6 +98,25 @@ StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t str
   round.step_seconds = MeasuredStep(group.ranks, round.plan_version, min_steps);
   round.collective_seconds = MeasuredCollectives(group.ranks, round.plan_version, min_steps);
   return straggler_kind_.Update(group.ref, round, lines);
+}
+
+void DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggler,
+                               StragglerKind::Kind kind, PooledGroup& pooled,
+                               std::vector<std::string>& lines) const {
+  if (!options_.price_throttled_by_step || kind != StragglerKind::Kind::kWhole || straggler < 0 ||
+      static_cast<size_t>(straggler) >= pooled.ranks.size()) {
+    return;
+  }
+  const double step = straggler_kind_.StepSlowdown(group.ref, straggler);
+  double& slowdown = pooled.ranks[straggler].slowdown;
+  // None measured, or the timers see as much (within a percent: a rank whose timers see
+  // its whole slowdown is priced as it was).
+  if (!(step > slowdown * 1.01)) return;
+  lines.push_back(absl::StrFormat(
+      "rank %d: throttled whole, priced at the %.2fx slowdown its step measured, not the "
+      "%.2fx its compute timers see (coordinator flag --price_throttled_by_step)",
+      straggler, step, slowdown));
+  slowdown = step;
 }
 
 bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,

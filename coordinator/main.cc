@@ -82,6 +82,13 @@ ABSL_FLAG(bool, reshard_throttled_ranks, true,
           "--reshard_slower_devices makes a slower device (its offloads barely relieve it); "
           "false where co-tenants come and go in less than reshard_after (each would cost a "
           "move and a move back)");
+ABSL_FLAG(bool, price_throttled_by_step, false,
+          "Price a straggler measured throttled whole (a CPU quota, a co-tenant) at the slowdown "
+          "its step measured, the group's step over the calm one on the same split, where its "
+          "compute timers say less (they see a fraction of a quota: "
+          "coordinator/straggler_kind.h). Splits closer to the best static plan under a quota "
+          "(1.140x it, from 1.205x) but predicts steps worse (one step measured sets the price; "
+          "docs/benchmarks.md, 2026-12-04); false: at its timers' slowdown");
 ABSL_FLAG(bool, unit_count_fit, true,
           "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
           "fitted over the unit counts it ran finds a fixed part "
@@ -182,6 +189,7 @@ int main(int argc, char** argv) {
   options.fixed_costs = *fixed_costs;
   options.reshard_slower_devices = absl::GetFlag(FLAGS_reshard_slower_devices);
   options.reshard_throttled_ranks = absl::GetFlag(FLAGS_reshard_throttled_ranks);
+  options.price_throttled_by_step = absl::GetFlag(FLAGS_price_throttled_by_step);
   options.unit_count_fit = absl::GetFlag(FLAGS_unit_count_fit);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
   if (!absl::GetFlag(FLAGS_offload_check)) options.offload_check.reset();

@@ -49,7 +49,14 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
 StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl::Duration now,
                                         std::vector<std::string>& lines) {
   if (!g.calm_since.has_value()) g.calm_since = now;
-  g.target = -1;  // a straggler back from calm is measured afresh
+  // A straggler back from a calm spell as long as a floor's window is measured afresh; a
+  // shorter one keeps its run: the timers see a quota's straggler near the threshold
+  // (1.1-1.25x on the small GPT under 2x), they flicker calm, and a run restarted at each
+  // flicker never lasted min_steps steps, so its kind was never measured.
+  if (round.step_seconds <= 0 ||
+      now - *g.calm_since >= options_.min_steps * absl::Seconds(round.step_seconds)) {
+    g.target = -1;
+  }
   if (!g.judged.empty()) {
     const bool relieved = std::any_of(g.judged.begin(), g.judged.end(),
                                       [&](const auto& j) { return Relieved(g, round, j.first); });
@@ -64,9 +71,20 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
     }
   }
   if (g.judged.empty() && Measurable(round, *g.calm_since, now)) {
-    g.calm_floor = round.collective_seconds;
-    g.calm_floor_at = now;
-    g.calm_units = round.units;
+    // A calm round's floor min_ratio times a fresh calm floor or more is a straggler's the
+    // timers call calm (a quota's, whose timers see a fraction of it), not a new calm.
+    const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
+    if (fresh && round.collective_seconds >= options_.min_ratio * g.calm_floor) {
+      lines.push_back(absl::StrFormat(
+          "straggler kind: collectives %.4f s a step at least in a round judged calm, %.2fx "
+          "the calm %.4f s: not taken as calm (a straggler the compute timers do not see)",
+          round.collective_seconds, round.collective_seconds / g.calm_floor, g.calm_floor));
+    } else {
+      g.calm_floor = round.collective_seconds;
+      g.calm_step = round.step_seconds;
+      g.calm_floor_at = now;
+      g.calm_units = round.units;
+    }
   }
   lines.push_back(g.calm_floor > 0
                       ? absl::StrFormat("straggler kind: none straggles; collectives %.4f s a "
@@ -130,6 +148,15 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       whole ? "slow in its collectives too (a CPU quota or a co-tenant)"
             : "slow in its compute alone (a slower device)",
       round.collective_seconds, g.calm_floor, ratio, whole ? ">=" : "<", options_.min_ratio);
+  // Under the split it ran calm the group's step is the straggler's (see "Step slowdown").
+  const double step_ratio = g.calm_step > 0 ? round.step_seconds / g.calm_step : 0;
+  if (whole && !round.units.empty() && round.units == g.calm_units && step_ratio > 1) {
+    verdict.step_slowdown = step_ratio;
+    absl::StrAppendFormat(&verdict.why,
+                          "; the group's step %.4f s against %.4f s calm on the same split: "
+                          "slowed %.2fx in all it does",
+                          round.step_seconds, g.calm_step, step_ratio);
+  }
   lines.push_back(absl::StrCat(who, verdict.why));
   return verdict.kind;
 }
@@ -141,6 +168,15 @@ std::optional<absl::Duration> StragglerKind::MeasuredAt(const GroupRef& ref, int
   const auto it = g->second.judged.find(rank);
   if (it == g->second.judged.end()) return std::nullopt;
   return it->second.measured_at;
+}
+
+double StragglerKind::StepSlowdown(const GroupRef& ref, int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  const auto g = groups_.find(ref.key);
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return 0;
+  const auto it = g->second.judged.find(rank);
+  if (it == g->second.judged.end() || it->second.kind != Kind::kWhole) return 0;
+  return it->second.step_slowdown;
 }
 
 void StragglerKind::Forget(const GroupKey& key) {

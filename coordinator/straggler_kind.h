@@ -19,8 +19,14 @@
 //   - calm floor: in a round the compute timers judge calm, once every rank has run
 //     `min_steps` steps under a plan without offloads (an offload's transfers are timed as
 //     collectives), all since the group turned calm: the floor, kept as the group's;
+//     but not one `min_ratio` times a fresh calm floor or more, which is a straggler's
+//     the timers call calm: under a 2x quota the small GPT's timers put its straggler at
+//     1.1-1.25x, some rounds judged it calm, and a "calm" floor of 0.16 s taken under
+//     plain TP (0.06 s calm) had the quota judged a slower device for a whole run
+//     (docs/benchmarks.md, 2026-12-04);
 //   - straggling floor: the same for the straggler (the rank the timers judge it), the
-//     first time such a plan has run `min_steps` steps while it straggled and computed
+//     first time such a plan has run `min_steps` steps while it straggled (through calm
+//     spells shorter than that: a quota's straggler flickers calm) and computed
 //     at least the units it computed when the calm floor was measured: before balancing
 //     starts, plain TP held by an operator, or the offload check's probe
 //     (offload_check.h). Fewer units relieve a throttled rank's collectives too (it idles
@@ -40,6 +46,20 @@
 //     costs then, as before this existed).
 // A cordon measures nothing (its rank computes nothing; its collectives are no
 // straggler's).
+//
+// Step slowdown. A rank throttled whole is slowed in all it does, and its compute timers
+// see less of it than its step does: under a CPU quota it runs at full speed until its
+// share of a period is spent, so most blocks time fast and the stalls land wherever the
+// period ends, many in its collectives. Under the e2e benchmark's 2x quota the small
+// GPT's timers put its straggler at a median 1.25x while the step under plain TP took
+// 1.63x the calm one (the ViT's: 1.78x and 1.86x), and balancing by the timers left it
+// 37% of the units where the best static plan leaves it 25% (docs/benchmarks.md,
+// 2026-12-03). When the straggler is judged kWhole under the split it ran calm, the
+// group's step is its step (it is the last to arrive), so that step over the calm one is
+// its slowdown in everything it does: StepSlowdown, which the coordinator prices it at
+// where its timers say less (decision_loop.h: price_throttled_by_step). Measured once,
+// with the verdict: relieved of units, a throttled rank idles more and its step says
+// less, and the price must not follow it back (the split would swing).
 //
 //   StragglerKind kinds(&clock, options);
 //   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
@@ -116,6 +136,11 @@ class StragglerKind {
   // while none stands.
   std::optional<absl::Duration> MeasuredAt(const GroupRef& ref, int32_t rank) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The slowdown of a rank throttled whole as its step measured it: the group's step when
+  // it was judged over the calm step, both under the same units (every rank computing
+  // what it computed when calm), where that is above 1; 0 while no kWhole verdict on
+  // `rank` stands or its units differed. See "Step slowdown" above.
+  double StepSlowdown(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a group the registry forgot.
   void Forget(const GroupKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   const StragglerKindOptions& options() const { return options_; }
@@ -129,11 +154,13 @@ class StragglerKind {
     Kind kind = Kind::kUnknown;
     std::string why;             // its measurements
     absl::Duration measured_at;  // monotonic
+    double step_slowdown = 0;    // StepSlowdown
   };
   struct GroupState {
     uint64_t incarnation = 0;
     // The calm floor and when it was measured (0: none yet).
     double calm_floor = 0;
+    double calm_step = 0;  // the group's step then
     absl::Duration calm_floor_at;
     std::vector<int32_t> calm_units;           // Round::units when calm_floor was measured
     std::optional<absl::Duration> calm_since;  // the calm spell's first round

@@ -114,6 +114,7 @@ bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, b
         std::max(still_blipped ? longest_blip_ : absl::ZeroDuration(), now - *balancing_since_);
   }
   blipped_ = still_blipped || blip;
+  if (blip) last_blip_at_ = now;
   if (starts) balancing_since_ = now;
   if (!balances || moves_units) balancing_since_.reset();
   before_ = std::move(in_force_);
@@ -133,7 +134,7 @@ absl::Duration PlanFlaps::StartWait(const DwellOptions& base) const {
 }
 
 absl::Duration PlanFlaps::BlipWait(const DwellOptions& base) const {
-  return std::min(Hold(base), kBlipsOutlasted * longest_blip_);
+  return std::min(std::max(Hold(base), base.flap_hold), kBlipsOutlasted * longest_blip_);
 }
 
 DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
@@ -147,7 +148,7 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
     quiet_since_ += 2 * Hold(base);
     --level_;
   }
-  if (level_ == 0) blipped_ = false;
+  if (level_ == 0 && now - last_blip_at_ >= kBlipMemory) blipped_ = false;
   DwellOptions dwell = base;
   if (in_force_.has_value() && Balances(*in_force_)) {
     dwell.plan_dwell = std::max(base.plan_dwell, Hold(base));
@@ -156,7 +157,14 @@ DwellOptions PlanFlaps::Dwell(const DwellOptions& base, absl::Duration now) {
 }
 
 std::string PlanFlaps::Describe(const DwellOptions& base) const {
-  if (level_ == 0) return "";
+  if (level_ == 0) {
+    if (!blipped_) return "";
+    return absl::StrCat("balancing ended by calm soon after it started: blips of up to ",
+                        absl::FormatDuration(longest_blip_), " within the last ",
+                        absl::FormatDuration(kBlipMemory), ": a straggler must last ",
+                        absl::FormatDuration(BlipWait(base)),
+                        " or turn chronic before balancing starts");
+  }
   return absl::StrCat(
       "plans undone soon after they changed: ", level_, level_ == 1 ? " flap" : " flaps",
       " counted, so a change of a plan that balances is held ", absl::FormatDuration(Hold(base)),

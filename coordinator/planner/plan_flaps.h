@@ -32,7 +32,12 @@
 // counted (how long its balancing lasted: the reports' lag delays its start as much as
 // its end), at most the hold: a straggler must outlast the blips this group has seen,
 // not the hold. With the hold as the wait, a 2x quota straggler that came 3 s after a
-// blip of 0.25 s ran unbalanced for 34 s, 165 steps (docs/benchmarks.md, 2026-12-03). A
+// blip of 0.25 s ran unbalanced for 34 s, 165 steps (docs/benchmarks.md, 2026-12-03). The
+// blips are remembered for kBlipMemory after the last, past the hold's decay (the wait
+// then at most flap_hold): the VM's blips came a minute or more apart, after one flap's
+// hold had decayed, so each cost a plan and its end (4 changes in 1,000 calm steps where
+// the target is 2; docs/benchmarks.md, 2026-12-03 (later)). What it costs is that wait for
+// a straggler that arrives within kBlipMemory of a blip (twice the blip, seconds). A
 // plan that moves units starts the history afresh: the plans before it ran on another
 // ownership, so an all-local plan after a reshard does not undo the all-local plan before
 // it. The caller starts afresh too (a new PlanFlaps) when an operator changes a setting:
@@ -67,6 +72,9 @@ class PlanFlaps {
   // How many times the longest blip counted a straggler must last (StartWait): a spell a
   // little longer than the last is still waited out.
   static constexpr int32_t kBlipsOutlasted = 2;
+  // How long after the last blip counted a straggler must still outlast the blips, once
+  // the flaps have decayed to none.
+  static constexpr absl::Duration kBlipMemory = absl::Minutes(10);
 
   // A plan with these blocks (`moves_units`: it reshards) was pushed at `now`, planned
   // with `base` (Dwell's). `deliberate`: it was chosen to be measured (the step
@@ -88,8 +96,9 @@ class PlanFlaps {
   DwellOptions Dwell(const DwellOptions& base, absl::Duration now);
   // How long a straggler must last before a group whose plan in force balances nothing by
   // speed (no offloads, no prunes) starts balancing: after a blip (balancing that calm
-  // ended soon), kBlipsOutlasted times the longest blip counted, at most the hold, until
-  // the flaps decay to none, balancing outlasts the window, or a plan moves units; else
+  // ended soon), kBlipsOutlasted times the longest blip counted, at most the hold (at
+  // least flap_hold), until the flaps have decayed to none and kBlipMemory has passed
+  // since the last blip, balancing outlasts the window, or a plan moves units; else
   // zero. Zero too while the plan in force was pushed deliberately: the offload check's
   // probe of a straggler without its offloads (or a step-feedback probe) measures a
   // straggler that outlasted the wait, and waiting it out again would end the probe with
@@ -107,13 +116,15 @@ class PlanFlaps {
   // "plans undone soon after they changed: 2 flaps counted, so a change of a plan that
   // balances is held 1m by hysteresis 0.3" (and, after a blip, "..., and (balancing ended
   // by calm soon after it started: blips of up to 1.5s) a straggler must last 3s or turn
-  // chronic before balancing starts"; empty with no flap), for explanations.
+  // chronic before balancing starts"; once the flaps decayed, "blips of up to 1.5s within
+  // the last 10m: a straggler must last 3s ..."; empty with neither), for explanations.
   std::string Describe(const DwellOptions& base) const;
 
  private:
   // flap_hold x 2^(level - 1), at most 2^kMaxDoublings x; zero at level 0.
   absl::Duration Hold(const DwellOptions& base) const;
-  // kBlipsOutlasted x the longest blip, at most the hold: StartWait where a wait applies.
+  // kBlipsOutlasted x the longest blip, at most the hold or flap_hold, whichever is more:
+  // StartWait where a wait applies.
   absl::Duration BlipWait(const DwellOptions& base) const;
 
   std::optional<std::vector<BlockPlan>> before_;  // blocks of the plan before the one in force
@@ -130,8 +141,9 @@ class PlanFlaps {
   // How long the longest of those blips balanced (from its start to the calm that ended
   // it); read only while blipped_.
   absl::Duration longest_blip_ = absl::ZeroDuration();
-  bool probe_in_force_ = false;                        // the plan in force was pushed deliberately
-  absl::Duration quiet_since_ = absl::ZeroDuration();  // the last change, or decay
+  absl::Duration last_blip_at_ = absl::ZeroDuration();  // when the last blip was counted
+  bool probe_in_force_ = false;                         // the plan in force was pushed deliberately
+  absl::Duration quiet_since_ = absl::ZeroDuration();   // the last change, or decay
   int32_t level_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // The fixture of the coordinator's facade tests (coordinator_test.cc,
-// coordinator_lifecycle_test.cc): one coordinator on a fake clock over an in-memory store,
-// restartable as after a crash, with job "vit" group "tp0" (testing/coordinator_fixtures.h).
+// coordinator_lifecycle_test.cc, coordinator_step_test.cc): one coordinator on a fake
+// clock over an in-memory store, restartable as after a crash, with job "vit" group "tp0"
+// (testing/coordinator_fixtures.h).
 #ifndef BALLAST_TESTS_COORDINATOR_COORDINATOR_TEST_BASE_H_
 #define BALLAST_TESTS_COORDINATOR_COORDINATOR_TEST_BASE_H_
 
@@ -11,12 +12,25 @@
 #include <vector>
 
 #include "coordinator/coordinator.h"
+#include "proto/convert.h"
 #include "testing/control_plane_messages.h"
 #include "testing/coordinator_fixtures.h"
 #include "testing/fake_clock.h"
 #include "testing/fake_policy_store.h"
 
 namespace ballast::coordinator {
+
+// Units offloaded from rank 1 to rank 0 by a pushed plan (0 for all-local).
+inline int OffloadedUnits(const v1::WorkloadPlan& proto) {
+  absl::StatusOr<WorkloadPlan> plan = FromProto(proto);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  int units = 0;
+  if (!plan.ok()) return units;
+  for (const BlockPlan& bp : plan->blocks) {
+    for (const Offload& o : bp.offloads) units += o.units;
+  }
+  return units;
+}
 
 class CoordinatorTest : public ::testing::Test {
  protected:

@@ -154,8 +154,8 @@ TEST_F(DecisionLoopTest, APlanUndoneSoonHoldsTheGroupsChangesLonger) {
 // for each blip, ended by calm soon after: two changes a blip. Balancing ended that soon
 // is a flap, and while the group flaps a straggler must last twice as long as the blip
 // balanced (at most the 30 s hold) before balancing starts again; one that lasts is
-// balanced once it has. (Quiet for twice the hold, the wait would have decayed: ~step 620
-// here.)
+// balanced once it has. (The wait outlasts the hold's decay by 10 minutes after the last
+// blip: plan_flaps_test.cc.)
 TEST_F(DecisionLoopTest, BlipsAreWaitedOutOnceOneWasBalancedInVainAStragglerThatLastsIsNot) {
   ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
   std::vector<int64_t> changed_at;  // steps (100 ms each) at which a plan was pushed
@@ -181,6 +181,30 @@ TEST_F(DecisionLoopTest, BlipsAreWaitedOutOnceOneWasBalancedInVainAStragglerThat
   EXPECT_EQ(changed_at.size(), 3u) << absl::StrJoin(changed_at, ", ");
   EXPECT_GE(changed_at[2], 200 + 34);
   EXPECT_LT(changed_at[2], 200 + 40);
+}
+
+// A calm group's blips a minute or more apart (this VM's: 61 s apart in one calm run, 4
+// plan changes in 1,000 steps): the first is balanced and ended, the next, 80 s later,
+// after the hold has decayed, is waited out, as the blip is remembered for 10 minutes.
+TEST_F(DecisionLoopTest, BlipsAMinuteApartCostOnePlanAndItsEnd) {
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  std::vector<int64_t> changed_at;  // steps (100 ms each) at which a plan was pushed
+  std::string waited;
+  for (int64_t step = 0; step < 1400; ++step) {
+    const bool slow = (step >= 100 && step < 115) || (step >= 900 && step < 915);
+    Reports(step, slow ? 2e-3 : 1e-3);
+    clock_.Advance(absl::Milliseconds(100));
+    const size_t before = sink_.plans().size();
+    loop_->Tick();
+    if (sink_.plans().size() > before) changed_at.push_back(step);
+    if (step == 905) waited = absl::StrJoin(Record().reasons.before, "\n");
+  }
+  ASSERT_EQ(changed_at.size(), 2u) << absl::StrJoin(changed_at, ", ");
+  EXPECT_LT(changed_at[1], 130);
+  // (The first blip's balancing lasted 1.5 s here: its plan came a round late and so did
+  // its end.)
+  EXPECT_THAT(waited, HasSubstr("blips of up to 1.5s within the last 10m: a straggler must "
+                                "last 3s or turn chronic before balancing starts"));
 }
 
 TEST_F(DecisionLoopTest, AForgottenGroupKeepsNothingAndComesBackFresh) {

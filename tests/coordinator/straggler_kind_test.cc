@@ -4,13 +4,16 @@
 // straggler's, against a stale calm floor, under a cordon, or while the straggler computes
 // fewer units than it did calm; a verdict stands while the straggler lasts (and while it
 // looks calm relieved of units), a calm spell of 30 s ends it, another straggler is
-// judged afresh; each verdict knows when it was measured.
+// judged afresh; each verdict knows when it was measured, and a throttled rank's verdict
+// the slowdown its step measured on the split it ran calm. A "calm" floor far above the
+// calm one is a straggler's the timers call calm, not taken.
 #include "coordinator/straggler_kind.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -117,6 +120,60 @@ TEST_F(StragglerKindTest, NothingIsJudgedWithoutACalmFloor) {
   EXPECT_THAT(Said(), HasSubstr("collectives 0.0430 s a step at least when calm"));
 }
 
+// Rounds judged calm whose floor is min_ratio times the fresh calm one or more are a
+// straggler's the timers call calm (a quota's): the calm floor stays, and the straggler is
+// judged against it; a floor that rose less is the calm that moved, and a stale one is
+// replaced whatever the new one.
+TEST_F(StragglerKindTest, ACalmRoundsFloorFarAboveTheCalmIsNotTakenAsCalm) {
+  Calm();
+  Update(Ran(-1, 1, 0.097));  // plain TP under a quota, the timers judging it calm
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.097));
+  EXPECT_THAT(lines_, Contains(HasSubstr("straggler kind: collectives 0.0970 s a step at least "
+                                         "in a round judged calm, 2.26x the calm 0.0430 s: not "
+                                         "taken as calm")));
+  EXPECT_THAT(Said(), HasSubstr("collectives 0.0430 s a step at least when calm"));
+  EXPECT_EQ(Straggle(0.097), Kind::kWhole) << "judged against the calm floor";
+
+  StragglerKind moved(&clock_, StragglerKindOptions{});
+  std::vector<std::string> lines;
+  for (double floor : {0.043, 0.050, 0.060}) {  // each under 1.25x the one before
+    moved.Update(kGroup, Ran(-1, 1, floor), lines);
+    clock_.Advance(absl::Seconds(2));
+    moved.Update(kGroup, Ran(-1, 1, floor), lines);
+  }
+  EXPECT_THAT(lines.back(), HasSubstr("collectives 0.0600 s a step at least when calm"));
+  clock_.Advance(absl::Minutes(11));
+  moved.Update(kGroup, Ran(-1, 1, 0.097), lines);
+  EXPECT_THAT(lines.back(), HasSubstr("collectives 0.0970 s a step at least when calm"))
+      << "a stale floor is replaced";
+}
+
+// A straggler the timers see near the threshold (a quota's) flickers calm: a calm spell
+// shorter than a floor's window (16 steps) keeps its run, a longer one restarts it.
+TEST_F(StragglerKindTest, AStragglersRunOutlastsCalmFlickers) {
+  Calm();
+  Update(Ran(1, 1, 0.043));
+  clock_.Advance(absl::Seconds(1));
+  Update(Ran(-1, 1, 0.097));  // judged calm for a round
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(Update(Ran(1, 1, 0.097)), Kind::kWhole) << "16 steps since its run began";
+
+  StragglerKind other(&clock_, StragglerKindOptions{});
+  std::vector<std::string> lines;
+  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
+  clock_.Advance(absl::Seconds(2));
+  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
+  other.Update(kGroup, Ran(1, 1, 0.043), lines);
+  clock_.Advance(absl::Seconds(1));
+  other.Update(kGroup, Ran(-1, 1, 0.060), lines);
+  clock_.Advance(absl::Seconds(1.6));  // calm for a floor's window
+  other.Update(kGroup, Ran(-1, 1, 0.060), lines);
+  EXPECT_EQ(other.Update(kGroup, Ran(1, 1, 0.097), lines), Kind::kUnknown) << "run restarted";
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(other.Update(kGroup, Ran(1, 1, 0.097), lines), Kind::kWhole);
+}
+
 TEST_F(StragglerKindTest, AStaleCalmFloorIsNoneAndACordonMeasuresNothing) {
   Calm();
   Update(Ran(1, 1, 0.043));
@@ -212,6 +269,59 @@ TEST_F(StragglerKindTest, RelievedAndLookingCalmTheStragglerKeepsItsVerdict) {
   EXPECT_EQ(Update(Ran(-1, 3, 0.050, false, even)), Kind::kUnknown);
   EXPECT_THAT(Said(), HasSubstr("collectives 0.0500 s a step at least when calm"));
   EXPECT_EQ(Update(Ran(1, 3, 0.050, false, even)), Kind::kUnknown);
+}
+
+// A throttled rank's step on the split it ran calm is its slowdown in all it does,
+// measured once with its verdict; a slower device, a different split or a step no slower
+// measure none, and none stands once the verdict ends.
+TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
+  const std::vector<int32_t> even{45, 45}, uneven{40, 50};
+  auto ran = [](int32_t straggler, double step, double collectives,
+                const std::vector<int32_t>& units) {
+    StragglerKind::Round round = Ran(straggler, 1, collectives, false, units);
+    round.step_seconds = step;
+    return round;
+  };
+  auto judged = [&](const std::vector<int32_t>& units, double step, double collectives) {
+    StragglerKind kinds(&clock_, StragglerKindOptions{});
+    std::vector<std::string> lines;
+    kinds.Update(kGroup, ran(-1, 0.100, 0.043, even), lines);
+    clock_.Advance(absl::Seconds(2));
+    kinds.Update(kGroup, ran(-1, 0.100, 0.043, even), lines);
+    kinds.Update(kGroup, ran(1, 0.100, 0.043, units), lines);
+    clock_.Advance(absl::Seconds(3));  // 16 steps of 0.163 s
+    lines.clear();
+    const Kind kind = kinds.Update(kGroup, ran(1, step, collectives, units), lines);
+    return std::make_tuple(kind, kinds.StepSlowdown(kGroup, 1),
+                           lines.empty() ? std::string() : lines.back());
+  };
+  const auto [whole, slowdown, why] = judged(even, 0.163, 0.097);
+  EXPECT_EQ(whole, Kind::kWhole);
+  EXPECT_NEAR(slowdown, 1.63, 1e-12);
+  EXPECT_THAT(why, HasSubstr("the group's step 0.1630 s against 0.1000 s calm on the same "
+                             "split: slowed 1.63x in all it does"));
+  EXPECT_EQ(std::get<0>(judged(even, 0.163, 0.050)), Kind::kCompute);
+  EXPECT_EQ(std::get<1>(judged(even, 0.163, 0.050)), 0) << "a slower device: its timers see it";
+  EXPECT_EQ(std::get<0>(judged(uneven, 0.163, 0.097)), Kind::kWhole);
+  EXPECT_EQ(std::get<1>(judged(uneven, 0.163, 0.097)), 0) << "not the split it ran calm";
+  EXPECT_EQ(std::get<1>(judged(even, 0.095, 0.097)), 0) << "a step no slower";
+
+  // Measured once: relieved of units, its step says less, and the price stays.
+  Update(ran(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(ran(-1, 0.100, 0.043, even));
+  Update(ran(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(Update(ran(1, 0.170, 0.097, even)), Kind::kWhole);
+  EXPECT_EQ(Update(ran(1, 0.120, 0.060, uneven)), Kind::kWhole);
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.7, 1e-12);
+  EXPECT_EQ(kinds_.StepSlowdown(kGroup, 0), 0);
+  EXPECT_EQ(kinds_.StepSlowdown({kGroup.key, kGroup.incarnation + 1}, 1), 0);
+  // Calm for 30 s on the even split: the verdict and its slowdown end.
+  Update(ran(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(31));
+  Update(ran(-1, 0.100, 0.043, even));
+  EXPECT_EQ(kinds_.StepSlowdown(kGroup, 1), 0);
 }
 
 TEST_F(StragglerKindTest, TwoStragglersTakingTurnsKeepTheirVerdicts) {

@@ -165,8 +165,8 @@ TEST(PlanFlapsTest, NoHoldWhileAllLocalAndAReshardStartsAfresh) {
 
 // Balancing that calm ends within flap_hold of its start (the VM's blips: 1-15 s spells of
 // a calm rank 1.2-1.7x slower) is a flap, whatever plans came between; balancing that
-// lasted, or that ended without calm, is none. While the group flaps, a straggler waits
-// the hold out before balancing starts, and the wait decays with the hold.
+// lasted, or that ended without calm, is none. While the group flaps, and for 10 minutes
+// after the last blip, a straggler waits the blips out before balancing starts.
 TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart) {
   const DwellOptions base;  // flap hold 30 s
   PlanFlaps flaps;
@@ -183,9 +183,18 @@ TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart
               HasSubstr("(balancing ended by calm soon after it started: blips of up to 5s) a "
                         "straggler must last 10s or turn chronic before balancing starts"));
   EXPECT_THAT(PlanFlaps().Describe(base), ::testing::IsEmpty());
-  // Twice the hold without a change: no wait.
+  // Twice the hold without a change: no hold, but the blip is remembered for 10 minutes.
   EXPECT_EQ(flaps.Dwell(base, S(75)).plan_dwell, S(2));
+  EXPECT_EQ(flaps.level(), 0);
+  EXPECT_EQ(flaps.StartWait(base), S(10));
+  EXPECT_EQ(flaps.Describe(base),
+            "balancing ended by calm soon after it started: blips of up to 5s within the last "
+            "10m: a straggler must last 10s or turn chronic before balancing starts");
+  EXPECT_EQ(flaps.Dwell(base, S(614)).plan_dwell, S(2));
+  EXPECT_EQ(flaps.StartWait(base), S(10));
+  flaps.Dwell(base, S(615));
   EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration());
+  EXPECT_THAT(flaps.Describe(base), ::testing::IsEmpty());
   // A straggler that lasted: balancing for 40 s is no blip.
   EXPECT_FALSE(flaps.Pushed(Offload(3), false, false, base, S(80), false));
   EXPECT_FALSE(flaps.Pushed(Offload(0), false, false, base, S(120), /*calm=*/true));
@@ -221,11 +230,14 @@ TEST(PlanFlapsTest, BalancingEndedSoonAfterItStartedIsAFlapAndDelaysTheNextStart
   EXPECT_EQ(paying.StartWait(base), S(2));
   EXPECT_EQ(paying.Dwell(base, S(5 + 480 + 240 + 120 + 60)).plan_dwell, S(2));
   EXPECT_EQ(paying.level(), 0);
-  EXPECT_EQ(paying.StartWait(base), absl::ZeroDuration());
+  EXPECT_EQ(paying.StartWait(base), absl::ZeroDuration()) << "and 10 minutes since the blip";
 }
 
 // A straggler must outlast the blips seen: twice the longest blip counted, at most the
-// hold, and the longest is forgotten with the blips (the flaps decayed to none).
+// hold, and the longest is forgotten with the blips (the flaps decayed to none and 10
+// minutes passed since the last). A blip 5 minutes after the flaps decayed is waited out
+// (at most flap_hold then), so a calm group's blips a minute or more apart cost one plan
+// and its end, not one each.
 TEST(PlanFlapsTest, AStragglerWaitsTwiceTheLongestBlipAtMostTheHold) {
   const DwellOptions base;  // flap hold 30 s
   PlanFlaps flaps;
@@ -250,6 +262,14 @@ TEST(PlanFlapsTest, AStragglerWaitsTwiceTheLongestBlipAtMostTheHold) {
   EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration());
   ASSERT_TRUE(blip(1000, 1));
   EXPECT_EQ(flaps.StartWait(base), S(2));
+  ASSERT_TRUE(blip(1010, 20));
+  flaps.Dwell(base, S(1030 + 60 + 120));
+  ASSERT_EQ(flaps.level(), 0);
+  EXPECT_EQ(flaps.StartWait(base), S(30)) << "twice the 20 s blip, at most flap_hold";
+  flaps.Dwell(base, S(1030 + 599));
+  EXPECT_EQ(flaps.StartWait(base), S(30));
+  flaps.Dwell(base, S(1030 + 600));
+  EXPECT_EQ(flaps.StartWait(base), absl::ZeroDuration());
 }
 
 // The offload check's probe (all-local, deliberate) measures a straggler that outlasted
