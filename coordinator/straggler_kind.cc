@@ -161,22 +161,25 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
   return verdict.kind;
 }
 
+const StragglerKind::Verdict* StragglerKind::StandingVerdict(const GroupRef& ref,
+                                                             int32_t rank) const {
+  const auto g = groups_.find(ref.key);
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return nullptr;
+  const auto it = g->second.judged.find(rank);
+  return it == g->second.judged.end() ? nullptr : &it->second;
+}
+
 std::optional<absl::Duration> StragglerKind::MeasuredAt(const GroupRef& ref, int32_t rank) const {
   absl::MutexLock lock(&mu_);
-  const auto g = groups_.find(ref.key);
-  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return std::nullopt;
-  const auto it = g->second.judged.find(rank);
-  if (it == g->second.judged.end()) return std::nullopt;
-  return it->second.measured_at;
+  const Verdict* verdict = StandingVerdict(ref, rank);
+  if (verdict == nullptr) return std::nullopt;
+  return verdict->measured_at;
 }
 
 double StragglerKind::StepSlowdown(const GroupRef& ref, int32_t rank) const {
   absl::MutexLock lock(&mu_);
-  const auto g = groups_.find(ref.key);
-  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return 0;
-  const auto it = g->second.judged.find(rank);
-  if (it == g->second.judged.end() || it->second.kind != Kind::kWhole) return 0;
-  return it->second.step_slowdown;
+  const Verdict* verdict = StandingVerdict(ref, rank);
+  return verdict != nullptr && verdict->kind == Kind::kWhole ? verdict->step_slowdown : 0;
 }
 
 void StragglerKind::Forget(const GroupKey& key) {

@@ -57,7 +57,8 @@
 // 2026-12-03). When the straggler is judged kWhole under the split it ran calm, the
 // group's step is its step (it is the last to arrive), so that step over the calm one is
 // its slowdown in everything it does: StepSlowdown, which the coordinator prices it at
-// where its timers say less (decision_loop.h: price_throttled_by_step). Measured once,
+// where its timers say less if asked (decision_loop.h: price_throttled_by_step, off by
+// default: one step measured over-priced the GPT's quota straggler). Measured once,
 // with the verdict: relieved of units, a throttled rank idles more and its step says
 // less, and the price must not follow it back (the split would swing).
 //
@@ -171,6 +172,9 @@ class StragglerKind {
     std::map<int32_t, Verdict> judged;
     std::optional<absl::Duration> absent_since;  // the calm spell counted toward it
   };
+  // The verdict on `rank` that stands in `ref`'s incarnation; null if none.
+  const Verdict* StandingVerdict(const GroupRef& ref, int32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the round's collectives are a floor: a plan without offloads that every rank
   // ran min_steps steps, all since `since`.
   bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;

@@ -7,16 +7,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "ballast/v1/admin.grpc.pb.h"
+#include "common/backoff.h"
 #include "common/grpc_status.h"
 
 namespace ballast::ctl {
 namespace {
 
-// A call that fails UNAVAILABLE (no connection) is made again after these pauses, each
-// twice the last, while the deadline allows: a connection attempt can fail while the
-// coordinator listens (a fresh-clone CI run saw the first admin call of
-// tests/integration/control_plane_test.cc fail to connect, the agents beside it connecting
-// 8 ms later), and a coordinator restarting is back within a second or so. Every admin
+// A call that fails UNAVAILABLE (no connection) is made again after these pauses (the
+// project's Backoff, from kFirstPause, each twice the last), while the deadline allows: a
+// connection attempt can fail while the coordinator listens (a fresh-clone CI run saw the first
+// admin call of tests/integration/control_plane_test.cc fail to connect, the agents beside it
+// connecting 8 ms later), and a coordinator restarting is back within a second or so. Every admin
 // call reads state or sets it to a value, so one the coordinator did apply before its
 // answer was lost is harmless to repeat. A coordinator that stays down, or refuses the TLS
 // handshake, still fails UNAVAILABLE, about a second later.
@@ -69,18 +70,17 @@ class GrpcAdminClient final : public AdminClient {
     const absl::Time deadline = absl::Now() + options_.deadline;
     Response response;
     grpc::Status status;
-    absl::Duration pause = kFirstPause;
-    for (int retry = 0;; ++retry, pause *= 2) {
+    Backoff backoff({.initial = kFirstPause, .max = options_.deadline, .jitter = Jitter::kNone});
+    for (int retry = 0;; ++retry) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(deadline));
       if (!options_.token.empty()) {
         context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
       }
       status = (stub_.get()->*method)(&context, request, &response);
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || retry == kRetries ||
-          absl::Now() + pause >= deadline) {
-        break;
-      }
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || retry == kRetries) break;
+      const absl::Duration pause = backoff.NextDelay();
+      if (absl::Now() + pause >= deadline) break;
       absl::SleepFor(pause);
     }
     if (!status.ok()) {

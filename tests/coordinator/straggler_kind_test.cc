@@ -61,6 +61,15 @@ class StragglerKindTest : public ::testing::Test {
     return Update(Ran(1, version, collectives));
   }
 
+  // On another StragglerKind: calm for 2 s at 43 ms of collectives, then rank 1 straggling
+  // (its first round).
+  void CalmThenStraggling(StragglerKind& kinds, std::vector<std::string>& lines) {
+    kinds.Update(kGroup, Ran(-1, 1, 0.043), lines);
+    clock_.Advance(absl::Seconds(2));
+    kinds.Update(kGroup, Ran(-1, 1, 0.043), lines);
+    kinds.Update(kGroup, Ran(1, 1, 0.043), lines);
+  }
+
   testing::FakeClock clock_;
   StragglerKind kinds_{&clock_, StragglerKindOptions{}};
   std::vector<std::string> lines_;
@@ -161,10 +170,7 @@ TEST_F(StragglerKindTest, AStragglersRunOutlastsCalmFlickers) {
 
   StragglerKind other(&clock_, StragglerKindOptions{});
   std::vector<std::string> lines;
-  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
-  clock_.Advance(absl::Seconds(2));
-  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
-  other.Update(kGroup, Ran(1, 1, 0.043), lines);
+  CalmThenStraggling(other, lines);
   clock_.Advance(absl::Seconds(1));
   other.Update(kGroup, Ran(-1, 1, 0.060), lines);
   clock_.Advance(absl::Seconds(1.6));  // calm for a floor's window
@@ -183,10 +189,7 @@ TEST_F(StragglerKindTest, AStaleCalmFloorIsNoneAndACordonMeasuresNothing) {
 
   StragglerKind other(&clock_, StragglerKindOptions{});
   std::vector<std::string> lines;
-  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
-  clock_.Advance(absl::Seconds(2));
-  other.Update(kGroup, Ran(-1, 1, 0.043), lines);
-  other.Update(kGroup, Ran(1, 1, 0.043), lines);
+  CalmThenStraggling(other, lines);
   clock_.Advance(absl::Seconds(2));
   StragglerKind::Round cordoned = Ran(1, 1, 0.097);
   cordoned.cordon = true;
