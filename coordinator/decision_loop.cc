@@ -449,7 +449,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
           judge_->KindMeasuredChronic(group.ref, straggler, kind, *at, policy, lines);
     }
   }
-  PriceByStep(group, straggler, kind, *pooled, lines);
+  PriceByStep(group, straggler, *pooled, lines);
   const std::vector<double> fixed_per_step =
       FixedSecondsPerStep(group, *pooled, kind, lines, common_fixed);
   // The check first: while it probes, the step feedback holds (each judges its own plan).

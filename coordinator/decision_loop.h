@@ -211,12 +211,13 @@ class DecisionLoop {
   StragglerKind::Kind KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,
                              std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
-  // Raises the pooled slowdown of `straggler`, of kind `kind`, to the slowdown its step
-  // measured where it is throttled whole and its timers say less
-  // (price_throttled_by_step; StragglerKind::StepSlowdown), saying so in `lines`: its price
-  // per unit and its share of the fixed costs both follow that slowdown.
-  void PriceByStep(const GroupSnapshot& group, int32_t straggler, StragglerKind::Kind kind,
-                   PooledGroup& pooled, std::vector<std::string>& lines) const;
+  // Raises the pooled slowdown of a rank throttled whole to the slowdown its step
+  // measured where its timers say less (price_throttled_by_step;
+  // StragglerKind::StepSlowdown), saying so in `lines`: `straggler`'s (the timers' target;
+  // -1: none), and, while its verdict stands, one relieved of units that its timers call
+  // calm. Its price per unit and its share of the fixed costs both follow that slowdown.
+  void PriceByStep(const GroupSnapshot& group, int32_t straggler, PooledGroup& pooled,
+                   std::vector<std::string>& lines) const;
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
   // collective times and pooled slowdown, indexed by rank, where the options' mode and
   // the straggler's `kind` say to balance them; sets `common` to the least and says what

@@ -100,23 +100,31 @@ StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t str
   return straggler_kind_.Update(group.ref, round, lines);
 }
 
-void DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggler,
-                               StragglerKind::Kind kind, PooledGroup& pooled,
+void DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggler, PooledGroup& pooled,
                                std::vector<std::string>& lines) const {
-  if (!options_.price_throttled_by_step || kind != StragglerKind::Kind::kWhole || straggler < 0 ||
-      static_cast<size_t>(straggler) >= pooled.ranks.size()) {
-    return;
+  if (!options_.price_throttled_by_step) return;
+  // The straggler, and a rank whose verdict stands that computes fewer units than calm:
+  // relieved of units, a throttled rank's timers can call it calm, and priced by them in
+  // those rounds the planner offloaded work back onto it and took it off again in the
+  // next (the small GPT's 2x quota, docs/benchmarks.md, 2026-12-04 (d)). Not one on its
+  // calm split whose timers call it calm: it may be calm (priced there, the GPT's calm
+  // steps were predicted 31% long).
+  const std::vector<int32_t> units = UnitsComputed(group);
+  for (size_t r = 0; r < pooled.ranks.size(); ++r) {
+    const auto rank = static_cast<int32_t>(r);
+    if (rank != straggler && !straggler_kind_.RelievedOf(group.ref, rank, units)) continue;
+    const double step = straggler_kind_.StepSlowdown(group.ref, rank);
+    double& slowdown = pooled.ranks[r].slowdown;
+    // None measured, or the timers see as much (within a percent: a rank whose timers see
+    // its whole slowdown is priced as it was).
+    if (!(step > slowdown * 1.01)) continue;
+    lines.push_back(absl::StrFormat(
+        "rank %d: throttled whole%s, priced at the %.2fx slowdown its step measured, not the "
+        "%.2fx its compute timers see (coordinator flag --price_throttled_by_step)",
+        rank, rank == straggler ? "" : " (relieved of units, its timers call it calm)", step,
+        slowdown));
+    slowdown = step;
   }
-  const double step = straggler_kind_.StepSlowdown(group.ref, straggler);
-  double& slowdown = pooled.ranks[straggler].slowdown;
-  // None measured, or the timers see as much (within a percent: a rank whose timers see
-  // its whole slowdown is priced as it was).
-  if (!(step > slowdown * 1.01)) return;
-  lines.push_back(absl::StrFormat(
-      "rank %d: throttled whole, priced at the %.2fx slowdown its step measured, not the "
-      "%.2fx its compute timers see (coordinator flag --price_throttled_by_step)",
-      straggler, step, slowdown));
-  slowdown = step;
 }
 
 bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/duration_text.h"
+#include "common/median.h"
 
 namespace ballast::coordinator {
 
@@ -24,6 +25,34 @@ absl::Status ValidateStragglerKindOptions(const StragglerKindOptions& o) {
   }
   return absl::OkStatus();
 }
+
+bool StragglerKind::StepWindows::Due(absl::Duration now, double step, int32_t min_steps) const {
+  return seconds.empty() || now - last_at >= min_steps * absl::Seconds(step);
+}
+
+void StragglerKind::StepWindows::Add(double step, double floor, absl::Duration now) {
+  seconds.push_back(step);
+  floors.push_back(floor);
+  if (seconds.size() > static_cast<size_t>(kStepWindows)) {
+    seconds.pop_front();
+    floors.pop_front();
+  }
+  last_at = now;
+}
+
+namespace {
+
+double MedianOf(const std::deque<double>& values) {
+  if (values.empty()) return 0;
+  double copy[StragglerKind::kStepWindows];
+  std::copy(values.begin(), values.end(), copy);
+  return MedianInPlace(copy, static_cast<int>(values.size()));
+}
+
+}  // namespace
+
+double StragglerKind::StepWindows::Median() const { return MedianOf(seconds); }
+double StragglerKind::StepWindows::MedianFloor() const { return MedianOf(floors); }
 
 bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::Duration now) const {
   return !round.cordon && !round.offloads && round.plan_version == round.published_version &&
@@ -70,20 +99,27 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
       g.absent_since.reset();
     }
   }
-  if (g.judged.empty() && Measurable(round, *g.calm_since, now)) {
-    // A calm round's floor min_ratio times a fresh calm floor or more is a straggler's the
-    // timers call calm (a quota's, whose timers see a fraction of it), not a new calm.
-    const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
-    if (fresh && round.collective_seconds >= options_.min_ratio * g.calm_floor) {
-      lines.push_back(absl::StrFormat(
-          "straggler kind: collectives %.4f s a step at least in a round judged calm, %.2fx "
-          "the calm %.4f s: not taken as calm (a straggler the compute timers do not see)",
-          round.collective_seconds, round.collective_seconds / g.calm_floor, g.calm_floor));
-    } else {
-      g.calm_floor = round.collective_seconds;
-      g.calm_step = round.step_seconds;
-      g.calm_floor_at = now;
-      g.calm_units = round.units;
+  if (Measurable(round, *g.calm_since, now)) {
+    if (ThrottledFloor(g) > 0) {
+      SampleCalmStep(g, round, now);
+    } else if (g.judged.empty()) {
+      // A calm round's floor min_ratio times a fresh calm floor or more is a straggler's the
+      // timers call calm (a quota's, whose timers see a fraction of it), not a new calm.
+      const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
+      if (fresh && round.collective_seconds >= options_.min_ratio * g.calm_floor) {
+        lines.push_back(absl::StrFormat(
+            "straggler kind: collectives %.4f s a step at least in a round judged calm, %.2fx "
+            "the calm %.4f s: not taken as calm (a straggler the compute timers do not see)",
+            round.collective_seconds, round.collective_seconds / g.calm_floor, g.calm_floor));
+      } else {
+        g.calm_floor = round.collective_seconds;
+        g.calm_floor_at = now;
+        if (round.units != g.calm_units) g.calm_steps = {};
+        g.calm_units = round.units;
+        if (!round.units.empty() && g.calm_steps.Due(now, round.step_seconds, options_.min_steps)) {
+          g.calm_steps.Add(round.step_seconds, round.collective_seconds, now);
+        }
+      }
     }
   }
   lines.push_back(g.calm_floor > 0
@@ -112,8 +148,10 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
   }
   const std::string who = absl::StrCat("straggler kind (rank ", g.target, "): ");
   if (const auto it = g.judged.find(g.target); it != g.judged.end()) {
-    lines.push_back(absl::StrCat(who, it->second.why));
-    return it->second.kind;
+    Verdict& verdict = it->second;
+    SampleStep(g, round, now, verdict);
+    lines.push_back(absl::StrCat(who, verdict.why, StepText(g, verdict)));
+    return verdict.kind;
   }
   const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
   if (!fresh) {
@@ -148,17 +186,58 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       whole ? "slow in its collectives too (a CPU quota or a co-tenant)"
             : "slow in its compute alone (a slower device)",
       round.collective_seconds, g.calm_floor, ratio, whole ? ">=" : "<", options_.min_ratio);
-  // Under the split it ran calm the group's step is the straggler's (see "Step slowdown").
-  const double step_ratio = g.calm_step > 0 ? round.step_seconds / g.calm_step : 0;
-  if (whole && !round.units.empty() && round.units == g.calm_units && step_ratio > 1) {
-    verdict.step_slowdown = step_ratio;
-    absl::StrAppendFormat(&verdict.why,
-                          "; the group's step %.4f s against %.4f s calm on the same split: "
-                          "slowed %.2fx in all it does",
-                          round.step_seconds, g.calm_step, step_ratio);
-  }
-  lines.push_back(absl::StrCat(who, verdict.why));
+  SampleStep(g, round, now, verdict);
+  lines.push_back(absl::StrCat(who, verdict.why, StepText(g, verdict)));
   return verdict.kind;
+}
+
+double StragglerKind::ThrottledFloor(const GroupState& g) {
+  double least = 0;
+  for (const auto& [rank, verdict] : g.judged) {
+    const double floor = verdict.kind == Kind::kWhole ? verdict.steps.MedianFloor() : 0;
+    if (floor > 0 && (least == 0 || floor < least)) least = floor;
+  }
+  return least;
+}
+
+void StragglerKind::SampleCalmStep(GroupState& g, const Round& round, absl::Duration now) const {
+  if (round.units.empty() || round.units != g.calm_units ||
+      !g.calm_steps.Due(now, round.step_seconds, options_.min_steps)) {
+    return;
+  }
+  const double calm = g.calm_steps.floors.empty() ? g.calm_floor : g.calm_steps.MedianFloor();
+  // Nearer the calm floor than the throttled rank's, by ratio (see "Step slowdown").
+  if (round.collective_seconds * round.collective_seconds < calm * ThrottledFloor(g)) {
+    g.calm_steps.Add(round.step_seconds, round.collective_seconds, now);
+  }
+}
+
+void StragglerKind::SampleStep(const GroupState& g, const Round& round, absl::Duration now,
+                               Verdict& verdict) const {
+  // Under the split it ran calm the group's step is the straggler's (see "Step slowdown").
+  if (verdict.kind != Kind::kWhole || round.units.empty() || round.units != g.calm_units ||
+      !Measurable(round, g.target_since, now) ||
+      !verdict.steps.Due(now, round.step_seconds, options_.min_steps)) {
+    return;
+  }
+  verdict.steps.Add(round.step_seconds, round.collective_seconds, now);
+}
+
+double StragglerKind::Slowdown(const GroupState& g, const Verdict& verdict) {
+  const double calm = g.calm_steps.Median();
+  const double ratio = calm > 0 ? verdict.steps.Median() / calm : 0;
+  return ratio > 1 ? ratio : 0;
+}
+
+std::string StragglerKind::StepText(const GroupState& g, const Verdict& verdict) const {
+  const double calm = g.calm_steps.Median();
+  if (verdict.steps.seconds.empty() || calm <= 0) return "";
+  const double step = verdict.steps.Median();
+  return absl::StrFormat(
+      "; the group's step %.4f s against %.4f s calm on the same split (medians of %d and %d "
+      "windows of %d steps): %s",
+      step, calm, verdict.steps.seconds.size(), g.calm_steps.seconds.size(), options_.min_steps,
+      step > calm ? absl::StrFormat("slowed %.2fx in all it does", step / calm) : "no slower");
 }
 
 const StragglerKind::Verdict* StragglerKind::StandingVerdict(const GroupRef& ref,
@@ -179,7 +258,18 @@ std::optional<absl::Duration> StragglerKind::MeasuredAt(const GroupRef& ref, int
 double StragglerKind::StepSlowdown(const GroupRef& ref, int32_t rank) const {
   absl::MutexLock lock(&mu_);
   const Verdict* verdict = StandingVerdict(ref, rank);
-  return verdict != nullptr && verdict->kind == Kind::kWhole ? verdict->step_slowdown : 0;
+  if (verdict == nullptr || verdict->kind != Kind::kWhole) return 0;
+  return Slowdown(groups_.at(ref.key), *verdict);
+}
+
+bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,
+                               const std::vector<int32_t>& units) const {
+  absl::MutexLock lock(&mu_);
+  const auto g = groups_.find(ref.key);
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return false;
+  Round round;
+  round.units = units;
+  return Relieved(g->second, round, rank);
 }
 
 void StragglerKind::Forget(const GroupKey& key) {

@@ -57,10 +57,23 @@
 // 2026-12-03). When the straggler is judged kWhole under the split it ran calm, the
 // group's step is its step (it is the last to arrive), so that step over the calm one is
 // its slowdown in everything it does: StepSlowdown, which the coordinator prices it at
-// where its timers say less if asked (decision_loop.h: price_throttled_by_step, off by
-// default: one step measured over-priced the GPT's quota straggler). Measured once,
-// with the verdict: relieved of units, a throttled rank idles more and its step says
-// less, and the price must not follow it back (the split would swing).
+// where its timers say less if asked (decision_loop.h: price_throttled_by_step; also in
+// rounds its timers call it calm while, relieved of units, its verdict stands). Both
+// steps are medians over the last kStepWindows disjoint windows of min_steps steps on
+// that split, not one window each: under a quota a window's median moves by 10% or more,
+// and one window (1.86x against a calm step from a fast window, where plain TP's step
+// over the calm one had a median of 1.64x over 20 cycles) over-priced the GPT's quota
+// straggler in every plan the planner predicted (docs/benchmarks.md, 2026-12-04 (b)).
+// The straggler's windows are taken at its verdict and whenever it runs the calm split
+// again (an operator's hold, a plan taken back), the calm ones in calm rounds on that
+// split, also while its verdict stands: the calm step moves with the machine (the GPT's
+// went from 0.139 s in the job's first minute to 0.16-0.20 s, its floor from 0.050 to
+// 0.075-0.100 s), and a calm step from a fast minute over-prices the straggler for as
+// long as its verdict stands. While it stands, a calm window is one whose floor lies
+// nearer the calm windows' (median) than the straggler's, by ratio: a quota straggler
+// the timers call calm raises the floor 2x or more (0.17-0.20 s there), the machine's
+// drift less. Never on another split: relieved of units, a throttled rank idles more and
+// its step says less, and the price must not follow it back (the split would swing).
 //
 //   StragglerKind kinds(&clock, options);
 //   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
@@ -70,6 +83,7 @@
 #define BALLAST_COORDINATOR_STRAGGLER_KIND_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -137,11 +151,15 @@ class StragglerKind {
   // while none stands.
   std::optional<absl::Duration> MeasuredAt(const GroupRef& ref, int32_t rank) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The slowdown of a rank throttled whole as its step measured it: the group's step when
-  // it was judged over the calm step, both under the same units (every rank computing
-  // what it computed when calm), where that is above 1; 0 while no kWhole verdict on
-  // `rank` stands or its units differed. See "Step slowdown" above.
+  // The slowdown of a rank throttled whole as its step measured it: the group's step while
+  // it straggled over the calm step, both under the same units (every rank computing what
+  // it computed when calm), where that is above 1; 0 while no kWhole verdict on `rank`
+  // stands or no step of it on that split was measured. See "Step slowdown" above.
   double StepSlowdown(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
+  // measured: relieved of units, as a throttled rank whose timers can call it calm.
+  bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a group the registry forgot.
   void Forget(const GroupKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   const StragglerKindOptions& options() const { return options_; }
@@ -149,19 +167,34 @@ class StragglerKind {
   // A straggler judged calm for this long is forgotten (a quota straggler relieved of
   // units can look calm for seconds while still contended: straggler_judge.h).
   static constexpr absl::Duration kAbsentFor = absl::Seconds(30);
+  // How many disjoint windows a step figure is the median of (see "Step slowdown").
+  static constexpr int kStepWindows = 5;
 
  private:
+  // A group's step and its collectives' floor over disjoint windows (each a median of
+  // min_steps steps, the next taken min_steps steps after the last), the newest
+  // kStepWindows of them.
+  struct StepWindows {
+    std::deque<double> seconds;
+    std::deque<double> floors;
+    absl::Duration last_at;  // monotonic
+    // Whether a window of steps of `step` s ending `now` would not overlap the last one.
+    bool Due(absl::Duration now, double step, int32_t min_steps) const;
+    void Add(double step, double floor, absl::Duration now);
+    double Median() const;       // of the steps; 0 while empty
+    double MedianFloor() const;  // 0 while empty
+  };
   struct Verdict {
     Kind kind = Kind::kUnknown;
     std::string why;             // its measurements
     absl::Duration measured_at;  // monotonic
-    double step_slowdown = 0;    // StepSlowdown
+    StepWindows steps;           // a kWhole straggler's, on the calm split
   };
   struct GroupState {
     uint64_t incarnation = 0;
     // The calm floor and when it was measured (0: none yet).
     double calm_floor = 0;
-    double calm_step = 0;  // the group's step then
+    StepWindows calm_steps;  // the group's calm step, on calm_units
     absl::Duration calm_floor_at;
     std::vector<int32_t> calm_units;           // Round::units when calm_floor was measured
     std::optional<absl::Duration> calm_since;  // the calm spell's first round
@@ -180,6 +213,17 @@ class StragglerKind {
   bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;
   // Whether `rank` computes fewer units in `round` than when the calm floor was measured.
   static bool Relieved(const GroupState& g, const Round& round, int32_t rank);
+  // A calm window on the calm split while a throttled rank's verdict stands, where its
+  // floor is nearer the calm one than that rank's (see "Step slowdown").
+  void SampleCalmStep(GroupState& g, const Round& round, absl::Duration now) const;
+  // The least floor of the throttled ranks' windows on the calm split (medians); 0: none.
+  static double ThrottledFloor(const GroupState& g);
+  // Adds the round's step to a kWhole straggler's windows where it is one on the calm split.
+  void SampleStep(const GroupState& g, const Round& round, absl::Duration now,
+                  Verdict& verdict) const;
+  // Its step slowdown (0 if none measured or not above 1), and the words for explain.
+  static double Slowdown(const GroupState& g, const Verdict& verdict);
+  std::string StepText(const GroupState& g, const Verdict& verdict) const;
   // Update's two halves: a calm round measures the calm floor and counts the calm spell
   // that ends the verdicts; a straggling round judges the straggler.
   Kind Calm(GroupState& g, const Round& round, absl::Duration now, std::vector<std::string>& lines)

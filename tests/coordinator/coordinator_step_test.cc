@@ -1,7 +1,8 @@
 // The coordinator's step, two ranks in lockstep on the fake clock: the step it predicts,
 // the collectives it balances as fixed costs, and what a straggler's measured kind changes
 // (straggler_kind.h): fixed costs where its collectives slowed with it, a reshard as soon
-// as the kind is known, a throttled rank priced at its step's slowdown. Apart from
+// as the kind is known, a throttled rank priced at its step's slowdown (in the rounds its
+// timers call it calm too). Apart from
 // coordinator_test.cc, the facade's other decisions.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -342,6 +343,47 @@ TEST_F(CoordinatorTest, ARankThrottledWholeIsPricedAtItsStepsSlowdown) {
   EXPECT_LT(kept["quota"], kept["quota, flag off"]);
   EXPECT_EQ(kept["quota, flag off"], 3);
   EXPECT_EQ(kept["device"], 3);
+}
+
+// The price stands with the verdict where the rank is relieved of units: resharded under
+// it, the throttled rank's timers call it calm (its units no slower than its peer's per
+// unit) while its collectives stay slow; those rounds price it at its step's slowdown
+// too, where priced by its timers the planner offloaded work back onto it
+// (docs/benchmarks.md, 2026-12-04 (d)). Back on the calm split and calm, it is not priced.
+TEST_F(CoordinatorTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(
+      StartMigrateJob({.price_throttled_by_step = true, .offload_check = std::nullopt}, &sink));
+  ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
+                                                      /*calm_first=*/true, {20e-3, 40e-3},
+                                                      /*slow=*/{10e-3, 15e-3}));
+  ASSERT_EQ(sink.plans().size(), 1u);
+  absl::StatusOr<WorkloadPlan> plan = FromProto(sink.plans()[0]);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
+  ASSERT_FALSE(owners.empty()) << "not resharded";
+  const int kept = static_cast<int>(std::count(owners.begin(), owners.end(), RankId(1)));
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  ranks.Run(20, {kUnits - kept, kept}, {10e-3, 10e-3}, {20e-3, 40e-3}, sink.plans()[0].version());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("calm"));
+  EXPECT_THAT(why->text(),
+              ::testing::HasSubstr("rank 1: throttled whole (relieved of units, its timers call it "
+                                   "calm), priced at the 1.67x slowdown its step measured, not the "
+                                   "1.00x its compute timers see"));
+  // Held back at the even split, calm there (the contention ended within the verdict's 30
+  // s): not priced, its steps predicted as calm.
+  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+  coordinator_->Tick();
+  ASSERT_EQ(sink.plans().size(), 2u);
+  ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 10e-3}, {20e-3, 20e-3},
+            sink.plans()[1].version());
+  why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("straggler kind (rank 1, calm now)"));
+  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("priced at the")));
+  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 60e-3, 1e-3);
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 // fewer units than it did calm; a verdict stands while the straggler lasts (and while it
 // looks calm relieved of units), a calm spell of 30 s ends it, another straggler is
 // judged afresh; each verdict knows when it was measured, and a throttled rank's verdict
-// the slowdown its step measured on the split it ran calm. A "calm" floor far above the
-// calm one is a straggler's the timers call calm, not taken.
+// the slowdown its step measured on the split it ran calm, a median over windows. A
+// "calm" floor far above the calm one is a straggler's the timers call calm, not taken.
 #include "coordinator/straggler_kind.h"
 
 #include <gmock/gmock.h>
@@ -39,6 +39,14 @@ StragglerKind::Round Ran(int32_t straggler, int64_t version, double collectives,
           .units = std::move(units),
           .step_seconds = 0.1,
           .collective_seconds = collectives};
+}
+
+// Plan 1 without offloads at a step of `step` s on `units`.
+StragglerKind::Round RanStep(int32_t straggler, double step, double collectives,
+                             const std::vector<int32_t>& units) {
+  StragglerKind::Round round = Ran(straggler, 1, collectives, false, units);
+  round.step_seconds = step;
+  return round;
 }
 
 class StragglerKindTest : public ::testing::Test {
@@ -279,22 +287,16 @@ TEST_F(StragglerKindTest, RelievedAndLookingCalmTheStragglerKeepsItsVerdict) {
 // measure none, and none stands once the verdict ends.
 TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
   const std::vector<int32_t> even{45, 45}, uneven{40, 50};
-  auto ran = [](int32_t straggler, double step, double collectives,
-                const std::vector<int32_t>& units) {
-    StragglerKind::Round round = Ran(straggler, 1, collectives, false, units);
-    round.step_seconds = step;
-    return round;
-  };
   auto judged = [&](const std::vector<int32_t>& units, double step, double collectives) {
     StragglerKind kinds(&clock_, StragglerKindOptions{});
     std::vector<std::string> lines;
-    kinds.Update(kGroup, ran(-1, 0.100, 0.043, even), lines);
+    kinds.Update(kGroup, RanStep(-1, 0.100, 0.043, even), lines);
     clock_.Advance(absl::Seconds(2));
-    kinds.Update(kGroup, ran(-1, 0.100, 0.043, even), lines);
-    kinds.Update(kGroup, ran(1, 0.100, 0.043, units), lines);
+    kinds.Update(kGroup, RanStep(-1, 0.100, 0.043, even), lines);
+    kinds.Update(kGroup, RanStep(1, 0.100, 0.043, units), lines);
     clock_.Advance(absl::Seconds(3));  // 16 steps of 0.163 s
     lines.clear();
-    const Kind kind = kinds.Update(kGroup, ran(1, step, collectives, units), lines);
+    const Kind kind = kinds.Update(kGroup, RanStep(1, step, collectives, units), lines);
     return std::make_tuple(kind, kinds.StepSlowdown(kGroup, 1),
                            lines.empty() ? std::string() : lines.back());
   };
@@ -302,7 +304,8 @@ TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
   EXPECT_EQ(whole, Kind::kWhole);
   EXPECT_NEAR(slowdown, 1.63, 1e-12);
   EXPECT_THAT(why, HasSubstr("the group's step 0.1630 s against 0.1000 s calm on the same "
-                             "split: slowed 1.63x in all it does"));
+                             "split (medians of 1 and 1 windows of 16 steps): slowed 1.63x in "
+                             "all it does"));
   EXPECT_EQ(std::get<0>(judged(even, 0.163, 0.050)), Kind::kCompute);
   EXPECT_EQ(std::get<1>(judged(even, 0.163, 0.050)), 0) << "a slower device: its timers see it";
   EXPECT_EQ(std::get<0>(judged(uneven, 0.163, 0.097)), Kind::kWhole);
@@ -310,21 +313,79 @@ TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
   EXPECT_EQ(std::get<1>(judged(even, 0.095, 0.097)), 0) << "a step no slower";
 
   // Measured once: relieved of units, its step says less, and the price stays.
-  Update(ran(-1, 0.100, 0.043, even));
+  Update(RanStep(-1, 0.100, 0.043, even));
   clock_.Advance(absl::Seconds(2));
-  Update(ran(-1, 0.100, 0.043, even));
-  Update(ran(1, 0.100, 0.043, even));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  Update(RanStep(1, 0.100, 0.043, even));
   clock_.Advance(absl::Seconds(3));
-  ASSERT_EQ(Update(ran(1, 0.170, 0.097, even)), Kind::kWhole);
-  EXPECT_EQ(Update(ran(1, 0.120, 0.060, uneven)), Kind::kWhole);
+  ASSERT_EQ(Update(RanStep(1, 0.170, 0.097, even)), Kind::kWhole);
+  EXPECT_EQ(Update(RanStep(1, 0.120, 0.060, uneven)), Kind::kWhole);
   EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.7, 1e-12);
   EXPECT_EQ(kinds_.StepSlowdown(kGroup, 0), 0);
   EXPECT_EQ(kinds_.StepSlowdown({kGroup.key, kGroup.incarnation + 1}, 1), 0);
   // Calm for 30 s on the even split: the verdict and its slowdown end.
-  Update(ran(-1, 0.100, 0.043, even));
+  Update(RanStep(-1, 0.100, 0.043, even));
   clock_.Advance(absl::Seconds(31));
-  Update(ran(-1, 0.100, 0.043, even));
+  Update(RanStep(-1, 0.100, 0.043, even));
   EXPECT_EQ(kinds_.StepSlowdown(kGroup, 1), 0);
+}
+
+// The step slowdown is a median over disjoint windows on the calm split, the straggler's
+// and the calm ones: one slow window does not set the price (it over-priced the GPT's
+// quota straggler, docs/benchmarks.md 2026-12-04 (b)); the straggler's windows are taken
+// again when it runs the calm split again (a hold), never on another split; the calm ones
+// also while its verdict stands, but not from a round whose floor is a straggler's.
+TEST_F(StragglerKindTest, AThrottledRanksSlowdownIsTheMedianOfItsWindowsOnTheCalmSplit) {
+  const std::vector<int32_t> even{45, 45}, uneven{40, 50};
+  // Calm windows of 0.100, 0.090 and 0.100 s, 2 s apart (16 steps take 1.6 s).
+  Update(RanStep(-1, 0.100, 0.043, even));
+  for (const double step : {0.100, 0.090, 0.100}) {
+    clock_.Advance(absl::Seconds(2));
+    Update(RanStep(-1, step, 0.043, even));
+  }
+  Update(RanStep(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(Update(RanStep(1, 0.186, 0.150, even)), Kind::kWhole);
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.86, 1e-12);
+  EXPECT_THAT(Said(), HasSubstr("0.1860 s against 0.1000 s calm on the same split (medians of "
+                                "1 and 3 windows of 16 steps): slowed 1.86x"));
+  // A second after: the same window, not another.
+  clock_.Advance(absl::Seconds(1));
+  Update(RanStep(1, 0.150, 0.150, even));
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.86, 1e-12);
+  // Resharded: its steps on another split are not windows.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(3));
+    Update(RanStep(1, 0.120, 0.060, uneven));
+  }
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.86, 1e-12);
+  // Held on the calm split again: two more windows, and the median is 0.165 s.
+  for (const double step : {0.164, 0.165}) {
+    clock_.Advance(absl::Seconds(3));
+    Update(RanStep(1, step, 0.150, even));
+  }
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.65, 1e-12);
+  EXPECT_THAT(Said(), HasSubstr("(medians of 3 and 3 windows of 16 steps): slowed 1.65x"));
+  // Calm on the calm split while the verdict stands: a window whose floor rose 1.5x with
+  // the machine is calm (nearer the calm 0.043 s than the straggler's 0.150 s), and the
+  // calm step is the median of four, 0.100 s; one whose floor is the straggler's adds none.
+  Update(RanStep(-1, 0.105, 0.065, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.105, 0.065, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.160, 0.140, even));
+  clock_.Advance(absl::Seconds(3));
+  Update(RanStep(1, 0.165, 0.150, even));
+  EXPECT_THAT(Said(), HasSubstr("(medians of 3 and 4 windows of 16 steps): slowed 1.65x"));
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 0.165 / 0.100, 1e-12);
+  // Four calm windows more on a slower machine (0.130 s, floors 0.075 s): the calm step
+  // follows it (the median of the last five, 0.130 s).
+  for (int i = 0; i < 4; ++i) {
+    Update(RanStep(-1, 0.130, 0.075, even));
+    clock_.Advance(absl::Seconds(3));
+  }
+  Update(RanStep(-1, 0.130, 0.075, even));
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 0.165 / 0.130, 1e-12);
 }
 
 TEST_F(StragglerKindTest, TwoStragglersTakingTurnsKeepTheirVerdicts) {
