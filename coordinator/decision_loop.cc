@@ -10,7 +10,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
-#include "coordinator/fixed_costs.h"
 #include "coordinator/planner/expert_plan.h"
 #include "coordinator/rank_speeds.h"
 
@@ -449,9 +448,9 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
           judge_->KindMeasuredChronic(group.ref, straggler, kind, *at, policy, lines);
     }
   }
-  PriceByStep(group, straggler, *pooled, lines);
+  const StepPriced step_priced = PriceByStep(group, straggler, *pooled, lines);
   const std::vector<double> fixed_per_step =
-      FixedSecondsPerStep(group, *pooled, kind, lines, common_fixed);
+      FixedSecondsPerStep(group, *pooled, kind, step_priced, lines, common_fixed);
   // The check first: while it probes, the step feedback holds (each judges its own plan).
   // It sees the straggler in every mode (it probes only offloads pushed, and plain tensor
   // parallelism under mode observe is a step to compare them with); the step feedback
@@ -578,41 +577,6 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
         " (the planner's ranks show the split)"));
   }
   return true;
-}
-
-std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,
-                                                      const PooledGroup& pooled,
-                                                      StragglerKind::Kind kind,
-                                                      std::vector<std::string>& lines,
-                                                      std::optional<double>& common) const {
-  std::vector<double> none(group.size, 0.0);
-  if (options_.fixed_costs == FixedCostsMode::kOff) {
-    lines.push_back(
-        "fixed costs: off (coordinator flag --fixed_costs): collectives not balanced with "
-        "the units");
-    return none;
-  }
-  if (options_.fixed_costs == FixedCostsMode::kAuto && kind != StragglerKind::Kind::kWhole) {
-    lines.push_back(
-        "fixed costs: none (--fixed_costs=auto: only for a straggler measured slow in its "
-        "collectives too)");
-    return none;
-  }
-  std::vector<double> collective(group.size, 0.0), slowdown(group.size, 0.0);
-  for (const RankSnapshot& rank : group.ranks) {
-    const int32_t r = rank.rank;
-    if (r < 0 || r >= group.size || !rank.attached) continue;
-    collective[r] = rank.collective_median;
-    if (static_cast<size_t>(r) < pooled.ranks.size()) slowdown[r] = pooled.ranks[r].slowdown;
-  }
-  absl::StatusOr<FixedCosts> costs = EstimateFixedCosts(collective, slowdown);
-  if (!costs.ok()) {  // reports are validated: only a bug gets here
-    lines.push_back(absl::StrCat("fixed costs: ", costs.status().message()));
-    return none;
-  }
-  lines.push_back(DescribeFixedCosts(*costs));
-  if (costs->measured) common = costs->common;
-  return costs->excess;
 }
 
 void DecisionLoop::ReplanNow(const std::string& job) {

@@ -215,16 +215,19 @@ class DecisionLoop {
   // measured where its timers say less (price_throttled_by_step;
   // StragglerKind::StepSlowdown), saying so in `lines`: `straggler`'s (the timers' target;
   // -1: none), and, while its verdict stands, one relieved of units that its timers call
-  // calm. Its price per unit and its share of the fixed costs both follow that slowdown.
-  void PriceByStep(const GroupSnapshot& group, int32_t straggler, PooledGroup& pooled,
-                   std::vector<std::string>& lines) const;
+  // calm. Its price per unit and its share of the fixed costs both follow that slowdown:
+  // the ranks so priced, and the calm collectives it was measured against, are returned
+  // for FixedSecondsPerStep.
+  StepPriced PriceByStep(const GroupSnapshot& group, int32_t straggler, PooledGroup& pooled,
+                         std::vector<std::string>& lines) const;
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
-  // collective times and pooled slowdown, indexed by rank, where the options' mode and
-  // the straggler's `kind` say to balance them; sets `common` to the least and says what
-  // it found in `lines`. Zeros (and `common` untouched) when none are balanced or nothing
-  // was measured.
+  // collective times and pooled slowdown (a rank in `step` at its step's slowdown times
+  // the calm collectives), indexed by rank, where the options' mode and the straggler's
+  // `kind` say to balance them; sets `common` to the least and says what it found in
+  // `lines`. Zeros (and `common` untouched) when none are balanced or nothing was measured.
   std::vector<double> FixedSecondsPerStep(const GroupSnapshot& group, const PooledGroup& pooled,
-                                          StragglerKind::Kind kind, std::vector<std::string>& lines,
+                                          StragglerKind::Kind kind, const StepPriced& step,
+                                          std::vector<std::string>& lines,
                                           std::optional<double>& common) const;
   // The group's entry, fresh for a new incarnation.
   Entry& EntryOf(const GroupRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

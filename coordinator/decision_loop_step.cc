@@ -1,9 +1,9 @@
 // The decision loop's two loops on the measured step, the step feedback
 // (step_feedback.h) and the offload check (offload_check.h), and the straggler's kind
 // from the measured collectives (straggler_kind.h), with the price a throttled
-// straggler's measured step sets: each round's input gathered from the group's snapshot,
-// and what the loops decide written to the round's correction_. Apart from
-// decision_loop.cc, which plans.
+// straggler's measured step sets and the fixed costs (fixed_costs.h): each round's input
+// gathered from the group's snapshot, and what the loops decide written to the round's
+// correction_. Apart from decision_loop.cc, which plans.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/decision_loop.h"
+#include "coordinator/fixed_costs.h"
 #include "coordinator/group_figures.h"
 
 namespace ballast::coordinator {
@@ -100,9 +101,10 @@ StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t str
   return straggler_kind_.Update(group.ref, round, lines);
 }
 
-void DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggler, PooledGroup& pooled,
-                               std::vector<std::string>& lines) const {
-  if (!options_.price_throttled_by_step) return;
+StepPriced DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggler,
+                                     PooledGroup& pooled, std::vector<std::string>& lines) const {
+  StepPriced out;
+  if (!options_.price_throttled_by_step) return out;
   // The straggler, and a rank whose verdict stands that computes fewer units than calm:
   // relieved of units, a throttled rank's timers can call it calm, and priced by them in
   // those rounds the planner offloaded work back onto it and took it off again in the
@@ -124,7 +126,51 @@ void DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggler, Po
         rank, rank == straggler ? "" : " (relieved of units, its timers call it calm)", step,
         slowdown));
     slowdown = step;
+    out.ranks.resize(pooled.ranks.size(), false);
+    out.ranks[r] = true;
   }
+  if (!out.ranks.empty()) out.calm_collective_seconds = straggler_kind_.CalmCollectives(group.ref);
+  return out;
+}
+
+std::vector<double> DecisionLoop::FixedSecondsPerStep(
+    const GroupSnapshot& group, const PooledGroup& pooled, StragglerKind::Kind kind,
+    const StepPriced& step, std::vector<std::string>& lines, std::optional<double>& common) const {
+  std::vector<double> none(group.size, 0.0);
+  if (options_.fixed_costs == FixedCostsMode::kOff) {
+    lines.push_back(
+        "fixed costs: off (coordinator flag --fixed_costs): collectives not balanced with "
+        "the units");
+    return none;
+  }
+  if (options_.fixed_costs == FixedCostsMode::kAuto && kind != StragglerKind::Kind::kWhole) {
+    lines.push_back(
+        "fixed costs: none (--fixed_costs=auto: only for a straggler measured slow in its "
+        "collectives too)");
+    return none;
+  }
+  std::vector<double> collective(group.size, 0.0), slowdown(group.size, 0.0);
+  for (const RankSnapshot& rank : group.ranks) {
+    const int32_t r = rank.rank;
+    if (r < 0 || r >= group.size || !rank.attached) continue;
+    collective[r] = rank.collective_median;
+    if (static_cast<size_t>(r) < pooled.ranks.size()) slowdown[r] = pooled.ranks[r].slowdown;
+  }
+  absl::StatusOr<FixedCosts> costs = EstimateFixedCosts(collective, slowdown, step);
+  if (!costs.ok()) {  // reports are validated: only a bug gets here
+    lines.push_back(absl::StrCat("fixed costs: ", costs.status().message()));
+    return none;
+  }
+  lines.push_back(DescribeFixedCosts(*costs));
+  if (step.calm_collective_seconds > 0) {
+    lines.push_back(absl::StrFormat(
+        "fixed costs: a rank priced at its step's slowdown pays its collectives at that "
+        "slowdown times the %.4g s they cost calm, not at what it measured (already in its "
+        "step)",
+        step.calm_collective_seconds));
+  }
+  if (costs->measured) common = costs->common;
+  return costs->excess;
 }
 
 bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,

@@ -25,13 +25,22 @@ absl::StatusOr<FixedCostsMode> ParseFixedCostsMode(absl::string_view text) {
 }
 
 absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
-                                              const std::vector<double>& slowdowns) {
+                                              const std::vector<double>& slowdowns,
+                                              const StepPriced& step) {
   if (collective_seconds.size() != slowdowns.size()) {
     return absl::InvalidArgumentError(absl::StrCat("collective_seconds has ",
                                                    collective_seconds.size(),
                                                    " ranks but slowdowns has ", slowdowns.size()));
   }
   const size_t p = collective_seconds.size();
+  if (!step.ranks.empty() && step.ranks.size() != p) {
+    return absl::InvalidArgumentError(absl::StrCat("step-priced ranks has ", step.ranks.size(),
+                                                   " ranks but collective_seconds has ", p));
+  }
+  if (!std::isfinite(step.calm_collective_seconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calm collective seconds ", step.calm_collective_seconds, " must be finite"));
+  }
   for (size_t r = 0; r < p; ++r) {
     if (!std::isfinite(collective_seconds[r]) || !std::isfinite(slowdowns[r])) {
       return absl::InvalidArgumentError(absl::StrCat("rank ", r, ": collective seconds ",
@@ -40,20 +49,31 @@ absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collect
     }
   }
   auto measured = [&](size_t r) { return collective_seconds[r] > 0 && slowdowns[r] > 0; };
-  // The collective seconds per unit of slowdown of the rank that waits least.
+  auto priced = [&](size_t r) { return !step.ranks.empty() && step.ranks[r]; };
+  const bool by_step = step.calm_collective_seconds > 0 &&
+                       std::find(step.ranks.begin(), step.ranks.end(), true) != step.ranks.end();
+  // The collective seconds per unit of slowdown of the rank that waits least; where a rank
+  // is priced by its step, the calm cost its slowdown was measured against.
   double base = std::numeric_limits<double>::infinity();
-  for (size_t r = 0; r < p; ++r) {
-    if (measured(r)) base = std::min(base, collective_seconds[r] / slowdowns[r]);
+  if (by_step) {
+    base = step.calm_collective_seconds;
+  } else {
+    for (size_t r = 0; r < p; ++r) {
+      if (measured(r)) base = std::min(base, collective_seconds[r] / slowdowns[r]);
+    }
   }
   FixedCosts out;
   out.excess.assign(p, 0);
-  if (!std::isfinite(base)) return out;
+  bool any = false;
+  for (size_t r = 0; r < p; ++r) any = any || measured(r);
+  if (!any) return out;
   out.measured = true;
   std::vector<double> fixed(p, 0);
   double least = std::numeric_limits<double>::infinity();
   for (size_t r = 0; r < p; ++r) {
     if (!measured(r)) continue;
-    fixed[r] = std::min(collective_seconds[r], slowdowns[r] * base);
+    fixed[r] = by_step && priced(r) ? slowdowns[r] * base
+                                    : std::min(collective_seconds[r], slowdowns[r] * base);
     least = std::min(least, fixed[r]);
   }
   out.common = least;

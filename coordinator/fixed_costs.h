@@ -30,6 +30,18 @@
 // straggler, `off` never. Measuring each rank's waits in its collectives would drop the
 // assumption (docs/architecture.md, "Not done yet").
 //
+// A rank priced at its step's slowdown (the coordinator's --price_throttled_by_step,
+// decision_loop.h) is slowed in everything it does, by s_r measured as its step over the
+// calm one on the same split, collectives included. Its units are priced at s_r, so its
+// collectives are too: fixed_r = s_r * K, with K the collectives' calm cost that s_r was
+// measured against (StragglerKind::CalmCollectives), which is also the base for the
+// others. Not its measured W_r on top, which its s_r already holds; nor capped by W_r:
+// relieved of units, its price is held as its slowdown is (straggler_kind.h), or the split
+// would swing. Measured on the small GPT under a 2x quota this was not what made its
+// predictions run long (they did as much either way: the reference rank's own compute
+// slows 1.3x beside the quota straggler, and the step's slowdown, taken against the calm
+// step, multiplies that; docs/benchmarks.md, 2026-12-04 (e)).
+//
 // The planner is given each rank's excess over the least (`FixedCosts::excess`): only
 // differences move units, and the common part stays in the step prediction as the
 // collectives' own cost. Per block, a rank's excess is split by the block's share of the
@@ -68,12 +80,21 @@ struct FixedCosts {
   bool measured = false;
 };
 
+// The ranks priced at their step's slowdown (above), and the calm collectives' cost it was
+// measured against. Applies where some rank is priced and `calm_collective_seconds` > 0.
+struct StepPriced {
+  std::vector<bool> ranks;  // indexed as the inputs; empty: none
+  double calm_collective_seconds = 0;
+};
+
 // `collective_seconds[r]`: rank r's median collective seconds a step, waits included (0 or
-// less: not measured); `slowdowns[r]`: its pooled compute slowdown (0: not judged). Both
-// vectors of one size. INVALID_ARGUMENT for sizes that differ or a value that is not
-// finite (the coordinator validates every report, so only a bug gets there).
+// less: not measured); `slowdowns[r]`: its pooled compute slowdown (0: not judged), its
+// step's for a rank in `step`. Vectors of one size (`step.ranks` may be empty).
+// INVALID_ARGUMENT for sizes that differ or a value that is not finite (the coordinator
+// validates every report, so only a bug gets there).
 absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
-                                              const std::vector<double>& slowdowns);
+                                              const std::vector<double>& slowdowns,
+                                              const StepPriced& step = {});
 
 // "fixed seconds a step beyond 0.0431 s of collectives (balanced with the units): 0 +0
 // 1 +0.0512", for explanations.

@@ -60,10 +60,9 @@ bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::D
          now - since >= options_.min_steps * absl::Seconds(round.step_seconds);
 }
 
-bool StragglerKind::Relieved(const GroupState& g, const Round& round, int32_t rank) {
+bool StragglerKind::Relieved(const GroupState& g, const std::vector<int32_t>& units, int32_t rank) {
   const auto r = static_cast<size_t>(rank);
-  return rank >= 0 && r < round.units.size() && r < g.calm_units.size() &&
-         round.units[r] < g.calm_units[r];
+  return rank >= 0 && r < units.size() && r < g.calm_units.size() && units[r] < g.calm_units[r];
 }
 
 StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& round,
@@ -87,8 +86,9 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
     g.target = -1;
   }
   if (!g.judged.empty()) {
-    const bool relieved = std::any_of(g.judged.begin(), g.judged.end(),
-                                      [&](const auto& j) { return Relieved(g, round, j.first); });
+    const bool relieved = std::any_of(g.judged.begin(), g.judged.end(), [&](const auto& j) {
+      return Relieved(g, round.units, j.first);
+    });
     if (relieved) {
       g.absent_since.reset();
     } else if (!g.absent_since.has_value()) {
@@ -100,8 +100,8 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
     }
   }
   if (Measurable(round, *g.calm_since, now)) {
-    if (ThrottledFloor(g) > 0) {
-      SampleCalmStep(g, round, now);
+    if (const double throttled = ThrottledFloor(g); throttled > 0) {
+      SampleCalmStep(g, round, throttled, now);
     } else if (g.judged.empty()) {
       // A calm round's floor min_ratio times a fresh calm floor or more is a straggler's the
       // timers call calm (a quota's, whose timers see a fraction of it), not a new calm.
@@ -161,7 +161,7 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
                                  "job started, or a calm spell too short to measure)"));
     return Kind::kUnknown;
   }
-  if (Relieved(g, round, g.target)) {
+  if (Relieved(g, round.units, g.target)) {
     lines.push_back(absl::StrCat(
         who, "not measured yet: it computes ", round.units[g.target],
         " units under the plan in force, fewer than the ", g.calm_units[g.target],
@@ -200,14 +200,15 @@ double StragglerKind::ThrottledFloor(const GroupState& g) {
   return least;
 }
 
-void StragglerKind::SampleCalmStep(GroupState& g, const Round& round, absl::Duration now) const {
+void StragglerKind::SampleCalmStep(GroupState& g, const Round& round, double throttled_floor,
+                                   absl::Duration now) const {
   if (round.units.empty() || round.units != g.calm_units ||
       !g.calm_steps.Due(now, round.step_seconds, options_.min_steps)) {
     return;
   }
-  const double calm = g.calm_steps.floors.empty() ? g.calm_floor : g.calm_steps.MedianFloor();
+  const double calm = CalmCollectivesOf(g);
   // Nearer the calm floor than the throttled rank's, by ratio (see "Step slowdown").
-  if (round.collective_seconds * round.collective_seconds < calm * ThrottledFloor(g)) {
+  if (round.collective_seconds * round.collective_seconds < calm * throttled_floor) {
     g.calm_steps.Add(round.step_seconds, round.collective_seconds, now);
   }
 }
@@ -267,9 +268,18 @@ bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,
   absl::MutexLock lock(&mu_);
   const auto g = groups_.find(ref.key);
   if (g == groups_.end() || g->second.incarnation != ref.incarnation) return false;
-  Round round;
-  round.units = units;
-  return Relieved(g->second, round, rank);
+  return Relieved(g->second, units, rank);
+}
+
+double StragglerKind::CalmCollectives(const GroupRef& ref) const {
+  absl::MutexLock lock(&mu_);
+  const auto g = groups_.find(ref.key);
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return 0;
+  return CalmCollectivesOf(g->second);
+}
+
+double StragglerKind::CalmCollectivesOf(const GroupState& g) {
+  return g.calm_steps.floors.empty() ? g.calm_floor : g.calm_steps.MedianFloor();
 }
 
 void StragglerKind::Forget(const GroupKey& key) {

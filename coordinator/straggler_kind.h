@@ -156,6 +156,11 @@ class StragglerKind {
   // it computed when calm), where that is above 1; 0 while no kWhole verdict on `rank`
   // stands or no step of it on that split was measured. See "Step slowdown" above.
   double StepSlowdown(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // What the group's collectives cost calm on the split StepSlowdown is measured on: the
+  // median floor of the calm step's windows, else the calm floor; 0 while none was
+  // measured. A rank priced at its step's slowdown has its collectives priced at that
+  // slowdown times this (fixed_costs.h).
+  double CalmCollectives(const GroupRef& ref) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
   // measured: relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
@@ -211,11 +216,16 @@ class StragglerKind {
   // Whether the round's collectives are a floor: a plan without offloads that every rank
   // ran min_steps steps, all since `since`.
   bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;
-  // Whether `rank` computes fewer units in `round` than when the calm floor was measured.
-  static bool Relieved(const GroupState& g, const Round& round, int32_t rank);
+  // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
+  // measured.
+  static bool Relieved(const GroupState& g, const std::vector<int32_t>& units, int32_t rank);
   // A calm window on the calm split while a throttled rank's verdict stands, where its
-  // floor is nearer the calm one than that rank's (see "Step slowdown").
-  void SampleCalmStep(GroupState& g, const Round& round, absl::Duration now) const;
+  // floor is nearer the calm one than `throttled_floor` (ThrottledFloor; see "Step
+  // slowdown").
+  void SampleCalmStep(GroupState& g, const Round& round, double throttled_floor,
+                      absl::Duration now) const;
+  // CalmCollectives' figure.
+  static double CalmCollectivesOf(const GroupState& g);
   // The least floor of the throttled ranks' windows on the calm split (medians); 0: none.
   static double ThrottledFloor(const GroupState& g);
   // Adds the round's step to a kWhole straggler's windows where it is one on the calm split.

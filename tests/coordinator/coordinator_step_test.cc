@@ -345,6 +345,34 @@ TEST_F(CoordinatorTest, ARankThrottledWholeIsPricedAtItsStepsSlowdown) {
   EXPECT_EQ(kept["device"], 3);
 }
 
+// Priced at its step's slowdown, a throttled rank's collectives are priced once: the
+// group of the test above under plain TP (mode observe), its step 100 ms measured (60 ms
+// of compute, 40 ms of collectives, 1.67x the calm 60 ms). Its units at 1.67x (66.7 ms)
+// and its collectives at 1.67x their calm 20 ms (33.3 ms) predict the 100 ms; at the 40
+// ms it measured on top of its units' price (already in its slowdown) they predicted
+// 107 ms (fixed_costs.h).
+TEST_F(CoordinatorTest, AThrottledRanksCollectivesArePricedOnceInItsStepsSlowdown) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(
+      StartMigrateJob({.price_throttled_by_step = true, .offload_check = std::nullopt}, &sink));
+  JobPolicy policy = *coordinator_->GetPolicy("vit");
+  policy.mode = BalanceMode::kObserve;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  ranks.Run(30, {4, 4}, {10e-3, 10e-3}, {20e-3, 20e-3}, 0);
+  ranks.Run(60, {4, 4}, {10e-3, 15e-3}, {20e-3, 40e-3}, 0);
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("priced at the 1.67x slowdown its step measured"));
+  EXPECT_THAT(why->text(),
+              ::testing::HasSubstr("pays its collectives at that slowdown times the 0.02 s"));
+  const v1::GroupStatus g = ranks.Status();
+  EXPECT_NEAR(g.measured_step_seconds(), 100e-3, 1e-9);
+  EXPECT_NEAR(g.predicted_collective_seconds(), 20e-3, 1e-6);
+  EXPECT_NEAR(g.predicted_step_seconds(), 100e-3, 1e-6);
+  EXPECT_TRUE(sink.plans().empty()) << "observe pushes nothing";
+}
+
 // The price stands with the verdict where the rank is relieved of units: resharded under
 // it, the throttled rank's timers call it calm (its units no slower than its peer's per
 // unit) while its collectives stay slow; those rounds price it at its step's slowdown

@@ -65,11 +65,46 @@ TEST(FixedCostsTest, RanksNotMeasuredGetNothingAndNoneMeasuredIsSaid) {
   EXPECT_THAT(DescribeFixedCosts(*f), HasSubstr(" 2 +0"));
 }
 
+// A rank priced at its step's slowdown (1.7x: its step over the calm one, collectives
+// included) pays its collectives at 1.7 times their calm 0.043 s, not the 0.120 s it
+// measured under the quota (already in its slowdown), nor capped by the 0.050 s it measures
+// relieved of units; the others are based on the calm cost too. Without a calm cost, as
+// before.
+TEST(FixedCostsTest, ARankPricedByItsStepPaysItsCollectivesAtItsSlowdownOfTheCalmOnes) {
+  const StepPriced step{.ranks = {false, true}, .calm_collective_seconds = 0.043};
+  absl::StatusOr<FixedCosts> plain = EstimateFixedCosts({0.200, 0.120}, {1.0, 1.7}, step);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_DOUBLE_EQ(plain->common, 0.043);
+  EXPECT_DOUBLE_EQ(plain->excess[0], 0);
+  EXPECT_DOUBLE_EQ(plain->excess[1], 1.7 * 0.043 - 0.043);
+  absl::StatusOr<FixedCosts> relieved = EstimateFixedCosts({0.060, 0.050}, {1.0, 1.7}, step);
+  ASSERT_TRUE(relieved.ok());
+  EXPECT_DOUBLE_EQ(relieved->excess[1], 1.7 * 0.043 - 0.043);
+  // The calm rank measured less than the calm cost (the machine sped up): its own time.
+  absl::StatusOr<FixedCosts> faster = EstimateFixedCosts({0.040, 0.120}, {1.0, 1.7}, step);
+  ASSERT_TRUE(faster.ok());
+  EXPECT_DOUBLE_EQ(faster->common, 0.040);
+  EXPECT_DOUBLE_EQ(faster->excess[1], 1.7 * 0.043 - 0.040);
+  absl::StatusOr<FixedCosts> no_calm =
+      EstimateFixedCosts({0.200, 0.120}, {1.0, 1.7}, StepPriced{.ranks = {false, true}});
+  ASSERT_TRUE(no_calm.ok());
+  EXPECT_DOUBLE_EQ(no_calm->excess[1], 0.120 - 0.120 / 1.7);
+}
+
 TEST(FixedCostsTest, BadInputIsNamed) {
   EXPECT_THAT(EstimateFixedCosts({0.1}, {1, 2}).status().message(),
               HasSubstr("collective_seconds has 1 ranks but slowdowns has 2"));
   EXPECT_THAT(EstimateFixedCosts({0.1, std::nan("")}, {1, 2}).status().message(),
               HasSubstr("rank 1: collective seconds nan"));
+  EXPECT_THAT(
+      EstimateFixedCosts({0.1, 0.1}, {1, 2}, StepPriced{.ranks = {true}}).status().message(),
+      HasSubstr("step-priced ranks has 1 ranks but collective_seconds has 2"));
+  EXPECT_THAT(EstimateFixedCosts(
+                  {0.1, 0.1}, {1, 2},
+                  StepPriced{.ranks = {false, true}, .calm_collective_seconds = std::nan("")})
+                  .status()
+                  .message(),
+              HasSubstr("calm collective seconds nan must be finite"));
 }
 
 TEST(FixedCostsTest, ModesParseAndAWrongOneIsNamed) {

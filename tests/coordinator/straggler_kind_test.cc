@@ -347,6 +347,9 @@ TEST_F(StragglerKindTest, AThrottledRanksSlowdownIsTheMedianOfItsWindowsOnTheCal
   clock_.Advance(absl::Seconds(3));
   ASSERT_EQ(Update(RanStep(1, 0.186, 0.150, even)), Kind::kWhole);
   EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.86, 1e-12);
+  // What the collectives cost calm, against which the slowdown was measured.
+  EXPECT_NEAR(kinds_.CalmCollectives(kGroup), 0.043, 1e-12);
+  EXPECT_EQ(kinds_.CalmCollectives({kGroup.key, kGroup.incarnation + 1}), 0);
   EXPECT_THAT(Said(), HasSubstr("0.1860 s against 0.1000 s calm on the same split (medians of "
                                 "1 and 3 windows of 16 steps): slowed 1.86x"));
   // A second after: the same window, not another.
@@ -386,6 +389,7 @@ TEST_F(StragglerKindTest, AThrottledRanksSlowdownIsTheMedianOfItsWindowsOnTheCal
   }
   Update(RanStep(-1, 0.130, 0.075, even));
   EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 0.165 / 0.130, 1e-12);
+  EXPECT_NEAR(kinds_.CalmCollectives(kGroup), 0.075, 1e-12) << "the calm windows' floor";
 }
 
 TEST_F(StragglerKindTest, TwoStragglersTakingTurnsKeepTheirVerdicts) {
