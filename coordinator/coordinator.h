@@ -89,9 +89,9 @@ struct CoordinatorOptions {
   // group's step over the calm one on the same split) where its compute timers say less:
   // under a CPU quota they see a fraction of it (straggler_kind.h, "Step slowdown"). Off
   // by default: on the small GPT's 2x quota straggler it took auto from 1.205x the best
-  // static plan to 1.140x, but the one step it measures ran 13% over the quota's typical
-  // one, and the predicted step fell to 14-75% of samples within 10% (from 100%;
-  // docs/benchmarks.md, 2026-12-04).
+  // static plan to 1.001-1.035x, but the steps it predicts for plans that leave the
+  // straggler many units run long (plain TP's by 12-14%, 17-36% of its samples within
+  // 10%, from 100%; docs/benchmarks.md, 2026-12-04 (d) and (e)).
   bool price_throttled_by_step = false;
   // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
   // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.

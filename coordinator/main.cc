@@ -87,8 +87,9 @@ ABSL_FLAG(bool, price_throttled_by_step, false,
           "its step measured, the group's step over the calm one on the same split, where its "
           "compute timers say less (they see a fraction of a quota: "
           "coordinator/straggler_kind.h). Splits closer to the best static plan under a quota "
-          "(1.140x it, from 1.205x) but predicts steps worse (one step measured sets the price; "
-          "docs/benchmarks.md, 2026-12-04); false: at its timers' slowdown");
+          "(the small GPT's 2x quota: 1.001-1.035x it, from 1.205x) but predicts the steps of "
+          "plans that leave it many units long (plain TP's by 12-14%; docs/benchmarks.md, "
+          "2026-12-04 (d) and (e)); false: at its timers' slowdown");
 ABSL_FLAG(bool, unit_count_fit, true,
           "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
           "fitted over the unit counts it ran finds a fixed part "
