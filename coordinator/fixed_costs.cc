@@ -64,10 +64,6 @@ absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collect
   }
   FixedCosts out;
   out.excess.assign(p, 0);
-  bool any = false;
-  for (size_t r = 0; r < p; ++r) any = any || measured(r);
-  if (!any) return out;
-  out.measured = true;
   std::vector<double> fixed(p, 0);
   double least = std::numeric_limits<double>::infinity();
   for (size_t r = 0; r < p; ++r) {
@@ -76,6 +72,8 @@ absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collect
                                     : std::min(collective_seconds[r], slowdowns[r] * base);
     least = std::min(least, fixed[r]);
   }
+  if (!std::isfinite(least)) return out;  // no rank measured
+  out.measured = true;
   out.common = least;
   for (size_t r = 0; r < p; ++r) {
     if (measured(r)) out.excess[r] = std::max(0.0, fixed[r] - least);
