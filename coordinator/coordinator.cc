@@ -42,7 +42,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                 .straggler_kind = options.straggler_kind,
                                 .reshard_slower_devices = options.reshard_slower_devices,
                                 .reshard_throttled_ranks = options.reshard_throttled_ranks,
-                                .price_throttled_by_step = options.price_throttled_by_step,
+                                .throttled_price = options.throttled_price,
                                 .unit_count_fit = options.unit_count_fit,
                                 .step_feedback = options.step_feedback,
                                 .offload_check = options.offload_check},

@@ -85,14 +85,14 @@ struct CoordinatorOptions {
   // co-tenants come and go in less than the job's reshard_after: each would cost a move and
   // a move back.
   bool reshard_throttled_ranks = true;
-  // Price a straggler measured throttled whole at the slowdown its step measured (the
-  // group's step over the calm one on the same split) where its compute timers say less:
-  // under a CPU quota they see a fraction of it (straggler_kind.h, "Step slowdown"). Off
-  // by default: on the small GPT's 2x quota straggler it took auto from 1.205x the best
-  // static plan to 1.001-1.035x, but the steps it predicts for plans that leave the
-  // straggler many units run long (plain TP's by 12-14%, 17-36% of its samples within
-  // 10%, from 100%; docs/benchmarks.md, 2026-12-04 (d) and (e)).
-  bool price_throttled_by_step = false;
+  // How a straggler measured throttled whole is priced (fixed_costs.h: timers, step,
+  // floor): under a CPU quota its compute timers see a fraction of its slowdown
+  // (straggler_kind.h, "Step slowdown"). By its timers, the small GPT's 2x quota
+  // straggler kept 37% of the units where the best static plan leaves 25% (auto 1.205x
+  // that plan). step and floor both left it 25%, but only floor predicted the steps
+  // (plain TP's within 10% in every sample, step's in 46%; docs/benchmarks.md, 2026-12-04
+  // (f)). floor prices a fixed cost: with fixed_costs off it prices nothing.
+  ThrottledPrice throttled_price = ThrottledPrice::kFloor;
   // Price a rank's block compute as a fixed part plus a part per unit, fitted over the unit
   // counts it ran (unit_count_fit.h), so a unit moved is priced at what it saves.
   bool unit_count_fit = true;

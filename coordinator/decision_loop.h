@@ -67,9 +67,8 @@ struct DecisionLoopOptions {
   // priced without waiting reshard_after (StragglerJudge::KindMeasuredChronic).
   bool reshard_slower_devices = true;
   bool reshard_throttled_ranks = true;
-  // Price a straggler measured throttled whole at the slowdown its step measured where its
-  // compute timers say less (StragglerKind::StepSlowdown).
-  bool price_throttled_by_step = false;
+  // How a straggler measured throttled whole is priced (fixed_costs.h: ThrottledPrice).
+  ThrottledPrice throttled_price = ThrottledPrice::kFloor;
   // Price each rank's block compute as fixed seconds plus seconds per unit where a fit over
   // the unit counts it ran finds a fixed part (unit_count_fit.h); else per unit alone.
   bool unit_count_fit = true;
@@ -211,22 +210,28 @@ class DecisionLoop {
   StragglerKind::Kind KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,
                              std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
-  // Raises the pooled slowdown of a rank throttled whole to the slowdown its step
-  // measured where its timers say less (price_throttled_by_step;
-  // StragglerKind::StepSlowdown), saying so in `lines`: `straggler`'s (the timers' target;
-  // -1: none), and, while its verdict stands, one relieved of units that its timers call
-  // calm. Its price per unit and its share of the fixed costs both follow that slowdown:
-  // the ranks so priced, and the calm collectives it was measured against, are returned
-  // for FixedSecondsPerStep.
-  StepPriced PriceByStep(const GroupSnapshot& group, int32_t straggler, PooledGroup& pooled,
-                         std::vector<std::string>& lines) const;
+  // Prices a rank throttled whole as options_.throttled_price says (fixed_costs.h), saying
+  // so in `lines`: `straggler`'s (the timers' target; -1: none), and, while its verdict
+  // stands, one relieved of units that its timers call calm. By its step: its pooled
+  // slowdown is raised to the one its step measured where its timers say less
+  // (StragglerKind::StepSlowdown), so its units and its collectives follow it. By its
+  // floor: its collectives are priced at their straggling floor
+  // (StragglerKind::StragglingFloor), its units by its timers; only where the fixed costs
+  // are balanced for the straggler's `kind`. The ranks so priced, and the figures, are
+  // returned for FixedSecondsPerStep.
+  ThrottledPriced PriceThrottled(const GroupSnapshot& group, int32_t straggler,
+                                 StragglerKind::Kind kind, PooledGroup& pooled,
+                                 std::vector<std::string>& lines) const;
+  // Whether fixed costs are balanced for a straggler of `kind` (--fixed_costs).
+  bool BalancesFixedCosts(StragglerKind::Kind kind) const;
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent
-  // collective times and pooled slowdown (a rank in `step` at its step's slowdown times
-  // the calm collectives), indexed by rank, where the options' mode and the straggler's
-  // `kind` say to balance them; sets `common` to the least and says what it found in
-  // `lines`. Zeros (and `common` untouched) when none are balanced or nothing was measured.
+  // collective times and pooled slowdown (a rank in `throttled` as that says), indexed by
+  // rank, where the options' mode and the straggler's `kind` say to balance them
+  // (BalancesFixedCosts); sets `common` to the least and says what it found in `lines`.
+  // Zeros (and `common` untouched) when none are balanced or nothing was measured.
   std::vector<double> FixedSecondsPerStep(const GroupSnapshot& group, const PooledGroup& pooled,
-                                          StragglerKind::Kind kind, const StepPriced& step,
+                                          StragglerKind::Kind kind,
+                                          const ThrottledPriced& throttled,
                                           std::vector<std::string>& lines,
                                           std::optional<double>& common) const;
   // The group's entry, fresh for a new incarnation.

@@ -101,10 +101,19 @@ StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t str
   return straggler_kind_.Update(group.ref, round, lines);
 }
 
-StepPriced DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggler,
-                                     PooledGroup& pooled, std::vector<std::string>& lines) const {
-  StepPriced out;
-  if (!options_.price_throttled_by_step) return out;
+bool DecisionLoop::BalancesFixedCosts(StragglerKind::Kind kind) const {
+  return options_.fixed_costs == FixedCostsMode::kOn ||
+         (options_.fixed_costs == FixedCostsMode::kAuto && kind == StragglerKind::Kind::kWhole);
+}
+
+ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t straggler,
+                                             StragglerKind::Kind kind, PooledGroup& pooled,
+                                             std::vector<std::string>& lines) const {
+  ThrottledPriced out;
+  const ThrottledPrice how = options_.throttled_price;
+  if (how == ThrottledPrice::kTimers) return out;
+  // floor prices the collectives, a fixed cost: where none are balanced it prices nothing.
+  if (how == ThrottledPrice::kFloor && !BalancesFixedCosts(kind)) return out;
   // The straggler, and a rank whose verdict stands that computes fewer units than calm:
   // relieved of units, a throttled rank's timers can call it calm, and priced by them in
   // those rounds the planner offloaded work back onto it and took it off again in the
@@ -115,6 +124,21 @@ StepPriced DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggl
   for (size_t r = 0; r < pooled.ranks.size(); ++r) {
     const auto rank = static_cast<int32_t>(r);
     if (rank != straggler && !straggler_kind_.RelievedOf(group.ref, rank, units)) continue;
+    const char* relieved = rank == straggler ? "" : " (relieved of units, its timers call it calm)";
+    if (how == ThrottledPrice::kFloor) {
+      const double floor = straggler_kind_.StragglingFloor(group.ref, rank);
+      if (!(floor > 0)) continue;  // none measured
+      lines.push_back(absl::StrFormat(
+          "rank %d: throttled whole%s, its collectives priced at the %.4g s they cost it "
+          "straggling on the calm split, its units at the %.2fx its compute timers see "
+          "(coordinator flag --throttled_price=floor)",
+          rank, relieved, floor, pooled.ranks[r].slowdown));
+      out.ranks.resize(pooled.ranks.size(), false);
+      out.straggling_floors.resize(pooled.ranks.size(), 0);
+      out.ranks[r] = true;
+      out.straggling_floors[r] = floor;
+      continue;
+    }
     const double step = straggler_kind_.StepSlowdown(group.ref, rank);
     double& slowdown = pooled.ranks[r].slowdown;
     // None measured, or the timers see as much (within a percent: a rank whose timers see
@@ -122,9 +146,8 @@ StepPriced DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggl
     if (!(step > slowdown * 1.01)) continue;
     lines.push_back(absl::StrFormat(
         "rank %d: throttled whole%s, priced at the %.2fx slowdown its step measured, not the "
-        "%.2fx its compute timers see (coordinator flag --price_throttled_by_step)",
-        rank, rank == straggler ? "" : " (relieved of units, its timers call it calm)", step,
-        slowdown));
+        "%.2fx its compute timers see (coordinator flag --throttled_price=step)",
+        rank, relieved, step, slowdown));
     slowdown = step;
     out.ranks.resize(pooled.ranks.size(), false);
     out.ranks[r] = true;
@@ -133,9 +156,12 @@ StepPriced DecisionLoop::PriceByStep(const GroupSnapshot& group, int32_t straggl
   return out;
 }
 
-std::vector<double> DecisionLoop::FixedSecondsPerStep(
-    const GroupSnapshot& group, const PooledGroup& pooled, StragglerKind::Kind kind,
-    const StepPriced& step, std::vector<std::string>& lines, std::optional<double>& common) const {
+std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group,
+                                                      const PooledGroup& pooled,
+                                                      StragglerKind::Kind kind,
+                                                      const ThrottledPriced& throttled,
+                                                      std::vector<std::string>& lines,
+                                                      std::optional<double>& common) const {
   std::vector<double> none(group.size, 0.0);
   if (options_.fixed_costs == FixedCostsMode::kOff) {
     lines.push_back(
@@ -143,7 +169,7 @@ std::vector<double> DecisionLoop::FixedSecondsPerStep(
         "the units");
     return none;
   }
-  if (options_.fixed_costs == FixedCostsMode::kAuto && kind != StragglerKind::Kind::kWhole) {
+  if (!BalancesFixedCosts(kind)) {
     lines.push_back(
         "fixed costs: none (--fixed_costs=auto: only for a straggler measured slow in its "
         "collectives too)");
@@ -156,18 +182,25 @@ std::vector<double> DecisionLoop::FixedSecondsPerStep(
     collective[r] = rank.collective_median;
     if (static_cast<size_t>(r) < pooled.ranks.size()) slowdown[r] = pooled.ranks[r].slowdown;
   }
-  absl::StatusOr<FixedCosts> costs = EstimateFixedCosts(collective, slowdown, step);
+  absl::StatusOr<FixedCosts> costs = EstimateFixedCosts(collective, slowdown, throttled);
   if (!costs.ok()) {  // reports are validated: only a bug gets here
     lines.push_back(absl::StrCat("fixed costs: ", costs.status().message()));
     return none;
   }
   lines.push_back(DescribeFixedCosts(*costs));
-  if (step.calm_collective_seconds > 0) {
+  const double calm = throttled.calm_collective_seconds;
+  if (calm > 0 && throttled.straggling_floors.empty()) {
     lines.push_back(absl::StrFormat(
         "fixed costs: a rank priced at its step's slowdown pays its collectives at that "
         "slowdown times the %.4g s they cost calm, not at what it measured (already in its "
         "step)",
-        step.calm_collective_seconds));
+        calm));
+  } else if (calm > 0) {
+    lines.push_back(absl::StrFormat(
+        "fixed costs: a throttled rank pays its collectives' straggling floor, not what it "
+        "measured under this plan; the others what they measured, at most their slowdown "
+        "times the %.4g s they cost calm",
+        calm));
   }
   if (costs->measured) common = costs->common;
   return costs->excess;

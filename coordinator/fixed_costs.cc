@@ -24,22 +24,35 @@ absl::StatusOr<FixedCostsMode> ParseFixedCostsMode(absl::string_view text) {
       absl::StrCat("fixed costs mode '", text, "' is not one of off, auto, on"));
 }
 
+absl::StatusOr<ThrottledPrice> ParseThrottledPrice(absl::string_view text) {
+  if (absl::EqualsIgnoreCase(text, "timers")) return ThrottledPrice::kTimers;
+  if (absl::EqualsIgnoreCase(text, "step")) return ThrottledPrice::kStep;
+  if (absl::EqualsIgnoreCase(text, "floor")) return ThrottledPrice::kFloor;
+  return absl::InvalidArgumentError(
+      absl::StrCat("throttled price '", text, "' is not one of timers, step, floor"));
+}
+
 absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
                                               const std::vector<double>& slowdowns,
-                                              const StepPriced& step) {
+                                              const ThrottledPriced& throttled) {
   if (collective_seconds.size() != slowdowns.size()) {
     return absl::InvalidArgumentError(absl::StrCat("collective_seconds has ",
                                                    collective_seconds.size(),
                                                    " ranks but slowdowns has ", slowdowns.size()));
   }
   const size_t p = collective_seconds.size();
-  if (!step.ranks.empty() && step.ranks.size() != p) {
-    return absl::InvalidArgumentError(absl::StrCat("step-priced ranks has ", step.ranks.size(),
+  if (!throttled.ranks.empty() && throttled.ranks.size() != p) {
+    return absl::InvalidArgumentError(absl::StrCat("throttled ranks has ", throttled.ranks.size(),
                                                    " ranks but collective_seconds has ", p));
   }
-  if (!std::isfinite(step.calm_collective_seconds)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calm collective seconds ", step.calm_collective_seconds, " must be finite"));
+  const std::vector<double>& floors = throttled.straggling_floors;
+  if (!floors.empty() && floors.size() != p) {
+    return absl::InvalidArgumentError(absl::StrCat("straggling floors has ", floors.size(),
+                                                   " ranks but collective_seconds has ", p));
+  }
+  if (!std::isfinite(throttled.calm_collective_seconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calm collective seconds ", throttled.calm_collective_seconds, " must be finite"));
   }
   for (size_t r = 0; r < p; ++r) {
     if (!std::isfinite(collective_seconds[r]) || !std::isfinite(slowdowns[r])) {
@@ -47,16 +60,21 @@ absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collect
                                                      collective_seconds[r], ", slowdown ",
                                                      slowdowns[r], " must be finite"));
     }
+    if (!floors.empty() && !(std::isfinite(floors[r]) && floors[r] >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", r, ": straggling floor ", floors[r], " must be finite and >= 0"));
+    }
   }
   auto measured = [&](size_t r) { return collective_seconds[r] > 0 && slowdowns[r] > 0; };
-  auto priced = [&](size_t r) { return !step.ranks.empty() && step.ranks[r]; };
-  const bool by_step = step.calm_collective_seconds > 0 &&
-                       std::find(step.ranks.begin(), step.ranks.end(), true) != step.ranks.end();
+  auto priced = [&](size_t r) { return !throttled.ranks.empty() && throttled.ranks[r]; };
+  const bool any_priced =
+      throttled.calm_collective_seconds > 0 &&
+      std::find(throttled.ranks.begin(), throttled.ranks.end(), true) != throttled.ranks.end();
   // The collective seconds per unit of slowdown of the rank that waits least; where a rank
-  // is priced by its step, the calm cost its slowdown was measured against.
+  // is priced as throttled, the calm cost (its slowdown was measured against it).
   double base = std::numeric_limits<double>::infinity();
-  if (by_step) {
-    base = step.calm_collective_seconds;
+  if (any_priced) {
+    base = throttled.calm_collective_seconds;
   } else {
     for (size_t r = 0; r < p; ++r) {
       if (measured(r)) base = std::min(base, collective_seconds[r] / slowdowns[r]);
@@ -68,8 +86,13 @@ absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collect
   double least = std::numeric_limits<double>::infinity();
   for (size_t r = 0; r < p; ++r) {
     if (!measured(r)) continue;
-    fixed[r] = by_step && priced(r) ? slowdowns[r] * base
-                                    : std::min(collective_seconds[r], slowdowns[r] * base);
+    if (!any_priced || !priced(r)) {
+      fixed[r] = std::min(collective_seconds[r], slowdowns[r] * base);
+    } else if (!floors.empty() && floors[r] > 0) {
+      fixed[r] = floors[r];  // floor
+    } else {
+      fixed[r] = slowdowns[r] * base;  // step
+    }
     least = std::min(least, fixed[r]);
   }
   if (!std::isfinite(least)) return out;  // no rank measured

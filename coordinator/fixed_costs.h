@@ -30,17 +30,27 @@
 // straggler, `off` never. Measuring each rank's waits in its collectives would drop the
 // assumption (docs/architecture.md, "Not done yet").
 //
-// A rank priced at its step's slowdown (the coordinator's --price_throttled_by_step,
-// decision_loop.h) is slowed in everything it does, by s_r measured as its step over the
-// calm one on the same split, collectives included. Its units are priced at s_r, so its
-// collectives are too: fixed_r = s_r * K, with K the collectives' calm cost that s_r was
-// measured against (StragglerKind::CalmCollectives), which is also the base for the
-// others. Not its measured W_r on top, which its s_r already holds; nor capped by W_r:
-// relieved of units, its price is held as its slowdown is (straggler_kind.h), or the split
-// would swing. Measured on the small GPT under a 2x quota this was not what made its
-// predictions run long (they did as much either way: the reference rank's own compute
-// slows 1.3x beside the quota straggler, and the step's slowdown, taken against the calm
-// step, multiplies that; docs/benchmarks.md, 2026-12-04 (e)).
+// A rank measured throttled whole (a CPU quota, a co-tenant: straggler_kind.h) has its
+// collectives slowed with it, and its compute timers see a fraction of that. How it is
+// priced is the coordinator's --throttled_price (ThrottledPrice below, applied by
+// DecisionLoop::PriceThrottled):
+//   - timers: as any rank, by the formula above.
+//   - step: slowed in everything it does by s_r, its step over the calm one on the same
+//     split. Its units are priced at s_r, so its collectives are too: fixed_r = s_r * K,
+//     with K the collectives' calm cost that s_r was measured against
+//     (StragglerKind::CalmCollectives), which is also the base for the others. Not its
+//     measured W_r on top, which s_r already holds; nor capped by W_r: relieved of units,
+//     its price is held as its slowdown is (straggler_kind.h), or the split would swing.
+//     On the small GPT under a 2x quota this split as the best static plan does, but
+//     predicted plain TP's step 12% long: the reference rank's own compute slows 1.3x
+//     beside the quota straggler, and s_r, taken against the calm step, multiplies that
+//     (docs/benchmarks.md, 2026-12-04 (e)).
+//   - floor: its units at its timers' slowdown, its collectives at what they cost it
+//     straggling on the calm split (StragglerKind::StragglingFloor: fixed_r = F_r), held
+//     while its verdict stands, the base for the others K as above. Its collectives cost
+//     it about as much in every plan however few units it keeps (0.21-0.24 s a step
+//     there), so neither its measurement under another plan nor its slowdown times K
+//     prices them better (docs/benchmarks.md, 2026-12-04 (e) and (f)).
 //
 // The planner is given each rank's excess over the least (`FixedCosts::excess`): only
 // differences move units, and the common part stays in the step prediction as the
@@ -80,21 +90,37 @@ struct FixedCosts {
   bool measured = false;
 };
 
-// The ranks priced at their step's slowdown (above), and the calm collectives' cost it was
-// measured against. Applies where some rank is priced and `calm_collective_seconds` > 0.
-struct StepPriced {
+// How a rank measured throttled whole is priced (--throttled_price; above).
+enum class ThrottledPrice {
+  kTimers,  // at its compute timers' slowdown, as any rank
+  kStep,    // everything it does at the slowdown its step measured
+  kFloor,   // its units by its timers, its collectives at their straggling floor
+};
+// "timers", "step", "floor", in any case; INVALID_ARGUMENT naming the accepted values
+// otherwise.
+absl::StatusOr<ThrottledPrice> ParseThrottledPrice(absl::string_view text);
+
+// The ranks priced as throttled (above), and what their collectives are priced at. Applies
+// where some rank is priced and `calm_collective_seconds` > 0.
+struct ThrottledPriced {
   std::vector<bool> ranks;  // indexed as the inputs; empty: none
+  // K above: the others' base, and a rank's in `ranks` without a straggling floor.
   double calm_collective_seconds = 0;
+  // Per rank (indexed as the inputs; empty: none), its collectives' straggling floor F_r
+  // where it is priced by it (floor above), 0 where it is priced at s_r * K (step); read
+  // only for a rank in `ranks`.
+  std::vector<double> straggling_floors;
 };
 
 // `collective_seconds[r]`: rank r's median collective seconds a step, waits included (0 or
 // less: not measured); `slowdowns[r]`: its pooled compute slowdown (0: not judged), its
-// step's for a rank in `step`. Vectors of one size (`step.ranks` may be empty).
+// step's for a rank in `throttled` priced by its step. Vectors of one size
+// (`throttled`'s may be empty).
 // INVALID_ARGUMENT for sizes that differ or a value that is not finite (the coordinator
 // validates every report, so only a bug gets there).
 absl::StatusOr<FixedCosts> EstimateFixedCosts(const std::vector<double>& collective_seconds,
                                               const std::vector<double>& slowdowns,
-                                              const StepPriced& step = {});
+                                              const ThrottledPriced& throttled = {});
 
 // "fixed seconds a step beyond 0.0431 s of collectives (balanced with the units): 0 +0
 // 1 +0.0512", for explanations.

@@ -82,14 +82,15 @@ ABSL_FLAG(bool, reshard_throttled_ranks, true,
           "--reshard_slower_devices makes a slower device (its offloads barely relieve it); "
           "false where co-tenants come and go in less than reshard_after (each would cost a "
           "move and a move back)");
-ABSL_FLAG(bool, price_throttled_by_step, false,
-          "Price a straggler measured throttled whole (a CPU quota, a co-tenant) at the slowdown "
-          "its step measured, the group's step over the calm one on the same split, where its "
-          "compute timers say less (they see a fraction of a quota: "
-          "coordinator/straggler_kind.h). Splits closer to the best static plan under a quota "
-          "(the small GPT's 2x quota: 1.001-1.035x it, from 1.205x) but predicts the steps of "
-          "plans that leave it many units long (plain TP's by 12-14%; docs/benchmarks.md, "
-          "2026-12-04 (d) and (e)); false: at its timers' slowdown");
+ABSL_FLAG(std::string, throttled_price, "floor",
+          "How a straggler measured throttled whole (a CPU quota, a co-tenant) is priced, its "
+          "compute timers seeing a fraction of a quota (coordinator/fixed_costs.h): floor: its "
+          "units by its timers, its collectives at what they cost it straggling on the calm "
+          "split (nothing with --fixed_costs=off); step: everything it does at the slowdown "
+          "its step measured, the group's step over the calm one on the same split; timers: by "
+          "its timers, as any rank. On the small GPT's 2x quota, floor and step split as the "
+          "best static plan does where timers ran 1.205x its step, and floor predicts the "
+          "steps (docs/benchmarks.md, 2026-12-04 (f))");
 ABSL_FLAG(bool, unit_count_fit, true,
           "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
           "fitted over the unit counts it ran finds a fixed part "
@@ -161,19 +162,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--agent_write_timeout must be positive\n");
     return 2;
   }
-  const std::string store_path = absl::GetFlag(FLAGS_store);
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(store_path).parent_path(), ec);
-  auto store = SqlitePolicyStore::Open(store_path);
-  if (!store.ok()) {
-    BALLAST_LOG(ERROR) << "cannot open store " << store_path << ": " << store.status();
-    return 1;
-  }
-  auto speeds = SpeedModel::Create(SpeedModelOptions{}, ballast::RealClock());
-  if (!speeds.ok()) {
-    BALLAST_LOG(ERROR) << speeds.status();
-    return 1;
-  }
   CoordinatorOptions options;
   options.link_bytes_per_second = absl::GetFlag(FLAGS_link_bytes_per_second);
   options.link_stale_after = absl::GetFlag(FLAGS_link_stale_after);
@@ -190,7 +178,13 @@ int main(int argc, char** argv) {
   options.fixed_costs = *fixed_costs;
   options.reshard_slower_devices = absl::GetFlag(FLAGS_reshard_slower_devices);
   options.reshard_throttled_ranks = absl::GetFlag(FLAGS_reshard_throttled_ranks);
-  options.price_throttled_by_step = absl::GetFlag(FLAGS_price_throttled_by_step);
+  absl::StatusOr<ThrottledPrice> throttled_price =
+      ParseThrottledPrice(absl::GetFlag(FLAGS_throttled_price));
+  if (!throttled_price.ok()) {
+    BALLAST_LOG(ERROR) << "--throttled_price: " << throttled_price.status().message();
+    return 2;  // a usage error
+  }
+  options.throttled_price = *throttled_price;
   options.unit_count_fit = absl::GetFlag(FLAGS_unit_count_fit);
   if (absl::GetFlag(FLAGS_step_feedback)) options.step_feedback = StepFeedbackOptions{};
   if (!absl::GetFlag(FLAGS_offload_check)) options.offload_check.reset();
@@ -201,6 +195,20 @@ int main(int argc, char** argv) {
   options.max_units_per_block = absl::GetFlag(FLAGS_max_units_per_block);
   options.max_blocks_per_worker = absl::GetFlag(FLAGS_max_blocks_per_worker);
   options.max_shape_bytes_per_agent = absl::GetFlag(FLAGS_max_shape_bytes_per_agent);
+  // The store only once the flags are read: a flag rejected above leaves no database.
+  const std::string store_path = absl::GetFlag(FLAGS_store);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(store_path).parent_path(), ec);
+  auto store = SqlitePolicyStore::Open(store_path);
+  if (!store.ok()) {
+    BALLAST_LOG(ERROR) << "cannot open store " << store_path << ": " << store.status();
+    return 1;
+  }
+  auto speeds = SpeedModel::Create(SpeedModelOptions{}, ballast::RealClock());
+  if (!speeds.ok()) {
+    BALLAST_LOG(ERROR) << speeds.status();
+    return 1;
+  }
   auto coordinator =
       Coordinator::Create(options, ballast::RealClock(), store->get(), speeds->get());
   if (!coordinator.ok()) {

@@ -194,7 +194,7 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
 double StragglerKind::ThrottledFloor(const GroupState& g) {
   double least = 0;
   for (const auto& [rank, verdict] : g.judged) {
-    const double floor = verdict.kind == Kind::kWhole ? verdict.steps.MedianFloor() : 0;
+    const double floor = StragglingFloorOf(verdict);
     if (floor > 0 && (least == 0 || floor < least)) least = floor;
   }
   return least;
@@ -276,6 +276,16 @@ double StragglerKind::CalmCollectives(const GroupRef& ref) const {
   const auto g = groups_.find(ref.key);
   if (g == groups_.end() || g->second.incarnation != ref.incarnation) return 0;
   return CalmCollectivesOf(g->second);
+}
+
+double StragglerKind::StragglingFloor(const GroupRef& ref, int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  const Verdict* verdict = StandingVerdict(ref, rank);
+  return verdict == nullptr ? 0 : StragglingFloorOf(*verdict);
+}
+
+double StragglerKind::StragglingFloorOf(const Verdict& verdict) {
+  return verdict.kind == Kind::kWhole ? verdict.steps.MedianFloor() : 0;
 }
 
 double StragglerKind::CalmCollectivesOf(const GroupState& g) {

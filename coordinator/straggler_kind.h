@@ -57,7 +57,7 @@
 // 2026-12-03). When the straggler is judged kWhole under the split it ran calm, the
 // group's step is its step (it is the last to arrive), so that step over the calm one is
 // its slowdown in everything it does: StepSlowdown, which the coordinator prices it at
-// where its timers say less if asked (decision_loop.h: price_throttled_by_step; also in
+// where its timers say less if asked (--throttled_price=step: fixed_costs.h; also in
 // rounds its timers call it calm while, relieved of units, its verdict stands). Both
 // steps are medians over the last kStepWindows disjoint windows of min_steps steps on
 // that split, not one window each: under a quota a window's median moves by 10% or more,
@@ -159,8 +159,15 @@ class StragglerKind {
   // What the group's collectives cost calm on the split StepSlowdown is measured on: the
   // median floor of the calm step's windows, else the calm floor; 0 while none was
   // measured. A rank priced at its step's slowdown has its collectives priced at that
-  // slowdown times this (fixed_costs.h).
+  // slowdown times this, and where one is priced as throttled the others are based on it
+  // (fixed_costs.h).
   double CalmCollectives(const GroupRef& ref) const ABSL_LOCKS_EXCLUDED(mu_);
+  // What `rank`'s collectives cost it while it straggled throttled whole on the calm split:
+  // the median floor of its verdict's step windows (the group's floor is its own then: it
+  // arrives last and waits for nobody); 0 while no kWhole verdict on it stands or none was
+  // measured. Held while the verdict stands: a rank priced by it (fixed_costs.h, floor)
+  // keeps its price however few units it is left.
+  double StragglingFloor(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
   // measured: relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
@@ -228,6 +235,8 @@ class StragglerKind {
   static double CalmCollectivesOf(const GroupState& g);
   // The least floor of the throttled ranks' windows on the calm split (medians); 0: none.
   static double ThrottledFloor(const GroupState& g);
+  // The verdict's straggling floor (StragglingFloor); 0 for one not kWhole.
+  static double StragglingFloorOf(const Verdict& verdict);
   // Adds the round's step to a kWhole straggler's windows where it is one on the calm split.
   void SampleStep(const GroupState& g, const Round& round, absl::Duration now,
                   Verdict& verdict) const;

@@ -1,9 +1,9 @@
 // The coordinator's step, two ranks in lockstep on the fake clock: the step it predicts,
 // the collectives it balances as fixed costs, and what a straggler's measured kind changes
 // (straggler_kind.h): fixed costs where its collectives slowed with it, a reshard as soon
-// as the kind is known, a throttled rank priced at its step's slowdown (in the rounds its
-// timers call it calm too). Apart from
-// coordinator_test.cc, the facade's other decisions.
+// as the kind is known, a throttled rank priced by its step's slowdown or its collectives'
+// floor (in the rounds its timers call it calm too). Apart from coordinator_test.cc, the
+// facade's other decisions.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -298,36 +298,54 @@ TEST_F(CoordinatorTest, AStragglerIsReshardedOnceItsKindIsMeasured) {
   }
 }
 
-// --price_throttled_by_step (off by default): a straggler throttled whole is priced at the
-// slowdown its step measured where its timers see less. The group of the tests above,
-// calm at 60 ms a step, then rank 1 as a CPU quota slows it: its timers 1.5x (15 ms a
-// unit), its own collectives 2x (40 ms), so its step takes 100 ms, 1.67x the calm one.
-// Priced at 1.67x it keeps fewer units in the first plan than at its timers' 1.5x, and
-// explain says why; a slower device (collectives as calm) is priced by its timers alone.
-TEST_F(CoordinatorTest, ARankThrottledWholeIsPricedAtItsStepsSlowdown) {
+// --throttled_price (timers by default): a straggler throttled whole priced by its step
+// is priced at the slowdown its step measured where its timers see less; by its floor,
+// its collectives at what they cost it straggling. The group of the tests above, calm at
+// 60 ms a step, then rank 1 as a CPU quota slows it: its timers 1.5x (15 ms a unit), its
+// own collectives 2x (40 ms), so its step takes 100 ms, 1.67x the calm one. Priced at
+// 1.67x, or its collectives at their 40 ms, it keeps fewer units in the first plan than
+// at its timers' 1.5x, and explain says why; a slower device (collectives as calm) is
+// priced by its timers alone.
+TEST_F(CoordinatorTest, ARankThrottledWholeIsPricedAtItsStepsSlowdownOrItsFloor) {
   struct Case {
     const char* name;
-    bool price_by_step;
+    ThrottledPrice how;
     std::vector<double> own;
+    FixedCostsMode fixed_costs = FixedCostsMode::kAuto;
   };
   std::map<std::string, int64_t> kept;
-  for (const Case& k :
-       {Case{"quota", true, {20e-3, 40e-3}}, Case{"quota, flag off", false, {20e-3, 40e-3}},
-        Case{"device", true, {20e-3, 20e-3}}}) {
+  for (const Case& k : {Case{"quota", ThrottledPrice::kStep, {20e-3, 40e-3}},
+                        Case{"quota, floor", ThrottledPrice::kFloor, {20e-3, 40e-3}},
+                        Case{"quota, timers", ThrottledPrice::kTimers, {20e-3, 40e-3}},
+                        Case{"device", ThrottledPrice::kStep, {20e-3, 20e-3}},
+                        Case{"device, floor", ThrottledPrice::kFloor, {20e-3, 20e-3}},
+                        // floor prices a fixed cost: none balanced, nothing priced.
+                        Case{"quota, floor, no fixed costs",
+                             ThrottledPrice::kFloor,
+                             {20e-3, 40e-3},
+                             FixedCostsMode::kOff}}) {
     SCOPED_TRACE(k.name);
     RecordingSink sink;
     ASSERT_NO_FATAL_FAILURE(StartMigrateJob(
-        {.price_throttled_by_step = k.price_by_step, .offload_check = std::nullopt}, &sink));
+        {.fixed_costs = k.fixed_costs, .throttled_price = k.how, .offload_check = std::nullopt},
+        &sink));
     ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
                                                         /*calm_first=*/true, k.own,
                                                         /*slow=*/{10e-3, 15e-3}));
     absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
     ASSERT_TRUE(why.ok());
-    const std::string priced =
+    const std::string by_step =
         "rank 1: throttled whole, priced at the 1.67x slowdown its step measured, not the "
-        "1.50x its compute timers see (coordinator flag --price_throttled_by_step)";
-    if (k.price_by_step && std::string(k.name) == "quota") {
-      EXPECT_THAT(why->text(), ::testing::HasSubstr(priced));
+        "1.50x its compute timers see (coordinator flag --throttled_price=step)";
+    const std::string by_floor =
+        "rank 1: throttled whole, its collectives priced at the 0.04 s they cost it "
+        "straggling on the calm split, its units at the 1.50x its compute timers see "
+        "(coordinator flag --throttled_price=floor)";
+    const std::string name = k.name;
+    if (name == "quota") {
+      EXPECT_THAT(why->text(), ::testing::HasSubstr(by_step));
+    } else if (name == "quota, floor") {
+      EXPECT_THAT(why->text(), ::testing::HasSubstr(by_floor));
     } else {
       EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("priced at the")));
     }
@@ -340,78 +358,113 @@ TEST_F(CoordinatorTest, ARankThrottledWholeIsPricedAtItsStepsSlowdown) {
         owners.empty() ? kUnits / 2 : std::count(owners.begin(), owners.end(), RankId(1));
     coordinator_.reset();
   }
-  EXPECT_LT(kept["quota"], kept["quota, flag off"]);
-  EXPECT_EQ(kept["quota, flag off"], 3);
+  EXPECT_LT(kept["quota"], kept["quota, timers"]);
+  EXPECT_LT(kept["quota, floor"], kept["quota, timers"]);
+  EXPECT_EQ(kept["quota, timers"], 3);
   EXPECT_EQ(kept["device"], 3);
+  EXPECT_EQ(kept["device, floor"], 3);
 }
 
-// Priced at its step's slowdown, a throttled rank's collectives are priced once: the
+// Priced by its step or by its floor, a throttled rank's collectives are priced once: the
 // group of the test above under plain TP (mode observe), its step 100 ms measured (60 ms
-// of compute, 40 ms of collectives, 1.67x the calm 60 ms). Its units at 1.67x (66.7 ms)
-// and its collectives at 1.67x their calm 20 ms (33.3 ms) predict the 100 ms; at the 40
-// ms it measured on top of its units' price (already in its slowdown) they predicted
-// 107 ms (fixed_costs.h).
-TEST_F(CoordinatorTest, AThrottledRanksCollectivesArePricedOnceInItsStepsSlowdown) {
-  RecordingSink sink;
-  ASSERT_NO_FATAL_FAILURE(
-      StartMigrateJob({.price_throttled_by_step = true, .offload_check = std::nullopt}, &sink));
-  JobPolicy policy = *coordinator_->GetPolicy("vit");
-  policy.mode = BalanceMode::kObserve;
-  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
-  TwoRankLockstep ranks(coordinator_.get(), &clock_);
-  ranks.Run(30, {4, 4}, {10e-3, 10e-3}, {20e-3, 20e-3}, 0);
-  ranks.Run(60, {4, 4}, {10e-3, 15e-3}, {20e-3, 40e-3}, 0);
-  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
-  ASSERT_TRUE(why.ok());
-  EXPECT_THAT(why->text(), ::testing::HasSubstr("priced at the 1.67x slowdown its step measured"));
-  EXPECT_THAT(why->text(),
-              ::testing::HasSubstr("pays its collectives at that slowdown times the 0.02 s"));
-  const v1::GroupStatus g = ranks.Status();
-  EXPECT_NEAR(g.measured_step_seconds(), 100e-3, 1e-9);
-  EXPECT_NEAR(g.predicted_collective_seconds(), 20e-3, 1e-6);
-  EXPECT_NEAR(g.predicted_step_seconds(), 100e-3, 1e-6);
-  EXPECT_TRUE(sink.plans().empty()) << "observe pushes nothing";
+// of compute, 40 ms of collectives, 1.67x the calm 60 ms).
+//   - step: its units at 1.67x (66.7 ms) and its collectives at 1.67x their calm 20 ms
+//     (33.3 ms) predict the 100 ms; at the 40 ms it measured on top of its units' price
+//     (already in its slowdown) they predicted 107 ms (fixed_costs.h).
+//   - floor: its units at its timers' 1.5x (60 ms) and its collectives at their 40 ms
+//     straggling floor predict the 100 ms; at 1.5x their calm cost, 90 ms.
+TEST_F(CoordinatorTest, AThrottledRanksCollectivesArePricedOnceByItsStepOrItsFloor) {
+  for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
+    const bool by_step = how == ThrottledPrice::kStep;
+    SCOPED_TRACE(by_step ? "step" : "floor");
+    RecordingSink sink;
+    ASSERT_NO_FATAL_FAILURE(
+        StartMigrateJob({.throttled_price = how, .offload_check = std::nullopt}, &sink));
+    JobPolicy policy = *coordinator_->GetPolicy("vit");
+    policy.mode = BalanceMode::kObserve;
+    ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    ranks.Run(30, {4, 4}, {10e-3, 10e-3}, {20e-3, 20e-3}, 0);
+    ranks.Run(60, {4, 4}, {10e-3, 15e-3}, {20e-3, 40e-3}, 0);
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(),
+                ::testing::HasSubstr(by_step ? "priced at the 1.67x slowdown its step measured"
+                                             : "its collectives priced at the 0.04 s"));
+    EXPECT_THAT(why->text(), ::testing::HasSubstr(
+                                 by_step ? "pays its collectives at that slowdown times the 0.02 s"
+                                         : "a throttled rank pays its collectives' straggling "
+                                           "floor, not what it measured under this plan; the "
+                                           "others what they measured, at most their "
+                                           "slowdown times the 0.02 s"));
+    const v1::GroupStatus g = ranks.Status();
+    EXPECT_NEAR(g.measured_step_seconds(), 100e-3, 1e-9);
+    EXPECT_NEAR(g.predicted_collective_seconds(), 20e-3, 1e-6);
+    EXPECT_NEAR(g.predicted_step_seconds(), 100e-3, 1e-6);
+    EXPECT_TRUE(sink.plans().empty()) << "observe pushes nothing";
+    coordinator_.reset();
+  }
 }
 
 // The price stands with the verdict where the rank is relieved of units: resharded under
 // it, the throttled rank's timers call it calm (its units no slower than its peer's per
-// unit) while its collectives stay slow; those rounds price it at its step's slowdown
-// too, where priced by its timers the planner offloaded work back onto it
-// (docs/benchmarks.md, 2026-12-04 (d)). Back on the calm split and calm, it is not priced.
+// unit) while its collectives stay slow; those rounds price it by its step too, where
+// priced by its timers the planner offloaded work back onto it (docs/benchmarks.md,
+// 2026-12-04 (d)), and the plan stands. By its floor, its collectives' price stands and
+// its units follow its timers (here, calm: the planner gives some back; under the GPT's
+// quota they still saw 1.27x relieved, 2026-12-04 (f)). Back on the calm split and calm,
+// it is not priced.
 TEST_F(CoordinatorTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm) {
-  RecordingSink sink;
-  ASSERT_NO_FATAL_FAILURE(
-      StartMigrateJob({.price_throttled_by_step = true, .offload_check = std::nullopt}, &sink));
-  ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
-                                                      /*calm_first=*/true, {20e-3, 40e-3},
-                                                      /*slow=*/{10e-3, 15e-3}));
-  ASSERT_EQ(sink.plans().size(), 1u);
-  absl::StatusOr<WorkloadPlan> plan = FromProto(sink.plans()[0]);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
-  ASSERT_FALSE(owners.empty()) << "not resharded";
-  const int kept = static_cast<int>(std::count(owners.begin(), owners.end(), RankId(1)));
-  TwoRankLockstep ranks(coordinator_.get(), &clock_);
-  ranks.Run(20, {kUnits - kept, kept}, {10e-3, 10e-3}, {20e-3, 40e-3}, sink.plans()[0].version());
-  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
-  ASSERT_TRUE(why.ok());
-  EXPECT_THAT(why->text(), ::testing::HasSubstr("calm"));
-  EXPECT_THAT(why->text(),
-              ::testing::HasSubstr("rank 1: throttled whole (relieved of units, its timers call it "
-                                   "calm), priced at the 1.67x slowdown its step measured, not the "
-                                   "1.00x its compute timers see"));
-  // Held back at the even split, calm there (the contention ended within the verdict's 30
-  // s): not priced, its steps predicted as calm.
-  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
-  coordinator_->Tick();
-  ASSERT_EQ(sink.plans().size(), 2u);
-  ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 10e-3}, {20e-3, 20e-3},
-            sink.plans()[1].version());
-  why = coordinator_->Explain("vit", "tp0");
-  ASSERT_TRUE(why.ok());
-  EXPECT_THAT(why->text(), ::testing::HasSubstr("straggler kind (rank 1, calm now)"));
-  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("priced at the")));
-  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 60e-3, 1e-3);
+  for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
+    const bool by_step = how == ThrottledPrice::kStep;
+    SCOPED_TRACE(by_step ? "step" : "floor");
+    RecordingSink sink;
+    ASSERT_NO_FATAL_FAILURE(
+        StartMigrateJob({.throttled_price = how, .offload_check = std::nullopt}, &sink));
+    ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
+                                                        /*calm_first=*/true, {20e-3, 40e-3},
+                                                        /*slow=*/{10e-3, 15e-3}));
+    ASSERT_EQ(sink.plans().size(), 1u);
+    absl::StatusOr<WorkloadPlan> plan = FromProto(sink.plans()[0]);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
+    ASSERT_FALSE(owners.empty()) << "not resharded";
+    const int kept = static_cast<int>(std::count(owners.begin(), owners.end(), RankId(1)));
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    ranks.Run(20, {kUnits - kept, kept}, {10e-3, 10e-3}, {20e-3, 40e-3}, sink.plans()[0].version());
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("calm"));
+    const std::string relieved =
+        "rank 1: throttled whole (relieved of units, its timers call it calm), ";
+    EXPECT_THAT(why->text(),
+                ::testing::HasSubstr(
+                    relieved + (by_step ? "priced at the 1.67x slowdown its step measured, not "
+                                          "the 1.00x its compute timers see"
+                                        : "its collectives priced at the 0.04 s they cost it "
+                                          "straggling on the calm split, its units at the 1.00x")));
+    const size_t planned = sink.plans().size();
+    if (by_step) {
+      EXPECT_EQ(planned, 1u) << "priced by its step, the plan stands";
+    } else {
+      EXPECT_GT(planned, 1u) << "by its floor, its units follow its timers";
+    }
+    // Held back at the even split, calm there (the contention ended within the verdict's
+    // 30 s): not priced, its steps predicted as calm.
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+    coordinator_->Tick();
+    ASSERT_EQ(sink.plans().size(), planned + 1);
+    ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 10e-3}, {20e-3, 20e-3},
+              sink.plans().back().version());
+    why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("straggler kind (rank 1, calm now)"));
+    EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("priced at the")));
+    EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 60e-3, 1e-3);
+    // Released: the hold is stored, and the next case starts the job afresh.
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
+    coordinator_.reset();
+  }
 }
 
 }  // namespace

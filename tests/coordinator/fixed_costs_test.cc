@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -71,7 +72,7 @@ TEST(FixedCostsTest, RanksNotMeasuredGetNothingAndNoneMeasuredIsSaid) {
 // relieved of units; the others are based on the calm cost too. Without a calm cost, as
 // before.
 TEST(FixedCostsTest, ARankPricedByItsStepPaysItsCollectivesAtItsSlowdownOfTheCalmOnes) {
-  const StepPriced step{.ranks = {false, true}, .calm_collective_seconds = 0.043};
+  const ThrottledPriced step{.ranks = {false, true}, .calm_collective_seconds = 0.043};
   absl::StatusOr<FixedCosts> plain = EstimateFixedCosts({0.200, 0.120}, {1.0, 1.7}, step);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_DOUBLE_EQ(plain->common, 0.043);
@@ -86,9 +87,52 @@ TEST(FixedCostsTest, ARankPricedByItsStepPaysItsCollectivesAtItsSlowdownOfTheCal
   EXPECT_DOUBLE_EQ(faster->common, 0.040);
   EXPECT_DOUBLE_EQ(faster->excess[1], 1.7 * 0.043 - 0.040);
   absl::StatusOr<FixedCosts> no_calm =
-      EstimateFixedCosts({0.200, 0.120}, {1.0, 1.7}, StepPriced{.ranks = {false, true}});
+      EstimateFixedCosts({0.200, 0.120}, {1.0, 1.7}, ThrottledPriced{.ranks = {false, true}});
   ASSERT_TRUE(no_calm.ok());
   EXPECT_DOUBLE_EQ(no_calm->excess[1], 0.120 - 0.120 / 1.7);
+}
+
+// A rank priced by its straggling floor pays its collectives at that floor, 0.233 s, in
+// every plan: not the 0.120 s it measured relieved of units, nor its timers' 1.36x of the
+// calm 0.043 s. The others are based on the calm cost.
+TEST(FixedCostsTest, ARankPricedByItsStragglingFloorPaysThatFloorInEveryPlan) {
+  const ThrottledPriced floor{
+      .ranks = {false, true}, .calm_collective_seconds = 0.043, .straggling_floors = {0, 0.233}};
+  for (const double measured : {0.240, 0.120}) {
+    absl::StatusOr<FixedCosts> f = EstimateFixedCosts({0.200, measured}, {1.0, 1.36}, floor);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_DOUBLE_EQ(f->common, 0.043) << measured;
+    EXPECT_DOUBLE_EQ(f->excess[0], 0) << measured;
+    EXPECT_DOUBLE_EQ(f->excess[1], 0.233 - 0.043) << measured;
+  }
+  // A priced rank without a floor is priced by its step (1.2 x 0.043 s); a floor on a rank
+  // not priced is not read (rank 1 at its 0.120 s, under its 1.36 x 0.043 s).
+  absl::StatusOr<FixedCosts> mixed =
+      EstimateFixedCosts({0.200, 0.120}, {1.2, 1.36},
+                         ThrottledPriced{.ranks = {true, false},
+                                         .calm_collective_seconds = 0.043,
+                                         .straggling_floors = {0, 0.233}});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_DOUBLE_EQ(mixed->common, 1.2 * 0.043);
+  EXPECT_DOUBLE_EQ(mixed->excess[1], std::min(0.120, 1.36 * 0.043) - 1.2 * 0.043);
+  // A floor under the others' cost is the least: the others pay beyond it.
+  absl::StatusOr<FixedCosts> low =
+      EstimateFixedCosts({0.200, 0.120}, {1.0, 1.36},
+                         ThrottledPriced{.ranks = {false, true},
+                                         .calm_collective_seconds = 0.043,
+                                         .straggling_floors = {0, 0.030}});
+  ASSERT_TRUE(low.ok());
+  EXPECT_DOUBLE_EQ(low->common, 0.030);
+  EXPECT_DOUBLE_EQ(low->excess[0], 0.043 - 0.030);
+  EXPECT_DOUBLE_EQ(low->excess[1], 0);
+  // None priced: a floor is not read, and rank 1 is as the formula above prices it.
+  absl::StatusOr<FixedCosts> unpriced =
+      EstimateFixedCosts({0.200, 0.120}, {1.0, 1.36},
+                         ThrottledPriced{.ranks = {false, false},
+                                         .calm_collective_seconds = 0.043,
+                                         .straggling_floors = {0, 0.233}});
+  ASSERT_TRUE(unpriced.ok());
+  EXPECT_DOUBLE_EQ(unpriced->excess[1], 0.120 - 0.120 / 1.36);
 }
 
 TEST(FixedCostsTest, BadInputIsNamed) {
@@ -97,14 +141,35 @@ TEST(FixedCostsTest, BadInputIsNamed) {
   EXPECT_THAT(EstimateFixedCosts({0.1, std::nan("")}, {1, 2}).status().message(),
               HasSubstr("rank 1: collective seconds nan"));
   EXPECT_THAT(
-      EstimateFixedCosts({0.1, 0.1}, {1, 2}, StepPriced{.ranks = {true}}).status().message(),
-      HasSubstr("step-priced ranks has 1 ranks but collective_seconds has 2"));
+      EstimateFixedCosts({0.1, 0.1}, {1, 2}, ThrottledPriced{.ranks = {true}}).status().message(),
+      HasSubstr("throttled ranks has 1 ranks but collective_seconds has 2"));
   EXPECT_THAT(EstimateFixedCosts(
                   {0.1, 0.1}, {1, 2},
-                  StepPriced{.ranks = {false, true}, .calm_collective_seconds = std::nan("")})
+                  ThrottledPriced{.ranks = {false, true}, .calm_collective_seconds = std::nan("")})
                   .status()
                   .message(),
               HasSubstr("calm collective seconds nan must be finite"));
+  EXPECT_THAT(EstimateFixedCosts({0.1, 0.1}, {1, 2},
+                                 ThrottledPriced{.ranks = {false, true},
+                                                 .calm_collective_seconds = 0.05,
+                                                 .straggling_floors = {0.2}})
+                  .status()
+                  .message(),
+              HasSubstr("straggling floors has 1 ranks but collective_seconds has 2"));
+  EXPECT_THAT(EstimateFixedCosts({0.1, 0.1}, {1, 2},
+                                 ThrottledPriced{.ranks = {false, true},
+                                                 .calm_collective_seconds = 0.05,
+                                                 .straggling_floors = {0, INFINITY}})
+                  .status()
+                  .message(),
+              HasSubstr("rank 1: straggling floor inf must be finite and >= 0"));
+  EXPECT_THAT(EstimateFixedCosts({0.1, 0.1}, {1, 2},
+                                 ThrottledPriced{.ranks = {false, true},
+                                                 .calm_collective_seconds = 0.05,
+                                                 .straggling_floors = {-0.1, 0.2}})
+                  .status()
+                  .message(),
+              HasSubstr("rank 0: straggling floor -0.1 must be finite and >= 0"));
 }
 
 TEST(FixedCostsTest, ModesParseAndAWrongOneIsNamed) {
@@ -119,6 +184,19 @@ TEST(FixedCostsTest, ModesParseAndAWrongOneIsNamed) {
   }
   EXPECT_THAT(ParseFixedCostsMode("sometimes").status().message(),
               HasSubstr("fixed costs mode 'sometimes' is not one of off, auto, on"));
+}
+
+TEST(FixedCostsTest, ThrottledPricesParseAndAWrongOneIsNamed) {
+  for (const auto& [text, how] :
+       {std::pair{"timers", ThrottledPrice::kTimers}, std::pair{"step", ThrottledPrice::kStep},
+        std::pair{"floor", ThrottledPrice::kFloor}, std::pair{"Floor", ThrottledPrice::kFloor}}) {
+    absl::StatusOr<ThrottledPrice> parsed = ParseThrottledPrice(text);
+    ASSERT_TRUE(parsed.ok()) << text;
+    EXPECT_EQ(*parsed, how) << text;
+  }
+  // The bool flag it replaced took true: no silent guess at which pricing that meant.
+  EXPECT_THAT(ParseThrottledPrice("true").status().message(),
+              HasSubstr("throttled price 'true' is not one of timers, step, floor"));
 }
 
 }  // namespace

@@ -297,6 +297,8 @@ TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
     clock_.Advance(absl::Seconds(3));  // 16 steps of 0.163 s
     lines.clear();
     const Kind kind = kinds.Update(kGroup, RanStep(1, step, collectives, units), lines);
+    EXPECT_EQ(kinds.StragglingFloor(kGroup, 1) > 0, kind == Kind::kWhole && units == even)
+        << "a floor only for a throttled rank measured on the calm split";
     return std::make_tuple(kind, kinds.StepSlowdown(kGroup, 1),
                            lines.empty() ? std::string() : lines.back());
   };
@@ -323,11 +325,17 @@ TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
   EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.7, 1e-12);
   EXPECT_EQ(kinds_.StepSlowdown(kGroup, 0), 0);
   EXPECT_EQ(kinds_.StepSlowdown({kGroup.key, kGroup.incarnation + 1}, 1), 0);
-  // Calm for 30 s on the even split: the verdict and its slowdown end.
+  // Its collectives' straggling floor, held too: 0.097 s on the calm split, not the 0.060
+  // s it measures relieved.
+  EXPECT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12);
+  EXPECT_EQ(kinds_.StragglingFloor(kGroup, 0), 0);
+  EXPECT_EQ(kinds_.StragglingFloor({kGroup.key, kGroup.incarnation + 1}, 1), 0);
+  // Calm for 30 s on the even split: the verdict and its slowdown and floor end.
   Update(RanStep(-1, 0.100, 0.043, even));
   clock_.Advance(absl::Seconds(31));
   Update(RanStep(-1, 0.100, 0.043, even));
   EXPECT_EQ(kinds_.StepSlowdown(kGroup, 1), 0);
+  EXPECT_EQ(kinds_.StragglingFloor(kGroup, 1), 0);
 }
 
 // The step slowdown is a median over disjoint windows on the calm split, the straggler's

@@ -20,6 +20,18 @@ start_coordinator() {
   wait_for "the coordinator" ctl status
 }
 
+# A bad flag value: exit code 2, the flag and the accepted values named, no store created.
+set +e
+# (timeout, ports of its own: were the value taken, it would serve, and the test must not hang)
+timeout 20 "$coordinator_bin" --throttled_price=sometimes --listen="127.0.0.1:$(free_port)" \
+  --metrics="127.0.0.1:$(free_port)" --store="$dir/bad/coordinator.db" 2>"$dir/err"
+code=$?
+set -e
+[ "$code" = 2 ] || fail "--throttled_price=sometimes exit code $code: $(cat "$dir/err")"
+grep -q "throttled price 'sometimes' is not one of timers, step, floor" "$dir/err" ||
+  fail "unclear error: $(cat "$dir/err")"
+[ ! -e "$dir/bad" ] || fail "a usage error created the store's directory"
+
 start_coordinator
 "$agent_bin" --coordinator="127.0.0.1:$port" --socket="$dir/agent.sock" --node=node-1 \
   --metrics="127.0.0.1:$agent_metrics" 2>>"$dir/agent.log" &
