@@ -412,7 +412,7 @@ TEST_F(CoordinatorTest, AThrottledRanksCollectivesArePricedOnceByItsStepOrItsFlo
 // priced by its timers the planner offloaded work back onto it (docs/benchmarks.md,
 // 2026-12-04 (d)), and the plan stands. By its floor, its collectives' price stands and
 // its units follow its timers (here, calm: the planner gives some back; under the GPT's
-// quota they still saw 1.27x relieved, 2026-12-04 (f)). Back on the calm split and calm,
+// quota they still saw 1.36x relieved, 2026-12-04 (e)). Back on the calm split and calm,
 // it is not priced.
 TEST_F(CoordinatorTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm) {
   for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
