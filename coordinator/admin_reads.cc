@@ -35,7 +35,7 @@ void AdminReads::FillGroup(const GroupSnapshot& group, const JobPolicy& policy,
   gs.set_plan_number(group.plan.number);
   gs.set_plan_summary(PlanSummary(group.plan));
   const StepPrediction prediction = loop_->Prediction(group);
-  gs.set_predicted_step_seconds(prediction.blocks + prediction.collectives);
+  gs.set_predicted_step_seconds(prediction.Step());
   gs.set_predicted_collective_seconds(prediction.collectives);
   gs.set_link_bytes_per_second(
       LinkBytesPerSecond(group.link, group.link_stale_after, link_prior_, nullptr));

@@ -16,6 +16,15 @@
 namespace ballast::coordinator {
 namespace {
 
+// The step line's tail for the wait a throttled rank's arrival spread adds (group_figures.h).
+void AppendSpreadWait(const StepPrediction& p, const StepPricing& pricing, std::string& line) {
+  if (!(p.spread_wait > 0)) return;
+  absl::StrAppend(&line,
+                  absl::StrFormat(" + %.4g s of waits for rank %d's arrival spread "
+                                  "(%.4f s; near the balanced split)",
+                                  p.spread_wait, pricing.throttled_rank, pricing.arrival_spread));
+}
+
 // Why a group cannot be planned yet (empty: it can): not every rank has registered.
 std::string WaitingForRanks(const GroupSnapshot& group) {
   if (static_cast<int32_t>(group.ranks.size()) >= group.size) return "";
@@ -191,7 +200,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   planner_input.group = GroupId(group.name);
   correction_ = {};
   // Written to the record with the decisions it goes with (their blocks hold the excess).
-  std::optional<double> common_fixed;
+  StepPricing pricing;
   std::optional<absl::Duration> since_change;
   if (group.plan_changed_at.has_value()) {
     since_change = clock_->Monotonic() - *group.plan_changed_at;
@@ -205,7 +214,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   }
   if (policy.mode != BalanceMode::kOff &&
       !GatherInputs(group, policy, flap_held, /*operator_hold=*/false, damping.start_wait,
-                    planner_input, lines, common_fixed)) {
+                    planner_input, lines, pricing)) {
     record.reasons = {.before = std::move(lines)};
     return out;
   }
@@ -231,27 +240,27 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
     // status and /metrics predict a plan no longer in force (the interleaved benchmark
     // measured mode off's prediction 27% off its step: the last auto plan's).
     record.decisions.clear();
-    record.common_fixed_seconds.reset();
+    record.pricing = {};
   } else {
-    record.common_fixed_seconds = common_fixed;
+    record.pricing = pricing;
   }
   decision.blocks.clear();
   const bool moves_units = decision.moves_units;
   std::vector<std::string> after;
   if (!record.decisions.empty()) {
-    const StepPrediction p =
-        PredictStep(record.decisions, record.common_fixed_seconds, group.ranks);
+    const StepPrediction p = PredictStep(record.decisions, record.pricing, group.ranks);
     // Two calls: absl's format strings must be constants (clang checks it).
     after.push_back(
-        record.common_fixed_seconds.has_value()
+        record.pricing.common_fixed_seconds.has_value()
             ? absl::StrFormat("step: %.4f s predicted = %.4f s of blocks (compute, and each "
                               "rank's fixed seconds beyond the least) + %.4f s of collectives "
                               "(the least fixed seconds)",
-                              p.blocks + p.collectives, p.blocks, p.collectives)
+                              p.Step(), p.blocks, p.collectives)
             : absl::StrFormat("step: %.4f s predicted = %.4f s of block compute + %.4f s of "
                               "collectives (the smallest median over the ranks: their cost "
                               "without waiting for a late peer)",
-                              p.blocks + p.collectives, p.blocks, p.collectives));
+                              p.Step(), p.blocks, p.collectives));
+    AppendSpreadWait(p, record.pricing, after.back());
   }
   std::optional<WorkloadPlan> change = std::move(decision.change);
   decision.change.reset();
@@ -298,13 +307,13 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   // an estimate: status then predicts held steps too, and the interleaved benchmark's
   // static segments are predicted as its balancing ones are.
   record.decisions.clear();
-  record.common_fixed_seconds.reset();
+  record.pricing = {};
   std::vector<std::string> lines, after;
   GroupPlannerInput priced;
-  std::optional<double> common_fixed;
+  StepPricing pricing;
   correction_ = {};
   if (GatherInputs(group, policy, /*held=*/true, /*operator_hold=*/true, absl::ZeroDuration(),
-                   priced, lines, common_fixed)) {
+                   priced, lines, pricing)) {
     const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
     JobPolicy pricing = policy;
     pricing.mode = BalanceMode::kAuto;  // the hold's techniques are not the mode's to refuse
@@ -324,17 +333,18 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
       BlockDecision& d = record.decisions[plan.block.value()];
       d.plan = std::move(plan);
       d.predicted_step_seconds = cost->step_seconds;
+      d.rank_seconds = cost->rank_seconds;
       d.objective = cost->objective;
       d.chosen = CandidateKind::kCurrent;
     }
   }
   if (!record.decisions.empty()) {
-    record.common_fixed_seconds = common_fixed;
-    const StepPrediction p =
-        PredictStep(record.decisions, record.common_fixed_seconds, group.ranks);
+    record.pricing = pricing;
+    const StepPrediction p = PredictStep(record.decisions, record.pricing, group.ranks);
     after.push_back(absl::StrFormat(
         "step: %.4f s predicted for the held plan = %.4f s of blocks + %.4f s of collectives",
-        p.blocks + p.collectives, p.blocks, p.collectives));
+        p.Step(), p.blocks, p.collectives));
+    AppendSpreadWait(p, record.pricing, after.back());
   }
   input.in_force = WorkloadPlan();  // ExplainGroup reads only the blocks
   record.reasons = {.before = std::move(lines),
@@ -380,7 +390,7 @@ WorkloadPlan DecisionLoop::Numbered(const GroupSnapshot& group, const WorkersPla
 bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
                                 bool operator_hold, absl::Duration start_wait,
                                 GroupPlannerInput& input, std::vector<std::string>& lines,
-                                std::optional<double>& common_fixed) {
+                                StepPricing& pricing) {
   // A block whose units divide is timed per token (group_registry.h), so its work is its
   // tokens; the others' is their units. It weighs the block in the pooled verdict and in
   // the fixed seconds' shares alike.
@@ -450,7 +460,9 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   }
   const ThrottledPriced throttled = PriceThrottled(group, straggler, kind, *pooled, lines);
   const std::vector<double> fixed_per_step =
-      FixedSecondsPerStep(group, *pooled, kind, throttled, lines, common_fixed);
+      FixedSecondsPerStep(group, *pooled, kind, throttled, lines, pricing.common_fixed_seconds);
+  pricing.throttled_rank = throttled.arrival_rank;
+  pricing.arrival_spread = throttled.arrival_spread;
   // The check first: while it probes, the step feedback holds (each judges its own plan).
   // It sees the straggler in every mode (it probes only offloads pushed, and plain tensor
   // parallelism under mode observe is a step to compare them with); the step feedback
@@ -601,8 +613,7 @@ StepPrediction DecisionLoop::Prediction(const GroupSnapshot& group) const {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(group.ref.key);
   if (it == entries_.end() || it->second.incarnation != group.ref.incarnation) return {};
-  return PredictStep(it->second.record.decisions, it->second.record.common_fixed_seconds,
-                     group.ranks);
+  return PredictStep(it->second.record.decisions, it->second.record.pricing, group.ranks);
 }
 
 int64_t DecisionLoop::decisions() const {

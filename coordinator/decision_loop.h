@@ -95,11 +95,8 @@ struct DecisionRecord {
   };
   Reasons reasons;
   std::map<int32_t, BlockDecision> decisions;  // last, per block
-  // The collectives' own cost a step that the last decision left out of the planner's
-  // fixed costs, for the step prediction; unset when it gave none (mode off,
-  // --fixed_costs=off, auto for a straggler not judged slow in its collectives, nothing
-  // measured).
-  std::optional<double> common_fixed_seconds;
+  // What the step prediction adds to the decisions' blocks, as the round priced them.
+  StepPricing pricing;
 };
 
 class DecisionLoop {
@@ -164,13 +161,14 @@ class DecisionLoop {
   // The planner's input for the group's blocks (`input.blocks`), from the speed model's
   // estimates pooled per rank, the judge's verdict (which this updates; `start_wait`:
   // Damping's), the link's price, fixed costs, the step feedback's correction and
-  // cordons, and the offload check's refusal; says what it found in `lines`. False, with
+  // cordons, and the offload check's refusal, and what the step prediction adds to the
+  // blocks (`pricing`); says what it found in `lines`. False, with
   // the reason in `lines`, while some rank has no estimate yet. `held`: the group's plan
   // is held (a flap hold, an operator's), so the step feedback does not probe;
   // `operator_hold`: an operator's (the offload check measures nothing).
   bool GatherInputs(const GroupSnapshot& group, const JobPolicy& policy, bool held,
                     bool operator_hold, absl::Duration start_wait, GroupPlannerInput& input,
-                    std::vector<std::string>& lines, std::optional<double>& common_fixed)
+                    std::vector<std::string>& lines, StepPricing& pricing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The same for a group an operator holds (JobSettings::HoldFor): the hold's plan,
   // whatever the speeds (DecideHeldGroup).

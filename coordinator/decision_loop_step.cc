@@ -98,6 +98,8 @@ StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t str
   const int32_t min_steps = straggler_kind_.options().min_steps;
   round.step_seconds = MeasuredStep(group.ranks, round.plan_version, min_steps);
   round.collective_seconds = MeasuredCollectives(group.ranks, round.plan_version, min_steps);
+  round.rank_collective_seconds =
+      MeasuredRankCollectives(group.ranks, round.plan_version, min_steps, group.size);
   return straggler_kind_.Update(group.ref, round, lines);
 }
 
@@ -133,6 +135,13 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
           "straggling on the calm split, its units at the %.2fx its compute timers see "
           "(coordinator flag --throttled_price=floor)",
           rank, relieved, floor, pooled.ranks[r].slowdown));
+      // The step prediction's wait near the balanced split (arrival_spread.h): the
+      // straggler's spread, else a relieved rank's.
+      if (const double spread = straggler_kind_.ArrivalSpread(group.ref, rank);
+          spread > 0 && (out.arrival_rank < 0 || rank == straggler)) {
+        out.arrival_rank = rank;
+        out.arrival_spread = spread;
+      }
       out.ranks.resize(pooled.ranks.size(), false);
       out.straggling_floors.resize(pooled.ranks.size(), 0);
       out.ranks[r] = true;

@@ -50,7 +50,8 @@
 //     while its verdict stands, the base for the others K as above. Its collectives cost
 //     it about as much in every plan however few units it keeps (0.21-0.24 s a step
 //     there), so neither its measurement under another plan nor its slowdown times K
-//     prices them better (docs/benchmarks.md, 2026-12-04 (e) and (f)).
+//     prices them better (docs/benchmarks.md, 2026-12-04 (e) and (f)). Its arrival
+//     spread, where fitted, goes to the step prediction (arrival_spread.h).
 //
 // The planner is given each rank's excess over the least (`FixedCosts::excess`): only
 // differences move units, and the common part stays in the step prediction as the
@@ -60,6 +61,7 @@
 #ifndef BALLAST_COORDINATOR_FIXED_COSTS_H_
 #define BALLAST_COORDINATOR_FIXED_COSTS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -110,6 +112,11 @@ struct ThrottledPriced {
   // where it is priced by it (floor above), 0 where it is priced at s_r * K (step); read
   // only for a rank in `ranks`.
   std::vector<double> straggling_floors;
+  // A rank priced by its floor whose arrival spread was fitted (straggler_kind.h), and that
+  // spread: the step prediction adds the wait it costs (group_figures.h); -1 and 0: none.
+  // Not a fixed cost: nothing here reads it.
+  int32_t arrival_rank = -1;
+  double arrival_spread = 0;
 };
 
 // `collective_seconds[r]`: rank r's median collective seconds a step, waits included (0 or

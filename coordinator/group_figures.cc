@@ -3,18 +3,42 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "coordinator/arrival_spread.h"
 
 namespace ballast::coordinator {
 
+namespace {
+
+// SpreadWait at the throttled rank's lead under the plan: its load summed over the
+// blocks less the most any other rank's sums to; 0 without a spread, or where a block's
+// loads do not name the rank.
+double SpreadWaitOf(const std::map<int32_t, BlockDecision>& decisions, const StepPricing& pricing) {
+  const int32_t t = pricing.throttled_rank;
+  if (t < 0 || !(pricing.arrival_spread > 0)) return 0;
+  std::vector<double> loads;
+  for (const auto& [b, d] : decisions) {
+    if (static_cast<size_t>(t) >= d.rank_seconds.size()) return 0;
+    loads.resize(std::max(loads.size(), d.rank_seconds.size()), 0.0);
+    for (size_t r = 0; r < d.rank_seconds.size(); ++r) loads[r] += d.rank_seconds[r];
+  }
+  double others = 0;
+  for (size_t r = 0; r < loads.size(); ++r) {
+    if (r != static_cast<size_t>(t)) others = std::max(others, loads[r]);
+  }
+  return SpreadWait(pricing.arrival_spread, loads[t] - others);
+}
+
+}  // namespace
+
 StepPrediction PredictStep(const std::map<int32_t, BlockDecision>& decisions,
-                           std::optional<double> common_fixed_seconds,
-                           const std::vector<RankSnapshot>& ranks) {
+                           const StepPricing& pricing, const std::vector<RankSnapshot>& ranks) {
   StepPrediction p;
   if (decisions.empty()) return p;  // nothing planned yet: no prediction
   for (const auto& [b, d] : decisions) p.blocks += d.predicted_step_seconds;
-  if (common_fixed_seconds.has_value()) {
+  p.spread_wait = SpreadWaitOf(decisions, pricing);
+  if (pricing.common_fixed_seconds.has_value()) {
     // The rest of every rank's collectives is in the blocks' predictions already.
-    p.collectives = *common_fixed_seconds;
+    p.collectives = *pricing.common_fixed_seconds;
     return p;
   }
   // The collectives' own cost, without the waiting for a late peer that a plan removes:
@@ -90,6 +114,17 @@ double MeasuredCollectives(const std::vector<RankSnapshot>& ranks, int64_t versi
     any = true;
   }
   return floor;
+}
+
+std::vector<double> MeasuredRankCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
+                                            int64_t min_steps, int32_t size) {
+  std::vector<double> out(std::max(size, 0), 0.0);
+  for (const RankSnapshot& rank : ranks) {
+    if (!rank.attached) continue;
+    if (rank.last_plan_version != version || rank.plan_steps < min_steps) return {};
+    if (rank.rank >= 0 && rank.rank < size) out[rank.rank] = rank.plan_collective_median;
+  }
+  return out;
 }
 
 const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,

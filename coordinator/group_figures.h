@@ -3,8 +3,8 @@
 // and the link speed offloads are priced at. One writer each, so status and explanations
 // can never disagree on them.
 //
-//   const StepPrediction p = PredictStep(decisions, common_fixed, snapshot.ranks);
-//   status.set_predicted_step_seconds(p.blocks + p.collectives);
+//   const StepPrediction p = PredictStep(decisions, pricing, snapshot.ranks);
+//   status.set_predicted_step_seconds(p.Step());
 #ifndef BALLAST_COORDINATOR_GROUP_FIGURES_H_
 #define BALLAST_COORDINATOR_GROUP_FIGURES_H_
 
@@ -20,18 +20,34 @@
 
 namespace ballast::coordinator {
 
+// What the step prediction adds to the planner's blocks, as the round that planned them
+// priced it.
+struct StepPricing {
+  // The collectives' own cost a step that the round left out of the planner's fixed costs;
+  // unset when it gave none (mode off, --fixed_costs=off, auto for a straggler not judged
+  // slow in its collectives, nothing measured).
+  std::optional<double> common_fixed_seconds;
+  // A rank throttled whole priced by its floor, and its arrival spread
+  // (StragglerKind::ArrivalSpread); -1 and 0: none.
+  int32_t throttled_rank = -1;
+  double arrival_spread = 0;
+};
+
 // The step the plan in force should take, as blocks (the planner's per-block predictions,
-// summed: compute, and each rank's fixed cost beyond the least) and collectives (what they
-// cost once nobody waits for a peer: the least fixed cost the last decision estimated,
-// else the smallest median collective time over the attached ranks). Zeros while nothing
-// was planned.
+// summed: compute, and each rank's fixed cost beyond the least), collectives (what they
+// cost once nobody waits for a peer: the least fixed cost the round estimated, else the
+// smallest median collective time over the attached ranks) and the spread's wait (the
+// wait beyond the slower side's mean that the throttled rank's arrival spread costs,
+// arrival_spread.h, at the lead its load has over the others' under the plan: the sums of
+// the blocks' rank loads). Zeros while nothing was planned.
 struct StepPrediction {
   double blocks = 0;
   double collectives = 0;
+  double spread_wait = 0;
+  double Step() const { return blocks + collectives + spread_wait; }
 };
 StepPrediction PredictStep(const std::map<int32_t, BlockDecision>& decisions,
-                           std::optional<double> common_fixed_seconds,
-                           const std::vector<RankSnapshot>& ranks);
+                           const StepPricing& pricing, const std::vector<RankSnapshot>& ranks);
 
 // The bytes per second an offload is priced at: the group's slowest learned link
 // (`learned`, LinkModel::Slowest), else the `prior` (--link_bytes_per_second).
@@ -56,6 +72,12 @@ double MeasuredStep(const std::vector<RankSnapshot>& ranks, int64_t version, int
 // rank ran `min_steps` steps under it.
 double MeasuredCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
                            int64_t min_steps);
+
+// Each rank's median collective seconds a step under plan `version`, on the same terms,
+// indexed by rank in [0, size) (0 for a rank not attached); empty until every attached
+// rank ran `min_steps` steps under it.
+std::vector<double> MeasuredRankCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
+                                            int64_t min_steps, int32_t size);
 
 // Each rank's units computed under the group's newest plan (straggler_kind.h): owned on
 // the plan's ownership (PlannedOwnership), less pruned, less offloaded to a helper, and

@@ -90,7 +90,8 @@ ABSL_FLAG(std::string, throttled_price, "floor",
           "its step measured, the group's step over the calm one on the same split; timers: by "
           "its timers, as any rank. On the small GPT's 2x quota, floor and step split as the "
           "best static plan does where timers ran 1.205x its step, and floor predicts the "
-          "steps (docs/benchmarks.md, 2026-12-04 (f))");
+          "steps, adding near the balanced split the waits the rank's arrival spread costs "
+          "(coordinator/arrival_spread.h; docs/benchmarks.md, 2026-12-04 (f) and (g))");
 ABSL_FLAG(bool, unit_count_fit, true,
           "Price each rank's block compute as fixed seconds plus seconds per unit where a line "
           "fitted over the unit counts it ran finds a fixed part "

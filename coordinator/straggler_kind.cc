@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/duration_text.h"
 #include "common/median.h"
+#include "coordinator/arrival_spread.h"
 
 namespace ballast::coordinator {
 
@@ -44,7 +45,7 @@ namespace {
 
 double MedianOf(const std::deque<double>& values) {
   if (values.empty()) return 0;
-  double copy[StragglerKind::kStepWindows];
+  double copy[std::max(StragglerKind::kStepWindows, StragglerKind::kSpreadFits)];
   std::copy(values.begin(), values.end(), copy);
   return MedianInPlace(copy, static_cast<int>(values.size()));
 }
@@ -71,7 +72,10 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
   absl::MutexLock lock(&mu_);
   GroupState& g = groups_[ref.key];
   if (g.incarnation != ref.incarnation) g = GroupState{.incarnation = ref.incarnation};
-  return round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
+  const Kind kind =
+      round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
+  FitSpreads(g, round, now, lines);
+  return kind;
 }
 
 StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl::Duration now,
@@ -224,6 +228,48 @@ void StragglerKind::SampleStep(const GroupState& g, const Round& round, absl::Du
   verdict.steps.Add(round.step_seconds, round.collective_seconds, now);
 }
 
+void StragglerKind::FitSpreads(GroupState& g, const Round& round, absl::Duration now,
+                               std::vector<std::string>& lines) const {
+  const std::vector<double>& measured = round.rank_collective_seconds;
+  const double calm = CalmCollectivesOf(g);
+  // Offloads' transfers are timed as collectives; a cordon's rank computes nothing.
+  if (measured.empty() || calm <= 0 || round.cordon || round.offloads ||
+      round.plan_version != round.published_version || !(round.step_seconds > 0)) {
+    return;
+  }
+  const auto throttled = [&g](size_t r) {
+    const auto it = g.judged.find(static_cast<int32_t>(r));
+    return it != g.judged.end() && it->second.kind == Kind::kWhole;
+  };
+  for (auto& [rank, verdict] : g.judged) {
+    const double floor = StragglingFloorOf(verdict);
+    const auto t = static_cast<size_t>(rank);
+    if (floor <= 0 || t >= measured.size() || !(measured[t] > 0)) continue;
+    if (!verdict.spreads.empty() &&
+        now - verdict.spread_at < options_.min_steps * absl::Seconds(round.step_seconds)) {
+      continue;  // the same window as the last fit
+    }
+    // The others' least: the latest of them, which waits for the throttled rank alone.
+    double others = 0;
+    for (size_t r = 0; r < measured.size(); ++r) {
+      if (r == t || throttled(r) || !(measured[r] > 0)) continue;
+      others = others > 0 ? std::min(others, measured[r]) : measured[r];
+    }
+    if (others <= 0) continue;
+    const std::optional<double> fit = FitArrivalSpread(others - calm, measured[t] - floor);
+    if (!fit.has_value()) continue;
+    verdict.spreads.push_back(*fit);
+    if (verdict.spreads.size() > static_cast<size_t>(kSpreadFits)) verdict.spreads.pop_front();
+    verdict.spread_at = now;
+    lines.push_back(absl::StrFormat(
+        "arrival spread (rank %d): %.4f s fitted to this plan's waits (the others %.4f s a "
+        "step beyond the %.4f s their collectives cost calm, it %.4f s beyond its straggling "
+        "floor %.4f s); %.4f s, the median of %d fits, is its spread",
+        rank, *fit, others - calm, calm, measured[t] - floor, floor, MedianOf(verdict.spreads),
+        verdict.spreads.size()));
+  }
+}
+
 double StragglerKind::Slowdown(const GroupState& g, const Verdict& verdict) {
   const double calm = g.calm_steps.Median();
   const double ratio = calm > 0 ? verdict.steps.Median() / calm : 0;
@@ -282,6 +328,12 @@ double StragglerKind::StragglingFloor(const GroupRef& ref, int32_t rank) const {
   absl::MutexLock lock(&mu_);
   const Verdict* verdict = StandingVerdict(ref, rank);
   return verdict == nullptr ? 0 : StragglingFloorOf(*verdict);
+}
+
+double StragglerKind::ArrivalSpread(const GroupRef& ref, int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  const Verdict* verdict = StandingVerdict(ref, rank);
+  return verdict == nullptr || verdict->kind != Kind::kWhole ? 0 : MedianOf(verdict->spreads);
 }
 
 double StragglerKind::StragglingFloorOf(const Verdict& verdict) {

@@ -75,6 +75,13 @@
 // drift less. Never on another split: relieved of units, a throttled rank idles more and
 // its step says less, and the price must not follow it back (the split would swing).
 //
+// Arrival spread. Balanced on average, a throttled rank still reaches some collectives
+// late and others early, and the group waits beyond its mean (arrival_spread.h). While its
+// kWhole verdict stands, each window of min_steps steps under a plan without offloads
+// where it and the others both waited fits the spread that explains both waits: the
+// others' beyond the calm collectives (CalmCollectives), its own beyond its straggling
+// floor. The step prediction adds the wait that spread costs (group_figures.h).
+//
 //   StragglerKind kinds(&clock, options);
 //   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
 //
@@ -137,6 +144,10 @@ class StragglerKind {
     // MeasuredCollectives); <= 0 until then.
     double step_seconds = 0;
     double collective_seconds = 0;
+    // Each rank's median collective seconds a step under that plan, on the same terms
+    // (group_figures.h: MeasuredRankCollectives; 0 for a rank not attached); empty until
+    // then. What the arrival spread is fitted to.
+    std::vector<double> rank_collective_seconds;
   };
 
   // `clock` must outlive this.
@@ -168,6 +179,13 @@ class StragglerKind {
   // measured. Held while the verdict stands: a rank priced by it (fixed_costs.h, floor)
   // keeps its price however few units it is left.
   double StragglingFloor(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // How far `rank`'s arrival at the collectives scatters (arrival_spread.h): the median
+  // of the spreads fitted while its kWhole verdict stands, one per window of min_steps
+  // steps under a plan without offloads where it and the others both waited (near the
+  // balanced split), the newest kSpreadFits; 0 while none was fitted or no kWhole verdict
+  // on it stands. Its waits are beyond its straggling floor, the others' beyond
+  // CalmCollectives, so it needs both.
+  double ArrivalSpread(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
   // measured: relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
@@ -181,6 +199,9 @@ class StragglerKind {
   static constexpr absl::Duration kAbsentFor = absl::Seconds(30);
   // How many disjoint windows a step figure is the median of (see "Step slowdown").
   static constexpr int kStepWindows = 5;
+  // How many fits an arrival spread is the median of: one fit moved from 0.02 to 0.06 s
+  // between segments of the same split on the ViT (docs/benchmarks.md, 2026-12-04 (g)).
+  static constexpr int kSpreadFits = 5;
 
  private:
   // A group's step and its collectives' floor over disjoint windows (each a median of
@@ -201,6 +222,8 @@ class StragglerKind {
     std::string why;             // its measurements
     absl::Duration measured_at;  // monotonic
     StepWindows steps;           // a kWhole straggler's, on the calm split
+    std::deque<double> spreads;  // its arrival spread's fits, the newest kSpreadFits
+    absl::Duration spread_at;    // monotonic, of the newest fit
   };
   struct GroupState {
     uint64_t incarnation = 0;
@@ -240,6 +263,10 @@ class StragglerKind {
   // Adds the round's step to a kWhole straggler's windows where it is one on the calm split.
   void SampleStep(const GroupState& g, const Round& round, absl::Duration now,
                   Verdict& verdict) const;
+  // Fits each kWhole verdict's arrival spread to the round's waits, where they tell it
+  // (ArrivalSpread), saying so in `lines`.
+  void FitSpreads(GroupState& g, const Round& round, absl::Duration now,
+                  std::vector<std::string>& lines) const;
   // Its step slowdown (0 if none measured or not above 1), and the words for explain.
   static double Slowdown(const GroupState& g, const Verdict& verdict);
   std::string StepText(const GroupState& g, const Verdict& verdict) const;

@@ -237,6 +237,7 @@ absl::StatusOr<BlockDecision> PlanExperts(const PlannerInput& input, const JobPo
   const PlanCandidate& chosen = Balances(policy.mode) ? d.candidates[pushed] : all_local;
   d.plan = chosen.plan;
   d.predicted_step_seconds = chosen.cost.step_seconds;
+  d.rank_seconds = chosen.cost.rank_seconds;
   d.objective = chosen.cost.objective;
   d.chosen = chosen.kind;
   d.kept_current = d.chosen == CandidateKind::kCurrent;

@@ -120,6 +120,7 @@ void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& plann
     const PlanCandidate& in_force = *InForce(d);
     d.plan = in_force.plan;
     d.predicted_step_seconds = in_force.cost.step_seconds;
+    d.rank_seconds = in_force.cost.rank_seconds;
     d.objective = in_force.cost.objective;
     d.chosen = CandidateKind::kCurrent;
     d.kept_current = true;

@@ -60,6 +60,7 @@ absl::Status ValidateInputs(const PlannerInput& input, const JobPolicy& policy) 
 void Choose(const PlanCandidate& candidate, BlockDecision* d) {
   d->plan = candidate.plan;
   d->predicted_step_seconds = candidate.cost.step_seconds;
+  d->rank_seconds = candidate.cost.rank_seconds;
   d->objective = candidate.cost.objective;
   d->chosen = candidate.kind;
 }

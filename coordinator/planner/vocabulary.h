@@ -136,6 +136,7 @@ struct BlockDecision {
   BlockPlan plan;
   double predicted_step_seconds = 0;  // of `plan`
   double objective = 0;               // of `plan`
+  std::vector<double> rank_seconds;   // of `plan`: each rank's load (PlanCost::rank_seconds)
   // Perfect balance, no transfer cost: the T with sum over non-cordoned ranks of
   // (T - f_r) / c_r = N (N / sum 1 / c_r with no fixed costs), and at least max_r f_r.
   double ideal_step_seconds = 0;

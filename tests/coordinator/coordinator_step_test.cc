@@ -2,17 +2,20 @@
 // the collectives it balances as fixed costs, and what a straggler's measured kind changes
 // (straggler_kind.h): fixed costs where its collectives slowed with it, a reshard as soon
 // as the kind is known, a throttled rank priced by its step's slowdown or its collectives'
-// floor (in the rounds its timers call it calm too). Apart from coordinator_test.cc, the
+// floor (in the rounds its timers call it calm too), and the wait its arrival spread adds
+// to the predicted step near the balanced split. Apart from coordinator_test.cc, the
 // facade's other decisions.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/arrival_spread.h"
 #include "coordinator/coordinator.h"
 #include "proto/convert.h"
 #include "testing/control_plane_messages.h"
@@ -29,16 +32,19 @@ using testing::RecordingSink;
 // Two ranks of one block in lockstep for `steps` steps, planned every 100 ms: rank r
 // computes units[r] units at c[r] s/unit and spends own[r] seconds in collectives of its
 // own, then waits for the later rank (the step is the slowest compute + own collectives).
-// `stall` is added to the first step's collective time on both ranks.
+// `stall` is added to the first step's collective time on both ranks; `spread_wait` to
+// every step's, on both ranks: what a throttled rank's scattered arrival costs each side
+// near the balanced split (arrival_spread.h).
 class TwoRankLockstep {
  public:
   TwoRankLockstep(Coordinator* coordinator, testing::FakeClock* clock)
       : coordinator_(coordinator), clock_(clock) {}
   void Run(int steps, const std::vector<int>& units, const std::vector<double>& c,
-           const std::vector<double>& own, int64_t version, double stall = 0) {
+           const std::vector<double>& own, int64_t version, double stall = 0,
+           double spread_wait = 0) {
     for (int i = 0; i < steps; ++i, ++step_) {
       const double compute[2] = {units[0] * c[0], units[1] * c[1]};
-      const double step_seconds = std::max(compute[0] + own[0], compute[1] + own[1]);
+      const double step_seconds = std::max(compute[0] + own[0], compute[1] + own[1]) + spread_wait;
       for (int rank : {0, 1}) {
         v1::WorkerReport r = testing::StepReport({}, rank, step_, units[rank], compute[rank]);
         r.mutable_step()->set_plan_version(version);
@@ -404,6 +410,54 @@ TEST_F(CoordinatorTest, AThrottledRanksCollectivesArePricedOnceByItsStepOrItsFlo
     EXPECT_TRUE(sink.plans().empty()) << "observe pushes nothing";
     coordinator_.reset();
   }
+}
+
+// Balanced on average, a throttled rank still arrives late at some collectives and early
+// at others, and each side waits (arrival_spread.h). Calm at 60 ms a step, then rank 1
+// throttled under plain TP (its units 2x, its collectives 40 ms against 20 ms calm: 120 ms
+// a step), then held at half its units, where the two sides' means are equal (80 ms of
+// compute and collectives each) but each waits 10 ms more a step: the others 10 ms beyond
+// their calm 20 ms, rank 1 10 ms beyond its 40 ms floor, a spread of 25 ms. Priced by its
+// floor, the held plan's step is predicted at its 90 ms with the spread's wait, and 80 ms
+// (11% short) before the spread was fitted.
+TEST_F(CoordinatorTest, AThrottledRanksArrivalSpreadIsPredictedNearTheBalancedSplit) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob(
+      {.throttled_price = ThrottledPrice::kFloor, .offload_check = std::nullopt}, &sink));
+  JobPolicy policy = *coordinator_->GetPolicy("vit");
+  policy.mode = BalanceMode::kObserve;
+  ASSERT_TRUE(coordinator_->SetPolicy("vit", policy).ok());
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  ranks.Run(30, {4, 4}, {10e-3, 10e-3}, {20e-3, 20e-3}, 0);
+  ranks.Run(60, {4, 4}, {10e-3, 20e-3}, {20e-3, 40e-3}, 0);
+  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 120e-3, 1e-6) << "plain TP";
+  ASSERT_TRUE(
+      coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1, .reshard_fraction = 0.5}).ok());
+  coordinator_->Tick();
+  ASSERT_EQ(sink.plans().size(), 1u);
+  const int64_t version = sink.plans().back().version();
+  ranks.Run(10, {6, 2}, {10e-3, 20e-3}, {20e-3, 40e-3}, version, 0, /*spread_wait=*/10e-3);
+  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 80e-3, 1e-6) << "not fitted yet";
+  ranks.Run(20, {6, 2}, {10e-3, 20e-3}, {20e-3, 40e-3}, version, 0, /*spread_wait=*/10e-3);
+  const v1::GroupStatus g = ranks.Status();
+  EXPECT_NEAR(g.measured_step_seconds(), 90e-3, 1e-9);
+  EXPECT_NEAR(g.predicted_step_seconds(), 90e-3, 1e-6);
+  EXPECT_NEAR(g.predicted_collective_seconds(), 20e-3, 1e-6);
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(),
+              ::testing::HasSubstr("+ 0.01 s of waits for rank 1's arrival spread (0.0251 s; near "
+                                   "the balanced split)"));
+  // Back on plain TP (held at the even split), rank 1 the later by 60 ms: the spread's
+  // wait fades (0.07 ms), and the step is predicted at about its 120 ms.
+  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+  coordinator_->Tick();
+  ASSERT_EQ(sink.plans().size(), 2u);
+  ranks.Run(20, {4, 4}, {10e-3, 20e-3}, {20e-3, 40e-3}, sink.plans().back().version());
+  const double spread = 10e-3 * std::sqrt(2 * M_PI);
+  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 120e-3 + SpreadWait(spread, 60e-3), 1e-6);
+  EXPECT_LT(SpreadWait(spread, 60e-3), 0.1e-3);
+  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
 }
 
 // The price stands with the verdict where the rank is relieved of units: resharded under

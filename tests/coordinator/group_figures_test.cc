@@ -1,11 +1,16 @@
 // group_figures: the measured step and collectives' floor wait for every attached rank to
-// run min_steps steps under the plan, and read the slowest step and the least collectives;
-// each rank's units computed follow the plan's ownership, prunes and offloads.
+// run min_steps steps under the plan, and read the slowest step and the least collectives
+// (and each rank's, by rank); each rank's units computed follow the plan's ownership,
+// prunes and offloads; the predicted step adds a throttled rank's arrival spread's wait at
+// the lead its loads, summed over the blocks, have over the others'.
 #include "coordinator/group_figures.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
+
+#include "coordinator/arrival_spread.h"
 
 namespace ballast::coordinator {
 namespace {
@@ -31,6 +36,47 @@ TEST(GroupFiguresTest, MeasuredStepAndCollectivesWaitForEveryAttachedRank) {
   EXPECT_EQ(MeasuredCollectives(ranks, 7, 16), 0);
   ranks[1].attached = false;  // a detached rank measures nothing and holds nothing up
   EXPECT_DOUBLE_EQ(MeasuredCollectives(ranks, 7, 16), 0.12);
+}
+
+TEST(GroupFiguresTest, MeasuredRankCollectivesAreEachRanksByRank) {
+  std::vector<RankSnapshot> ranks = {Rank(1, 0.32, 0.05), Rank(0, 0.30, 0.12)};
+  EXPECT_EQ(MeasuredRankCollectives(ranks, 7, 16, 2), (std::vector<double>{0.12, 0.05}));
+  EXPECT_EQ(MeasuredRankCollectives(ranks, 7, 16, 3), (std::vector<double>{0.12, 0.05, 0}));
+  EXPECT_TRUE(MeasuredRankCollectives(ranks, 8, 16, 2).empty()) << "another plan";
+  EXPECT_TRUE(MeasuredRankCollectives(ranks, 7, 17, 2).empty()) << "too few steps";
+  ranks[0].attached = false;
+  EXPECT_EQ(MeasuredRankCollectives(ranks, 7, 16, 2), (std::vector<double>{0.12, 0}));
+}
+
+TEST(GroupFiguresTest, ThePredictedStepAddsTheArrivalSpreadsWaitAtTheThrottledRanksLead) {
+  // Two blocks; rank 1's loads sum to 0.100 s, rank 0's to 0.110 s: it leads by 0.010 s.
+  std::map<int32_t, BlockDecision> decisions;
+  decisions[0].predicted_step_seconds = 0.060;
+  decisions[0].rank_seconds = {0.060, 0.050};
+  decisions[1].predicted_step_seconds = 0.050;
+  decisions[1].rank_seconds = {0.050, 0.050};
+  StepPricing pricing{.common_fixed_seconds = 0.020, .throttled_rank = 1, .arrival_spread = 0.03};
+  StepPrediction p = PredictStep(decisions, pricing, {});
+  EXPECT_DOUBLE_EQ(p.blocks, 0.110);
+  EXPECT_DOUBLE_EQ(p.collectives, 0.020);
+  EXPECT_DOUBLE_EQ(p.spread_wait, SpreadWait(0.03, -0.010));
+  EXPECT_NEAR(p.spread_wait, 0.00763, 1e-5);
+  EXPECT_DOUBLE_EQ(p.Step(), 0.130 + p.spread_wait);
+  // The lead is against the slowest other rank, whichever is throttled.
+  pricing.throttled_rank = 0;
+  EXPECT_DOUBLE_EQ(PredictStep(decisions, pricing, {}).spread_wait, SpreadWait(0.03, 0.010));
+  // No spread, no throttled rank, or a block whose loads do not name it: no wait.
+  pricing.arrival_spread = 0;
+  EXPECT_EQ(PredictStep(decisions, pricing, {}).spread_wait, 0);
+  pricing = {.throttled_rank = -1, .arrival_spread = 0.03};
+  EXPECT_EQ(PredictStep(decisions, pricing, {}).spread_wait, 0);
+  pricing = {.throttled_rank = 2, .arrival_spread = 0.03};
+  EXPECT_EQ(PredictStep(decisions, pricing, {}).spread_wait, 0);
+  decisions[1].rank_seconds.clear();
+  pricing.throttled_rank = 1;
+  EXPECT_EQ(PredictStep(decisions, pricing, {}).spread_wait, 0);
+  // Nothing planned: no prediction at all.
+  EXPECT_EQ(PredictStep({}, pricing, {}).Step(), 0);
 }
 
 GroupSnapshot TwoRanks() {

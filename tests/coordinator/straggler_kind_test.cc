@@ -5,13 +5,16 @@
 // fewer units than it did calm; a verdict stands while the straggler lasts (and while it
 // looks calm relieved of units), a calm spell of 30 s ends it, another straggler is
 // judged afresh; each verdict knows when it was measured, and a throttled rank's verdict
-// the slowdown its step measured on the split it ran calm, a median over windows. A
-// "calm" floor far above the calm one is a straggler's the timers call calm, not taken.
+// the slowdown its step measured on the split it ran calm, a median over windows, and its
+// arrival spread fitted near the balanced split. A "calm" floor far above the calm one is
+// a straggler's the timers call calm, not taken.
 #include "coordinator/straggler_kind.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -336,6 +339,75 @@ TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
   Update(RanStep(-1, 0.100, 0.043, even));
   EXPECT_EQ(kinds_.StepSlowdown(kGroup, 1), 0);
   EXPECT_EQ(kinds_.StragglingFloor(kGroup, 1), 0);
+}
+
+// A throttled rank's arrival spread: fitted to both sides' waits (the others' beyond the
+// calm collectives, its own beyond its straggling floor) under a plan without offloads near
+// the balanced split, once a window, in straggling and calm rounds alike while its verdict
+// stands; the median of the fits; none far from the balanced split (plain TP's waits do
+// not tell it), under offloads or a plan not yet run; ended with the verdict.
+TEST_F(StragglerKindTest, AThrottledRanksArrivalSpreadIsFittedToBothSidesWaitsNearBalance) {
+  const std::vector<int32_t> even{45, 45}, near{55, 35};
+  const auto waited = [](int32_t straggler, const std::vector<int32_t>& units, double others,
+                         double throttled, bool offloads = false) {
+    StragglerKind::Round round = RanStep(straggler, 0.150, std::min(others, throttled), units);
+    round.offloads = offloads;
+    round.rank_collective_seconds = {others, throttled};
+    return round;
+  };
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  Update(RanStep(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  // Judged on plain TP, whose waits are all the others': no spread from them.
+  StragglerKind::Round plain = waited(1, even, 0.170, 0.097);
+  plain.step_seconds = 0.170;
+  ASSERT_EQ(Update(plain), Kind::kWhole);
+  ASSERT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12);
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 1), 0);
+
+  // Near the balanced split the others waited 0.0105 s beyond the calm 0.043 s, it 0.0150 s
+  // beyond its 0.097 s floor: a spread of 0.0316 s (arrival_spread_test.cc).
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, near, 0.043 + 0.0105, 0.097 + 0.0150));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), 0.03164, 1e-5);
+  EXPECT_THAT(lines_, Contains(HasSubstr(
+                          "arrival spread (rank 1): 0.0316 s fitted to this plan's waits (the "
+                          "others 0.0105 s a step beyond the 0.0430 s their collectives cost "
+                          "calm, it 0.0150 s beyond its straggling floor 0.0970 s)")));
+  // A second later: the same window (16 steps of 0.15 s take 2.4 s), no second fit.
+  clock_.Advance(absl::Seconds(1));
+  Update(waited(1, near, 0.043 + 0.02, 0.097 + 0.02));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), 0.03164, 1e-5);
+  // Balanced waits of 0.02 s: 0.0501 s, and the median of the two.
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, near, 0.043 + 0.02, 0.097 + 0.02));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), (0.03164 + 0.02 * std::sqrt(2 * M_PI)) / 2, 1e-5);
+  const double two = kinds_.ArrivalSpread(kGroup, 1);
+  // Not from plain TP's waits, under offloads, or from a plan pushed but not yet run.
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, even, 0.170, 0.097));
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, near, 0.043 + 0.005, 0.097 + 0.005, /*offloads=*/true));
+  clock_.Advance(absl::Seconds(3));
+  StragglerKind::Round pushed = waited(1, near, 0.043 + 0.005, 0.097 + 0.005);
+  pushed.published_version = 2;
+  Update(pushed);
+  EXPECT_DOUBLE_EQ(kinds_.ArrivalSpread(kGroup, 1), two);
+  // A calm round while the verdict stands (relieved, its timers call it calm) fits too:
+  // 0.015 s each, 0.0376 s, the median of three.
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(-1, near, 0.043 + 0.015, 0.097 + 0.015));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), 0.015 * std::sqrt(2 * M_PI), 1e-5);
+  // Only the throttled rank's, in this incarnation.
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 0), 0);
+  EXPECT_EQ(kinds_.ArrivalSpread({kGroup.key, kGroup.incarnation + 1}, 1), 0);
+  // Calm for 30 s on the even split: the verdict and its spread end.
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(31));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 1), 0);
 }
 
 // The step slowdown is a median over disjoint windows on the calm split, the straggler's
