@@ -14,8 +14,8 @@ double WaitBeyondLead(double x) {
   return std::max(0.0, density - x * upper_tail);
 }
 
-// g(1): a fit is taken only where the smaller wait is at least this times the lead.
-constexpr double kWaitAtOneSpread = 0.0833154705876864;
+// g(1/2): a fit is taken only where the smaller wait is at least this times the lead.
+constexpr double kWaitAtHalfASpread = 0.19779655740130608;
 
 }  // namespace
 
@@ -30,13 +30,18 @@ std::optional<double> FitArrivalSpread(double others_wait, double throttled_wait
   throttled_wait = std::max(throttled_wait, 0.0);
   const double lead = std::abs(others_wait - throttled_wait);
   const double wait = std::min(others_wait, throttled_wait);
-  if (!(wait > 0) || wait < kWaitAtOneSpread * lead) return std::nullopt;
+  if (!(wait > 0) || wait < kWaitAtHalfASpread * lead) return std::nullopt;
   // SpreadWait(s, lead) rises with s (its derivative is phi(lead / s) > 0) and is at most
   // g(0) s: bisect from the spread that would wait `wait` at lead 0 (too little, or just
   // enough) to one that waits enough.
   double lo = wait / WaitBeyondLead(0);
   double hi = lo;
-  while (SpreadWait(hi, lead) < wait) hi *= 2;
+  // Within half a spread the answer is under 2.1 lo; the bound only stops absurd input
+  // (a wait near the largest double) from doubling forever.
+  for (int i = 0; SpreadWait(hi, lead) < wait; ++i) {
+    if (i == 64 || !std::isfinite(hi)) return std::nullopt;
+    hi *= 2;
+  }
   for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
     const double mid = 0.5 * (lo + hi);
     (SpreadWait(mid, lead) < wait ? lo : hi) = mid;

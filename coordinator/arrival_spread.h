@@ -7,10 +7,10 @@
 // peers wait there) and others early (and it waits). The step is the expected maximum of
 // the ranks' arrivals, not the maximum of their means. On the ViT under a 2x quota, at 30%
 // of the units to the straggler (its mean about the others'), the reference rank spent
-// 0.025-0.028 s a step in collectives against 0.017 s calm, and the straggler 0.049-0.053 s
-// against the 0.038 s they cost it straggling; `--throttled_price=floor` priced the mean
-// alone and predicted those steps 5-7% short. At 25% (the straggler early by about 0.04 s)
-// the others waited nothing beyond calm (docs/benchmarks.md, 2026-12-04 (g)).
+// 0.025-0.028 s a step in collectives at reshard 0.4 against 0.017 s calm, and the
+// straggler 0.049-0.053 s against the 0.038 s they cost it straggling; `--throttled_price=floor`
+// priced the mean alone and predicted those steps 5-7% short. At 25% (the straggler early by about
+// 0.04 s) the others waited nothing beyond calm (docs/benchmarks.md, 2026-12-04 (g)).
 //
 // The model. The straggler's lateness D at a step's collectives (its arrival less the
 // others') is normal with mean `lead` and standard deviation `spread`. The others wait
@@ -29,10 +29,13 @@
 // min(others_wait, throttled_wait) = SpreadWait(spread, lead), which fixes the spread.
 // Only a plan near the balanced split tells it: far from it the earlier side's wait is
 // ~0 whatever the spread (plain TP's others wait the whole lead, the straggler nothing),
-// and the noise in a small wait would set it. So a fit is taken only where the smaller
-// wait is at least g(1) times the lead, i.e. the sides were within one spread of each
-// other. (The two-sided fit and a fit of the step's excess over the slower mean agree:
-// in lockstep they are the same equation.)
+// and the noise in a small wait would set it (a wait measured beyond a floor that is
+// itself a median moves by some percent of that floor). So a fit is taken only where the
+// smaller wait is at least g(1/2) = 0.198 times the lead, i.e. the sides were within half
+// a spread of each other: at one spread a throttled rank's 12 ms of noise beside a lead of
+// 0.115 s fitted a spread of 0.125 s, four times the ViT's. (The two-sided fit and a fit
+// of the step's excess over the slower mean agree: in lockstep they are the same
+// equation.)
 //
 //   if (std::optional<double> s = FitArrivalSpread(0.0105, 0.0150)) ...  // s ~ 0.032
 //   double wait = SpreadWait(0.032, /*lead=*/-0.004);                     // ~ 0.011 s
@@ -52,8 +55,8 @@ double SpreadWait(double spread, double lead);
 // least over them) collective seconds a step beyond their calm cost, and
 // `throttled_wait`, the throttled rank's beyond its straggling floor (a negative wait is
 // taken as none). None where they do not tell it: an input not finite, no wait on one
-// side, or the smaller wait under g(1) times the lead (the sides more than a spread
-// apart: see "The fit").
+// side, or the smaller wait under g(1/2) times the lead (the sides more than half a
+// spread apart: see "The fit").
 std::optional<double> FitArrivalSpread(double others_wait, double throttled_wait);
 
 }  // namespace ballast::coordinator

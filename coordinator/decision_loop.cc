@@ -315,15 +315,15 @@ DecisionLoop::Outcome DecisionLoop::DecideHeld(const GroupSnapshot& group, const
   if (GatherInputs(group, policy, /*held=*/true, /*operator_hold=*/true, absl::ZeroDuration(),
                    priced, lines, pricing)) {
     const WorkloadPlan& runs = change.has_value() ? *change : group.plan;
-    JobPolicy pricing = policy;
-    pricing.mode = BalanceMode::kAuto;  // the hold's techniques are not the mode's to refuse
+    JobPolicy held_policy = policy;
+    held_policy.mode = BalanceMode::kAuto;  // the hold's techniques are not the mode's to refuse
     for (const GroupBlockInput& block : priced.blocks) {
       BlockPlan plan;
       plan.block = block.input.block;
       for (const BlockPlan& bp : runs.blocks) {
         if (bp.block == plan.block) plan = bp;
       }
-      absl::StatusOr<PlanCost> cost = EvaluatePlan(block.input, pricing, plan);
+      absl::StatusOr<PlanCost> cost = EvaluatePlan(block.input, held_policy, plan);
       if (!cost.ok()) {
         after.push_back(absl::StrCat("block ", plan.block.value(),
                                      ": the held plan is not priced: ", cost.status().message()));

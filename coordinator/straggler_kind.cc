@@ -232,9 +232,11 @@ void StragglerKind::FitSpreads(GroupState& g, const Round& round, absl::Duration
                                std::vector<std::string>& lines) const {
   const std::vector<double>& measured = round.rank_collective_seconds;
   const double calm = CalmCollectivesOf(g);
-  // Offloads' transfers are timed as collectives; a cordon's rank computes nothing.
+  // Offloads' transfers are timed as collectives; a cordon's rank computes nothing. On the
+  // calm split its floor was measured: its waits beyond it are that median's noise.
   if (measured.empty() || calm <= 0 || round.cordon || round.offloads ||
-      round.plan_version != round.published_version || !(round.step_seconds > 0)) {
+      round.plan_version != round.published_version || !(round.step_seconds > 0) ||
+      round.units.empty() || round.units == g.calm_units) {
     return;
   }
   const auto throttled = [&g](size_t r) {

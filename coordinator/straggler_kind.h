@@ -77,8 +77,9 @@
 //
 // Arrival spread. Balanced on average, a throttled rank still reaches some collectives
 // late and others early, and the group waits beyond its mean (arrival_spread.h). While its
-// kWhole verdict stands, each window of min_steps steps under a plan without offloads
-// where it and the others both waited fits the spread that explains both waits: the
+// kWhole verdict stands, each window of min_steps steps under a plan without offloads,
+// off the calm split (where its floor was measured, its waits beyond it are that floor's
+// noise), where it and the others both waited fits the spread that explains both waits: the
 // others' beyond the calm collectives (CalmCollectives), its own beyond its straggling
 // floor. The step prediction adds the wait that spread costs (group_figures.h).
 //
@@ -181,8 +182,9 @@ class StragglerKind {
   double StragglingFloor(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
   // How far `rank`'s arrival at the collectives scatters (arrival_spread.h): the median
   // of the spreads fitted while its kWhole verdict stands, one per window of min_steps
-  // steps under a plan without offloads where it and the others both waited (near the
-  // balanced split), the newest kSpreadFits; 0 while none was fitted or no kWhole verdict
+  // steps under a plan without offloads, on another split than the calm one, where it and
+  // the others both waited (near the balanced split), the newest kSpreadFits; 0 while
+  // none was fitted or no kWhole verdict
   // on it stands. Its waits are beyond its straggling floor, the others' beyond
   // CalmCollectives, so it needs both.
   double ArrivalSpread(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);

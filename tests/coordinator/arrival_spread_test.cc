@@ -1,7 +1,8 @@
 // The arrival spread: the wait beyond the mean lateness is what a normal lateness makes
 // each side wait (checked against a numerical integral, not the closed form), it is
 // largest at the balanced split and fades as either side leads, and the fit recovers the
-// spread from the two sides' waits where they tell it, and only there.
+// spread from the two sides' waits where they tell it (within half a spread of each
+// other), and only there; absurd figures end it at once.
 #include "coordinator/arrival_spread.h"
 
 #include <gtest/gtest.h>
@@ -62,7 +63,7 @@ TEST(ArrivalSpreadTest, TheWaitIsWhatANormalLatenessMakesEachSideWaitBeyondTheMe
 
 TEST(ArrivalSpreadTest, TheFitRecoversTheSpreadFromBothSidesWaitsNearTheBalancedSplit) {
   for (const double spread : {0.01, 0.03, 0.06}) {
-    for (const double lead : {-0.8, -0.3, 0.0, 0.3, 0.8}) {  // in spreads
+    for (const double lead : {-0.48, -0.2, 0.0, 0.2, 0.48}) {  // in spreads
       const Waits w = WaitsOf(lead * spread, spread);
       const std::optional<double> fit = FitArrivalSpread(w.others, w.throttled);
       ASSERT_TRUE(fit.has_value()) << "spread " << spread << " lead " << lead;
@@ -81,17 +82,22 @@ TEST(ArrivalSpreadTest, FarFromTheBalancedSplitTheWaitsDoNotTellTheSpread) {
   // Plain TP: the others wait the whole lead, the straggler nothing.
   EXPECT_FALSE(FitArrivalSpread(0.085, 0).has_value());
   EXPECT_FALSE(FitArrivalSpread(0.085, -0.002).has_value()) << "a negative wait is none";
-  // The sides 1.5 spreads apart: the smaller wait is 0.03 of a spread, under g(1) times
+  // Nor a little: 12 ms of its floor's noise beside a 0.115 s lead would fit 0.125 s.
+  EXPECT_FALSE(FitArrivalSpread(0.127, 0.012).has_value());
+  // The sides 0.8 spreads apart: the smaller wait is 0.12 of a spread, under g(1/2) times
   // the lead.
-  const Waits apart = WaitsOf(1.5 * 0.03, 0.03);
+  const Waits apart = WaitsOf(0.8 * 0.03, 0.03);
   EXPECT_FALSE(FitArrivalSpread(apart.others, apart.throttled).has_value());
-  // Just inside one spread it is taken.
-  const Waits inside = WaitsOf(0.99 * 0.03, 0.03);
+  // Just inside half a spread it is taken.
+  const Waits inside = WaitsOf(0.49 * 0.03, 0.03);
   EXPECT_TRUE(FitArrivalSpread(inside.others, inside.throttled).has_value());
-  // No wait at all, or figures that are not numbers.
+  // No wait at all, figures that are not numbers, or too large to double: none, at once.
   EXPECT_FALSE(FitArrivalSpread(0, 0).has_value());
   EXPECT_FALSE(FitArrivalSpread(std::numeric_limits<double>::quiet_NaN(), 0.01).has_value());
   EXPECT_FALSE(FitArrivalSpread(0.01, std::numeric_limits<double>::infinity()).has_value());
+  const double huge = std::numeric_limits<double>::max();
+  EXPECT_FALSE(FitArrivalSpread(huge, huge).has_value());
+  EXPECT_FALSE(FitArrivalSpread(huge / 4, huge / 2).has_value());
 }
 
 }  // namespace

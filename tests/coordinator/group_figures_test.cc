@@ -62,7 +62,14 @@ TEST(GroupFiguresTest, ThePredictedStepAddsTheArrivalSpreadsWaitAtTheThrottledRa
   EXPECT_DOUBLE_EQ(p.spread_wait, SpreadWait(0.03, -0.010));
   EXPECT_NEAR(p.spread_wait, 0.00763, 1e-5);
   EXPECT_DOUBLE_EQ(p.Step(), 0.130 + p.spread_wait);
-  // The lead is against the slowest other rank, whichever is throttled.
+  // The lead is against the slowest other rank, whichever is throttled: with a third rank
+  // at 0.050 s, rank 1 still trails rank 0 by 0.010 s (not leads rank 2 by 0.050 s).
+  std::map<int32_t, BlockDecision> three = decisions;
+  three[0].rank_seconds.push_back(0.030);
+  three[1].rank_seconds.push_back(0.020);
+  EXPECT_DOUBLE_EQ(PredictStep(three, pricing, {}).spread_wait, SpreadWait(0.03, -0.010));
+  pricing.throttled_rank = 2;
+  EXPECT_DOUBLE_EQ(PredictStep(three, pricing, {}).spread_wait, SpreadWait(0.03, 0.050 - 0.110));
   pricing.throttled_rank = 0;
   EXPECT_DOUBLE_EQ(PredictStep(decisions, pricing, {}).spread_wait, SpreadWait(0.03, 0.010));
   // No spread, no throttled rank, or a block whose loads do not name it: no wait.

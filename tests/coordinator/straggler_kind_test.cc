@@ -345,7 +345,8 @@ TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
 // calm collectives, its own beyond its straggling floor) under a plan without offloads near
 // the balanced split, once a window, in straggling and calm rounds alike while its verdict
 // stands; the median of the fits; none far from the balanced split (plain TP's waits do
-// not tell it), under offloads or a plan not yet run; ended with the verdict.
+// not tell it), on the calm split, under offloads or a plan not yet run; ended with the
+// verdict.
 TEST_F(StragglerKindTest, AThrottledRanksArrivalSpreadIsFittedToBothSidesWaitsNearBalance) {
   const std::vector<int32_t> even{45, 45}, near{55, 35};
   const auto waited = [](int32_t straggler, const std::vector<int32_t>& units, double others,
@@ -365,6 +366,11 @@ TEST_F(StragglerKindTest, AThrottledRanksArrivalSpreadIsFittedToBothSidesWaitsNe
   plain.step_seconds = 0.170;
   ASSERT_EQ(Update(plain), Kind::kWhole);
   ASSERT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12);
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 1), 0);
+  // Nor from waits on both sides on the calm split, where its floor was measured: its wait
+  // beyond it there is that floor's noise.
+  clock_.Advance(absl::Seconds(1));
+  Update(waited(1, even, 0.043 + 0.02, 0.097 + 0.02));
   EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 1), 0);
 
   // Near the balanced split the others waited 0.0105 s beyond the calm 0.043 s, it 0.0150 s
