@@ -458,11 +458,9 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
           judge_->KindMeasuredChronic(group.ref, straggler, kind, *at, policy, lines);
     }
   }
-  const ThrottledPriced throttled = PriceThrottled(group, straggler, kind, *pooled, lines);
+  const ThrottledPriced throttled = PriceThrottled(group, straggler, kind, *pooled, pricing, lines);
   const std::vector<double> fixed_per_step =
       FixedSecondsPerStep(group, *pooled, kind, throttled, lines, pricing.common_fixed_seconds);
-  pricing.throttled_rank = throttled.arrival_rank;
-  pricing.arrival_spread = throttled.arrival_spread;
   // The check first: while it probes, the step feedback holds (each judges its own plan).
   // It sees the straggler in every mode (it probes only offloads pushed, and plain tensor
   // parallelism under mode observe is a step to compare them with); the step feedback

@@ -215,11 +215,13 @@ class DecisionLoop {
   // (StragglerKind::StepSlowdown), so its units and its collectives follow it. By its
   // floor: its collectives are priced at their straggling floor
   // (StragglerKind::StragglingFloor), its units by its timers; only where the fixed costs
-  // are balanced for the straggler's `kind`. The ranks so priced, and the figures, are
-  // returned for FixedSecondsPerStep.
+  // are balanced for the straggler's `kind`; such a rank's arrival spread, where fitted
+  // (StragglerKind::ArrivalSpread: the straggler's, else a relieved rank's), goes to the
+  // step prediction (`pricing`'s throttled_rank and arrival_spread). The ranks so priced,
+  // and the figures, are returned for FixedSecondsPerStep.
   ThrottledPriced PriceThrottled(const GroupSnapshot& group, int32_t straggler,
                                  StragglerKind::Kind kind, PooledGroup& pooled,
-                                 std::vector<std::string>& lines) const;
+                                 StepPricing& pricing, std::vector<std::string>& lines) const;
   // Whether fixed costs are balanced for a straggler of `kind` (--fixed_costs).
   bool BalancesFixedCosts(StragglerKind::Kind kind) const;
   // Each rank's fixed seconds a step beyond the least (fixed_costs.h), from its recent

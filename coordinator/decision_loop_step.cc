@@ -110,6 +110,7 @@ bool DecisionLoop::BalancesFixedCosts(StragglerKind::Kind kind) const {
 
 ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t straggler,
                                              StragglerKind::Kind kind, PooledGroup& pooled,
+                                             StepPricing& pricing,
                                              std::vector<std::string>& lines) const {
   ThrottledPriced out;
   const ThrottledPrice how = options_.throttled_price;
@@ -138,9 +139,9 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
       // The step prediction's wait near the balanced split (arrival_spread.h): the
       // straggler's spread, else a relieved rank's.
       if (const double spread = straggler_kind_.ArrivalSpread(group.ref, rank);
-          spread > 0 && (out.arrival_rank < 0 || rank == straggler)) {
-        out.arrival_rank = rank;
-        out.arrival_spread = spread;
+          spread > 0 && (pricing.throttled_rank < 0 || rank == straggler)) {
+        pricing.throttled_rank = rank;
+        pricing.arrival_spread = spread;
       }
       out.ranks.resize(pooled.ranks.size(), false);
       out.straggling_floors.resize(pooled.ranks.size(), 0);

@@ -61,7 +61,6 @@
 #ifndef BALLAST_COORDINATOR_FIXED_COSTS_H_
 #define BALLAST_COORDINATOR_FIXED_COSTS_H_
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -112,11 +111,6 @@ struct ThrottledPriced {
   // where it is priced by it (floor above), 0 where it is priced at s_r * K (step); read
   // only for a rank in `ranks`.
   std::vector<double> straggling_floors;
-  // A rank priced by its floor whose arrival spread was fitted (straggler_kind.h), and that
-  // spread: the step prediction adds the wait it costs (group_figures.h); -1 and 0: none.
-  // Not a fixed cost: nothing here reads it.
-  int32_t arrival_rank = -1;
-  double arrival_spread = 0;
 };
 
 // `collective_seconds[r]`: rank r's median collective seconds a step, waits included (0 or

@@ -93,23 +93,34 @@ double LinkBytesPerSecond(const std::optional<LinkModel::Estimate>& learned,
   return learned.has_value() ? learned->bytes_per_second : prior;
 }
 
+namespace {
+
+// The terms of the Measured* figures: every attached rank runs plan `version` and has run
+// at least `min_steps` steps under it.
+bool EveryAttachedRan(const std::vector<RankSnapshot>& ranks, int64_t version, int64_t min_steps) {
+  return std::all_of(ranks.begin(), ranks.end(), [&](const RankSnapshot& rank) {
+    return !rank.attached || (rank.last_plan_version == version && rank.plan_steps >= min_steps);
+  });
+}
+
+}  // namespace
+
 double MeasuredStep(const std::vector<RankSnapshot>& ranks, int64_t version, int64_t min_steps) {
+  if (!EveryAttachedRan(ranks, version, min_steps)) return 0;
   double step = 0;
   for (const RankSnapshot& rank : ranks) {
-    if (!rank.attached) continue;
-    if (rank.last_plan_version != version || rank.plan_steps < min_steps) return 0;
-    step = std::max(step, rank.plan_step_median);
+    if (rank.attached) step = std::max(step, rank.plan_step_median);
   }
   return step;
 }
 
 double MeasuredCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
                            int64_t min_steps) {
+  if (!EveryAttachedRan(ranks, version, min_steps)) return 0;
   double floor = 0;
   bool any = false;
   for (const RankSnapshot& rank : ranks) {
     if (!rank.attached) continue;
-    if (rank.last_plan_version != version || rank.plan_steps < min_steps) return 0;
     floor = any ? std::min(floor, rank.plan_collective_median) : rank.plan_collective_median;
     any = true;
   }
@@ -118,11 +129,12 @@ double MeasuredCollectives(const std::vector<RankSnapshot>& ranks, int64_t versi
 
 std::vector<double> MeasuredRankCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
                                             int64_t min_steps, int32_t size) {
+  if (!EveryAttachedRan(ranks, version, min_steps)) return {};
   std::vector<double> out(std::max(size, 0), 0.0);
   for (const RankSnapshot& rank : ranks) {
-    if (!rank.attached) continue;
-    if (rank.last_plan_version != version || rank.plan_steps < min_steps) return {};
-    if (rank.rank >= 0 && rank.rank < size) out[rank.rank] = rank.plan_collective_median;
+    if (rank.attached && rank.rank >= 0 && rank.rank < size) {
+      out[rank.rank] = rank.plan_collective_median;
+    }
   }
   return out;
 }

@@ -28,7 +28,7 @@ struct StepPricing {
   // slow in its collectives, nothing measured).
   std::optional<double> common_fixed_seconds;
   // A rank throttled whole priced by its floor, and its arrival spread
-  // (StragglerKind::ArrivalSpread); -1 and 0: none.
+  // (StragglerKind::ArrivalSpread; set by DecisionLoop::PriceThrottled); -1 and 0: none.
   int32_t throttled_rank = -1;
   double arrival_spread = 0;
 };

@@ -27,17 +27,30 @@ absl::Status ValidateStragglerKindOptions(const StragglerKindOptions& o) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether a window of min_steps steps of `step` s ending `now` would not overlap the last
+// one taken at `last_at` (none taken: `first`).
+bool WindowDue(bool first, absl::Duration last_at, absl::Duration now, double step,
+               int32_t min_steps) {
+  return first || now - last_at >= min_steps * absl::Seconds(step);
+}
+
+// Appends `value`, keeping the newest `keep`.
+void PushNewest(std::deque<double>& values, double value, int keep) {
+  values.push_back(value);
+  if (values.size() > static_cast<size_t>(keep)) values.pop_front();
+}
+
+}  // namespace
+
 bool StragglerKind::StepWindows::Due(absl::Duration now, double step, int32_t min_steps) const {
-  return seconds.empty() || now - last_at >= min_steps * absl::Seconds(step);
+  return WindowDue(seconds.empty(), last_at, now, step, min_steps);
 }
 
 void StragglerKind::StepWindows::Add(double step, double floor, absl::Duration now) {
-  seconds.push_back(step);
-  floors.push_back(floor);
-  if (seconds.size() > static_cast<size_t>(kStepWindows)) {
-    seconds.pop_front();
-    floors.pop_front();
-  }
+  PushNewest(seconds, step, kStepWindows);
+  PushNewest(floors, floor, kStepWindows);
   last_at = now;
 }
 
@@ -247,8 +260,8 @@ void StragglerKind::FitSpreads(GroupState& g, const Round& round, absl::Duration
     const double floor = StragglingFloorOf(verdict);
     const auto t = static_cast<size_t>(rank);
     if (floor <= 0 || t >= measured.size() || !(measured[t] > 0)) continue;
-    if (!verdict.spreads.empty() &&
-        now - verdict.spread_at < options_.min_steps * absl::Seconds(round.step_seconds)) {
+    if (!WindowDue(verdict.spreads.empty(), verdict.spread_at, now, round.step_seconds,
+                   options_.min_steps)) {
       continue;  // the same window as the last fit
     }
     // The others' least: the latest of them, which waits for the throttled rank alone.
@@ -260,8 +273,7 @@ void StragglerKind::FitSpreads(GroupState& g, const Round& round, absl::Duration
     if (others <= 0) continue;
     const std::optional<double> fit = FitArrivalSpread(others - calm, measured[t] - floor);
     if (!fit.has_value()) continue;
-    verdict.spreads.push_back(*fit);
-    if (verdict.spreads.size() > static_cast<size_t>(kSpreadFits)) verdict.spreads.pop_front();
+    PushNewest(verdict.spreads, *fit, kSpreadFits);
     verdict.spread_at = now;
     lines.push_back(absl::StrFormat(
         "arrival spread (rank %d): %.4f s fitted to this plan's waits (the others %.4f s a "
