@@ -183,17 +183,30 @@ def analyse(name, ranks, stragglers, reference, contended_reference, elapsed, sa
     return out
 
 
+# How a reaction to contention that starts mid-run is judged: the steps after its onset
+# until the running median of RECOVERY_WINDOW steps first lies within RECOVERY_TOLERANCE
+# of the step aimed at (the ideal here, the best static plan in e2e_interleaved.py).
+RECOVERY_WINDOW = 3
+RECOVERY_TOLERANCE = 0.10
+
+
+def steps_to_within(walls, start, end, target, tolerance=RECOVERY_TOLERANCE):
+    """Steps from `start` to the first step s whose running median of RECOVERY_WINDOW
+    steps (s onwards, from `walls`: step -> seconds, those before `end` only) is at most
+    (1 + tolerance) x target; None when none is before end. A median, so that one quick
+    step (a plan's first, or one before the contention took hold) does not count."""
+    for s in range(start, end - RECOVERY_WINDOW + 1):
+        window = sorted(walls[t] for t in range(s, s + RECOVERY_WINDOW) if t in walls)
+        if window and window[len(window) // 2] <= (1 + tolerance) * target:
+            return s - start
+    return None
+
+
 def midrun(steps, straggler, ideal):
     """Steps after contention starts until the step time is back within 10% of the new
     ideal (3-step running median), and whether plans return to all-local after it ends."""
     start, end = straggler.windows[0]
-    walls = {r["step"]: r["wall_s"] for r in steps}
-    recovered = None
-    for s in range(start, end - 2):
-        window = sorted(walls[t] for t in (s, s + 1, s + 2) if t in walls)
-        if window and window[len(window) // 2] <= 1.10 * ideal:
-            recovered = s - start
-            break
+    recovered = steps_to_within({r["step"]: r["wall_s"] for r in steps}, start, end, ideal)
     after = [r for r in steps if r["step"] >= end]
     back_local = next((r["step"] - end for r in after if all_local(r)), None)
     last = steps[-1]

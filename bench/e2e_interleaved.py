@@ -14,7 +14,20 @@ one job cycles through segments of SEGMENT steps:
 
 (2x by default: --slowdown) in this order in even cycles and in reverse in odd ones (a
 linear drift of the machine's speed then biases consecutive cycles in opposite
-directions).
+directions). With --onset, two more follow none (precede it in odd cycles), always in
+this order:
+
+  calm    no straggler,        mode auto               (does all-local stay?)
+  onset   rank 1 slowed 2x from its first step, auto   (how fast does auto react?)
+
+Issue 39 asks that with contention starting mid-run the step be within 10% of the best
+static plan's in at most 5 steps: onset_steps_to_oracle counts the steps from the
+straggler's first until the running median of 3 steps first lies within 10% of the
+cycle's oracle (bench/e2e.py's steps_to_within, the rule its midrun uses against the
+ideal). The summary judges it against the cycle's oracle and against the fixed oracle,
+counting a cycle that never got there as its whole segment; it also gives calm's plan
+changes per 1,000 steps after settling. The onset segment is also judged as a mode
+(its settled step against the oracle: onset_over_oracle).
 
 none and plain are held (`ballastctl hold JOB GROUP 1 offload=0 reshard=0`, mode observe)
 so that they run plain TP whatever a mode's segment before left in force: observe alone
@@ -59,7 +72,8 @@ few steps late. Each cycle is its own experiment, with its own ideal computed as
 bench/e2e.py does (none's median step x world / the sum of the ranks' speeds, a rank's
 speed being its seconds per unit in none over those in plain), so the ratios of a cycle
 are measured a minute apart at most. Prints one JSON object per cycle, then one with
-each ratio's min, median and max over the cycles and two verdicts against the target.
+each ratio's min, median and max over the cycles and two verdicts against the target
+(bench/interleaved_judge.py; the verdicts are bench/verdicts.py's).
 `verdict` is about single cycles: met when every cycle meets it, missed when none does,
 else not resolved. `median_verdict` is about the typical cycle: the median's 95%
 confidence interval (distribution-free, from the order statistics) met when it lies
@@ -77,12 +91,11 @@ last plan and why) is kept in OUT/explain/cycle-C-MODE.txt.
   scripts/bench interleaved [--cycles 8] [--segment 60] [--modes auto,migrate]
       [--contention device] [--static offload:0.1,0.2,0.3 --static reshard:0.2,0.4]
       [--coordinator-flag=--step_feedback] [--reshard-after 60] [--trainer gpt]
-      [--policy reshard_after_ms=10000]
+      [--policy reshard_after_ms=10000] [--onset]
 """
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -95,15 +108,10 @@ except ModuleNotFoundError:  # run straight from a checkout: the package is in p
     import ballast_harness as harness
 
 import e2e  # noqa: E402  (bench/e2e.py, beside this file)
+import interleaved_judge as judge  # noqa: E402  (bench/interleaved_judge.py)
 
 STRAGGLER_RANK = 1
 SLOWDOWN = 2
-# Issue 14's targets for each balancing mode against plain TP and the ideal.
-TARGET_VS_IDEAL = 1.05
-TARGET_PLAIN_OVER_MODE = 1.4
-# Issue 39's targets against the best static plan of the cycle (the oracle).
-TARGET_VS_ORACLE = 1.05
-TARGET_CAPTURED_SHARE = 0.90
 STATIC_KINDS = ("offload", "reshard")
 DEFAULT_STATIC = ("offload:0.2,0.3,0.4", "reshard:0.2,0.3,0.4")
 # The coordinator's measured step is the slowest rank's median over its last 16 reports.
@@ -114,6 +122,8 @@ REPORTS_IN_MEASURED_STEP = 16
 EVEN = {"name": "even", "offload": 0.0, "reshard": 0.0}
 # The coordinator's default reshard_after (coordinator/policy.h), in seconds.
 RESHARD_AFTER_DEFAULT = 60.0
+# --onset's calm and onset segments run this mode, whatever --modes says.
+ONSET_MODE = "auto"
 
 
 def parse_static(specs):
@@ -142,20 +152,26 @@ def parse_static(specs):
     return plans
 
 
-def schedule(cycles, segment, modes, statics=()):
+def schedule(cycles, segment, modes, statics=(), onset=False):
     """The segments in order: dicts with cycle, name, mode, straggler (bool), hold (a static
     plan, EVEN for none and plain, or None), start and end step. Odd cycles run their
     segments in reverse (none, plain, auto, statics, then statics, auto, plain, none), so
     that a drift of the machine's speed across a pair of cycles biases the two alike in
-    opposite directions, and the median over cycles cancels it."""
-    kinds = ([("none", EVEN), ("plain", EVEN)] + [(m, None) for m in modes]
-             + [(p["name"], p) for p in statics])
+    opposite directions, and the median over cycles cancels it. With `onset`, calm then
+    onset follow none (precede it in odd cycles), always in that order: the straggler
+    starts at onset's first step, after a calm segment of the same mode without it."""
+    units = ([[("none", EVEN)]] + ([[("calm", None), ("onset", None)]] if onset else [])
+             + [[("plain", EVEN)]] + [[(m, None)] for m in modes]
+             + [[(p["name"], p)] for p in statics])
     out = []
     for c in range(cycles):
-        for i, (name, hold) in enumerate(kinds if c % 2 == 0 else kinds[::-1]):
+        kinds = [k for unit in (units if c % 2 == 0 else units[::-1]) for k in unit]
+        for i, (name, hold) in enumerate(kinds):
             start = (c * len(kinds) + i) * segment
-            mode = "observe" if hold is not None else name
-            out.append({"cycle": c, "name": name, "mode": mode, "straggler": name != "none",
+            mode = ("observe" if hold is not None else ONSET_MODE if name in ("calm", "onset")
+                    else name)
+            out.append({"cycle": c, "name": name, "mode": mode,
+                        "straggler": name not in ("none", "calm"),
                         "hold": hold, "start": start, "end": start + segment})
     return out
 
@@ -301,223 +317,31 @@ def sample_truth(ranks, step):
     return {"rank_" + k: v for k, v in medians.items()} | {"formula_s": round(formula, 5)}
 
 
-def cycle_ratios(figures, modes, statics=()):
-    """One cycle's ideal and ratios from its segments' figures (None: a segment is missing).
-    With static plans, the best of them is the cycle's oracle (oracle_ratios)."""
-    none, plain = figures.get("none"), figures.get("plain")
-    if none is None or plain is None:
-        return None
-    speeds = [a / b for a, b in zip(none["seconds_per_unit"], plain["seconds_per_unit"])]
-    ideal = none["step_seconds"] * len(speeds) / sum(speeds)
-    out = {"none_seconds": none["step_seconds"], "plain_seconds": plain["step_seconds"],
-           "rank_relative_speed": [round(v, 3) for v in speeds], "ideal_seconds": ideal,
-           "plain_vs_ideal": plain["step_seconds"] / ideal}
-    for mode in modes:
-        f = figures.get(mode)
-        if f is None:
-            continue
-        out[f"{mode}_seconds"] = f["step_seconds"]
-        out[f"{mode}_vs_ideal"] = f["step_seconds"] / ideal
-        # Against the ideal from the speeds in the mode's own segment (e2e.py's "own
-        # speeds"): measured at the same time as the step, but stricter, since a rank given
-        # more units runs larger GEMMs at fewer seconds per unit and looks faster.
-        own = [a / b for a, b in zip(none["seconds_per_unit"], f["seconds_per_unit"])]
-        out[f"{mode}_vs_own_speeds_ideal"] = (
-            f["step_seconds"] / (none["step_seconds"] * len(own) / sum(own)))
-        out[f"plain_over_{mode}"] = plain["step_seconds"] / f["step_seconds"]
-        out[f"{mode}_offloaded_fraction"] = round(f["offloaded_fraction"], 4)
-        out[f"{mode}_pruned_fraction"] = round(f["pruned_fraction"], 4)
-        if f.get("straggler_unit_share") is not None:
-            out[f"{mode}_straggler_unit_share"] = round(f["straggler_unit_share"], 4)
-        if f.get("straggler_seconds") is not None:
-            out[f"{mode}_straggler_seconds"] = round(f["straggler_seconds"], 1)
-    out.update(oracle_ratios(figures, modes, statics, ideal))
-    return out
-
-
-def oracle_ratios(figures, modes, statics, ideal):
-    """The static segments' steps, the best of them (the oracle) and each mode against it:
-    MODE / oracle, plain / oracle, and the share of plain's excess over the oracle that
-    MODE removed, (plain - MODE) / (plain - oracle); None where no static plan beat plain
-    (no gain to share)."""
-    static = {p["name"]: figures[p["name"]] for p in statics if p["name"] in figures}
-    if not static:
-        return {}
-    oracle = min(static, key=lambda name: static[name]["step_seconds"])
-    best, plain = static[oracle]["step_seconds"], figures["plain"]["step_seconds"]
-    out = {"static_seconds": {n: f["step_seconds"] for n, f in static.items()},
-           "static_straggler_unit_share": {n: f["straggler_unit_share"] and
-                                           round(f["straggler_unit_share"], 4)
-                                           for n, f in static.items()},
-           "oracle": oracle, "oracle_seconds": best, "oracle_vs_ideal": best / ideal,
-           "plain_over_oracle": plain / best}
-    for mode in modes:
-        if mode in figures:
-            step = figures[mode]["step_seconds"]
-            out[f"{mode}_over_oracle"] = step / best
-            out[f"{mode}_captured_share"] = ((plain - step) / (plain - best)
-                                             if plain > best else None)
-    return out
-
-
-def spread(values):
-    values = sorted(values)
-    return {"min": round(values[0], 4), "median": round(harness.median(values), 4),
-            "max": round(values[-1], 4), "n": len(values)}
-
-
-def verdict(values, meets):
-    """met: every cycle meets the target; missed: none does; else not resolved."""
-    hits = sum(1 for v in values if meets(v))
-    return "met" if hits == len(values) else "missed" if hits == 0 else "not resolved"
-
-
-def median_interval(values, confidence=0.95):
-    """A confidence interval for the median of the distribution the values were drawn
-    from, with no assumption on its shape: [x_(k), x_(n+1-k)] of the sorted values holds
-    the median unless at least n+1-k values fall on one side of it, each with chance 1/2,
-    so it covers with probability 1 - 2 P(Binomial(n, 1/2) <= k - 1); the largest k whose
-    coverage is at least `confidence`. Returns (low, high, coverage); with 5 values or
-    fewer even [min, max] covers less than 95%, and that is what it returns."""
-    values = sorted(values)
-    n = len(values)
-    k, coverage = 1, 1 - 2 * 0.5 ** n
-    tail = 0.5 ** n  # P(B <= k - 1) for the next k
-    for j in range(1, n // 2 + 1):
-        tail += math.comb(n, j) * 0.5 ** n
-        if 1 - 2 * tail < confidence:
-            break
-        k, coverage = j + 1, 1 - 2 * tail
-    return values[k - 1], values[n - k], coverage
-
-
-def meets_target(target, at_most):
-    """The test a value must pass: <= target when at_most, else >= target."""
-    return (lambda v: v <= target) if at_most else (lambda v: v >= target)
-
-
-def median_verdict(low, high, target, at_most):
-    """met: the median's interval lies wholly on the target's good side (<= target when
-    at_most, else >=); missed: wholly on the other; else not resolved."""
-    return verdict([low, high], meets_target(target, at_most))
-
-
-def judged(values, target, at_most):
-    """spread() with the target and both verdicts."""
-    low, high, coverage = median_interval(values)
-    return {**spread(values), "target": target,
-            "verdict": verdict(values, meets_target(target, at_most)),
-            "median_interval": [round(low, 4), round(high, 4)],
-            "median_interval_coverage": round(coverage, 3),
-            "median_verdict": median_verdict(low, high, target, at_most)}
-
-
-def summarize(cycles, modes, reshard_after=None):
-    """The ratios over the cycles, judged against the targets; with `reshard_after`
-    (seconds), each mode's oracle ratios also over the cycles where the straggler had
-    lasted at least that long when its segment began (MODE_straggler_lasted) and over the
-    others (MODE_straggler_new)."""
-    out = {"cycles": len(cycles), "plain_vs_ideal": spread([c["plain_vs_ideal"] for c in cycles])}
-    for mode in modes:
-        vs_ideal = [c[f"{mode}_vs_ideal"] for c in cycles if f"{mode}_vs_ideal" in c]
-        over = [c[f"plain_over_{mode}"] for c in cycles if f"plain_over_{mode}" in c]
-        if not vs_ideal:
-            continue
-        out[f"{mode}_vs_ideal"] = judged(vs_ideal, TARGET_VS_IDEAL, at_most=True)
-        own = [c[f"{mode}_vs_own_speeds_ideal"] for c in cycles
-               if f"{mode}_vs_own_speeds_ideal" in c]
-        if own:
-            out[f"{mode}_vs_own_speeds_ideal"] = judged(own, TARGET_VS_IDEAL, at_most=True)
-        out[f"plain_over_{mode}"] = judged(over, TARGET_PLAIN_OVER_MODE, at_most=False)
-        against = against_oracle(cycles, mode)
-        if against:
-            out.update({f"{mode}_{k}": v for k, v in against.items()})
-            out[f"{mode}_captured_share_undefined_cycles"] = (
-                against["over_oracle"]["n"] - against.get("captured_share", {"n": 0})["n"])
-    oracles = [c["oracle"] for c in cycles if "oracle" in c]
-    if oracles:
-        out["oracle_vs_ideal"] = spread([c["oracle_vs_ideal"] for c in cycles if "oracle" in c])
-        out["plain_over_oracle"] = spread([c["plain_over_oracle"] for c in cycles
-                                           if "oracle" in c])
-        out["oracle_wins"] = {n: oracles.count(n) for n in sorted(set(oracles))}
-        out.update(fixed_oracle(cycles, modes))
-        if reshard_after is not None:
-            out.update(by_straggler_age(cycles, modes, reshard_after, out.get("fixed_oracle")))
-    # plain / MODE is at most plain_vs_ideal unless the mode beats the ideal (pruning can:
-    # it computes less), so in a cycle with plain under 1.4x the ideal the plain target
-    # asks for a step below the ideal. plain_vs_ideal above says how often that is.
-    return out
-
-
-def by_straggler_age(cycles, modes, reshard_after, fixed):
-    """Each mode against the cycle's oracle and against the fixed oracle `fixed` (None:
-    none), over the cycles whose straggler had lasted `reshard_after` seconds when the
-    mode's segment began ("lasted") and over the others ("new")."""
+def reaction_figures(ranks, segments, settle, oracle_seconds=None):
+    """--onset's figures for one cycle's `segments`: rank 0's step seconds over the onset
+    segment (onset_walls, its first step the straggler's first), the steps in it at which
+    the plan changed (onset_plan_steps, counted from its first), the steps until the step
+    came within 10% of the cycle's oracle (onset_steps_to_oracle; None: not in the
+    segment); the plan changes over the calm segment after its first `settle` steps and
+    the share of those steps that ran all-local. {} without those segments."""
+    by_name = {s["name"]: s for s in segments}
     out = {}
-    for mode in modes:
-        key = f"{mode}_straggler_seconds"
-        for name, pick in (("lasted", lambda v: v >= reshard_after),
-                           ("new", lambda v: v < reshard_after)):
-            group = [c for c in cycles if key in c and pick(c[key])
-                     and f"{mode}_over_oracle" in c]
-            if not group:
-                continue
-            out[f"{mode}_straggler_{name}"] = {
-                "cycles": [c["cycle"] for c in group if "cycle" in c],
-                "reshard_after_seconds": reshard_after,
-                **against_oracle(group, mode),
-                **(against_fixed(group, mode, fixed) if fixed is not None else {})}
-    return out
-
-
-def against_oracle(cycles, mode):
-    """MODE against each cycle's own oracle over `cycles`: over_oracle and captured_share
-    judged against issue 39's targets; {} when no cycle has an oracle."""
-    vs_oracle = [c[f"{mode}_over_oracle"] for c in cycles if f"{mode}_over_oracle" in c]
-    if not vs_oracle:
-        return {}
-    out = {"over_oracle": judged(vs_oracle, TARGET_VS_ORACLE, at_most=True)}
-    share = [c[f"{mode}_captured_share"] for c in cycles
-             if c.get(f"{mode}_captured_share") is not None]
-    if share:
-        out["captured_share"] = judged(share, TARGET_CAPTURED_SHARE, at_most=False)
-    return out
-
-
-def against_fixed(cycles, mode, fixed):
-    """MODE against the static plan `fixed` in every one of `cycles` that ran both:
-    over_fixed_oracle and captured_share_of_fixed_oracle judged; {} when none did."""
-    pairs = [(c[f"{mode}_seconds"], c["static_seconds"][fixed], c["plain_seconds"])
-             for c in cycles if fixed in c.get("static_seconds", {}) and f"{mode}_seconds" in c]
-    if not pairs:
-        return {}
-    out = {"over_fixed_oracle": judged([m / o for m, o, _ in pairs], TARGET_VS_ORACLE,
-                                       at_most=True)}
-    share = [(p - m) / (p - o) for m, o, p in pairs if p > o]
-    if share:
-        out["captured_share_of_fixed_oracle"] = judged(share, TARGET_CAPTURED_SHARE,
-                                                       at_most=False)
-    return out
-
-
-def fixed_oracle(cycles, modes):
-    """The one static plan that is best over the cycles (the lowest median of its step over
-    plain's in the same cycle), and each mode judged against that plan in every cycle.
-    A cycle's own oracle is the least of several noisy segments, so it is biased low by
-    the noise (the more plans, the more); a plan picked once for the whole run is not,
-    in any one cycle, and that is the fixed plan an operator with hindsight would hold."""
-    relative = {}
-    for c in cycles:
-        for name, step in c.get("static_seconds", {}).items():
-            relative.setdefault(name, []).append(step / c["plain_seconds"])
-    if not relative:
-        return {}
-    best = min(relative, key=lambda name: harness.median(relative[name]))
-    out = {"fixed_oracle": best,
-           "static_over_plain_median": {n: round(harness.median(v), 4)
-                                        for n, v in relative.items()}}
-    for mode in modes:
-        out.update({f"{mode}_{k}": v for k, v in against_fixed(cycles, mode, best).items()})
+    onset, calm = by_name.get("onset"), by_name.get("calm")
+    if onset is not None:
+        steps = [r for r in ranks[0]["steps"] if onset["start"] - 1 <= r["step"] < onset["end"]]
+        walls = [r["wall_s"] for r in steps if r["step"] >= onset["start"]]
+        out["onset_walls"] = [round(w, 4) for w in walls]
+        out["onset_plan_steps"] = [b["step"] - onset["start"] for a, b in zip(steps, steps[1:])
+                                   if a["plan_version"] != b["plan_version"]]
+        if oracle_seconds is not None:
+            out["onset_steps_to_oracle"] = judge.steps_to(walls, oracle_seconds)
+    if calm is not None:
+        kept = [r for r in ranks[0]["steps"] if calm["start"] + settle <= r["step"] < calm["end"]]
+        out["calm_steps"] = len(kept)
+        out["calm_plan_changes"] = sum(a["plan_version"] != b["plan_version"]
+                                       for a, b in zip(kept, kept[1:]))
+        out["calm_all_local_fraction"] = round(
+            sum(e2e.all_local(r) for r in kept) / max(1, len(kept)), 4)
     return out
 
 
@@ -557,6 +381,11 @@ def main():
                    help="job policy setting for the whole job (repeatable; ballastctl policy "
                         "set's keys), e.g. --policy reshard_after_ms=10000; every JSON line "
                         "names them")
+    p.add_argument("--onset", action="store_true",
+                   help="two more segments a cycle, after none: calm (auto, no straggler) "
+                        "then onset (auto, the straggler from its first step): how many "
+                        f"steps the step takes to come within 10%% of the oracle (target "
+                        f"{judge.TARGET_ONSET_STEPS}), and whether calm stays all-local")
     p.add_argument("--out", default="")
     p.add_argument("trainer_args", nargs="*", help="extra trainer flags (after --)")
     a = p.parse_args()
@@ -595,7 +424,10 @@ def main():
         statics = parse_static(a.static if a.static is not None else DEFAULT_STATIC)
     except ValueError as e:
         p.error(str(e))
-    segments = schedule(a.cycles, a.segment, modes, statics)
+    segments = schedule(a.cycles, a.segment, modes, statics, onset=a.onset)
+    # The onset segment is judged like a mode (its settled step against the oracle), and
+    # also by how fast it got there (reaction_figures).
+    ratio_modes = modes + (["onset"] if a.onset else [])
     out_dir = a.out or os.path.join(a.build, "bench-e2e-interleaved")
     os.makedirs(out_dir, exist_ok=True)
     cfg = harness.JobConfig(build=a.build, steps=segments[-1]["end"], mode=segments[0]["mode"],
@@ -605,7 +437,8 @@ def main():
                             trainer_args=a.trainer_args, quota_period_us=a.quota_period_us,
                             contention=a.contention, coordinator_flags=a.coordinator_flag,
                             trainer=a.trainer, policy=policy)
-    names = ", ".join(["none", "plain", *modes, *(p["name"] for p in statics)])
+    names = ", ".join(["none", *(["calm", "onset"] if a.onset else []), "plain", *modes,
+                       *(p["name"] for p in statics)])
     print(f"[interleaved] {a.cycles} cycles of {names}; {a.segment} steps a segment "
           f"({cfg.steps} steps)", file=sys.stderr, flush=True)
     sampler = e2e.StatusSampler()
@@ -633,8 +466,10 @@ def main():
             if f is not None:
                 f["straggler_seconds"] = straggler_seconds(ranks, segments, s, f["began"])
                 figures[s["name"]] = f
-        ratios = cycle_ratios(figures, modes, statics)
+        ratios = judge.cycle_ratios(figures, ratio_modes, statics)
         if ratios is not None:
+            ratios.update(reaction_figures(ranks, [s for s in segments if s["cycle"] == c],
+                                           a.settle, ratios.get("oracle_seconds")))
             results.append({"cycle": c, "contention": contention, "slowdown": a.slowdown,
                             "trainer": a.trainer,
                             "coordinator_flags": a.coordinator_flag, "policy": policy,
@@ -646,7 +481,7 @@ def main():
                "trainer": a.trainer,
                "coordinator_flags": a.coordinator_flag, "policy": policy,
                "static": [p["name"] for p in statics],
-               **summarize(results, modes, a.reshard_after),
+               **judge.summarize(results, ratio_modes, a.reshard_after),
                "segment_steps": a.segment, "settle_steps": a.settle,
                "quota_period_us": a.quota_period_us, "wall_seconds": round(elapsed, 1)}
     # Predicted against measured step, by segment kind (in none and plain, the held even
@@ -658,7 +493,7 @@ def main():
         for step in range(s["start"] + a.settle + REPORTS_IN_MEASURED_STEP, s["end"]):
             kind_of[step] = s["name"]
     static_names = {p["name"] for p in statics}
-    for name in ["none", "plain", *modes, "static"]:
+    for name in ["none", "plain", *ratio_modes, "calm", "static"]:
         errors = sorted(abs(x["predicted"] / x["measured"] - 1) for x in sampler.samples
                         if kind_of.get(x["step"]) == name
                         or (name == "static" and kind_of.get(x["step"]) in static_names))

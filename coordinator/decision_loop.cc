@@ -516,7 +516,9 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     // (A correction is made only when the timers see a straggler: it never makes a calm
     // group balance.)
     in.input.calm = verdict.calm;
-    in.input.calm_lasted = verdict.calm_lasted;
+    // A recheck that ended a relieved rank's verdict gives its units back at once.
+    in.input.calm_lasted =
+        verdict.calm_lasted || (verdict.calm && straggler_kind_.UnitsGoingBack(group.ref));
     in.input.offloads_refused = refuse_offloads && !block.units_divide;
     std::vector<int32_t> owned(group.size, 0);
     for (RankId r : in.input.owner_of_unit) ++owned[r.value()];

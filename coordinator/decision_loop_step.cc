@@ -95,6 +95,7 @@ StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t str
   round.published_version = group.plan.version.value();
   round.offloads = OffloadsUnits(group);
   round.units = UnitsComputed(group);
+  round.owned = UnitsComputed(group, /*computed=*/false);
   const int32_t min_steps = straggler_kind_.options().min_steps;
   round.step_seconds = MeasuredStep(group.ranks, round.plan_version, min_steps);
   round.collective_seconds = MeasuredCollectives(group.ranks, round.plan_version, min_steps);

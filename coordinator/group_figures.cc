@@ -148,6 +148,10 @@ const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
 }
 
 std::vector<int32_t> UnitsComputed(const GroupSnapshot& group) {
+  return UnitsComputed(group, /*computed=*/true);
+}
+
+std::vector<int32_t> UnitsComputed(const GroupSnapshot& group, bool computed) {
   std::vector<int32_t> units(std::max(group.size, 0), 0);
   const auto add = [&units](RankId rank, int32_t n) {
     if (rank.value() >= 0 && static_cast<size_t>(rank.value()) < units.size()) {
@@ -159,6 +163,7 @@ std::vector<int32_t> UnitsComputed(const GroupSnapshot& group) {
     const std::vector<RankId>& owners = PlannedOwnership(group.plan, block);
     if (owners.empty()) return {};
     for (RankId owner : owners) add(owner, 1);
+    if (!computed) continue;
     for (const BlockPlan& bp : group.plan.blocks) {
       if (bp.block.value() != block.block) continue;
       for (size_t r = 0; r < bp.pruned_units.size(); ++r) {

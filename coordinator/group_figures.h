@@ -84,6 +84,9 @@ std::vector<double> MeasuredRankCollectives(const std::vector<RankSnapshot>& ran
 // the helper's plus; blocks whose units divide (experts' replicas) are left out. Indexed
 // by rank; empty where the snapshot carries no ownership.
 std::vector<int32_t> UnitsComputed(const GroupSnapshot& group);
+// The same with `computed` false: each rank's units owned on the plan's ownership alone
+// (what a reshard moves; offloads and prunes leave it).
+std::vector<int32_t> UnitsComputed(const GroupSnapshot& group, bool computed);
 
 }  // namespace ballast::coordinator
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/duration_text.h"
 #include "common/median.h"
 #include "coordinator/arrival_spread.h"
@@ -94,6 +96,7 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
 StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl::Duration now,
                                         std::vector<std::string>& lines) {
   if (!g.calm_since.has_value()) g.calm_since = now;
+  g.straggling_since.reset();
   // A straggler back from a calm spell as long as a floor's window is measured afresh; a
   // shorter one keeps its run: the timers see a quota's straggler near the threshold
   // (1.1-1.25x on the small GPT under 2x), they flicker calm, and a run restarted at each
@@ -104,12 +107,14 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
   }
   if (!g.judged.empty()) {
     const bool relieved = std::any_of(g.judged.begin(), g.judged.end(), [&](const auto& j) {
-      return Relieved(g, round.units, j.first);
+      return Relieved(g, round.units, j.first) || Relieved(g, round.owned, j.first);
     });
     if (relieved) {
       g.absent_since.reset();
-    } else if (!g.absent_since.has_value()) {
-      g.absent_since = now;
+      Recheck(g, now, lines);
+    } else {
+      g.relieved_calm_since.reset();
+      if (!g.absent_since.has_value()) g.absent_since = now;
     }
     if (g.absent_since.has_value() && now - *g.absent_since >= kAbsentFor) {
       g.judged.clear();
@@ -128,7 +133,14 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
             "straggler kind: collectives %.4f s a step at least in a round judged calm, %.2fx "
             "the calm %.4f s: not taken as calm (a straggler the compute timers do not see)",
             round.collective_seconds, round.collective_seconds / g.calm_floor, g.calm_floor));
+      } else if (g.floor_awaits_calm_units && round.units != g.calm_units) {
+        // The split a recheck found relieved: its last rank waits for nobody, and a floor
+        // from it would call the next slower device throttled.
+        lines.push_back(
+            "straggler kind: calm collectives not measured on the split a recheck found "
+            "relieved; measured again once the units are back");
       } else {
+        g.floor_awaits_calm_units = false;
         g.calm_floor = round.collective_seconds;
         g.calm_floor_at = now;
         if (round.units != g.calm_units) g.calm_steps = {};
@@ -158,6 +170,13 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
                                               std::vector<std::string>& lines) {
   g.calm_since.reset();
   g.absent_since.reset();
+  // A relieved straggler's calm spell outlasts straggling blips shorter than a floor's
+  // window (any rank's: the timers flag one for a round or two every few seconds here).
+  if (!g.straggling_since.has_value()) g.straggling_since = now;
+  if (round.step_seconds <= 0 ||
+      now - *g.straggling_since >= options_.min_steps * absl::Seconds(round.step_seconds)) {
+    g.relieved_calm_since.reset();
+  }
   if (round.straggler != g.target) {
     // Its steps from before (calm, or another rank's) are not this straggler's.
     g.target = round.straggler;
@@ -203,9 +222,43 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       whole ? "slow in its collectives too (a CPU quota or a co-tenant)"
             : "slow in its compute alone (a slower device)",
       round.collective_seconds, g.calm_floor, ratio, whole ? ">=" : "<", options_.min_ratio);
+  // Throttled still soon after a recheck ended its verdict: the next check waits longer.
+  const bool recheck_failed = whole && g.rechecked_at.has_value() &&
+                              now - *g.rechecked_at <= kRecheckFailedWithin &&
+                              absl::c_linear_search(g.rechecked, g.target);
+  g.recheck_after = recheck_failed ? std::min(2 * g.recheck_after, kRecheckMax) : kRecheckAfter;
+  g.floor_awaits_calm_units = false;  // judged on its calm units: they are back
+  if (recheck_failed) {
+    absl::StrAppend(&verdict.why, "; throttled still ", WholeSeconds(now - *g.rechecked_at),
+                    " after a recheck ended its verdict: the next waits for a calm spell of ",
+                    absl::FormatDuration(g.recheck_after), " while relieved");
+  }
   SampleStep(g, round, now, verdict);
   lines.push_back(absl::StrCat(who, verdict.why, StepText(g, verdict)));
   return verdict.kind;
+}
+
+void StragglerKind::Recheck(GroupState& g, absl::Duration now, std::vector<std::string>& lines) {
+  if (!g.relieved_calm_since.has_value()) g.relieved_calm_since = now;
+  const absl::Duration calm_for = now - *g.relieved_calm_since;
+  if (calm_for < g.recheck_after) {
+    lines.push_back(absl::StrCat("straggler kind: relieved of units and calm for ",
+                                 WholeSeconds(calm_for), ": its verdict ends once that lasts ",
+                                 absl::FormatDuration(g.recheck_after),
+                                 ", to see whether its contention is over"));
+    return;
+  }
+  g.rechecked.clear();
+  for (const auto& [rank, verdict] : g.judged) g.rechecked.push_back(rank);
+  lines.push_back(
+      absl::StrCat("straggler kind: rank ", absl::StrJoin(g.rechecked, ", "),
+                   " relieved of units and calm for ", WholeSeconds(calm_for),
+                   ": its verdict ends, to see whether its contention is over (its "
+                   "units go back; throttled still, it straggles on them and is judged again)"));
+  g.judged.clear();
+  g.rechecked_at = now;
+  g.relieved_calm_since.reset();
+  g.floor_awaits_calm_units = true;
 }
 
 double StragglerKind::ThrottledFloor(const GroupState& g) {
@@ -329,6 +382,13 @@ bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,
   const auto g = groups_.find(ref.key);
   if (g == groups_.end() || g->second.incarnation != ref.incarnation) return false;
   return Relieved(g->second, units, rank);
+}
+
+bool StragglerKind::UnitsGoingBack(const GroupRef& ref) const {
+  absl::MutexLock lock(&mu_);
+  const auto g = groups_.find(ref.key);
+  return g != groups_.end() && g->second.incarnation == ref.incarnation &&
+         g->second.floor_awaits_calm_units;
 }
 
 double StragglerKind::CalmCollectives(const GroupRef& ref) const {

@@ -41,6 +41,23 @@
 //     throttled rank can look calm while it is not). Another straggler is judged on its
 //     own (each verdict kept by rank, so two stragglers that take turns keep theirs). The
 //     calm floor is not measured while a verdict stands, for the same reason.
+//   - recheck: relieved of units, a throttled rank whose contention ended looks as it did
+//     still contended (its timers calm, its collectives slow: it arrives early and waits
+//     for the ranks that took its units), so a verdict kept while relieved would keep the
+//     reshard for good: the interleaved benchmark's calm segments after a resharded quota
+//     straggler ran 1.33-1.45x the calm step for their whole minute (docs/benchmarks.md,
+//     2026-12-05). A calm spell while relieved (computing fewer units than calm, or
+//     owning fewer: helping its peers by offloads back, it computes its share again but
+//     its reshard stands) ends the verdicts too, once it lasts
+//     kRecheckAfter (kAbsentFor at first; through runs of rounds naming some rank a
+//     straggler shorter than min_steps steps: the ViT's timers flag one for a round or
+//     two every few seconds, and its spells never lasted 30 s without them), so the
+//     planner gives the units back: calm, the group stays there; still throttled, the
+//     rank straggles on its calm units and is judged again, and when that came within
+//     kRecheckFailedWithin the next check waits twice as long (up to kRecheckMax). The
+//     ViT's relieved quota straggler times 1.8x and is never checked; the small GPT's
+//     times 1.06-1.14x, near the threshold, and one calm spell of 35 s was seen
+//     (2026-12-03): the doubling bounds what such spells cost.
 //   - kUnknown until then, and for a straggler with no calm floor to compare with (one
 //     there from the job's start): the caller decides (the coordinator balances no fixed
 //     costs then, as before this existed).
@@ -140,6 +157,10 @@ class StragglerKind {
     // offloaded; summed over the blocks planned by counts); empty: not known (nothing
     // is then compared).
     std::vector<int32_t> units;
+    // Each rank's units owned under that plan (what a reshard moves; offloads leave it);
+    // empty: not known. A rank that owns fewer than it computed calm was relieved by a
+    // reshard, whatever it computes for others (see "recheck").
+    std::vector<int32_t> owned;
     // The group's step and its collectives' floor under the plan the workers run, once
     // every rank ran min_steps steps under it (group_figures.h: MeasuredStep,
     // MeasuredCollectives); <= 0 until then.
@@ -192,6 +213,10 @@ class StragglerKind {
   // measured: relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a recheck ended verdicts and the group has not computed the calm units since:
+  // its units are to go back (the coordinator takes the split back to even at once, not
+  // after a steady calm of reshard_after, which blips here seldom leave).
+  bool UnitsGoingBack(const GroupRef& ref) const ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a group the registry forgot.
   void Forget(const GroupKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   const StragglerKindOptions& options() const { return options_; }
@@ -199,6 +224,12 @@ class StragglerKind {
   // A straggler judged calm for this long is forgotten (a quota straggler relieved of
   // units can look calm for seconds while still contended: straggler_judge.h).
   static constexpr absl::Duration kAbsentFor = absl::Seconds(30);
+  // A relieved straggler's calm spell that ends its verdict at first, the longest it
+  // doubles to, and how soon after a check the same rank judged throttled again doubles
+  // it (see "recheck").
+  static constexpr absl::Duration kRecheckAfter = kAbsentFor;
+  static constexpr absl::Duration kRecheckMax = absl::Minutes(32);
+  static constexpr absl::Duration kRecheckFailedWithin = absl::Minutes(5);
   // How many disjoint windows a step figure is the median of (see "Step slowdown").
   static constexpr int kStepWindows = 5;
   // How many fits an arrival spread is the median of: one fit moved from 0.02 to 0.06 s
@@ -241,6 +272,19 @@ class StragglerKind {
     // Each straggler judged, until a calm spell of kAbsentFor.
     std::map<int32_t, Verdict> judged;
     std::optional<absl::Duration> absent_since;  // the calm spell counted toward it
+    // The run of straggling rounds since the last calm one (any rank's).
+    std::optional<absl::Duration> straggling_since;
+    // The calm spell while relieved counted toward a recheck (through straggling runs
+    // shorter than min_steps steps), how long it must last, and when and on which ranks
+    // the last recheck ended verdicts (see "recheck").
+    std::optional<absl::Duration> relieved_calm_since;
+    absl::Duration recheck_after = kRecheckAfter;
+    std::optional<absl::Duration> rechecked_at;
+    std::vector<int32_t> rechecked;
+    // Set by a recheck: no calm floor is taken until the group computes calm_units again
+    // (on the relieved split the rank that took the units arrives last and waits for
+    // nobody, a floor 0.0064 s where the even split's was 0.0163 s on the ViT).
+    bool floor_awaits_calm_units = false;
   };
   // The verdict on `rank` that stands in `ref`'s incarnation; null if none.
   const Verdict* StandingVerdict(const GroupRef& ref, int32_t rank) const
@@ -278,6 +322,9 @@ class StragglerKind {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Kind Straggling(GroupState& g, const Round& round, absl::Duration now,
                   std::vector<std::string>& lines) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A calm round while some judged rank is relieved of units: counts the spell and ends
+  // the verdicts once it lasted g.recheck_after (see "recheck").
+  static void Recheck(GroupState& g, absl::Duration now, std::vector<std::string>& lines);
 
   Clock* const clock_;
   const StragglerKindOptions options_;

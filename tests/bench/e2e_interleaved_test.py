@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""The interleaved benchmark's schedule and arithmetic (bench/e2e_interleaved.py), on
-made-up step records: which steps each segment keeps, the ideal and ratios of a cycle,
-the static plans' segments, holds and oracle, and the verdicts. The job itself is a
+"""The interleaved benchmark's schedule and arithmetic (bench/e2e_interleaved.py and its
+judgement, bench/interleaved_judge.py), on made-up step records: which steps each
+segment keeps, the ideal and ratios of a cycle, the static plans' segments, holds and
+oracle, the reaction to a straggler's onset, and the summary. The job itself is a
 benchmark (scripts/bench interleaved), not a test."""
 
 import os
@@ -11,11 +12,13 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import e2e_interleaved as il  # noqa: E402
+import interleaved_judge as judge  # noqa: E402
 
 
-def record(step, wall, spu, offloaded=0.0):
+def record(step, wall, spu, offloaded=0.0, plan=0):
     return {"step": step, "wall_s": wall, "seconds_per_unit": spu, "units_computed": 45,
-            "offloaded_fraction": offloaded, "pruned_fraction": 0.0}
+            "offloaded_fraction": offloaded, "pruned_fraction": 0.0, "plan_version": plan,
+            "owned_units": [45, 45]}
 
 
 class FakeJob:
@@ -74,6 +77,88 @@ class ScheduleTest(unittest.TestCase):
         ])
         self.assertEqual(switcher.switched_at, {10: 11, 20: 24, 30: 31, 40: 45, 50: 52, 60: 61})
         self.assertEqual(sampled, [0, 5, 11, 19, 24, 31, 45, 52, 61])
+
+    def test_onset_follows_a_calm_segment_in_both_orders(self):
+        # none calm onset plain auto | auto plain calm onset none
+        segments = il.schedule(2, 10, ["auto"], onset=True)
+        self.assertEqual([s["name"] for s in segments],
+                         ["none", "calm", "onset", "plain", "auto",
+                          "auto", "plain", "calm", "onset", "none"])
+        self.assertEqual([s["mode"] for s in segments[:5]],
+                         ["observe", "auto", "auto", "observe", "auto"])
+        self.assertEqual([s["hold"] is None for s in segments[:5]],
+                         [False, True, True, False, True])
+        # The straggler starts at each onset's first step, after calm's steps without it.
+        self.assertEqual(il.straggler_windows(segments), "1:2@20-70,80-90")
+        # --modes migrate: calm and onset still run auto.
+        self.assertEqual([s["mode"] for s in il.schedule(1, 10, ["migrate"], onset=True)],
+                         ["observe", "auto", "auto", "observe", "migrate"])
+
+    def test_the_switcher_releases_into_calm_and_leaves_onset_alone(self):
+        # none calm onset plain auto | auto plain calm onset none
+        segments = il.schedule(2, 10, ["auto"], onset=True)
+        switcher = il.ModeSwitcher(segments, "vit", lambda job, step: None)
+        job = FakeJob()
+        for step in range(0, 100, 5):
+            switcher(job, step)
+        self.assertEqual(job.calls, [
+            ("policy", "set", "vit", "mode=auto"),                           # 10: calm
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 30: plain
+            ("policy", "set", "vit", "mode=observe"),
+            ("policy", "set", "vit", "mode=auto"),                           # 40: auto
+            ("release", "vit", "vit/tp0"),
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 60: plain
+            ("policy", "set", "vit", "mode=observe"),
+            ("policy", "set", "vit", "mode=auto"),                           # 70: calm
+            ("release", "vit", "vit/tp0"),
+            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 90: none
+            ("policy", "set", "vit", "mode=observe"),
+        ])
+
+    def test_the_recovery_is_a_running_median_from_the_onset(self):
+        # One quick step before the contention took hold does not count; the first
+        # step whose 3-step median is within 10% does (0.21 <= 1.1 x 0.2).
+        walls = [0.2, 0.3, 0.3, 0.3, 0.21, 0.3, 0.2, 0.21, 0.25]
+        self.assertEqual(judge.steps_to(walls, 0.2), 4)
+        self.assertIsNone(judge.steps_to(walls, 0.1))
+        self.assertIsNone(judge.steps_to([0.1, 0.1], 0.2))  # shorter than the median
+
+    def test_reaction_figures_read_the_onset_and_calm_segments(self):
+        # none calm onset plain auto, 10 steps each; the plan changes at steps 12
+        # (calm, settling), 16 (calm) and 23 (onset).
+        segments = il.schedule(1, 10, ["auto"], onset=True)
+        walls = [0.2] * 20 + [0.3, 0.3, 0.3, 0.3, 0.23, 0.21, 0.2] + [0.2] * 23
+        plans = [0] * 12 + [1] * 4 + [2] * 7 + [3] * 27
+        steps = [dict(record(s, walls[s], 1e-3, plan=plans[s])) for s in range(50)]
+        steps[17]["offloaded_fraction"] = 0.1  # one calm step not all-local
+        out = il.reaction_figures([{"steps": steps}], segments, settle=5, oracle_seconds=0.2)
+        self.assertEqual(out["onset_walls"], walls[20:30])
+        self.assertEqual(out["onset_plan_steps"], [3])
+        self.assertEqual(out["onset_steps_to_oracle"], 4)  # 0.23, 0.21, 0.2: 0.21
+        self.assertEqual((out["calm_steps"], out["calm_plan_changes"]), (5, 1))  # 15-19
+        self.assertEqual(out["calm_all_local_fraction"], 0.8)
+        self.assertNotIn("onset_steps_to_oracle",
+                         il.reaction_figures([{"steps": steps}], segments, settle=5))
+        self.assertEqual(il.reaction_figures([{"steps": steps}], segments[3:], 5), {})
+
+    def test_the_reaction_summary_judges_the_onset_against_both_oracles(self):
+        def cycle(walls, oracle, fixed):
+            return {"onset_walls": walls, "oracle_seconds": oracle,
+                    "static_seconds": {"reshard 0.4": fixed}, "calm_steps": 50,
+                    "calm_plan_changes": 1, "calm_all_local_fraction": 1.0}
+        quick = [0.3, 0.3, 0.2, 0.2, 0.2, 0.2]
+        slow = [0.3] * 6
+        cycles = [cycle(quick, 0.2, 0.2), cycle(quick, 0.2, 0.15), cycle(slow, 0.2, 0.2)]
+        out = judge.reaction_summary(cycles, "reshard 0.4")
+        steps = out["onset_steps_to_oracle"]
+        self.assertEqual((steps["min"], steps["median"], steps["max"]), (1, 1, 6))
+        self.assertEqual(steps["verdict"], "not resolved")
+        self.assertEqual(out["onset_steps_to_oracle_never"], 1)  # counted as its 6 steps
+        self.assertEqual(out["onset_steps_to_fixed_oracle_never"], 2)
+        self.assertEqual(out["calm_plan_changes_per_1000_steps"], 20.0)
+        self.assertEqual(out["calm_all_local_fraction"], 1.0)
+        self.assertNotIn("onset_steps_to_fixed_oracle", judge.reaction_summary(cycles, None))
+        self.assertEqual(judge.reaction_summary([{"plain_vs_ideal": 1.3}], None), {})
 
     def test_static_plans_parse_in_order_and_reject_bad_values(self):
         plans = il.parse_static(["offload:0.1,0.3", "reshard:0.25"])
@@ -179,7 +264,7 @@ class ArithmeticTest(unittest.TestCase):
         self.assertEqual(figures["plain"]["steps"], 9)  # step 10 left out
         self.assertAlmostEqual(figures["plain"]["step_seconds"], 0.20)
         self.assertAlmostEqual(figures["auto"]["offloaded_fraction"], 0.2)
-        ratios = il.cycle_ratios(figures, ["auto"])
+        ratios = judge.cycle_ratios(figures, ["auto"])
         # Speeds 1 and 0.5: ideal = 0.10 x 2 / 1.5.
         self.assertAlmostEqual(ratios["ideal_seconds"], 0.2 / 1.5)
         self.assertAlmostEqual(ratios["auto_vs_ideal"], 0.14 / (0.2 / 1.5))
@@ -188,7 +273,7 @@ class ArithmeticTest(unittest.TestCase):
         # The auto segment's own speeds are plain's here: the same ideal.
         self.assertAlmostEqual(ratios["auto_vs_own_speeds_ideal"], ratios["auto_vs_ideal"])
         figures["auto"]["seconds_per_unit"] = [0.8e-3, 2e-3]  # rank 0 looks faster
-        stricter = il.cycle_ratios(figures, ["auto"])
+        stricter = judge.cycle_ratios(figures, ["auto"])
         self.assertAlmostEqual(stricter["auto_vs_own_speeds_ideal"],
                                0.14 / (0.2 / (1.25 + 0.5)))
         self.assertAlmostEqual(stricter["auto_vs_ideal"], ratios["auto_vs_ideal"])
@@ -200,7 +285,7 @@ class ArithmeticTest(unittest.TestCase):
         self.assertIsNone(il.segment_figures(ranks, auto, 10, 20))
 
     def test_a_cycle_without_its_reference_has_no_ratios(self):
-        self.assertIsNone(il.cycle_ratios({"plain": {}}, ["auto"]))
+        self.assertIsNone(judge.cycle_ratios({"plain": {}}, ["auto"]))
 
     def test_the_best_static_plan_is_the_oracle_auto_is_judged_against(self):
         def figure(step, share=0.5, spu=(1e-3, 2e-3)):
@@ -213,7 +298,7 @@ class ArithmeticTest(unittest.TestCase):
                    "auto": figure(0.15),
                    "offload 0.2": figure(0.16, 0.42), "offload 0.4": figure(0.17, 0.34),
                    "reshard 0.3": figure(0.14, 0.35)}
-        ratios = il.cycle_ratios(figures, ["auto"], plans)
+        ratios = judge.cycle_ratios(figures, ["auto"], plans)
         self.assertEqual(ratios["oracle"], "reshard 0.3")
         self.assertAlmostEqual(ratios["oracle_seconds"], 0.14)
         self.assertAlmostEqual(ratios["auto_over_oracle"], 0.15 / 0.14)
@@ -226,9 +311,9 @@ class ArithmeticTest(unittest.TestCase):
         # No static plan beats plain: no gain to share.
         for name in ("offload 0.2", "offload 0.4", "reshard 0.3"):
             figures[name]["step_seconds"] = 0.25
-        self.assertIsNone(il.cycle_ratios(figures, ["auto"], plans)["auto_captured_share"])
+        self.assertIsNone(judge.cycle_ratios(figures, ["auto"], plans)["auto_captured_share"])
         # Without static plans, no oracle.
-        self.assertNotIn("oracle", il.cycle_ratios(figures, ["auto"]))
+        self.assertNotIn("oracle", judge.cycle_ratios(figures, ["auto"]))
 
     def test_the_straggler_unit_share_counts_units_where_they_are_computed(self):
         ranks = [{"steps": [{"step": s, "units_computed": 60} for s in range(4)]},
@@ -246,7 +331,7 @@ class ArithmeticTest(unittest.TestCase):
                   {"plain_vs_ideal": 1.4, "auto_vs_ideal": 1.0, "plain_over_auto": 1.4,
                    "oracle": "reshard 0.3", "oracle_vs_ideal": 1.0, "plain_over_oracle": 1.4,
                    "auto_over_oracle": 1.0, "auto_captured_share": None}]
-        summary = il.summarize(cycles, ["auto"])
+        summary = judge.summarize(cycles, ["auto"])
         self.assertEqual(summary["auto_over_oracle"]["target"], 1.05)
         self.assertEqual(summary["auto_over_oracle"]["verdict"], "not resolved")
         self.assertEqual(summary["auto_over_oracle"]["median"], 1.02)
@@ -265,39 +350,22 @@ class ArithmeticTest(unittest.TestCase):
                    "static_seconds": {"offload 0.3": 0.30, "reshard 0.3": 0.26}},
                   {"plain_seconds": 0.20, "auto_seconds": 0.16,
                    "static_seconds": {"offload 0.3": 0.15, "reshard 0.3": 0.18}}]
-        out = il.fixed_oracle(cycles, ["auto"])
+        out = judge.fixed_oracle(cycles, ["auto"])
         self.assertEqual(out["fixed_oracle"], "offload 0.3")
         self.assertEqual(out["static_over_plain_median"], {"offload 0.3": 0.75, "reshard 0.3": 0.8})
         self.assertEqual(out["auto_over_fixed_oracle"]["n"], 3)
         self.assertAlmostEqual(out["auto_over_fixed_oracle"]["median"], round(0.16 / 0.15, 4))
         self.assertAlmostEqual(out["auto_captured_share_of_fixed_oracle"]["max"], 1.0)
-        self.assertEqual(il.fixed_oracle([{"plain_seconds": 0.2}], ["auto"]), {})
+        self.assertEqual(judge.fixed_oracle([{"plain_seconds": 0.2}], ["auto"]), {})
 
-    def test_verdicts_need_every_cycle_or_none(self):
-        meets = lambda v: v <= 1.05
-        self.assertEqual(il.verdict([1.01, 1.04], meets), "met")
-        self.assertEqual(il.verdict([1.06, 1.2], meets), "missed")
-        self.assertEqual(il.verdict([1.01, 1.2], meets), "not resolved")
+    def test_the_summary_judges_each_ratio_over_the_cycles(self):
         cycles = [{"plain_vs_ideal": 1.3, "auto_vs_ideal": 1.02, "plain_over_auto": 1.27},
                   {"plain_vs_ideal": 1.5, "auto_vs_ideal": 1.04, "plain_over_auto": 1.44}]
-        summary = il.summarize(cycles, ["auto"])
+        summary = judge.summarize(cycles, ["auto"])
         self.assertEqual(summary["auto_vs_ideal"]["verdict"], "met")
         self.assertEqual(summary["plain_over_auto"]["verdict"], "not resolved")
         self.assertEqual(summary["plain_over_auto"]["min"], 1.27)
         self.assertEqual(summary["plain_vs_ideal"]["median"], 1.4)
-
-    def test_the_median_interval_is_the_binomial_order_statistics(self):
-        # n = 8: [x_(1), x_(8)] covers 1 - 2/256 = 0.992; [x_(2), x_(7)] only 0.930.
-        low, high, coverage = il.median_interval([8, 1, 7, 2, 6, 3, 5, 4])
-        self.assertEqual((low, high), (1, 8))
-        self.assertAlmostEqual(coverage, 1 - 2 / 256)
-        # n = 30: k = 10 covers 1 - 2 P(B <= 9) = 0.9572; k = 11 only 0.9013.
-        low, high, coverage = il.median_interval(list(range(30, 0, -1)))
-        self.assertEqual((low, high), (10, 21))
-        self.assertAlmostEqual(coverage, 0.95723, places=4)
-        # With 5 values even [min, max] covers less than 95%: returned as it is.
-        self.assertEqual(il.median_interval([3, 1, 2, 5, 4])[:2], (1, 5))
-        self.assertAlmostEqual(il.median_interval([3, 1, 2, 5, 4])[2], 1 - 2 / 32)
 
     def test_the_straggler_lasted_from_its_run_of_segments(self):
         # none plain auto | auto plain none, 10 steps each, 0.1 s a step; the straggler is
@@ -325,7 +393,7 @@ class ArithmeticTest(unittest.TestCase):
                     "auto_straggler_seconds": seconds}
         cycles = [cycle(0, 0.16, 9.0), cycle(1, 0.13, 75.0), cycle(2, 0.15, 9.5),
                   cycle(3, 0.125, 80.0)]
-        summary = il.summarize(cycles, ["auto"], reshard_after=60)
+        summary = judge.summarize(cycles, ["auto"], reshard_after=60)
         lasted, new = summary["auto_straggler_lasted"], summary["auto_straggler_new"]
         self.assertEqual(lasted["cycles"], [1, 3])
         self.assertEqual(new["cycles"], [0, 2])
@@ -334,20 +402,15 @@ class ArithmeticTest(unittest.TestCase):
         self.assertEqual(new["over_oracle"]["verdict"], "missed")
         self.assertAlmostEqual(new["captured_share"]["max"], round(0.05 / 0.075, 4))
         self.assertAlmostEqual(lasted["over_fixed_oracle"]["max"], 1.04)
-        self.assertNotIn("auto_straggler_lasted", il.summarize(cycles, ["auto"]))
+        self.assertNotIn("auto_straggler_lasted", judge.summarize(cycles, ["auto"]))
 
-    def test_the_median_verdict_needs_the_whole_interval_on_one_side(self):
-        self.assertEqual(il.median_verdict(0.98, 1.04, 1.05, at_most=True), "met")
-        self.assertEqual(il.median_verdict(1.06, 1.10, 1.05, at_most=True), "missed")
-        self.assertEqual(il.median_verdict(1.00, 1.10, 1.05, at_most=True), "not resolved")
-        self.assertEqual(il.median_verdict(1.41, 1.60, 1.4, at_most=False), "met")
-        self.assertEqual(il.median_verdict(1.10, 1.30, 1.4, at_most=False), "missed")
+    def test_the_summary_judges_the_typical_cycle_by_the_median_interval(self):
         # Most cycles under the target, a few over: single cycles not resolved, the
         # typical cycle met.
         values = [1.0 + 0.001 * i for i in range(27)] + [1.2, 1.3, 1.4]
         cycles = [{"plain_vs_ideal": 1.3, "auto_vs_ideal": v, "plain_over_auto": 1.3 / v}
                   for v in values]
-        judged = il.summarize(cycles, ["auto"])["auto_vs_ideal"]
+        judged = judge.summarize(cycles, ["auto"])["auto_vs_ideal"]
         self.assertEqual(judged["verdict"], "not resolved")
         self.assertEqual(judged["median_verdict"], "met")
         self.assertEqual(judged["median_interval"], [1.009, 1.02])

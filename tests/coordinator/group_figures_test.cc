@@ -95,7 +95,7 @@ GroupSnapshot TwoRanks() {
   return g;
 }
 
-TEST(GroupFiguresTest, UnitsComputedFollowOwnershipPrunesAndOffloads) {
+TEST(GroupFiguresTest, UnitsComputedFollowOwnershipPrunesAndOffloadsUnitsOwnedOwnership) {
   GroupSnapshot g = TwoRanks();
   EXPECT_EQ(UnitsComputed(g), (std::vector<int32_t>{3, 3}));
   // Block 0 moved to rank 0 but one unit (restated until confirmed), which rank 1
@@ -106,6 +106,8 @@ TEST(GroupFiguresTest, UnitsComputedFollowOwnershipPrunesAndOffloads) {
   BlockPlan prune{.block = BlockId(1), .pruned_units = {0, 1}};
   g.plan.blocks = {move, prune};
   EXPECT_EQ(UnitsComputed(g), (std::vector<int32_t>{5, 0}));
+  // Owned alone: the move counts, the offload and the prune do not.
+  EXPECT_EQ(UnitsComputed(g, /*computed=*/false), (std::vector<int32_t>{4, 2}));
 }
 
 TEST(GroupFiguresTest, UnitsComputedLeaveOutExpertsAndNeedOwnership) {

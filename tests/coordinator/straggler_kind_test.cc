@@ -3,11 +3,12 @@
 // alone; nothing is judged from plans with offloads, from steps that were not all the
 // straggler's, against a stale calm floor, under a cordon, or while the straggler computes
 // fewer units than it did calm; a verdict stands while the straggler lasts (and while it
-// looks calm relieved of units), a calm spell of 30 s ends it, another straggler is
-// judged afresh; each verdict knows when it was measured, and a throttled rank's verdict
-// the slowdown its step measured on the split it ran calm, a median over windows, and its
-// arrival spread fitted near the balanced split. A "calm" floor far above the calm one is
-// a straggler's the timers call calm, not taken.
+// looks calm relieved of units, for up to 30 s: then it is rechecked, and the next
+// recheck waits twice as long when the rank is judged throttled again soon after), a
+// calm spell of 30 s ends it, another straggler is judged afresh; each verdict knows
+// when it was measured, and a throttled rank's verdict the slowdown its step measured on the split
+// it ran calm, a median over windows, and its arrival spread fitted near the balanced split. A
+// "calm" floor far above the calm one is a straggler's the timers call calm, not taken.
 #include "coordinator/straggler_kind.h"
 
 #include <gmock/gmock.h>
@@ -27,6 +28,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Kind = StragglerKind::Kind;
 
 const GroupRef kGroup{.key = {"gpt", "tp0"}, .incarnation = 1};
@@ -269,10 +271,11 @@ TEST_F(StragglerKindTest, RelievedAndLookingCalmTheStragglerKeepsItsVerdict) {
   Update(Ran(1, 1, 0.043, false, even));
   clock_.Advance(absl::Seconds(2));
   ASSERT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kWhole);
-  // Resharded, its timers read calm for a minute: the verdict stands (the planner goes on
+  EXPECT_FALSE(kinds_.UnitsGoingBack(kGroup));
+  // Resharded, its timers read calm for 25 s: the verdict stands (the planner goes on
   // pricing what relieved it), and the calm floor is not measured from it.
   EXPECT_EQ(Update(Ran(-1, 2, 0.060, false, resharded)), Kind::kWhole);
-  clock_.Advance(absl::Minutes(1));
+  clock_.Advance(absl::Seconds(25));
   EXPECT_EQ(Update(Ran(-1, 2, 0.060, false, resharded)), Kind::kWhole);
   EXPECT_THAT(lines_, Contains(HasSubstr("collectives 0.0430 s a step at least when calm")));
   EXPECT_THAT(Said(), HasSubstr("straggler kind (rank 1, calm now): slow in its collectives"));
@@ -283,6 +286,95 @@ TEST_F(StragglerKindTest, RelievedAndLookingCalmTheStragglerKeepsItsVerdict) {
   EXPECT_EQ(Update(Ran(-1, 3, 0.050, false, even)), Kind::kUnknown);
   EXPECT_THAT(Said(), HasSubstr("collectives 0.0500 s a step at least when calm"));
   EXPECT_EQ(Update(Ran(1, 3, 0.050, false, even)), Kind::kUnknown);
+}
+
+TEST_F(StragglerKindTest, ARelievedStragglerCalmForHalfAMinuteIsRecheckedAndBacksOff) {
+  const std::vector<int32_t> even{45, 45}, resharded{60, 30};
+  auto judge_on_even = [&](int64_t version) {
+    Update(Ran(1, version, 0.043, false, even));
+    clock_.Advance(absl::Seconds(2));
+    return Update(Ran(1, version, 0.097, false, even));
+  };
+  Update(Ran(-1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.043, false, even));
+  ASSERT_EQ(judge_on_even(1), Kind::kWhole);
+  // Resharded and calm: the spell counts; a straggling blip (any rank's) does not restart
+  // it, a straggling run as long as a floor's window (16 steps of 0.1 s) does.
+  EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kWhole);
+  clock_.Advance(absl::Seconds(10));
+  Update(Ran(0, 2, 0.045, false, resharded));
+  clock_.Advance(absl::Seconds(1));
+  Update(Ran(0, 2, 0.045, false, resharded));
+  EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kWhole);
+  EXPECT_THAT(lines_, Contains(HasSubstr("relieved of units and calm for 11s")));
+  EXPECT_EQ(Update(Ran(1, 2, 0.045, false, resharded)), Kind::kWhole);
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(1, 2, 0.045, false, resharded)), Kind::kWhole);
+  EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kWhole);
+  EXPECT_THAT(lines_, Contains(HasSubstr("relieved of units and calm for 0s")));
+  clock_.Advance(absl::Seconds(29));
+  EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kWhole);
+  EXPECT_THAT(lines_, Contains(HasSubstr("relieved of units and calm for 29s: its verdict "
+                                         "ends once that lasts 30s")));
+  // Half a minute of it: the verdict ends, so that its units go back; the resharded split's
+  // collectives are not taken as the calm floor on the way.
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kUnknown);
+  EXPECT_THAT(lines_, Contains(HasSubstr("rank 1 relieved of units and calm for 31s: its "
+                                         "verdict ends")));
+  EXPECT_THAT(lines_, Contains(HasSubstr("collectives 0.0430 s a step at least when calm")));
+  // Calm on the relieved split: its units are to go back, and no calm floor is taken
+  // from it (its rank 0 waits for nobody), however long.
+  EXPECT_TRUE(kinds_.UnitsGoingBack(kGroup));
+  clock_.Advance(absl::Seconds(5));
+  Update(Ran(-1, 2, 0.036, false, resharded));
+  EXPECT_THAT(lines_, Contains(HasSubstr("calm collectives not measured on the split a "
+                                         "recheck found relieved")));
+  EXPECT_THAT(lines_, Contains(HasSubstr("collectives 0.0430 s a step at least when calm")));
+  // Throttled still: on its units again it straggles and is judged again, and the next
+  // check waits for twice the spell.
+  EXPECT_EQ(judge_on_even(3), Kind::kWhole);
+  EXPECT_THAT(Said(), HasSubstr("throttled still 7s after a recheck ended its verdict: the "
+                                "next waits for a calm spell of 1m while relieved"));
+  EXPECT_FALSE(kinds_.UnitsGoingBack(kGroup)) << "its units are back, and it is resharded";
+  EXPECT_EQ(Update(Ran(-1, 4, 0.045, false, resharded)), Kind::kWhole);
+  clock_.Advance(absl::Seconds(45));
+  EXPECT_EQ(Update(Ran(-1, 4, 0.045, false, resharded)), Kind::kWhole);
+  clock_.Advance(absl::Seconds(16));
+  EXPECT_EQ(Update(Ran(-1, 4, 0.045, false, resharded)), Kind::kUnknown);
+  // Over this time: calm on its units for 10 minutes, where the calm floor is measured
+  // again. A straggler judged then is no failed recheck, and its check waits half a
+  // minute again.
+  Update(Ran(-1, 5, 0.043, false, even));
+  clock_.Advance(absl::Minutes(10));
+  Update(Ran(-1, 5, 0.041, false, even));
+  EXPECT_THAT(lines_, Contains(HasSubstr("collectives 0.0410 s a step at least when calm "
+                                         "(measured 0s ago)")));
+  ASSERT_EQ(judge_on_even(5), Kind::kWhole);
+  EXPECT_THAT(Said(), Not(HasSubstr("recheck")));
+  Update(Ran(-1, 6, 0.045, false, resharded));
+  clock_.Advance(absl::Seconds(31));
+  EXPECT_EQ(Update(Ran(-1, 6, 0.045, false, resharded)), Kind::kUnknown);
+}
+
+TEST_F(StragglerKindTest, OffloadsBackDoNotHideAReshardFromTheRecheck) {
+  const std::vector<int32_t> even{45, 45}, resharded{60, 30};
+  Update(Ran(-1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.043, false, even));
+  Update(Ran(1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kWhole);
+  // Calm on its reshard, its peer offloading 15 units back: it computes 45, owns 30. Its
+  // reshard is what a recheck undoes.
+  StragglerKind::Round back = Ran(-1, 2, 0.045, true, even);
+  back.owned = resharded;
+  Update(back);
+  EXPECT_THAT(lines_, Contains(HasSubstr("relieved of units and calm for 0s")));
+  clock_.Advance(absl::Seconds(31));
+  EXPECT_EQ(Update(back), Kind::kUnknown);
+  EXPECT_TRUE(kinds_.UnitsGoingBack(kGroup));
 }
 
 // A throttled rank's step on the split it ran calm is its slowdown in all it does,
