@@ -14,8 +14,8 @@ one job cycles through segments of SEGMENT steps:
 
 (2x by default: --slowdown) in this order in even cycles and in reverse in odd ones (a
 linear drift of the machine's speed then biases consecutive cycles in opposite
-directions). With --onset, two more follow none (precede it in odd cycles), always in
-this order:
+directions). With --onset, two more follow none in every cycle (the three keep this
+order in odd cycles too, so that each onset starts from the even split):
 
   calm    no straggler,        mode auto               (does all-local stay?)
   onset   rank 1 slowed 2x from its first step, auto   (how fast does auto react?)
@@ -158,10 +158,11 @@ def schedule(cycles, segment, modes, statics=(), onset=False):
     segments in reverse (none, plain, auto, statics, then statics, auto, plain, none), so
     that a drift of the machine's speed across a pair of cycles biases the two alike in
     opposite directions, and the median over cycles cancels it. With `onset`, calm then
-    onset follow none (precede it in odd cycles), always in that order: the straggler
-    starts at onset's first step, after a calm segment of the same mode without it."""
-    units = ([[("none", EVEN)]] + ([[("calm", None), ("onset", None)]] if onset else [])
-             + [[("plain", EVEN)]] + [[(m, None)] for m in modes]
+    onset follow none in every cycle (none, calm, onset keep their order in odd cycles):
+    the straggler starts at onset's first step, after none held the even split and calm
+    ran the same mode without it."""
+    first = [("none", EVEN)] + ([("calm", None), ("onset", None)] if onset else [])
+    units = ([first, [("plain", EVEN)]] + [[(m, None)] for m in modes]
              + [[(p["name"], p)] for p in statics])
     out = []
     for c in range(cycles):
@@ -319,7 +320,8 @@ def sample_truth(ranks, step):
 
 def reaction_figures(ranks, segments, settle, oracle_seconds=None):
     """--onset's figures for one cycle's `segments`: rank 0's step seconds over the onset
-    segment (onset_walls, its first step the straggler's first), the steps in it at which
+    segment (onset_walls, its first step the straggler's first; onset_segment_steps its
+    length as scheduled), the steps in it at which
     the plan changed (onset_plan_steps, counted from its first), the steps until the step
     came within 10% of the cycle's oracle (onset_steps_to_oracle; None: not in the
     segment); the plan changes over the calm segment after its first `settle` steps and
@@ -331,6 +333,7 @@ def reaction_figures(ranks, segments, settle, oracle_seconds=None):
         steps = [r for r in ranks[0]["steps"] if onset["start"] - 1 <= r["step"] < onset["end"]]
         walls = [r["wall_s"] for r in steps if r["step"] >= onset["start"]]
         out["onset_walls"] = [round(w, 4) for w in walls]
+        out["onset_segment_steps"] = onset["end"] - onset["start"]
         out["onset_plan_steps"] = [b["step"] - onset["start"] for a, b in zip(steps, steps[1:])
                                    if a["plan_version"] != b["plan_version"]]
         if oracle_seconds is not None:

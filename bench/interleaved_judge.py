@@ -86,15 +86,17 @@ def steps_to(walls, target):
 def reaction_summary(cycles, fixed):
     """Over the cycles with an onset: the steps to within 10% of the cycle's oracle and of
     the fixed oracle `fixed` (None: none), judged against TARGET_ONSET_STEPS, a cycle that
-    never came within counted as its whole segment (and in *_never); the calm segments'
-    plan changes per 1,000 steps and their share of all-local steps. {} without them."""
+    never came within counted as its whole segment as scheduled (and in *_never); the
+    calm segments' plan changes per 1,000 steps and their share of all-local steps. {}
+    without them."""
     out = {}
     with_onset = [c for c in cycles if "onset_walls" in c and "oracle_seconds" in c]
     targets = [("onset_steps_to_oracle", lambda c: c["oracle_seconds"])]
     if fixed is not None:
         targets.append(("onset_steps_to_fixed_oracle", lambda c: c["static_seconds"].get(fixed)))
     for name, target_of in targets:
-        steps = [(steps_to(c["onset_walls"], target_of(c)), len(c["onset_walls"]))
+        steps = [(steps_to(c["onset_walls"], target_of(c)),
+                  c.get("onset_segment_steps", len(c["onset_walls"])))
                  for c in with_onset if target_of(c) is not None]
         if steps:
             out[name] = judged([n if n is not None else whole for n, whole in steps],

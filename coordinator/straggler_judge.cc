@@ -105,9 +105,10 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
       absl::StrCat(DescribePooledGroup(pooled, num_blocks, policy.straggler_threshold), waits));
   // Symmetric with resharding for a chronic straggler: a split changes only on a verdict
   // that has held for reshard_after (here without the calm spell's grace: a straggling
-  // round ends the calm run, so a split goes back to even only on a steady calm). Under a CPU quota
-  // a resharded rank with fewer units is throttled less and can look calm for seconds while still
-  // contended; going back on that would move units twice a cycle.
+  // round ends the calm run, so a split goes back to even only on a steady calm, or on a
+  // StragglerKind recheck: decision_loop.cc). Under a CPU quota a resharded rank with
+  // fewer units is throttled less and can look calm for seconds while still contended;
+  // going back on that would move units twice a cycle.
   v.calm_lasted =
       ExtendRun(pooled.calm, now, max_gap, runs.calm) >= policy.reshard_after && pooled.calm;
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -87,6 +86,7 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
   absl::MutexLock lock(&mu_);
   GroupState& g = groups_[ref.key];
   if (g.incarnation != ref.incarnation) g = GroupState{.incarnation = ref.incarnation};
+  ExpireSuspended(g, now);
   const Kind kind =
       round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
   FitSpreads(g, round, now, lines);
@@ -105,13 +105,12 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
       now - *g.calm_since >= options_.min_steps * absl::Seconds(round.step_seconds)) {
     g.target = -1;
   }
+  g.units_going_back = !g.suspended.empty() && now - g.rechecked_at < kRecheckAfter &&
+                       AnyRelieved(g, round, g.suspended);
   if (!g.judged.empty()) {
-    const bool relieved = std::any_of(g.judged.begin(), g.judged.end(), [&](const auto& j) {
-      return Relieved(g, round.units, j.first) || Relieved(g, round.owned, j.first);
-    });
-    if (relieved) {
+    if (AnyRelieved(g, round, g.judged)) {
       g.absent_since.reset();
-      Recheck(g, now, lines);
+      Recheck(g, round, now, lines);
     } else {
       g.relieved_calm_since.reset();
       if (!g.absent_since.has_value()) g.absent_since = now;
@@ -133,14 +132,13 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
             "straggler kind: collectives %.4f s a step at least in a round judged calm, %.2fx "
             "the calm %.4f s: not taken as calm (a straggler the compute timers do not see)",
             round.collective_seconds, round.collective_seconds / g.calm_floor, g.calm_floor));
-      } else if (g.floor_awaits_calm_units && round.units != g.calm_units) {
+      } else if (AnyRelieved(g, round, g.suspended)) {
         // The split a recheck found relieved: its last rank waits for nobody, and a floor
         // from it would call the next slower device throttled.
         lines.push_back(
             "straggler kind: calm collectives not measured on the split a recheck found "
-            "relieved; measured again once the units are back");
+            "relieved; measured again once its units are back");
       } else {
-        g.floor_awaits_calm_units = false;
         g.calm_floor = round.collective_seconds;
         g.calm_floor_at = now;
         if (round.units != g.calm_units) g.calm_steps = {};
@@ -156,8 +154,8 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
                                         "step at least when calm (measured %s ago)",
                                         g.calm_floor, WholeSeconds(now - g.calm_floor_at))
                       : "straggler kind: none straggles; calm collectives not measured yet");
-  // A verdict stands through calm rounds: a throttled rank relieved of units can look
-  // calm, and the planner must go on pricing what relieved it.
+  // A verdict stands through calm rounds (until a recheck): a throttled rank relieved of
+  // units can look calm, and the planner must go on pricing what relieved it.
   Kind kind = Kind::kUnknown;
   for (const auto& [rank, verdict] : g.judged) {
     lines.push_back(absl::StrCat("straggler kind (rank ", rank, ", calm now): ", verdict.why));
@@ -173,16 +171,34 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
   // A relieved straggler's calm spell outlasts straggling blips shorter than a floor's
   // window (any rank's: the timers flag one for a round or two every few seconds here).
   if (!g.straggling_since.has_value()) g.straggling_since = now;
-  if (round.step_seconds <= 0 ||
-      now - *g.straggling_since >= options_.min_steps * absl::Seconds(round.step_seconds)) {
-    g.relieved_calm_since.reset();
-  }
+  const bool lasted =
+      round.step_seconds <= 0 ||
+      now - *g.straggling_since >= options_.min_steps * absl::Seconds(round.step_seconds);
+  if (lasted) g.relieved_calm_since.reset();
+  g.units_going_back = false;
   if (round.straggler != g.target) {
     // Its steps from before (calm, or another rank's) are not this straggler's.
     g.target = round.straggler;
     g.target_since = now;
   }
   const std::string who = absl::StrCat("straggler kind (rank ", g.target, "): ");
+  // Throttled still after a recheck (see "recheck"): its verdict comes back, whatever its
+  // units (no fresh calm floor is needed), and the next recheck waits longer.
+  if (const auto it = g.suspended.find(g.target); it != g.suspended.end()) {
+    if (!lasted) {
+      lines.push_back(absl::StrCat(who, "straggling again ", WholeSeconds(now - g.rechecked_at),
+                                   " after a recheck ended its verdict: back once that lasts ",
+                                   options_.min_steps, " steps"));
+      return Kind::kUnknown;
+    }
+    g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
+    Verdict& verdict = g.judged[g.target] = std::move(it->second);
+    g.suspended.erase(it);
+    absl::StrAppend(&verdict.why, "; throttled still ", WholeSeconds(now - g.rechecked_at),
+                    " after a recheck ended its verdict: back, the next recheck after a calm "
+                    "spell of ",
+                    absl::FormatDuration(g.recheck_after), " while relieved");
+  }
   if (const auto it = g.judged.find(g.target); it != g.judged.end()) {
     Verdict& verdict = it->second;
     SampleStep(g, round, now, verdict);
@@ -222,43 +238,62 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       whole ? "slow in its collectives too (a CPU quota or a co-tenant)"
             : "slow in its compute alone (a slower device)",
       round.collective_seconds, g.calm_floor, ratio, whole ? ">=" : "<", options_.min_ratio);
-  // Throttled still soon after a recheck ended its verdict: the next check waits longer.
-  const bool recheck_failed = whole && g.rechecked_at.has_value() &&
-                              now - *g.rechecked_at <= kRecheckFailedWithin &&
-                              absl::c_linear_search(g.rechecked, g.target);
-  g.recheck_after = recheck_failed ? std::min(2 * g.recheck_after, kRecheckMax) : kRecheckAfter;
-  g.floor_awaits_calm_units = false;  // judged on its calm units: they are back
-  if (recheck_failed) {
-    absl::StrAppend(&verdict.why, "; throttled still ", WholeSeconds(now - *g.rechecked_at),
-                    " after a recheck ended its verdict: the next waits for a calm spell of ",
-                    absl::FormatDuration(g.recheck_after), " while relieved");
-  }
   SampleStep(g, round, now, verdict);
   lines.push_back(absl::StrCat(who, verdict.why, StepText(g, verdict)));
   return verdict.kind;
 }
 
-void StragglerKind::Recheck(GroupState& g, absl::Duration now, std::vector<std::string>& lines) {
+void StragglerKind::Recheck(GroupState& g, const Round& round, absl::Duration now,
+                            std::vector<std::string>& lines) {
+  std::vector<int32_t> ranks;  // relieved and throttled whole: a slower device's stands
+  for (const auto& [rank, verdict] : g.judged) {
+    if (verdict.kind == Kind::kWhole && RelievedNow(g, round, rank)) ranks.push_back(rank);
+  }
+  if (ranks.empty()) {
+    g.relieved_calm_since.reset();
+    return;
+  }
   if (!g.relieved_calm_since.has_value()) g.relieved_calm_since = now;
   const absl::Duration calm_for = now - *g.relieved_calm_since;
   if (calm_for < g.recheck_after) {
-    lines.push_back(absl::StrCat("straggler kind: relieved of units and calm for ",
-                                 WholeSeconds(calm_for), ": its verdict ends once that lasts ",
-                                 absl::FormatDuration(g.recheck_after),
-                                 ", to see whether its contention is over"));
+    lines.push_back(absl::StrCat(
+        "straggler kind: rank ", absl::StrJoin(ranks, ", "), " relieved of units and calm for ",
+        WholeSeconds(calm_for), ": its verdict ends once that lasts ",
+        absl::FormatDuration(g.recheck_after), ", to see whether its contention is over"));
     return;
   }
-  g.rechecked.clear();
-  for (const auto& [rank, verdict] : g.judged) g.rechecked.push_back(rank);
   lines.push_back(
-      absl::StrCat("straggler kind: rank ", absl::StrJoin(g.rechecked, ", "),
+      absl::StrCat("straggler kind: rank ", absl::StrJoin(ranks, ", "),
                    " relieved of units and calm for ", WholeSeconds(calm_for),
-                   ": its verdict ends, to see whether its contention is over (its "
-                   "units go back; throttled still, it straggles on them and is judged again)"));
-  g.judged.clear();
+                   ": its verdict ends, to see whether its contention is over (its units go back; "
+                   "straggling again within ",
+                   absl::FormatDuration(kRecheckFailedWithin), ", it gets its verdict back)"));
+  g.suspended.clear();
+  for (int32_t rank : ranks) {
+    g.suspended[rank] = std::move(g.judged[rank]);
+    g.judged.erase(rank);
+  }
   g.rechecked_at = now;
   g.relieved_calm_since.reset();
-  g.floor_awaits_calm_units = true;
+  g.units_going_back = true;
+}
+
+void StragglerKind::ExpireSuspended(GroupState& g, absl::Duration now) {
+  if (g.suspended.empty() || now - g.rechecked_at <= kRecheckFailedWithin) return;
+  // None straggled since its recheck: its contention was over.
+  g.suspended.clear();
+  g.recheck_after = kRecheckAfter;
+  g.units_going_back = false;
+}
+
+bool StragglerKind::RelievedNow(const GroupState& g, const Round& round, int32_t rank) {
+  return Relieved(g, round.units, rank) || Relieved(g, round.owned, rank);
+}
+
+bool StragglerKind::AnyRelieved(const GroupState& g, const Round& round,
+                                const std::map<int32_t, Verdict>& verdicts) {
+  return std::any_of(verdicts.begin(), verdicts.end(),
+                     [&](const auto& v) { return RelievedNow(g, round, v.first); });
 }
 
 double StragglerKind::ThrottledFloor(const GroupState& g) {
@@ -388,7 +423,7 @@ bool StragglerKind::UnitsGoingBack(const GroupRef& ref) const {
   absl::MutexLock lock(&mu_);
   const auto g = groups_.find(ref.key);
   return g != groups_.end() && g->second.incarnation == ref.incarnation &&
-         g->second.floor_awaits_calm_units;
+         g->second.units_going_back;
 }
 
 double StragglerKind::CalmCollectives(const GroupRef& ref) const {

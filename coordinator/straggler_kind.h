@@ -36,11 +36,11 @@
 //     measured within `calm_fresh` before, else kCompute. The verdict stands while the
 //     straggler lasts: once balanced, a throttled rank idles more and its collectives
 //     speed up, and judging it again would take its fixed cost away and give it its units
-//     back. It stands through calm rounds too. A calm spell of kAbsentFor ends it,
-//     counted only while the straggler computes its calm units (relieved of some, a
-//     throttled rank can look calm while it is not). Another straggler is judged on its
-//     own (each verdict kept by rank, so two stragglers that take turns keep theirs). The
-//     calm floor is not measured while a verdict stands, for the same reason.
+//     back. It stands through calm rounds too (until a recheck, below). A calm spell of
+//     kAbsentFor ends it, counted only while the straggler computes and owns its calm
+//     units (relieved of some, a throttled rank can look calm while it is not). Another straggler
+//     is judged on its own (each verdict kept by rank, so two stragglers that take turns keep
+//     theirs). The calm floor is not measured while a verdict stands, for the same reason.
 //   - recheck: relieved of units, a throttled rank whose contention ended looks as it did
 //     still contended (its timers calm, its collectives slow: it arrives early and waits
 //     for the ranks that took its units), so a verdict kept while relieved would keep the
@@ -52,9 +52,11 @@
 //     kRecheckAfter (kAbsentFor at first; through runs of rounds naming some rank a
 //     straggler shorter than min_steps steps: the ViT's timers flag one for a round or
 //     two every few seconds, and its spells never lasted 30 s without them), so the
-//     planner gives the units back: calm, the group stays there; still throttled, the
-//     rank straggles on its calm units and is judged again, and when that came within
-//     kRecheckFailedWithin the next check waits twice as long (up to kRecheckMax). The
+//     planner gives the units back: calm, the group stays there; a rank that straggles
+//     again (for min_steps steps, relieved or not) within kRecheckFailedWithin gets its
+//     verdict back, without a fresh calm floor to compare with, and the next check waits
+//     twice as long (up to kRecheckMax). Only kWhole verdicts are rechecked: a slower
+//     device stays slower, and resharded it looks calm. The
 //     ViT's relieved quota straggler times 1.8x and is never checked; the small GPT's
 //     times 1.06-1.14x, near the threshold, and one calm spell of 35 s was seen
 //     (2026-12-03): the doubling bounds what such spells cost.
@@ -213,9 +215,9 @@ class StragglerKind {
   // measured: relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether a recheck ended verdicts and the group has not computed the calm units since:
+  // Whether a recheck ended a verdict within kRecheckAfter and its rank is still relieved:
   // its units are to go back (the coordinator takes the split back to even at once, not
-  // after a steady calm of reshard_after, which blips here seldom leave).
+  // after a steady calm of reshard_after, which blips here seldom leave). Set by Update.
   bool UnitsGoingBack(const GroupRef& ref) const ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a group the registry forgot.
   void Forget(const GroupKey& key) ABSL_LOCKS_EXCLUDED(mu_);
@@ -275,16 +277,18 @@ class StragglerKind {
     // The run of straggling rounds since the last calm one (any rank's).
     std::optional<absl::Duration> straggling_since;
     // The calm spell while relieved counted toward a recheck (through straggling runs
-    // shorter than min_steps steps), how long it must last, and when and on which ranks
-    // the last recheck ended verdicts (see "recheck").
+    // shorter than min_steps steps) and how long it must last (see "recheck").
     std::optional<absl::Duration> relieved_calm_since;
     absl::Duration recheck_after = kRecheckAfter;
-    std::optional<absl::Duration> rechecked_at;
-    std::vector<int32_t> rechecked;
-    // Set by a recheck: no calm floor is taken until the group computes calm_units again
-    // (on the relieved split the rank that took the units arrives last and waits for
-    // nobody, a floor 0.0064 s where the even split's was 0.0163 s on the ViT).
-    bool floor_awaits_calm_units = false;
+    // The verdicts the last recheck ended, kept for kRecheckFailedWithin of rechecked_at:
+    // a rank that straggles again in that time gets its own back.
+    std::map<int32_t, Verdict> suspended;
+    absl::Duration rechecked_at;  // monotonic
+    // Within kRecheckAfter of a recheck, while a rank it ended is still relieved: the
+    // split is to go back to even (UnitsGoingBack). No calm floor is taken while such a
+    // rank is relieved (on that split its peer arrives last and waits for nobody: 0.0064
+    // s where the even split's floor was 0.0163 s on the ViT).
+    bool units_going_back = false;
   };
   // The verdict on `rank` that stands in `ref`'s incarnation; null if none.
   const Verdict* StandingVerdict(const GroupRef& ref, int32_t rank) const
@@ -323,8 +327,15 @@ class StragglerKind {
   Kind Straggling(GroupState& g, const Round& round, absl::Duration now,
                   std::vector<std::string>& lines) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A calm round while some judged rank is relieved of units: counts the spell and ends
-  // the verdicts once it lasted g.recheck_after (see "recheck").
-  static void Recheck(GroupState& g, absl::Duration now, std::vector<std::string>& lines);
+  // the relieved kWhole verdicts once it lasted g.recheck_after (see "recheck").
+  static void Recheck(GroupState& g, const Round& round, absl::Duration now,
+                      std::vector<std::string>& lines);
+  // Drops the suspended verdicts once kRecheckFailedWithin has passed.
+  static void ExpireSuspended(GroupState& g, absl::Duration now);
+  // Whether `rank` computes or owns fewer units than it computed calm.
+  static bool RelievedNow(const GroupState& g, const Round& round, int32_t rank);
+  static bool AnyRelieved(const GroupState& g, const Round& round,
+                          const std::map<int32_t, Verdict>& verdicts);
 
   Clock* const clock_;
   const StragglerKindOptions options_;

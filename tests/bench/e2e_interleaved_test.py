@@ -78,24 +78,24 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual(switcher.switched_at, {10: 11, 20: 24, 30: 31, 40: 45, 50: 52, 60: 61})
         self.assertEqual(sampled, [0, 5, 11, 19, 24, 31, 45, 52, 61])
 
-    def test_onset_follows_a_calm_segment_in_both_orders(self):
-        # none calm onset plain auto | auto plain calm onset none
+    def test_onset_follows_none_and_calm_in_both_orders(self):
+        # none calm onset plain auto | auto plain none calm onset
         segments = il.schedule(2, 10, ["auto"], onset=True)
         self.assertEqual([s["name"] for s in segments],
                          ["none", "calm", "onset", "plain", "auto",
-                          "auto", "plain", "calm", "onset", "none"])
+                          "auto", "plain", "none", "calm", "onset"])
         self.assertEqual([s["mode"] for s in segments[:5]],
                          ["observe", "auto", "auto", "observe", "auto"])
         self.assertEqual([s["hold"] is None for s in segments[:5]],
                          [False, True, True, False, True])
         # The straggler starts at each onset's first step, after calm's steps without it.
-        self.assertEqual(il.straggler_windows(segments), "1:2@20-70,80-90")
+        self.assertEqual(il.straggler_windows(segments), "1:2@20-70,90-100")
         # --modes migrate: calm and onset still run auto.
         self.assertEqual([s["mode"] for s in il.schedule(1, 10, ["migrate"], onset=True)],
                          ["observe", "auto", "auto", "observe", "migrate"])
 
     def test_the_switcher_releases_into_calm_and_leaves_onset_alone(self):
-        # none calm onset plain auto | auto plain calm onset none
+        # none calm onset plain auto | auto plain none calm onset
         segments = il.schedule(2, 10, ["auto"], onset=True)
         switcher = il.ModeSwitcher(segments, "vit", lambda job, step: None)
         job = FakeJob()
@@ -109,10 +109,9 @@ class ScheduleTest(unittest.TestCase):
             ("release", "vit", "vit/tp0"),
             ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 60: plain
             ("policy", "set", "vit", "mode=observe"),
-            ("policy", "set", "vit", "mode=auto"),                           # 70: calm
+            # 70: none, held as plain was
+            ("policy", "set", "vit", "mode=auto"),                           # 80: calm
             ("release", "vit", "vit/tp0"),
-            ("hold", "vit", "vit/tp0", "1", "offload=0", "reshard=0"),      # 90: none
-            ("policy", "set", "vit", "mode=observe"),
         ])
 
     def test_the_recovery_is_a_running_median_from_the_onset(self):
@@ -143,7 +142,7 @@ class ScheduleTest(unittest.TestCase):
 
     def test_the_reaction_summary_judges_the_onset_against_both_oracles(self):
         def cycle(walls, oracle, fixed):
-            return {"onset_walls": walls, "oracle_seconds": oracle,
+            return {"onset_walls": walls, "onset_segment_steps": 60, "oracle_seconds": oracle,
                     "static_seconds": {"reshard 0.4": fixed}, "calm_steps": 50,
                     "calm_plan_changes": 1, "calm_all_local_fraction": 1.0}
         quick = [0.3, 0.3, 0.2, 0.2, 0.2, 0.2]
@@ -151,9 +150,10 @@ class ScheduleTest(unittest.TestCase):
         cycles = [cycle(quick, 0.2, 0.2), cycle(quick, 0.2, 0.15), cycle(slow, 0.2, 0.2)]
         out = judge.reaction_summary(cycles, "reshard 0.4")
         steps = out["onset_steps_to_oracle"]
-        self.assertEqual((steps["min"], steps["median"], steps["max"]), (1, 1, 6))
+        self.assertEqual((steps["min"], steps["median"], steps["max"]), (1, 1, 60))
         self.assertEqual(steps["verdict"], "not resolved")
-        self.assertEqual(out["onset_steps_to_oracle_never"], 1)  # counted as its 6 steps
+        # Counted as its 60 steps as scheduled, not the 6 logged.
+        self.assertEqual(out["onset_steps_to_oracle_never"], 1)
         self.assertEqual(out["onset_steps_to_fixed_oracle_never"], 2)
         self.assertEqual(out["calm_plan_changes_per_1000_steps"], 20.0)
         self.assertEqual(out["calm_all_local_fraction"], 1.0)

@@ -332,11 +332,11 @@ TEST_F(StragglerKindTest, ARelievedStragglerCalmForHalfAMinuteIsRecheckedAndBack
   EXPECT_THAT(lines_, Contains(HasSubstr("calm collectives not measured on the split a "
                                          "recheck found relieved")));
   EXPECT_THAT(lines_, Contains(HasSubstr("collectives 0.0430 s a step at least when calm")));
-  // Throttled still: on its units again it straggles and is judged again, and the next
-  // check waits for twice the spell.
+  // Throttled still: on its units again it straggles, and once that lasts 16 steps its
+  // verdict is back (no fresh calm floor needed), the next check waiting twice as long.
   EXPECT_EQ(judge_on_even(3), Kind::kWhole);
-  EXPECT_THAT(Said(), HasSubstr("throttled still 7s after a recheck ended its verdict: the "
-                                "next waits for a calm spell of 1m while relieved"));
+  EXPECT_THAT(Said(), HasSubstr("throttled still 7s after a recheck ended its verdict: back, "
+                                "the next recheck after a calm spell of 1m while relieved"));
   EXPECT_FALSE(kinds_.UnitsGoingBack(kGroup)) << "its units are back, and it is resharded";
   EXPECT_EQ(Update(Ran(-1, 4, 0.045, false, resharded)), Kind::kWhole);
   clock_.Advance(absl::Seconds(45));
@@ -375,6 +375,27 @@ TEST_F(StragglerKindTest, OffloadsBackDoNotHideAReshardFromTheRecheck) {
   clock_.Advance(absl::Seconds(31));
   EXPECT_EQ(Update(back), Kind::kUnknown);
   EXPECT_TRUE(kinds_.UnitsGoingBack(kGroup));
+  // Going back is asked for half a minute at most: a planner that keeps the split is not
+  // overruled in every calm round after.
+  clock_.Advance(absl::Seconds(31));
+  Update(back);
+  EXPECT_FALSE(kinds_.UnitsGoingBack(kGroup));
+}
+
+TEST_F(StragglerKindTest, ARelievedSlowerDeviceIsNotRechecked) {
+  const std::vector<int32_t> even{45, 45}, resharded{60, 30};
+  Update(Ran(-1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.043, false, even));
+  Update(Ran(1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(Update(Ran(1, 1, 0.045, false, even)), Kind::kCompute);
+  // Resharded it looks calm, and stays slower: its verdict stands, its units stay.
+  Update(Ran(-1, 2, 0.045, false, resharded));
+  clock_.Advance(absl::Minutes(2));
+  EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kCompute);
+  EXPECT_FALSE(kinds_.UnitsGoingBack(kGroup));
+  EXPECT_THAT(lines_, Not(Contains(HasSubstr("relieved of units and calm"))));
 }
 
 // A throttled rank's step on the split it ran calm is its slowdown in all it does,
