@@ -74,6 +74,18 @@ class StragglerKindTest : public ::testing::Test {
     return Update(Ran(1, version, collectives));
   }
 
+  // Calm for 2 s on the even split (45 units a rank) at 43 ms of collectives, then rank 1
+  // straggling there for 2 s at `collectives` (plan 1): its kind.
+  Kind CalmThenJudgedOnEven(double collectives) {
+    const std::vector<int32_t> even{45, 45};
+    Update(Ran(-1, 1, 0.043, false, even));
+    clock_.Advance(absl::Seconds(2));
+    Update(Ran(-1, 1, 0.043, false, even));
+    Update(Ran(1, 1, 0.043, false, even));
+    clock_.Advance(absl::Seconds(2));
+    return Update(Ran(1, 1, collectives, false, even));
+  }
+
   // On another StragglerKind: calm for 2 s at 43 ms of collectives, then rank 1 straggling
   // (its first round).
   void CalmThenStraggling(StragglerKind& kinds, std::vector<std::string>& lines) {
@@ -265,12 +277,7 @@ TEST_F(StragglerKindTest, FewerUnitsThanCalmMeasureNothing) {
 
 TEST_F(StragglerKindTest, RelievedAndLookingCalmTheStragglerKeepsItsVerdict) {
   const std::vector<int32_t> even{45, 45}, resharded{60, 30};
-  Update(Ran(-1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(Ran(-1, 1, 0.043, false, even));
-  Update(Ran(1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kWhole);
+  ASSERT_EQ(CalmThenJudgedOnEven(0.097), Kind::kWhole);
   EXPECT_FALSE(kinds_.UnitsGoingBack(kGroup));
   // Resharded, its timers read calm for 25 s: the verdict stands (the planner goes on
   // pricing what relieved it), and the calm floor is not measured from it.
@@ -295,10 +302,7 @@ TEST_F(StragglerKindTest, ARelievedStragglerCalmForHalfAMinuteIsRecheckedAndBack
     clock_.Advance(absl::Seconds(2));
     return Update(Ran(1, version, 0.097, false, even));
   };
-  Update(Ran(-1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(Ran(-1, 1, 0.043, false, even));
-  ASSERT_EQ(judge_on_even(1), Kind::kWhole);
+  ASSERT_EQ(CalmThenJudgedOnEven(0.097), Kind::kWhole);
   // Resharded and calm: the spell counts; a straggling blip (any rank's) does not restart
   // it, a straggling run as long as a floor's window (16 steps of 0.1 s) does.
   EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kWhole);
@@ -360,12 +364,7 @@ TEST_F(StragglerKindTest, ARelievedStragglerCalmForHalfAMinuteIsRecheckedAndBack
 
 TEST_F(StragglerKindTest, OffloadsBackDoNotHideAReshardFromTheRecheck) {
   const std::vector<int32_t> even{45, 45}, resharded{60, 30};
-  Update(Ran(-1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(Ran(-1, 1, 0.043, false, even));
-  Update(Ran(1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kWhole);
+  ASSERT_EQ(CalmThenJudgedOnEven(0.097), Kind::kWhole);
   // Calm on its reshard, its peer offloading 15 units back: it computes 45, owns 30. Its
   // reshard is what a recheck undoes.
   StragglerKind::Round back = Ran(-1, 2, 0.045, true, even);
@@ -383,13 +382,8 @@ TEST_F(StragglerKindTest, OffloadsBackDoNotHideAReshardFromTheRecheck) {
 }
 
 TEST_F(StragglerKindTest, ARelievedSlowerDeviceIsNotRechecked) {
-  const std::vector<int32_t> even{45, 45}, resharded{60, 30};
-  Update(Ran(-1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(Ran(-1, 1, 0.043, false, even));
-  Update(Ran(1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_EQ(Update(Ran(1, 1, 0.045, false, even)), Kind::kCompute);
+  const std::vector<int32_t> resharded{60, 30};
+  ASSERT_EQ(CalmThenJudgedOnEven(0.045), Kind::kCompute);
   // Resharded it looks calm, and stays slower: its verdict stands, its units stay.
   Update(Ran(-1, 2, 0.045, false, resharded));
   clock_.Advance(absl::Minutes(2));
