@@ -321,11 +321,11 @@ def sample_truth(ranks, step):
 def reaction_figures(ranks, segments, settle, oracle_seconds=None):
     """--onset's figures for one cycle's `segments`: rank 0's step seconds over the onset
     segment (onset_walls, its first step the straggler's first; onset_segment_steps its
-    length as scheduled), the steps in it at which
-    the plan changed (onset_plan_steps, counted from its first), the steps until the step
-    came within 10% of the cycle's oracle (onset_steps_to_oracle; None: not in the
-    segment); the plan changes over the calm segment after its first `settle` steps and
-    the share of those steps that ran all-local. {} without those segments."""
+    length as scheduled), the steps in it at which the plan changed (onset_plan_steps,
+    counted from its first), the steps until the step came within 10% of the cycle's
+    oracle (onset_steps_to_oracle; None: not in the segment); the plan changes over the
+    calm segment after its first `settle` steps and the share of those steps that ran
+    all-local. {} without those segments."""
     by_name = {s["name"]: s for s in segments}
     out = {}
     onset, calm = by_name.get("onset"), by_name.get("calm")
