@@ -71,7 +71,12 @@ double StragglerKind::StepWindows::MedianFloor() const { return MedianOf(floors)
 
 bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::Duration now) const {
   return !round.cordon && !round.offloads && round.plan_version == round.published_version &&
-         round.step_seconds > 0 && round.collective_seconds > 0 &&
+         round.step_seconds > 0 && round.collective_seconds > 0 && LastedAWindow(round, since, now);
+}
+
+bool StragglerKind::LastedAWindow(const Round& round, absl::Duration since,
+                                  absl::Duration now) const {
+  return round.step_seconds <= 0 ||
          now - since >= options_.min_steps * absl::Seconds(round.step_seconds);
 }
 
@@ -101,12 +106,7 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
   // shorter one keeps its run: the timers see a quota's straggler near the threshold
   // (1.1-1.25x on the small GPT under 2x), they flicker calm, and a run restarted at each
   // flicker never lasted min_steps steps, so its kind was never measured.
-  if (round.step_seconds <= 0 ||
-      now - *g.calm_since >= options_.min_steps * absl::Seconds(round.step_seconds)) {
-    g.target = -1;
-  }
-  g.units_going_back = !g.suspended.empty() && now - g.rechecked_at < kRecheckAfter &&
-                       AnyRelieved(g, round, g.suspended);
+  if (LastedAWindow(round, *g.calm_since, now)) g.target = -1;
   if (!g.judged.empty()) {
     if (AnyRelieved(g, round, g.judged)) {
       g.absent_since.reset();
@@ -120,6 +120,8 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
       g.absent_since.reset();
     }
   }
+  g.units_going_back = !g.suspended.empty() && now - g.rechecked_at < kRecheckAfter &&
+                       AnyRelieved(g, round, g.suspended);
   if (Measurable(round, *g.calm_since, now)) {
     if (const double throttled = ThrottledFloor(g); throttled > 0) {
       SampleCalmStep(g, round, throttled, now);
@@ -171,9 +173,7 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
   // A relieved straggler's calm spell outlasts straggling blips shorter than a floor's
   // window (any rank's: the timers flag one for a round or two every few seconds here).
   if (!g.straggling_since.has_value()) g.straggling_since = now;
-  const bool lasted =
-      round.step_seconds <= 0 ||
-      now - *g.straggling_since >= options_.min_steps * absl::Seconds(round.step_seconds);
+  const bool lasted = LastedAWindow(round, *g.straggling_since, now);
   if (lasted) g.relieved_calm_since.reset();
   g.units_going_back = false;
   if (round.straggler != g.target) {
@@ -275,7 +275,6 @@ void StragglerKind::Recheck(GroupState& g, const Round& round, absl::Duration no
   }
   g.rechecked_at = now;
   g.relieved_calm_since.reset();
-  g.units_going_back = true;
 }
 
 void StragglerKind::ExpireSuspended(GroupState& g, absl::Duration now) {
@@ -283,7 +282,6 @@ void StragglerKind::ExpireSuspended(GroupState& g, absl::Duration now) {
   // None straggled since its recheck: its contention was over.
   g.suspended.clear();
   g.recheck_after = kRecheckAfter;
-  g.units_going_back = false;
 }
 
 bool StragglerKind::RelievedNow(const GroupState& g, const Round& round, int32_t rank) {

@@ -38,9 +38,10 @@
 //     speed up, and judging it again would take its fixed cost away and give it its units
 //     back. It stands through calm rounds too (until a recheck, below). A calm spell of
 //     kAbsentFor ends it, counted only while the straggler computes and owns its calm
-//     units (relieved of some, a throttled rank can look calm while it is not). Another straggler
-//     is judged on its own (each verdict kept by rank, so two stragglers that take turns keep
-//     theirs). The calm floor is not measured while a verdict stands, for the same reason.
+//     units (relieved of some, a throttled rank can look calm while it is not). Another
+//     straggler is judged on its own (each verdict kept by rank, so two stragglers that
+//     take turns keep theirs). The calm floor is not measured while a verdict stands, for
+//     the same reason.
 //   - recheck: relieved of units, a throttled rank whose contention ended looks as it did
 //     still contended (its timers calm, its collectives slow: it arrives early and waits
 //     for the ranks that took its units), so a verdict kept while relieved would keep the
@@ -48,18 +49,17 @@
 //     straggler ran 1.33-1.45x the calm step for their whole minute (docs/benchmarks.md,
 //     2026-12-05). A calm spell while relieved (computing fewer units than calm, or
 //     owning fewer: helping its peers by offloads back, it computes its share again but
-//     its reshard stands) ends the verdicts too, once it lasts
-//     kRecheckAfter (kAbsentFor at first; through runs of rounds naming some rank a
-//     straggler shorter than min_steps steps: the ViT's timers flag one for a round or
-//     two every few seconds, and its spells never lasted 30 s without them), so the
-//     planner gives the units back: calm, the group stays there; a rank that straggles
-//     again (for min_steps steps, relieved or not) within kRecheckFailedWithin gets its
-//     verdict back, without a fresh calm floor to compare with, and the next check waits
-//     twice as long (up to kRecheckMax). Only kWhole verdicts are rechecked: a slower
-//     device stays slower, and resharded it looks calm. The
-//     ViT's relieved quota straggler times 1.8x and is never checked; the small GPT's
-//     times 1.06-1.14x, near the threshold, and one calm spell of 35 s was seen
-//     (2026-12-03): the doubling bounds what such spells cost.
+//     its reshard stands) ends the verdicts too, once it lasts kRecheckAfter (kAbsentFor
+//     at first; through runs of rounds naming some rank a straggler shorter than
+//     min_steps steps: the ViT's timers flag one for a round or two every few seconds,
+//     and its spells never lasted 30 s without them), so the planner gives the units
+//     back: calm, the group stays there; a rank that straggles again (for min_steps
+//     steps, relieved or not) within kRecheckFailedWithin gets its verdict back, without
+//     a fresh calm floor to compare with, and the next check waits twice as long (up to
+//     kRecheckMax). Only kWhole verdicts are rechecked: a slower device stays slower, and
+//     resharded it looks calm. The ViT's relieved quota straggler times 1.8x and is never
+//     checked; the small GPT's times 1.06-1.14x, near the threshold, and one calm spell
+//     of 35 s was seen (2026-12-03): the doubling bounds what such spells cost.
 //   - kUnknown until then, and for a straggler with no calm floor to compare with (one
 //     there from the job's start): the caller decides (the coordinator balances no fixed
 //     costs then, as before this existed).
@@ -296,6 +296,10 @@ class StragglerKind {
   // Whether the round's collectives are a floor: a plan without offloads that every rank
   // ran min_steps steps, all since `since`.
   bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;
+  // Whether min_steps steps of the round's step have run since `since` (true while the
+  // step is not measured): a floor's window, and how long a calm or straggling run must
+  // last to count.
+  bool LastedAWindow(const Round& round, absl::Duration since, absl::Duration now) const;
   // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
   // measured.
   static bool Relieved(const GroupState& g, const std::vector<int32_t>& units, int32_t rank);
