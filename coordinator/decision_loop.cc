@@ -451,11 +451,19 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const bool reshard_kind = kind == StragglerKind::Kind::kCompute ? options_.reshard_slower_devices
                             : kind == StragglerKind::Kind::kWhole ? options_.reshard_throttled_ranks
                                                                   : false;
+  // The group's step: its slowest rank's median.
+  double step_seconds = 0;
+  for (const RankSnapshot& rank : group.ranks) {
+    if (rank.attached) step_seconds = std::max(step_seconds, rank.step_median);
+  }
   if (reshard_kind && !operator_hold && straggler >= 0 && straggler < group.size &&
       !chronic[straggler]) {
     if (const std::optional<absl::Duration> at = straggler_kind_.MeasuredAt(group.ref, straggler)) {
-      chronic[straggler] =
-          judge_->KindMeasuredChronic(group.ref, straggler, kind, *at, policy, lines);
+      // As long as measuring the kind afresh would take.
+      const absl::Duration fresh_measure =
+          straggler_kind_.options().min_steps * absl::Seconds(step_seconds);
+      chronic[straggler] = judge_->KindMeasuredChronic(group.ref, straggler, kind, *at,
+                                                       fresh_measure, policy, lines);
     }
   }
   const ThrottledPriced throttled = PriceThrottled(group, straggler, kind, *pooled, pricing, lines);
@@ -468,7 +476,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   // settle it before the job balances).
   bool checking = false;
   const bool refuse_offloads =
-      RefusesOffloads(group, straggler, operator_hold, cordon, lines, checking);
+      RefusesOffloads(group, straggler, operator_hold, cordon, lines, checking) ||
+      RefusesHelpFromThrottled(group, straggler, operator_hold, cordon, lines);
   const std::vector<double> correction =
       StepCorrection(group, Balances(policy.mode) ? straggler : -1, held || checking, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference
@@ -478,11 +487,6 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
     reference_total += speeds[i].speeds.reference_seconds_per_unit * block_work[i];
   }
   absl::btree_map<size_t, std::vector<int32_t>> fitted;  // rank -> blocks priced by a fit
-  // The group's step: its slowest rank's median.
-  double step_seconds = 0;
-  for (const RankSnapshot& rank : group.ranks) {
-    if (rank.attached) step_seconds = std::max(step_seconds, rank.step_median);
-  }
   size_t b = 0;
   for (const BlockSnapshot& block : group.blocks) {
     const double share = reference_total > 0 ? speeds[b].speeds.reference_seconds_per_unit *

@@ -1,9 +1,10 @@
 // The decision loop's two loops on the measured step, the step feedback
 // (step_feedback.h) and the offload check (offload_check.h), and the straggler's kind
 // from the measured collectives (straggler_kind.h), with the price a throttled
-// straggler's measured step sets and the fixed costs (fixed_costs.h): each round's input
-// gathered from the group's snapshot, and what the loops decide written to the round's
-// correction_. Apart from decision_loop.cc, which plans.
+// straggler's measured step sets and the fixed costs (fixed_costs.h), and the offloads
+// refused while a throttled rank is relieved of units: each round's input gathered from
+// the group's snapshot, and what the loops decide written to the round's correction_.
+// Apart from decision_loop.cc, which plans.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -84,6 +85,21 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group, int
     AppendWhy(absl::StrJoin(lines.begin() + first_line, lines.end(), "; "), correction_.why);
   }
   return std::move(correction.factors);
+}
+
+bool DecisionLoop::RefusesHelpFromThrottled(const GroupSnapshot& group, int32_t straggler,
+                                            bool operator_hold, bool cordon,
+                                            std::vector<std::string>& lines) const {
+  if (straggler >= 0 || operator_hold || cordon || OffloadsUnits(group)) return false;
+  const std::vector<int32_t> relieved = straggler_kind_.RelievedThrottled(
+      group.ref, UnitsComputed(group), UnitsComputed(group, /*computed=*/false));
+  if (relieved.empty()) return false;
+  lines.push_back(absl::StrCat(
+      "offloads refused: rank ", absl::StrJoin(relieved, ", "),
+      " is throttled whole and relieved of units, and no rank straggles now: no offload gives "
+      "it work back (its transfers are throttled too, and its own units come back by the "
+      "recheck once it stays calm)"));
+  return true;
 }
 
 StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,

@@ -157,7 +157,8 @@ StragglerJudge::SkewVerdict StragglerJudge::JudgeSkew(const GroupRef& ref, int32
 
 bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
                                          StragglerKind::Kind kind, absl::Duration measured_at,
-                                         const JobPolicy& policy, std::vector<std::string>& lines) {
+                                         absl::Duration fresh_measure, const JobPolicy& policy,
+                                         std::vector<std::string>& lines) {
   if (kind == StragglerKind::Kind::kUnknown) return false;
   const std::string what = kind == StragglerKind::Kind::kCompute
                                ? "a slower device"
@@ -167,11 +168,15 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
   GroupRuns& runs = RunsOf(ref);
   RankRun& run = runs.ranks[rank];
   if (!run.straggling_since.has_value()) return false;  // Judge found it calm
-  if (*run.straggling_since > measured_at && now - *run.straggling_since < kKnownKindStraggle) {
-    lines.push_back(absl::StrCat("rank ", rank, ": ", what,
-                                 ", measured before this straggle began: chronic once the "
-                                 "straggle has lasted ",
-                                 absl::FormatDuration(kKnownKindStraggle), " (not a blip)"));
+  const absl::Duration not_a_blip =
+      std::clamp(fresh_measure, kKnownKindStraggleMin, kKnownKindStraggleMax);
+  if (*run.straggling_since > measured_at && now - *run.straggling_since < not_a_blip) {
+    lines.push_back(
+        absl::StrCat("rank ", rank, ": ", what,
+                     ", measured before this straggle began: chronic once the "
+                     "straggle has lasted ",
+                     absl::FormatDuration(absl::Ceil(not_a_blip, absl::Milliseconds(10))),
+                     " (not a blip: as long as measuring it afresh would take)"));
     return false;
   }
   if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after) {

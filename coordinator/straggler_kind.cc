@@ -284,8 +284,9 @@ void StragglerKind::ExpireSuspended(GroupState& g, absl::Duration now) {
   g.recheck_after = kRecheckAfter;
 }
 
-bool StragglerKind::RelievedNow(const GroupState& g, const Round& round, int32_t rank) {
-  return Relieved(g, round.units, rank) || Relieved(g, round.owned, rank);
+bool StragglerKind::RelievedNow(const GroupState& g, const std::vector<int32_t>& units,
+                                const std::vector<int32_t>& owned, int32_t rank) {
+  return Relieved(g, units, rank) || Relieved(g, owned, rank);
 }
 
 bool StragglerKind::AnyRelieved(const GroupState& g, const Round& round,
@@ -415,6 +416,21 @@ bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,
   const auto g = groups_.find(ref.key);
   if (g == groups_.end() || g->second.incarnation != ref.incarnation) return false;
   return Relieved(g->second, units, rank);
+}
+
+std::vector<int32_t> StragglerKind::RelievedThrottled(const GroupRef& ref,
+                                                      const std::vector<int32_t>& units,
+                                                      const std::vector<int32_t>& owned) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int32_t> ranks;
+  const auto g = groups_.find(ref.key);
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return ranks;
+  for (const auto& [rank, verdict] : g->second.judged) {
+    if (verdict.kind == Kind::kWhole && RelievedNow(g->second, units, owned, rank)) {
+      ranks.push_back(rank);
+    }
+  }
+  return ranks;
 }
 
 bool StragglerKind::UnitsGoingBack(const GroupRef& ref) const {

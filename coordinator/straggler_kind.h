@@ -59,7 +59,10 @@
 //     kRecheckMax). Only kWhole verdicts are rechecked: a slower device stays slower, and
 //     resharded it looks calm. The ViT's relieved quota straggler times 1.8x and is never
 //     checked; the small GPT's times 1.06-1.14x, near the threshold, and one calm spell
-//     of 35 s was seen (2026-12-03): the doubling bounds what such spells cost.
+//     of 35 s was seen (2026-12-03): the doubling bounds what such spells cost. Until the
+//     recheck the coordinator gives a relieved throttled rank no work back by offloads in
+//     calm rounds (RelievedThrottled; decision_loop.h: RefusesHelpFromThrottled): computing
+//     its peer's units the ViT's timed 1.41x, and the spell restarted.
 //   - kUnknown until then, and for a straggler with no calm floor to compare with (one
 //     there from the job's start): the caller decides (the coordinator balances no fixed
 //     costs then, as before this existed).
@@ -215,6 +218,13 @@ class StragglerKind {
   // measured: relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The ranks whose kWhole verdict stands and that compute fewer of `units` or own fewer
+  // of `owned` (Round::units, Round::owned) than they computed calm: relieved throttled
+  // ranks, which the coordinator gives no work back by offloads while their verdict
+  // stands (decision_loop.h: RefusesHelpFromThrottled).
+  std::vector<int32_t> RelievedThrottled(const GroupRef& ref, const std::vector<int32_t>& units,
+                                         const std::vector<int32_t>& owned) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a recheck ended a verdict within kRecheckAfter and its rank is still relieved:
   // its units are to go back (the coordinator takes the split back to even at once, not
   // after a steady calm of reshard_after, which blips here seldom leave). Set by Update.
@@ -336,8 +346,12 @@ class StragglerKind {
                       std::vector<std::string>& lines);
   // Drops the suspended verdicts once kRecheckFailedWithin has passed.
   static void ExpireSuspended(GroupState& g, absl::Duration now);
-  // Whether `rank` computes or owns fewer units than it computed calm.
-  static bool RelievedNow(const GroupState& g, const Round& round, int32_t rank);
+  // Whether `rank` computes fewer of `units` or owns fewer of `owned` than it computed calm.
+  static bool RelievedNow(const GroupState& g, const std::vector<int32_t>& units,
+                          const std::vector<int32_t>& owned, int32_t rank);
+  static bool RelievedNow(const GroupState& g, const Round& round, int32_t rank) {
+    return RelievedNow(g, round.units, round.owned, rank);
+  }
   static bool AnyRelieved(const GroupState& g, const Round& round,
                           const std::map<int32_t, Verdict>& verdicts);
 

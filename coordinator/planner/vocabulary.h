@@ -83,8 +83,10 @@ struct PlannerInput {
   bool calm_lasted = false;
   // No plan offloads units, the plan in force included: the measured step showed the
   // straggler's offloads no faster than the best plan without them (the coordinator's
-  // OffloadCheck). Prunes and reshards stay as the mode allows. Ignored where a rank is
-  // cordoned (only transfers empty its device) and for a block planned by its loads.
+  // OffloadCheck), or a rank throttled whole is relieved of units while no rank straggles
+  // (DecisionLoop::RefusesHelpFromThrottled). Prunes and reshards stay as the mode allows. Ignored
+  // where a rank is cordoned (only transfers empty its device) and for a block planned by its
+  // loads.
   bool offloads_refused = false;
 };
 

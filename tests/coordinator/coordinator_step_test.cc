@@ -2,8 +2,9 @@
 // the collectives it balances as fixed costs, and what a straggler's measured kind changes
 // (straggler_kind.h): fixed costs where its collectives slowed with it, a reshard as soon
 // as the kind is known, a throttled rank priced by its step's slowdown or its collectives'
-// floor (in the rounds its timers call it calm too), and the wait its arrival spread adds
-// to the predicted step near the balanced split. Apart from coordinator_test.cc, the
+// floor (in the rounds its timers call it calm too), the wait its arrival spread adds
+// to the predicted step near the balanced split, and its units given back by the recheck
+// once its contention ended (no offloads onto it before). Apart from coordinator_test.cc, the
 // facade's other decisions.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -464,10 +465,11 @@ TEST_F(CoordinatorTest, AThrottledRanksArrivalSpreadIsPredictedNearTheBalancedSp
 // it, the throttled rank's timers call it calm (its units no slower than its peer's per
 // unit) while its collectives stay slow; those rounds price it by its step too, where
 // priced by its timers the planner offloaded work back onto it (docs/benchmarks.md,
-// 2026-12-04 (d)), and the plan stands. By its floor, its collectives' price stands and
-// its units follow its timers (here, calm: the planner gives some back; under the GPT's
-// quota they still saw 1.36x relieved, 2026-12-04 (e)). Back on the calm split and calm,
-// it is not priced.
+// 2026-12-04 (d)). By its floor, its collectives' price stands and its units follow its
+// timers, which here would give some back by offloads; no offload gives a relieved
+// throttled rank work back while no rank straggles (decision_loop.h:
+// RefusesHelpFromThrottled), so the plan stands either way. Back on the calm split and
+// calm, it is not priced.
 TEST_F(CoordinatorTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm) {
   for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
     const bool by_step = how == ThrottledPrice::kStep;
@@ -498,10 +500,11 @@ TEST_F(CoordinatorTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm
                                         : "its collectives priced at the 0.04 s they cost it "
                                           "straggling on the calm split, its units at the 1.00x")));
     const size_t planned = sink.plans().size();
-    if (by_step) {
-      EXPECT_EQ(planned, 1u) << "priced by its step, the plan stands";
-    } else {
-      EXPECT_GT(planned, 1u) << "by its floor, its units follow its timers";
+    EXPECT_EQ(planned, 1u) << "the plan stands";
+    if (!by_step) {
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("offloads refused: rank 1 is throttled whole "
+                                                    "and relieved of units, and no rank "
+                                                    "straggles now"));
     }
     // Held back at the even split, calm there (the contention ended within the verdict's
     // 30 s): not priced, its steps predicted as calm.
@@ -519,6 +522,82 @@ TEST_F(CoordinatorTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm
     ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
     coordinator_.reset();
   }
+}
+
+// A quota that ends while its rank is resharded: relieved and calm, the rank is given no
+// work back by offloads (by its floor its units are priced at its timers', which here see
+// it as fast as its peer, so the planner would balance the uneven split onto it; computing
+// its peer's units the ViT's rank timed 1.41x, which restarted the recheck's calm spell:
+// docs/benchmarks.md, 2026-12-05). The recheck ends its verdict once that calm lasted 30
+// s, and the split goes back to even at once (not after reshard_after, 60 s here), where
+// it stays.
+TEST_F(CoordinatorTest, AReshardedThrottledRankGetsItsUnitsBackByTheRecheckNotByOffloads) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob(
+      {.throttled_price = ThrottledPrice::kFloor, .offload_check = std::nullopt}, &sink));
+  ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
+                                                      /*calm_first=*/true, {20e-3, 40e-3},
+                                                      /*slow=*/{10e-3, 15e-3}));
+  ASSERT_EQ(sink.plans().size(), 1u);
+  // The contention is over: rank 1 as fast as rank 0 per unit, its collectives as calm.
+  // A plan without an ownership keeps the one before (common.proto): the newest given.
+  const auto rank1_owns = [&]() {
+    int owns = kUnits / 2;
+    for (const v1::WorkloadPlan& proto : sink.plans()) {
+      absl::StatusOr<WorkloadPlan> plan = FromProto(proto);
+      EXPECT_TRUE(plan.ok()) << plan.status();
+      if (!plan.ok() || plan->blocks.empty() || plan->blocks[0].owner_of_unit.empty()) continue;
+      const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
+      owns = static_cast<int>(std::count(owners.begin(), owners.end(), RankId(1)));
+    }
+    return owns;
+  };
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  const auto run = [&](int steps) {
+    for (int i = 0; i < steps; ++i) {
+      const int rank1 = rank1_owns();
+      ranks.Run(1, {kUnits - rank1, rank1}, {10e-3, 10e-3}, {20e-3, 20e-3},
+                sink.plans().back().version());
+    }
+  };
+  ASSERT_LT(rank1_owns(), kUnits / 2) << "not resharded";
+  ASSERT_NO_FATAL_FAILURE(run(250));  // 25 s
+  EXPECT_EQ(sink.plans().size(), 1u) << "the split changed before the recheck";
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("offloads refused: rank 1 is throttled whole"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("rank 1 relieved of units and calm for"));
+  ASSERT_NO_FATAL_FAILURE(run(100));  // to 35 s
+  ASSERT_GT(sink.plans().size(), 1u) << "its units never came back";
+  EXPECT_EQ(rank1_owns(), kUnits / 2);
+  for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
+  const size_t planned = sink.plans().size();
+  ASSERT_NO_FATAL_FAILURE(run(100));
+  EXPECT_EQ(sink.plans().size(), planned) << "the even split did not stay";
+}
+
+// Still throttled while resharded (its timers 1.5x on the units it kept), the rank
+// straggles: the planner may offload from it (nothing is refused), as for any straggler.
+TEST_F(CoordinatorTest, ARelievedThrottledRankThatStragglesRefusesNoOffloads) {
+  RecordingSink sink;
+  ASSERT_NO_FATAL_FAILURE(StartMigrateJob(
+      {.throttled_price = ThrottledPrice::kFloor, .offload_check = std::nullopt}, &sink));
+  ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
+                                                      /*calm_first=*/true, {20e-3, 40e-3},
+                                                      /*slow=*/{10e-3, 15e-3}));
+  ASSERT_EQ(sink.plans().size(), 1u);
+  absl::StatusOr<WorkloadPlan> plan = FromProto(sink.plans()[0]);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
+  ASSERT_FALSE(owners.empty()) << "not resharded";
+  const int kept = static_cast<int>(std::count(owners.begin(), owners.end(), RankId(1)));
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  ranks.Run(5, {kUnits - kept, kept}, {10e-3, 15e-3}, {20e-3, 40e-3}, sink.plans()[0].version());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(),
+              ::testing::HasSubstr("straggler kind (rank 1): slow in its collectives"));
+  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("offloads refused")));
 }
 
 }  // namespace

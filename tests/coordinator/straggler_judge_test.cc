@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "testing/fake_clock.h"
 
 namespace ballast::coordinator {
@@ -21,6 +23,9 @@ using ::testing::HasSubstr;
 
 constexpr StragglerKind::Kind kDevice = StragglerKind::Kind::kCompute;
 constexpr StragglerKind::Kind kThrottled = StragglerKind::Kind::kWhole;
+// How long measuring a kind afresh takes (KindMeasuredChronic's fresh_measure): the most a
+// straggle with a kind known from before must last.
+constexpr absl::Duration kFresh = absl::Seconds(5);
 
 // Two ranks, rank 1 at `slowdown` (straggling above 1.1x).
 PooledGroup Pooled(double slowdown) {
@@ -121,26 +126,28 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
   const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device (measured): chronic now")));
   EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
   judge_.UnitsMoved(ref_);
   for (int i = 0; i < 19; ++i) {
     Round(2.0);
     lines_.clear();
-    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_)) << i;
+    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_))
+        << i;
   }
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device, but units moved 1.9s ago: "
                                             "chronic only once reshard_after (2s) has passed")));
   Round(2.0);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
   // A group registered again has moved nothing (and its rank straggles anew).
   judge_.UnitsMoved(ref_);
   const GroupRef again{ref_.key, ref_.incarnation + 1};
   clock_.Advance(absl::Milliseconds(100));
   std::vector<std::string> lines;
   judge_.Judge(again, {0, 1}, 2, Pooled(2.0), 1, policy_, false, absl::ZeroDuration(), lines);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(again, 1, kDevice, clock_.Monotonic(), policy_, lines));
+  EXPECT_TRUE(
+      judge_.KindMeasuredChronic(again, 1, kDevice, clock_.Monotonic(), kFresh, policy_, lines));
 }
 
 // An operator's hold that moved units replaces the planner's ownership: the planner's
@@ -154,16 +161,16 @@ TEST_F(StragglerJudgeTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
   Round(2.0);
   EXPECT_FALSE(Round(2.0).chronic[1]);
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("units moved 200ms ago")));
   judge_.HoldMovedUnits(ref_);
   EXPECT_TRUE(Round(2.0).chronic[1]);  // straggling since before the planner's move
   lines_.clear();
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("a slower device (measured): chronic now")));
   judge_.UnitsMoved(ref_);
   EXPECT_FALSE(Round(2.0).chronic[1]);
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
 }
 
 // A rank measured throttled whole (a CPU quota, a co-tenant) is chronic at once as a
@@ -172,11 +179,11 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
   const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, StragglerKind::Kind::kUnknown, measured, policy_,
-                                          lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, StragglerKind::Kind::kUnknown, measured, kFresh,
+                                          policy_, lines_));
   EXPECT_TRUE(lines_.empty());
   EXPECT_FALSE(judge_.Ranks(ref_).at(1).kind_measured);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr(
                           "rank 1: throttled whole (its collectives slow too) (measured): chronic "
                           "now, without lasting reshard_after (coordinator flag "
@@ -185,34 +192,57 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
   judge_.UnitsMoved(ref_);
   Round(2.0);
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("throttled whole (its collectives slow too), but "
                                             "units moved 100ms ago")));
 }
 
 // A kind measured in a straggling run before this one (its verdict stands through calm
-// spells under 30 s) makes the straggle chronic at once only once it has lasted
-// kKnownKindStraggle (5 s): a blip is not resharded on it, a straggler that came back is.
-TEST_F(StragglerJudgeTest, ASlowerDeviceMeasuredBeforeThisStraggleMustLastFiveSeconds) {
-  Round(2.0);
-  const absl::Duration measured = clock_.Monotonic();
-  for (int i = 0; i < 5; ++i) Round(1.0);  // 500 ms calm: the run ends
-  EXPECT_FALSE(judge_.Ranks(ref_).at(1).straggling_since.has_value());
-  Round(2.0);
-  const absl::Duration began = clock_.Monotonic();
-  lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
-  EXPECT_THAT(lines_, ElementsAre(HasSubstr("measured before this straggle began: chronic once "
-                                            "the straggle has lasted 5s (not a blip)")));
-  EXPECT_FALSE(judge_.Ranks(ref_).at(1).kind_measured);
-  while (clock_.Monotonic() - began < absl::Milliseconds(4900)) {
-    Round(2.0);
-    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_))
+// spells under 30 s) makes the straggle chronic at once only once it has lasted as long as
+// measuring the kind afresh would (16 steps: 2.6 s of the ViT's), at least 2 s and at most
+// 5 s: a blip is not resharded on it, a straggler that came back is.
+TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItLastedAFreshMeasure) {
+  struct Case {
+    absl::Duration fresh;
+    absl::Duration lasts;
+    const char* says;
+  };
+  int group = 0;
+  for (const Case& k : {Case{kFresh, absl::Seconds(5), "5s"},
+                        Case{absl::Milliseconds(2640), absl::Milliseconds(2640), "2.64s"},
+                        Case{absl::Milliseconds(500), absl::Seconds(2), "2s"},
+                        Case{absl::Seconds(9), absl::Seconds(5), "5s"}}) {
+    SCOPED_TRACE(absl::FormatDuration(k.fresh));
+    const GroupRef ref{{"vit", absl::StrCat("tp", group++)}, 1};
+    const auto round = [&](double slowdown) {
+      clock_.Advance(absl::Milliseconds(100));
+      std::vector<std::string> lines;
+      judge_.Judge(ref, {0, 1}, 2, Pooled(slowdown), 1, policy_, false, absl::ZeroDuration(),
+                   lines);
+    };
+    round(2.0);
+    const absl::Duration measured = clock_.Monotonic();
+    for (int i = 0; i < 5; ++i) round(1.0);  // 500 ms calm: the run ends
+    EXPECT_FALSE(judge_.Ranks(ref).at(1).straggling_since.has_value());
+    round(2.0);
+    const absl::Duration began = clock_.Monotonic();
+    lines_.clear();
+    EXPECT_FALSE(judge_.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, policy_, lines_));
+    EXPECT_THAT(lines_, ElementsAre(HasSubstr(absl::StrCat(
+                            "measured before this straggle began: chronic once the straggle has "
+                            "lasted ",
+                            k.says, " (not a blip"))));
+    EXPECT_FALSE(judge_.Ranks(ref).at(1).kind_measured);
+    while (clock_.Monotonic() - began + absl::Milliseconds(100) < k.lasts) {
+      round(2.0);
+      EXPECT_FALSE(judge_.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, policy_, lines_))
+          << clock_.Monotonic() - began;
+    }
+    round(2.0);
+    EXPECT_TRUE(judge_.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, policy_, lines_))
         << clock_.Monotonic() - began;
+    EXPECT_TRUE(judge_.Ranks(ref).at(1).kind_measured);
   }
-  Round(2.0);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, policy_, lines_));
-  EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
 }
 
 TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIsWaitedOut) {

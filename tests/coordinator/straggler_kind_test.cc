@@ -371,9 +371,17 @@ TEST_F(StragglerKindTest, OffloadsBackDoNotHideAReshardFromTheRecheck) {
   back.owned = resharded;
   Update(back);
   EXPECT_THAT(lines_, Contains(HasSubstr("relieved of units and calm for 0s")));
+  // Relieved by what it owns alone; not in another incarnation of the group, nor back on
+  // its calm units.
+  EXPECT_THAT(kinds_.RelievedThrottled(kGroup, even, resharded), ::testing::ElementsAre(1));
+  EXPECT_THAT(kinds_.RelievedThrottled({kGroup.key, kGroup.incarnation + 1}, even, resharded),
+              ::testing::IsEmpty());
+  EXPECT_THAT(kinds_.RelievedThrottled(kGroup, even, even), ::testing::IsEmpty());
   clock_.Advance(absl::Seconds(31));
   EXPECT_EQ(Update(back), Kind::kUnknown);
   EXPECT_TRUE(kinds_.UnitsGoingBack(kGroup));
+  EXPECT_THAT(kinds_.RelievedThrottled(kGroup, even, resharded), ::testing::IsEmpty())
+      << "the recheck ended its verdict";
   // Going back is asked for half a minute at most: a planner that keeps the split is not
   // overruled in every calm round after.
   clock_.Advance(absl::Seconds(31));
@@ -389,6 +397,8 @@ TEST_F(StragglerKindTest, ARelievedSlowerDeviceIsNotRechecked) {
   clock_.Advance(absl::Minutes(2));
   EXPECT_EQ(Update(Ran(-1, 2, 0.045, false, resharded)), Kind::kCompute);
   EXPECT_FALSE(kinds_.UnitsGoingBack(kGroup));
+  EXPECT_THAT(kinds_.RelievedThrottled(kGroup, resharded, resharded), ::testing::IsEmpty())
+      << "a slower device is no throttled rank";
   EXPECT_THAT(lines_, Not(Contains(HasSubstr("relieved of units and calm"))));
 }
 
