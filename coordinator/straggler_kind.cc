@@ -245,10 +245,8 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
 
 void StragglerKind::Recheck(GroupState& g, const Round& round, absl::Duration now,
                             std::vector<std::string>& lines) {
-  std::vector<int32_t> ranks;  // relieved and throttled whole: a slower device's stands
-  for (const auto& [rank, verdict] : g.judged) {
-    if (verdict.kind == Kind::kWhole && RelievedNow(g, round, rank)) ranks.push_back(rank);
-  }
+  // Relieved and throttled whole: a slower device's stands.
+  const std::vector<int32_t> ranks = RelievedThrottledOf(g, round.units, round.owned);
   if (ranks.empty()) {
     g.relieved_calm_since.reset();
     return;
@@ -422,13 +420,17 @@ std::vector<int32_t> StragglerKind::RelievedThrottled(const GroupRef& ref,
                                                       const std::vector<int32_t>& units,
                                                       const std::vector<int32_t>& owned) const {
   absl::MutexLock lock(&mu_);
-  std::vector<int32_t> ranks;
   const auto g = groups_.find(ref.key);
-  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return ranks;
-  for (const auto& [rank, verdict] : g->second.judged) {
-    if (verdict.kind == Kind::kWhole && RelievedNow(g->second, units, owned, rank)) {
-      ranks.push_back(rank);
-    }
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return {};
+  return RelievedThrottledOf(g->second, units, owned);
+}
+
+std::vector<int32_t> StragglerKind::RelievedThrottledOf(const GroupState& g,
+                                                        const std::vector<int32_t>& units,
+                                                        const std::vector<int32_t>& owned) {
+  std::vector<int32_t> ranks;
+  for (const auto& [rank, verdict] : g.judged) {
+    if (verdict.kind == Kind::kWhole && RelievedNow(g, units, owned, rank)) ranks.push_back(rank);
   }
   return ranks;
 }

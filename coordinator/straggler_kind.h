@@ -352,6 +352,10 @@ class StragglerKind {
   static bool RelievedNow(const GroupState& g, const Round& round, int32_t rank) {
     return RelievedNow(g, round.units, round.owned, rank);
   }
+  // RelievedThrottled's ranks in `g`: the recheck's and the coordinator's one rule.
+  static std::vector<int32_t> RelievedThrottledOf(const GroupState& g,
+                                                  const std::vector<int32_t>& units,
+                                                  const std::vector<int32_t>& owned);
   static bool AnyRelieved(const GroupState& g, const Round& round,
                           const std::map<int32_t, Verdict>& verdicts);
 
