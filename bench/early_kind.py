@@ -26,6 +26,12 @@ import json
 import os
 import sys
 
+try:
+    import ballast_harness as harness
+except ModuleNotFoundError:  # run straight from a checkout: the package is in python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import ballast_harness as harness
+
 SEGMENT_FLOOR_STEPS = 16  # the coordinator's min_steps: what a calm floor is a median of
 
 
@@ -108,15 +114,8 @@ def load(run_dir):
     if segment_steps is None:
         sys.exit(f"{run_dir}: no onset segments (run bench/e2e_interleaved.py with --onset)")
     segments = {s["step"] // segment_steps: s["segment"] for s in run["samples"]}
-    ranks = []
-    for r in range(2):
-        rows = {}
-        with open(os.path.join(run_dir, "job", f"rank-{r}.jsonl")) as f:
-            for line in f:
-                record = json.loads(line)
-                if "step" in record:
-                    rows[record["step"]] = record
-        ranks.append(rows)
+    ranks = [{record["step"]: record for record in rank["steps"]}
+             for rank in harness.load_ranks(os.path.join(run_dir, "job"), 2)]
     return ranks, segments, segment_steps
 
 
