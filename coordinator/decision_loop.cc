@@ -476,8 +476,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   // settle it before the job balances).
   bool checking = false;
   const bool refuse_offloads =
-      RefusesOffloads(group, straggler, operator_hold, cordon, lines, checking) ||
-      RefusesHelpFromThrottled(group, straggler, operator_hold, cordon, lines);
+      RefusesOffloads(group, straggler, operator_hold, cordon, lines, checking);
+  const std::vector<int32_t> takes_none = TakesNoOffloads(group, operator_hold, cordon, lines);
   const std::vector<double> correction =
       StepCorrection(group, Balances(policy.mode) ? straggler : -1, held || checking, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference
@@ -560,6 +560,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       if (r < fixed_per_step.size()) pr.fixed_seconds += fixed_per_step[r] * share;
       if (price.fitted) fitted[r].push_back(block.block);
       pr.chronic = rs.rank.value() < group.size && chronic[rs.rank.value()];
+      pr.takes_no_offloads = !block.units_divide && std::find(takes_none.begin(), takes_none.end(),
+                                                              rs.rank.value()) != takes_none.end();
       in.input.ranks.push_back(pr);
     }
     // A skew that lasts is worth resharding the experts for (expert_plan.h), and a

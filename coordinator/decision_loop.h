@@ -203,26 +203,21 @@ class DecisionLoop {
   bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
                        bool cordon, std::vector<std::string>& lines, bool& probing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
-  // Whether this round refuses offloads because a rank throttled whole is relieved of
-  // units (StragglerKind::RelievedThrottled) while no rank straggles (`straggler`, the
-  // timers' target, is -1), saying so in `lines`. Offloads would give it work back on a
-  // split its reshard made uneven: a throttled rank's transfers are throttled too, and
-  // once its contention ended, its timers calling it calm, the planner balanced that
-  // split by offloading onto it; computing its peer's units it timed 1.41x, so the
-  // recheck's calm spell restarted and its units took 100 s to come back, the step
-  // 1.17-1.28x the calm one meanwhile (docs/benchmarks.md, 2026-12-05). Its units come
-  // back by the recheck instead (straggler_kind.h). Only in calm rounds: a straggler's
-  // offloads are the planner's to choose (the relieved rank's own, or another rank's,
-  // whose verdict may be far off); so a round where another rank straggles may still
-  // offload onto the relieved one, as may a calm round after a straggling one made the
-  // plan in force offload: not where the plan in force offloads (the refusal would drop
-  // those offloads, and the next straggling round bring them back), nor under an
-  // operator's hold or a cordon. The refusal is the group's: the planner has no per-rank
-  // "takes no offloads" (what would close both gaps), so in a group of more than two the
-  // other ranks' offloads wait for the calm round's end too. Prunes stay as the mode
-  // allows (in the ViT's auto runs the planner kept all-local).
-  bool RefusesHelpFromThrottled(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
-                                bool cordon, std::vector<std::string>& lines) const
+  // The ranks that take no offloads this round (PlannerRank::takes_no_offloads), saying so
+  // in `lines`: those throttled whole and relieved of units (StragglerKind::
+  // RelievedThrottled). Offloads would give such a rank work back on a split its reshard
+  // made uneven: a throttled rank's transfers are throttled too, and once its contention
+  // ended, its timers calling it calm, the planner balanced that split by offloading onto
+  // it; computing its peer's units it timed 1.41x, so the recheck's calm spell restarted
+  // and its units took 100 s to come back, the step 1.17-1.28x the calm one meanwhile
+  // (docs/benchmarks.md, 2026-12-05). Its units come back by the recheck instead
+  // (straggler_kind.h). In every round, calm or not: its own offloads (it may straggle
+  // still) and the other ranks' offloads among themselves stay the planner's to choose.
+  // None under an operator's hold (the plan is the operator's) or a cordon (a cordoned
+  // rank's units may need every helper; the planner ignores the flag then too). Not for
+  // a block planned by its loads (its replicas are weighed by loads, expert_plan.h).
+  std::vector<int32_t> TakesNoOffloads(const GroupSnapshot& group, bool operator_hold, bool cordon,
+                                       std::vector<std::string>& lines) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The kind of `straggler` (the timers' target; -1: none), measured by straggler_kind_
   // from the group's collectives, saying what it found in `lines`.

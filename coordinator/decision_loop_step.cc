@@ -87,19 +87,19 @@ std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group, int
   return std::move(correction.factors);
 }
 
-bool DecisionLoop::RefusesHelpFromThrottled(const GroupSnapshot& group, int32_t straggler,
-                                            bool operator_hold, bool cordon,
-                                            std::vector<std::string>& lines) const {
-  if (straggler >= 0 || operator_hold || cordon || OffloadsUnits(group)) return false;
-  const std::vector<int32_t> relieved = straggler_kind_.RelievedThrottled(
+std::vector<int32_t> DecisionLoop::TakesNoOffloads(const GroupSnapshot& group, bool operator_hold,
+                                                   bool cordon,
+                                                   std::vector<std::string>& lines) const {
+  if (operator_hold || cordon) return {};
+  std::vector<int32_t> relieved = straggler_kind_.RelievedThrottled(
       group.ref, UnitsComputed(group), UnitsComputed(group, /*computed=*/false));
-  if (relieved.empty()) return false;
+  if (relieved.empty()) return relieved;
   lines.push_back(absl::StrCat(
-      "offloads refused: rank ", absl::StrJoin(relieved, ", "),
-      " is throttled whole and relieved of units, and no rank straggles now: no offload gives "
-      "it work back (its transfers are throttled too, and its own units come back by the "
-      "recheck once it stays calm)"));
-  return true;
+      "takes no offloads: ", relieved.size() > 1 ? "ranks " : "rank ",
+      absl::StrJoin(relieved, ", "),
+      ", throttled whole and relieved of units (work offloaded onto it runs throttled, "
+      "its transfers too; its own units come back by the recheck once it stays calm)"));
+  return relieved;
 }
 
 StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,

@@ -60,9 +60,9 @@
 //     resharded it looks calm. The ViT's relieved quota straggler times 1.8x and is never
 //     checked; the small GPT's times 1.06-1.14x, near the threshold, and one calm spell
 //     of 35 s was seen (2026-12-03): the doubling bounds what such spells cost. Until the
-//     recheck the coordinator gives a relieved throttled rank no work back by offloads in
-//     calm rounds (RelievedThrottled; decision_loop.h: RefusesHelpFromThrottled): computing
-//     its peer's units the ViT's timed 1.41x, and the spell restarted.
+//     recheck the coordinator gives a relieved throttled rank no work back by offloads
+//     (RelievedThrottled; decision_loop.h: TakesNoOffloads): computing its peer's units
+//     the ViT's timed 1.41x, and the spell restarted.
 //   - kUnknown until then, and for a straggler with no calm floor to compare with (one
 //     there from the job's start): the caller decides (the coordinator balances no fixed
 //     costs then, as before this existed).
@@ -221,7 +221,7 @@ class StragglerKind {
   // The ranks whose kWhole verdict stands and that compute fewer of `units` or own fewer
   // of `owned` (Round::units, Round::owned) than they computed calm: relieved throttled
   // ranks, which the coordinator gives no work back by offloads while their verdict
-  // stands (decision_loop.h: RefusesHelpFromThrottled).
+  // stands (decision_loop.h: TakesNoOffloads).
   std::vector<int32_t> RelievedThrottled(const GroupRef& ref, const std::vector<int32_t>& units,
                                          const std::vector<int32_t>& owned) const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -288,6 +288,15 @@ bool CurrentApplies(const BlockState& block, const PlanCandidate* recommended) {
          !(block.uneven_calm && recommended->kind == CandidateKind::kReshard);
 }
 
+// The first offload of `plan` onto a rank that takes no offloads (TakesOffloads), or none.
+const Offload* OffloadOntoRankTakingNone(const PlannerInput& input, const BlockPlan& plan) {
+  for (const Offload& o : plan.offloads) {
+    const size_t helper = static_cast<size_t>(o.helper.value());
+    if (helper < input.ranks.size() && !TakesOffloads(input, helper)) return &o;
+  }
+  return nullptr;
+}
+
 // The plan in force, priced under the new inputs (infeasible, with the reason, when it no
 // longer fits them: a budget, a cordon). Kept unless the recommendation beats it by the
 // hysteresis: flapping between near-equal plans costs transfers and re-layouts for
@@ -307,6 +316,9 @@ absl::StatusOr<Evaluated> EvaluateCurrent(const BlockState& block,
     cur.note = std::string(cost.status().message());
   } else if (block.offloads_refused && !cur.plan.offloads.empty()) {
     cur.note = "it offloads, and offloads are refused";
+  } else if (const Offload* onto = OffloadOntoRankTakingNone(input, cur.plan)) {
+    cur.note =
+        absl::StrCat("it offloads onto rank ", onto->helper.value(), ", which takes no offloads");
   } else {
     cur.feasible = true;
     cur.cost = *std::move(cost);

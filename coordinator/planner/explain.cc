@@ -122,16 +122,15 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
       Num(policy.accuracy_weight_seconds), " s, prune budget ",
       Num(policy.max_pruned_fraction_rank), "/rank ", Num(policy.max_pruned_fraction_group),
       "/group, hysteresis ", Num(policy.hysteresis),
-      OffloadsRefused(input) && !by_loads
-          ? ", offloads refused (the offload check, or a throttled rank relieved of units: above)"
-          : "",
+      OffloadsRefused(input) && !by_loads ? ", offloads refused (the offload check)" : "",
       "\n  [fixed s +] ", by_loads ? "s/token, experts owned:" : "s/unit x units:");
   for (size_t r = 0; r < input.ranks.size(); ++r) {
     const PlannerRank& rank = input.ranks[r];
     absl::StrAppend(&out, " ", r, ":",
                     rank.fixed_seconds > 0 ? absl::StrCat(Num(rank.fixed_seconds), "+") : "",
                     Num(rank.seconds_per_unit), by_loads ? ", " : "x", rank.owned_units,
-                    rank.cordoned ? "(cordoned)" : "", rank.chronic ? "(chronic)" : "");
+                    rank.cordoned ? "(cordoned)" : "", rank.chronic ? "(chronic)" : "",
+                    !by_loads && !TakesOffloads(input, r) ? "(takes no offloads)" : "");
   }
   if (by_loads) absl::StrAppend(&out, ExplainLoads(input, d));
   absl::StrAppend(&out, "\n  all-local ", Num(d.all_local_step_seconds), " s, ideal ",

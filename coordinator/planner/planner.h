@@ -13,20 +13,22 @@
 //   load_r = f_r + c_r * u_r + tau * (y_r + x_r),   T = max_r load_r,
 //   objective = T + accuracy_weight_seconds * (sum_r z_r) / N.
 //
-// The planner minimises the objective exactly, at unit granularity, subject to the policy's
-// prune budgets (z_r <= floor(f_rank * n_r), sum z <= floor(f_group * N)), the mode's
-// techniques (resize: prune only; migrate: offload and reshard only; auto: all) and the
-// cordons (a cordoned rank computes nothing). When a rank is chronic or cordoned it also
-// prices a reshard to the water-filled ownership (halfway there from a split already
-// uneven, no cordon: ownership.h's HalfwayCounts), chosen when it beats the best plan on
-// the current ownership by the hysteresis (the job's, even inside a dwell) and (no cordon)
-// by the straggler threshold t / (1 + t), or, the first reshard of a chronic straggler in
-// place of offloads, when cheaper at all; and it keeps the current plan unless the new
-// one is better by the policy's hysteresis (on a split a straggler's reshard left uneven,
-// also by t / (1 + t): the estimates there come from the load the move set). A calm group
-// (no straggler) runs all-local; one calm for a while on an uneven split (its straggler
-// recovered) reshards back to the even split, chosen when no worse than the best plan on
-// the uneven split by t / (1 + t), hysteresis or not.
+// The planner minimises the objective exactly, at unit granularity, subject to the
+// policy's prune budgets (z_r <= floor(f_rank * n_r), sum z <= floor(f_group * N)), the
+// mode's techniques (resize: prune only; migrate: offload and reshard only; auto: all),
+// the cordons (a cordoned rank computes nothing) and the ranks that take no offloads
+// (x_r 0: PlannerRank::takes_no_offloads, lifted under a cordon). When a rank is chronic
+// or cordoned it also prices a reshard to the water-filled ownership (halfway there from
+// a split already uneven, no cordon: ownership.h's HalfwayCounts), chosen when it beats
+// the best plan on the current ownership by the hysteresis (the job's, even inside a
+// dwell) and (no cordon) by the straggler threshold t / (1 + t), or, the first reshard
+// of a chronic straggler in place of offloads, when cheaper at all; and it keeps the
+// current plan unless the new one is better by the policy's hysteresis (on a split a
+// straggler's reshard left uneven, also by t / (1 + t): the estimates there come from
+// the load the move set). A calm group (no straggler) runs all-local; one calm for a
+// while on an uneven split (its straggler recovered) reshards back to the even split,
+// chosen when no worse than the best plan on the uneven split by t / (1 + t), hysteresis
+// or not.
 // ExplainDecision says why, from the decision and the same input and policy: rendered
 // when someone asks (`ballastctl explain`), not with every decision, since most are never
 // read and the text cost from a tenth (the benchmark's stress case) to a third (one

@@ -48,7 +48,8 @@ void TransferSolver::Reset(const Problem& problem) {
     lp_[r].inverse_c = 1 / c;
     lp_[r].inverse_send = c > tau ? 1 / (c - tau) : 0.0;
     lp_[r].inverse_keep = 1 / (c + tau);
-    const int64_t max_in = std::max<int64_t>(0, problem_->num_units - problem_->owned[r]);
+    const int64_t max_in = problem_->max_in[r];
+    lp_[r].receives = max_in > 0;
     lp_[r].magnitude =
         (c + tau) * static_cast<double>(problem_->owned[r] + max_in) + problem_->fixed_seconds[r];
     lp_[r].margin_keep = (c + tau) * kClear;
@@ -74,8 +75,7 @@ int64_t TransferSolver::Coverage(int32_t r, double t, int32_t z) const {
                : -1;
   const double c = problem_->seconds_per_unit[r], tau = problem_->tau;
   const int64_t n = problem_->owned[r], left = n - z;
-  // Receiving more than the others own never helps.
-  const int64_t max_in = std::max<int64_t>(0, problem_->num_units - n);
+  const int64_t max_in = problem_->max_in[r];
   const RankLp& lp = lp_[r];
   // Whether an estimate kClear from an integer is exact (see RankLp::margin_keep).
   auto exact = [&](double margin) { return margin > 1e-12 * (t + lp.magnitude); };
@@ -264,14 +264,16 @@ double TransferSolver::LpPrunes(double t) {
       continue;
     }
     const double keep_from = n - room * lp.inverse_c;  // prunes from which it keeps all its units
+    // A rank that takes no offloads covers its own units at most: its keep stretch is
+    // flat (pruning there makes room it may not fill).
     if (lp.sends_cheaper && m < keep_from) {
       covered += m + (room - tau * (n - m)) * lp.inverse_send;
       lp.send_length = std::max(0.0, std::min(keep_from, cap) - m);
-      lp.keep_length = std::max(0.0, cap - std::max(keep_from, m));
+      lp.keep_length = lp.receives ? std::max(0.0, cap - std::max(keep_from, m)) : 0.0;
     } else {
-      covered += n + (room - c * (n - m)) * lp.inverse_keep;
+      covered += lp.receives ? n + (room - c * (n - m)) * lp.inverse_keep : n;
       lp.send_length = 0;
-      lp.keep_length = std::max(0.0, cap - m);
+      lp.keep_length = lp.receives ? std::max(0.0, cap - m) : 0.0;
     }
   }
   const double group_cap = static_cast<double>(problem_->group_prune_cap);
@@ -349,11 +351,13 @@ double TransferSolver::RealCoverage(double at) const {
     if (problem_->cordoned[r]) continue;
     const double c = problem_->seconds_per_unit[r], tau = problem_->tau, n = problem_->owned[r];
     const double t = at - problem_->fixed_seconds[r];  // its room after its fixed cost
+    // A rank that takes no offloads covers its own units at most.
+    const double in = problem_->max_in[r] > 0 ? 1.0 : 0.0;
     if (c > tau) {
       if (t < tau * n) continue;
-      sum += t <= c * n ? (t - tau * n) / (c - tau) : n + (t - c * n) / (c + tau);
+      sum += t <= c * n ? (t - tau * n) / (c - tau) : n + in * (t - c * n) / (c + tau);
     } else if (t >= c * n) {
-      sum += n + (t - c * n) / (c + tau);
+      sum += n + in * (t - c * n) / (c + tau);
     }
   }
   return sum;
@@ -433,7 +437,7 @@ void TransferSolver::FillReceiverOptions(double t, int32_t start, int32_t end, i
   const double f = problem_->fixed_seconds[r], c = problem_->seconds_per_unit[r],
                tau = problem_->tau;
   const int64_t n = problem_->owned[r];
-  const int64_t max_in = std::max<int64_t>(0, problem_->num_units - n);
+  const int64_t max_in = problem_->max_in[r];
   const int64_t x0 = Coverage(r, t, start) - n;
   auto fits = [&](int64_t zz, int64_t x) { return Load(f, c, tau, n - zz + x, x) <= t; };
   for (int64_t g = 1; g <= target && x0 + g <= max_in; ++g) {

@@ -66,6 +66,12 @@ bool OffloadsRefused(const PlannerInput& input) {
                                                 [](const PlannerRank& r) { return r.cordoned; });
 }
 
+bool TakesOffloads(const PlannerInput& input, size_t r) {
+  return !input.ranks[r].takes_no_offloads ||
+         std::any_of(input.ranks.begin(), input.ranks.end(),
+                     [](const PlannerRank& rank) { return rank.cordoned; });
+}
+
 absl::Status ValidatePlannerInput(const PlannerInput& input) {
   if (absl::Status s = ValidatePlannerRanks(input.ranks); !s.ok()) return s;
   const size_t p = input.ranks.size();

@@ -35,6 +35,13 @@ struct PlannerRank {
   // A persistent straggler (the coordinator's pooled verdict has said so for the policy's
   // reshard_after): resharding is worth pricing.
   bool chronic = false;
+  // Computes no other rank's units: no plan offloads onto it (it may still offload its
+  // own, and a reshard may still give it units). The coordinator asks this of a rank
+  // throttled whole while it is relieved of units (DecisionLoop::TakesNoOffloads): its
+  // timers call it fast, but work offloaded onto it runs throttled. Ignored where a rank
+  // is cordoned (a cordoned rank's units may need every helper; see
+  // TakesOffloads) and for a block planned by its loads, as offloads_refused is.
+  bool takes_no_offloads = false;
 };
 
 struct PlannerInput {
@@ -83,16 +90,19 @@ struct PlannerInput {
   bool calm_lasted = false;
   // No plan offloads units, the plan in force included: the measured step showed the
   // straggler's offloads no faster than the best plan without them (the coordinator's
-  // OffloadCheck), or a rank throttled whole is relieved of units while no rank straggles
-  // (DecisionLoop::RefusesHelpFromThrottled). Prunes and reshards stay as the mode allows. Ignored
-  // where a rank is cordoned (only transfers empty its device) and for a block planned by its
-  // loads.
+  // OffloadCheck). Prunes and reshards stay as the mode allows. Ignored where a rank is
+  // cordoned (only transfers empty its device) and for a block planned by its loads. (One
+  // rank's refusal is PlannerRank::takes_no_offloads.)
   bool offloads_refused = false;
 };
 
 // Whether a block's offloads are refused in effect: asked (offloads_refused), and no
 // rank cordoned (only transfers empty a cordoned device).
 bool OffloadsRefused(const PlannerInput& input);
+
+// Whether rank r takes offloads in effect: not asked otherwise (takes_no_offloads), or some
+// rank is cordoned (only transfers empty a cordoned device, and it may need every helper).
+bool TakesOffloads(const PlannerInput& input, size_t r);
 
 // What a plan costs under the model.
 struct PlanCost {

@@ -4,8 +4,8 @@
 // as the kind is known, a throttled rank priced by its step's slowdown or its collectives'
 // floor (in the rounds its timers call it calm too), the wait its arrival spread adds
 // to the predicted step near the balanced split, and its units given back by the recheck
-// once its contention ended (no offloads onto it before). Apart from coordinator_test.cc, the
-// facade's other decisions.
+// once its contention ended (no offloads onto it before, whoever straggles). Apart from
+// coordinator_test.cc, the facade's other decisions.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -491,10 +491,9 @@ class ThrottledRankTest : public CoordinatorTest {
 // unit) while its collectives stay slow; those rounds price it by its step too, where
 // priced by its timers the planner offloaded work back onto it (docs/benchmarks.md,
 // 2026-12-04 (d)). By its floor, its collectives' price stands and its units follow its
-// timers, which here would give some back by offloads; no offload gives a relieved
-// throttled rank work back while no rank straggles (decision_loop.h:
-// RefusesHelpFromThrottled), so the plan stands either way. Back on the calm split and
-// calm, it is not priced.
+// timers, which here would give some back by offloads; a relieved throttled rank takes no
+// offloads (decision_loop.h: TakesNoOffloads), so the plan stands either way. Back on the calm
+// split and calm, it is not priced.
 TEST_F(ThrottledRankTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm) {
   for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
     const bool by_step = how == ThrottledPrice::kStep;
@@ -518,9 +517,9 @@ TEST_F(ThrottledRankTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCa
     const size_t planned = sink.plans().size();
     EXPECT_EQ(planned, 1u) << "the plan stands";
     if (!by_step) {
-      EXPECT_THAT(why->text(), ::testing::HasSubstr("offloads refused: rank 1 is throttled whole "
-                                                    "and relieved of units, and no rank "
-                                                    "straggles now"));
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1, throttled whole "
+                                                    "and relieved of units"));
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("(takes no offloads)"));
     }
     // Held back at the even split, calm there (the contention ended within the verdict's
     // 30 s): not priced, its steps predicted as calm.
@@ -575,7 +574,7 @@ TEST_F(ThrottledRankTest, AReshardedThrottledRankGetsItsUnitsBackByTheRecheckNot
   EXPECT_EQ(sink.plans().size(), 1u) << "the split changed before the recheck";
   absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
   ASSERT_TRUE(why.ok());
-  EXPECT_THAT(why->text(), ::testing::HasSubstr("offloads refused: rank 1 is throttled whole"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1, throttled whole"));
   EXPECT_THAT(why->text(), ::testing::HasSubstr("rank 1 relieved of units and calm for"));
   ASSERT_NO_FATAL_FAILURE(run(100));  // to 35 s
   ASSERT_GT(sink.plans().size(), 1u) << "its units never came back";
@@ -587,8 +586,9 @@ TEST_F(ThrottledRankTest, AReshardedThrottledRankGetsItsUnitsBackByTheRecheckNot
 }
 
 // Still throttled while resharded (its timers 1.5x on the units it kept), the rank
-// straggles: the planner may offload from it (nothing is refused), as for any straggler.
-TEST_F(ThrottledRankTest, ARelievedThrottledRankThatStragglesRefusesNoOffloads) {
+// straggles: it takes no offloads, but the planner may offload from it (the group's
+// offloads are not refused), as for any straggler.
+TEST_F(ThrottledRankTest, ARelievedThrottledRankThatStragglesMayStillOffload) {
   RecordingSink sink;
   const int kept = ReshardAThrottledRank(ThrottledPrice::kFloor, &sink);
   ASSERT_GE(kept, 0);
@@ -598,7 +598,26 @@ TEST_F(ThrottledRankTest, ARelievedThrottledRankThatStragglesRefusesNoOffloads) 
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(why->text(),
               ::testing::HasSubstr("straggler kind (rank 1): slow in its collectives"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1"));
   EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("offloads refused")));
+}
+
+// Its contention over but its verdict standing (relieved, before the recheck), the
+// resharded rank's peer straggles: no offload gives the relieved rank that peer's work (in
+// a group of two, none at all), where before only calm rounds refused it (a straggling
+// peer's offloads onto it would restart the recheck's calm spell as a calm round's did).
+TEST_F(ThrottledRankTest, ARelievedThrottledRankTakesNoStragglingPeersWork) {
+  RecordingSink sink;
+  const int kept = ReshardAThrottledRank(ThrottledPrice::kFloor, &sink);
+  ASSERT_GE(kept, 0);
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  // Rank 0 1.6x slower per unit, rank 1 as calm: rank 0 straggles.
+  ranks.Run(30, {kUnits - kept, kept}, {16e-3, 10e-3}, {20e-3, 20e-3}, sink.plans()[0].version());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("(takes no offloads)"));
+  for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ using planner_testing::Floor;
 using planner_testing::kInf;
 using planner_testing::kModes;
 using planner_testing::MakeInput;
+using planner_testing::MayReceive;
 using planner_testing::PlanExplained;
 using planner_testing::RandomCase;
 using planner_testing::Total;
@@ -60,7 +61,7 @@ double Oracle(const Case& k, BalanceMode mode, bool allow_send_and_receive = tru
     std::vector<std::pair<int64_t, std::pair<int64_t, double>>> options;  // z, (d, load)
     for (int64_t z = 0; z <= zcap; ++z) {
       for (int64_t y = 0; y <= (transfer ? n - z : 0); ++y) {
-        for (int64_t x = 0; x <= (transfer ? total - n : 0); ++x) {
+        for (int64_t x = 0; x <= (transfer && MayReceive(k, r) ? total - n : 0); ++x) {
           if (!allow_send_and_receive && y > 0 && x > 0) continue;
           const int64_t u = n - z - y + x;
           if (cordoned && (u != 0 || x != 0)) continue;
@@ -106,7 +107,7 @@ double Enumerate(const Case& k, BalanceMode mode) {
   for (int r = 0; r < p; ++r) {
     lim[3 * r] = prune ? Floor(k.policy.max_pruned_fraction_rank, k.n[r]) : 0;
     lim[3 * r + 1] = transfer ? k.n[r] : 0;
-    lim[3 * r + 2] = transfer ? total : 0;
+    lim[3 * r + 2] = transfer && MayReceive(k, r) ? total : 0;
   }
   std::vector<int64_t> v(3 * p, 0);
   double best = kInf;
@@ -215,10 +216,16 @@ TEST(PlannerOracleTest, MatchesBruteForceOnSmallGroups) {
 // which no rank both sends and receives (such a rank can always drop one of each).
 TEST(PlannerOracleTest, MatchesOracleOnMediumGroups) {
   std::mt19937_64 rng(99);
+  int refusal_binds = 0;  // cases where a rank taking no offloads costs the optimum
   for (int i = 0; i < 400; ++i) {
     Case k = RandomCase(rng, /*max_ranks=*/4, /*max_units=*/10, /*cordon_chance=*/0.2);
     ASSERT_TRUE(ExpectAutoMatchesOracle(k).has_value());
+    Case free = k;
+    free.no_offloads.clear();
+    refusal_binds +=
+        Oracle(free, BalanceMode::kAuto, false) < Oracle(k, BalanceMode::kAuto, false) * (1 - 1e-9);
   }
+  EXPECT_GT(refusal_binds, 20);
 }
 
 // Up to 8 ranks of up to 12 units, with pruning cheap enough to matter: several senders at
@@ -243,6 +250,8 @@ TEST(PlannerOracleTest, MatchesOracleOnEightRankGroupsWherePruningPays) {
     k.policy.accuracy_weight_seconds = 1e-3 * uniform(0, 4) * Total(k);
     k.cordoned.assign(p, false);
     if (pick(0, 3) == 0) k.cordoned[pick(0, p - 1)] = true;
+    k.no_offloads.assign(p, false);
+    if (pick(0, 3) == 0) k.no_offloads[pick(0, p - 1)] = true;
     ASSERT_TRUE(ExpectAutoMatchesOracle(k).has_value());
   }
 }
@@ -283,6 +292,8 @@ TEST(PlannerOracleTest, MatchesOracleWhenManyPruneLevelsTie) {
     k.cordoned.assign(p, false);
     k.chronic.assign(p, false);
     if (pick(0, 5) == 0) k.cordoned[pick(0, p - 1)] = true;
+    k.no_offloads.assign(p, false);
+    if (pick(0, 3) == 0) k.no_offloads[pick(0, p - 1)] = true;
     const std::optional<CheckedPlan> got = ExpectAutoMatchesOracle(k);
     ASSERT_TRUE(got.has_value());
     ExpectNear(got->check.objective, got->plan.cost.objective, Describe(k, BalanceMode::kAuto));

@@ -262,6 +262,60 @@ TEST(PlannerTest, CordonedRankOffloadsEverythingOrReshards) {
   EXPECT_TRUE(d2->plan.offloads.empty()) << d2->explanation;
 }
 
+// A rank that takes no offloads (a throttled rank relieved of units: the coordinator's
+// DecisionLoop::TakesNoOffloads) helps nobody, and a plan in force that offloads onto it is
+// replaced; the straggler's work goes to the others, and a cordon lifts the refusal (its
+// units may need every helper).
+TEST(PlannerTest, ARankThatTakesNoOffloadsHelpsNobody) {
+  Case k = Straggler();
+  k.policy.mode = BalanceMode::kMigrate;
+  const PlannerInput free_in = MakeInput(k);
+  absl::StatusOr<Explained> free_d = PlanExplained(free_in, k.policy, nullptr);
+  ASSERT_TRUE(free_d.ok()) << free_d.status();
+  const auto helps = [](const BlockPlan& plan, int rank) {
+    return std::any_of(plan.offloads.begin(), plan.offloads.end(),
+                       [&](const Offload& o) { return o.helper == RankId(rank); });
+  };
+  ASSERT_TRUE(helps(free_d->plan, 3)) << free_d->explanation;  // the 7 ranks share the work
+  k.no_offloads.assign(8, false);
+  k.no_offloads[3] = true;
+  const PlannerInput in = MakeInput(k);
+  absl::StatusOr<Explained> d = PlanExplained(in, k.policy, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(helps(d->plan, 3)) << d->explanation;
+  EXPECT_FALSE(d->plan.offloads.empty()) << d->explanation;  // the others still help
+  EXPECT_EQ(CheckPlan(in, k.policy, BalanceMode::kMigrate, d->plan).error, "");
+  EXPECT_GT(d->predicted_step_seconds, free_d->predicted_step_seconds);  // six helpers, not seven
+  EXPECT_THAT(d->explanation, HasSubstr("3:0.001x64(takes no offloads)"));
+  // The plan in force offloading onto it is no longer a plan.
+  absl::StatusOr<Explained> again = PlanExplained(in, k.policy, &free_d->plan);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->kept_current);
+  EXPECT_FALSE(helps(again->plan, 3)) << again->explanation;
+  EXPECT_THAT(again->explanation, HasSubstr("it offloads onto rank 3, which takes no offloads"));
+  // Nor does it take a straggler's own offloads from it: rank 7 itself may offload.
+  k.no_offloads.assign(8, false);
+  k.no_offloads[7] = true;
+  absl::StatusOr<Explained> own = PlanExplained(MakeInput(k), k.policy, nullptr);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->plan, free_d->plan) << own->explanation;
+  // Under a cordon the refusal is lifted: here the cordoned rank's units have only the
+  // rank that would take no offloads to go to.
+  Case cordon;
+  cordon.c = {1e-3, 1e-3};
+  cordon.n = {4, 4};
+  cordon.tau = 1e-4;
+  cordon.cordoned = {true, false};
+  cordon.no_offloads = {false, true};
+  cordon.policy.mode = BalanceMode::kMigrate;
+  const PlannerInput cordoned = MakeInput(cordon);
+  absl::StatusOr<Explained> drained = PlanExplained(cordoned, cordon.policy, nullptr);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_EQ(CheckPlan(cordoned, cordon.policy, BalanceMode::kMigrate, drained->plan).error, "");
+  EXPECT_NEAR(drained->predicted_step_seconds, 8e-3, 1e-3) << drained->explanation;
+  EXPECT_THAT(drained->explanation, Not(HasSubstr("(takes no offloads)")));
+}
+
 // Counts of a reshard's ownership.
 std::vector<int32_t> OwnedAfter(const BlockPlan& plan, int32_t ranks) {
   std::vector<int32_t> owned(ranks, 0);

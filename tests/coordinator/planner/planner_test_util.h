@@ -62,9 +62,18 @@ struct Case {
   std::vector<int32_t> n;
   std::vector<bool> cordoned;
   std::vector<bool> chronic;
+  std::vector<bool> no_offloads;  // PlannerRank::takes_no_offloads; empty: none
   double tau = 0;
   JobPolicy policy;
 };
+
+// Whether rank r may compute others' units: not marked takes-no-offloads, or some rank
+// cordoned (PlannerRank::takes_no_offloads is ignored then), restated for the oracle.
+inline bool MayReceive(const Case& k, size_t r) {
+  const bool marked = !k.no_offloads.empty() && k.no_offloads[r];
+  const bool any_cordon = std::find(k.cordoned.begin(), k.cordoned.end(), true) != k.cordoned.end();
+  return !marked || any_cordon;
+}
 
 inline PlannerInput MakeInput(const Case& k) {
   PlannerInput in;
@@ -77,6 +86,7 @@ inline PlannerInput MakeInput(const Case& k) {
     rank.owned_units = k.n[r];
     rank.cordoned = !k.cordoned.empty() && k.cordoned[r];
     rank.chronic = !k.chronic.empty() && k.chronic[r];
+    rank.takes_no_offloads = !k.no_offloads.empty() && k.no_offloads[r];
     in.ranks.push_back(rank);
     for (int32_t i = 0; i < k.n[r]; ++i) in.owner_of_unit.push_back(RankId(static_cast<int>(r)));
   }
@@ -147,6 +157,11 @@ inline Checked CheckPlan(const PlannerInput& in, const JobPolicy& policy, Balanc
     if (z[r] + y[r] > owned[r]) return {"prunes + offloads exceed owned"};
     const int64_t u = owned[r] - z[r] - y[r] + x[r];
     if (in.ranks[r].cordoned && (u != 0 || x[r] != 0)) return {"cordon broken"};
+    const bool any_cordon = std::any_of(in.ranks.begin(), in.ranks.end(),
+                                        [](const PlannerRank& rank) { return rank.cordoned; });
+    if (in.ranks[r].takes_no_offloads && !any_cordon && x[r] != 0) {
+      return {"offloads onto a rank that takes none"};
+    }
     out.step =
         std::max(out.step, in.ranks[r].fixed_seconds +
                                in.ranks[r].seconds_per_unit * static_cast<double>(u) +
@@ -185,7 +200,8 @@ inline std::string Describe(const Case& k, BalanceMode mode) {
                    " f_group ", k.policy.max_pruned_fraction_group, " ranks:");
   for (size_t r = 0; r < k.c.size(); ++r) {
     absl::StrAppend(&s, " ", k.f.empty() || k.f[r] == 0 ? "" : absl::StrCat(k.f[r], "+"), k.c[r],
-                    "x", k.n[r], !k.cordoned.empty() && k.cordoned[r] ? "(cordoned)" : "");
+                    "x", k.n[r], !k.cordoned.empty() && k.cordoned[r] ? "(cordoned)" : "",
+                    !k.no_offloads.empty() && k.no_offloads[r] ? "(takes no offloads)" : "");
   }
   return s;
 }
@@ -233,6 +249,12 @@ inline Case RandomCase(std::mt19937_64& rng, int max_ranks, int max_units, doubl
                                     : (r == p - 1 ? uniform(0, 1) * k.c[r] * k.n[r] : 0.0));
     }
   }
+  // A quarter of the groups with a rank that takes no offloads (a throttled rank relieved
+  // of units, DecisionLoop::TakesNoOffloads), an eighth with two.
+  k.no_offloads.assign(p, false);
+  const int no_offloads_kind = pick(0, 7);
+  if (p > 1 && no_offloads_kind <= 1) k.no_offloads[pick(0, p - 1)] = true;
+  if (p > 1 && no_offloads_kind == 0) k.no_offloads[pick(0, p - 1)] = true;
   return k;
 }
 

@@ -33,6 +33,11 @@ TEST(TransferSolverTest, LpPrunesIsConvexAndFallsWithTheStepTime) {
       problem.prune_cap.push_back(static_cast<int32_t>(n * unit(rng)));
       problem.num_units += n;
     }
+    // A third of the trials with a rank that takes no offloads (its keep stretch flat).
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      problem.max_in.push_back(r == 1 && trial % 3 == 1 && trial % 5 != 0 ? 0
+                                                                          : problem.num_units - n);
+    }
     problem.group_prune_cap = static_cast<int64_t>(problem.num_units * unit(rng));
     problem.tau = 2e-3 * unit(rng);
     TransferSolver solver(problem);
@@ -80,6 +85,11 @@ TEST(TransferSolverTest, AResetSolverAnswersAsANewOne) {
       problem.cordoned.push_back(r == 1 && trial % 4 == 0 ? 1 : 0);
       problem.prune_cap.push_back(static_cast<int32_t>(n * unit(rng)));
       problem.num_units += n;
+    }
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      // (Not beside a cordon, as MakeProblem's: Problem::max_in.)
+      problem.max_in.push_back(r == 0 && trial % 3 == 1 && trial % 4 != 0 ? 0
+                                                                          : problem.num_units - n);
     }
     problem.group_prune_cap = static_cast<int64_t>(problem.num_units * unit(rng));
     problem.tau = 2e-3 * unit(rng);
@@ -131,12 +141,16 @@ TEST(TransferSolverTest, CoverageIsTheLargestThatFits) {
       problem.prune_cap.push_back(n);
       problem.num_units += n;
     }
+    // A third of the trials with a rank that takes no offloads: it covers its own at most.
+    for (int r = 0; r < problem.num_ranks; ++r) {
+      problem.max_in.push_back(r == 1 && trial % 3 == 1 ? 0 : problem.num_units - problem.owned[r]);
+    }
     problem.group_prune_cap = problem.num_units;
     problem.tau = 2e-3 * unit(rng);
     TransferSolver solver(problem);
     for (int32_t r = 0; r < problem.num_ranks; ++r) {
       const double f = problem.fixed_seconds[r], c = problem.seconds_per_unit[r];
-      const int64_t n = problem.owned[r], most = problem.num_units;
+      const int64_t n = problem.owned[r], most = n + problem.max_in[r];
       // Rank r's load covering v units with z pruned, as the solver's one formula has it.
       auto load = [&](int64_t v, int32_t z) {
         return Load(f, c, problem.tau, v - z, v >= n ? v - n : n - v);
