@@ -15,7 +15,6 @@ Problem MakeProblem(const PlannerInput& input, const std::vector<int32_t>& owned
   problem.owned.reserve(problem.num_ranks);
   problem.cordoned.reserve(problem.num_ranks);
   problem.prune_cap.reserve(problem.num_ranks);
-  problem.max_in.reserve(problem.num_ranks);
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
     problem.fixed_seconds.push_back(input.ranks[r].fixed_seconds);
     problem.seconds_per_unit.push_back(input.ranks[r].seconds_per_unit);
@@ -25,8 +24,17 @@ Problem MakeProblem(const PlannerInput& input, const std::vector<int32_t>& owned
   }
   const bool prune = PrunesAllowed(mode);
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
-    problem.max_in.push_back(
-        TakesOffloads(input, r) ? std::max<int64_t>(0, problem.num_units - owned[r]) : 0);
+    if (input.ranks[r].takes_no_offloads && !TakesOffloads(input, r)) {
+      problem.max_in.resize(problem.num_ranks);
+      for (int32_t other = 0; other < problem.num_ranks; ++other) {
+        problem.max_in[other] = TakesOffloads(input, other)
+                                    ? std::max<int64_t>(0, problem.num_units - owned[other])
+                                    : 0;
+      }
+      break;
+    }
+  }
+  for (int32_t r = 0; r < problem.num_ranks; ++r) {
     problem.prune_cap.push_back(
         prune ? static_cast<int32_t>(PruneBudget(policy.max_pruned_fraction_rank, owned[r])) : 0);
   }

@@ -45,9 +45,10 @@ struct Problem {
   std::vector<int32_t> owned;            // n_r
   std::vector<char> cordoned;
   // Units each rank may compute for others: 0 where it takes no offloads (TakesOffloads),
-  // else what the others own (receiving more never helps). Never 0 beside a cordoned rank
-  // that owns units (TakesOffloads says so): with nowhere to put them, no step time would
-  // cover them without pruning, and MinStepWithoutPruning's search for one would not end.
+  // else what the others own (receiving more never helps). Empty when every rank takes
+  // offloads, the usual case (no allocation for it). Never 0 beside a cordoned rank that
+  // owns units (TakesOffloads says so): with nowhere to put them, no step time would cover
+  // them without pruning, and MinStepWithoutPruning's search for one would not end.
   std::vector<int64_t> max_in;
   std::vector<int32_t> prune_cap;  // per rank; 0 when the mode forbids pruning
   int64_t group_prune_cap = 0;
