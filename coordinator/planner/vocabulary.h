@@ -39,8 +39,8 @@ struct PlannerRank {
   // own, and a reshard may still give it units). The coordinator asks this of a rank
   // throttled whole while it is relieved of units (DecisionLoop::TakesNoOffloads): its
   // timers call it fast, but work offloaded onto it runs throttled. Ignored where a rank
-  // is cordoned (a cordoned rank's units may need every helper; see
-  // TakesOffloads) and for a block planned by its loads, as offloads_refused is.
+  // is cordoned (its units may need every helper: TakesOffloads) and for a block planned
+  // by its loads, as offloads_refused is.
   bool takes_no_offloads = false;
 };
 
