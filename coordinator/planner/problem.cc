@@ -23,16 +23,12 @@ Problem MakeProblem(const PlannerInput& input, const std::vector<int32_t>& owned
     problem.num_units += owned[r];
   }
   const bool prune = PrunesAllowed(mode);
-  for (int32_t r = 0; r < problem.num_ranks; ++r) {
-    if (input.ranks[r].takes_no_offloads && !TakesOffloads(input, r)) {
-      problem.max_in.resize(problem.num_ranks);
-      for (int32_t other = 0; other < problem.num_ranks; ++other) {
-        problem.max_in[other] = TakesOffloads(input, other)
-                                    ? std::max<int64_t>(0, problem.num_units - owned[other])
-                                    : 0;
-      }
-      break;
-    }
+  const bool some_take_none =
+      std::any_of(input.ranks.begin(), input.ranks.end(),
+                  [](const PlannerRank& rank) { return rank.takes_no_offloads; });
+  for (int32_t r = 0; some_take_none && r < problem.num_ranks; ++r) {
+    problem.max_in.push_back(
+        TakesOffloads(input, r) ? std::max<int64_t>(0, problem.num_units - owned[r]) : 0);
   }
   for (int32_t r = 0; r < problem.num_ranks; ++r) {
     problem.prune_cap.push_back(

@@ -52,7 +52,6 @@ void TransferSolver::Reset(const Problem& problem) {
                                ? std::max<int64_t>(0, problem_->num_units - problem_->owned[r])
                                : problem_->max_in[r];
     lp_[r].max_in = max_in;
-    lp_[r].receives = max_in > 0;
     lp_[r].magnitude =
         (c + tau) * static_cast<double>(problem_->owned[r] + max_in) + problem_->fixed_seconds[r];
     lp_[r].margin_keep = (c + tau) * kClear;
@@ -272,11 +271,11 @@ double TransferSolver::LpPrunes(double t) {
     if (lp.sends_cheaper && m < keep_from) {
       covered += m + (room - tau * (n - m)) * lp.inverse_send;
       lp.send_length = std::max(0.0, std::min(keep_from, cap) - m);
-      lp.keep_length = lp.receives ? std::max(0.0, cap - std::max(keep_from, m)) : 0.0;
+      lp.keep_length = lp.max_in > 0 ? std::max(0.0, cap - std::max(keep_from, m)) : 0.0;
     } else {
-      covered += lp.receives ? n + (room - c * (n - m)) * lp.inverse_keep : n;
+      covered += lp.max_in > 0 ? n + (room - c * (n - m)) * lp.inverse_keep : n;
       lp.send_length = 0;
-      lp.keep_length = lp.receives ? std::max(0.0, cap - m) : 0.0;
+      lp.keep_length = lp.max_in > 0 ? std::max(0.0, cap - m) : 0.0;
     }
   }
   const double group_cap = static_cast<double>(problem_->group_prune_cap);

@@ -83,8 +83,7 @@ class TransferSolver {
     // (c > tau), and whether its low divisor is positive.
     double fixed = 0, n = 0, cap = 0, c = 0;
     bool cordoned = false, sends_cheaper = false, low_positive = false;
-    int64_t max_in = 0;     // units it may compute for others (Problem::max_in)
-    bool receives = false;  // max_in > 0
+    int64_t max_in = 0;  // units it may compute for others (Problem::max_in)
     double inverse_low = 0, inverse_c = 0, inverse_send = 0, inverse_keep = 0;
     double send_length = 0, keep_length = 0;
     // For Coverage's shortcut: an estimate at least kClear from an integer is
