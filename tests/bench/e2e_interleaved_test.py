@@ -321,6 +321,17 @@ class ArithmeticTest(unittest.TestCase):
         self.assertAlmostEqual(il.unit_share(ranks, lambda r: r["step"] >= 2), 1 / 3)
         self.assertIsNone(il.unit_share(ranks, lambda r: False))
 
+    def test_a_sample_counts_as_one_plan_only_if_its_window_ran_one(self):
+        # Rank 1 changes plan at step 30, rank 0 a step later: a sample's measured step is
+        # the median of the 16 reports before it, and the step after it may already run
+        # the plan the prediction is for.
+        ranks = [{"steps": [record(s, 0.1, 1e-3, plan=1 if s < 31 else 2) for s in range(60)]},
+                 {"steps": [record(s, 0.1, 1e-3, plan=1 if s < 30 else 2) for s in range(60)]}]
+        self.assertTrue(il.one_plan(ranks, 28))
+        self.assertFalse(il.one_plan(ranks, 29))  # its next step runs plan 2
+        self.assertFalse(il.one_plan(ranks, 46))  # reports 30-45 mix the two
+        self.assertTrue(il.one_plan(ranks, 47))
+
     def test_the_oracle_summary_judges_issue_39s_targets(self):
         cycles = [{"plain_vs_ideal": 1.4, "auto_vs_ideal": 1.0, "plain_over_auto": 1.4,
                    "oracle": "reshard 0.3", "oracle_vs_ideal": 0.98, "plain_over_oracle": 1.43,
