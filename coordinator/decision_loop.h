@@ -233,8 +233,9 @@ class DecisionLoop {
   // (StragglerKind::StragglingFloor), its units by its timers; only where the fixed costs
   // are balanced for the straggler's `kind`; such a rank's arrival spread, where fitted
   // (StragglerKind::ArrivalSpread: the straggler's, else a relieved rank's), goes to the
-  // step prediction (`pricing`'s throttled_rank and arrival_spread). The ranks so priced,
-  // and the figures, are returned for FixedSecondsPerStep.
+  // step prediction (`pricing`'s throttled_rank and arrival_spread). Not the straggler on
+  // the calm split where its contention is gone (StragglerKind::ContentionGone): priced by
+  // its timers. The ranks so priced, and the figures, are returned for FixedSecondsPerStep.
   ThrottledPriced PriceThrottled(const GroupSnapshot& group, int32_t straggler,
                                  StragglerKind::Kind kind, PooledGroup& pooled,
                                  StepPricing& pricing, std::vector<std::string>& lines) const;

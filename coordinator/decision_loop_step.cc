@@ -144,6 +144,15 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
   for (size_t r = 0; r < pooled.ranks.size(); ++r) {
     const auto rank = static_cast<int32_t>(r);
     if (rank != straggler && !straggler_kind_.RelievedOf(group.ref, rank, units)) continue;
+    if (double floor_now = 0; straggler_kind_.ContentionGone(group.ref, rank, &floor_now)) {
+      lines.push_back(absl::StrFormat(
+          "rank %d: throttled whole by its verdict, but on the calm split the collectives cost "
+          "%.4g s a step now, nearer the %.4g s they cost calm than its straggling %.4g s: "
+          "its contention is gone, priced by its timers",
+          rank, floor_now, straggler_kind_.CalmCollectives(group.ref),
+          straggler_kind_.StragglingFloor(group.ref, rank)));
+      continue;
+    }
     const char* relieved = rank == straggler ? "" : " (relieved of units, its timers call it calm)";
     if (how == ThrottledPrice::kFloor) {
       const double floor = straggler_kind_.StragglingFloor(group.ref, rank);

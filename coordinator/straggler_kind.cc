@@ -95,6 +95,10 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
   const Kind kind =
       round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
   FitSpreads(g, round, now, lines);
+  const bool calm_split = !round.cordon && !round.offloads &&
+                          round.plan_version == round.published_version && !round.units.empty() &&
+                          round.units == g.calm_units;
+  g.floor_on_calm_split = calm_split && round.collective_seconds > 0 ? round.collective_seconds : 0;
   return kind;
 }
 
@@ -406,6 +410,19 @@ double StragglerKind::StepSlowdown(const GroupRef& ref, int32_t rank) const {
   const Verdict* verdict = StandingVerdict(ref, rank);
   if (verdict == nullptr || verdict->kind != Kind::kWhole) return 0;
   return Slowdown(groups_.at(ref.key), *verdict);
+}
+
+bool StragglerKind::ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now) const {
+  absl::MutexLock lock(&mu_);
+  const Verdict* verdict = StandingVerdict(ref, rank);
+  if (verdict == nullptr) return false;
+  const GroupState& g = groups_.at(ref.key);
+  const double now = g.floor_on_calm_split;
+  const double calm = CalmCollectivesOf(g);
+  const double straggling = StragglingFloorOf(*verdict);
+  if (!(now > 0) || !(calm > 0) || !(straggling > 0)) return false;
+  if (floor_now != nullptr) *floor_now = now;
+  return now * now < calm * straggling;
 }
 
 bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,

@@ -97,6 +97,16 @@
 // drift less. Never on another split: relieved of units, a throttled rank idles more and
 // its step says less, and the price must not follow it back (the split would swing).
 //
+// Contention gone. The verdict stands through the straggle's calm spells (above), and a
+// rank whose contention ended can straggle again for another reason: the interleaved
+// benchmark's rank 1, its quota lifted and held on the calm split, timed 1.1-1.2x its peer
+// for a few rounds, and priced at its quota's straggling floor it had the step predicted
+// 18-51% long (docs/benchmarks.md, 2026-12-05 (d)). On the calm split the group's floor
+// tells: there a throttled rank arrives last and its collectives are the floor, as when it
+// was judged. Where that floor is nearer the calm one than the rank's straggling floor
+// (ContentionGone), the coordinator prices it by its timers (decision_loop.h:
+// PriceThrottled); its verdict stands.
+//
 // Arrival spread. Balanced on average, a throttled rank still reaches some collectives
 // late and others early, and the group waits beyond its mean (arrival_spread.h). While its
 // kWhole verdict stands, each window of min_steps steps under a plan without offloads,
@@ -214,6 +224,16 @@ class StragglerKind {
   // on it stands. Its waits are beyond its straggling floor, the others' beyond
   // CalmCollectives, so it needs both.
   double ArrivalSpread(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the last round (Update) found `rank`'s contention gone while its kWhole verdict
+  // stands: the group on the calm split (every rank computing what it computed when calm)
+  // under a plan without offloads that every rank ran min_steps steps, and its floor nearer
+  // CalmCollectives than the rank's StragglingFloor, by ratio (a calm window's test: see
+  // "Step slowdown"). Throttled, the rank would arrive last there and its collectives would
+  // be the floor. Its verdict stands (as what it was, should it straggle again), but a
+  // straggle now is not that contention's: see "Contention gone" above. `floor_now` (if not
+  // null) gets that floor.
+  bool ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now = nullptr) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
   // measured: relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
@@ -294,6 +314,9 @@ class StragglerKind {
     // a rank that straggles again in that time gets its own back.
     std::map<int32_t, Verdict> suspended;
     absl::Duration rechecked_at;  // monotonic
+    // The last round's floor where the group ran the calm split under a plan without
+    // offloads (ContentionGone); 0 otherwise.
+    double floor_on_calm_split = 0;
     // Within kRecheckAfter of a recheck, while a rank it ended is still relieved: the
     // split is to go back to even (UnitsGoingBack). No calm floor is taken while such a
     // rank is relieved (on that split its peer arrives last and waits for nobody: 0.0064

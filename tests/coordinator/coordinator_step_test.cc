@@ -620,5 +620,49 @@ TEST_F(ThrottledRankTest, ARelievedThrottledRankTakesNoStragglingPeersWork) {
   for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
 }
 
+// Its quota lifted, the resharded rank is held back at the even split and straggles
+// there for another reason (its timers 1.2x, its collectives calm: it arrives last and
+// the floor is the calm 20 ms, not its straggling 40 ms). Its verdict stands, but it is
+// priced by its timers: the step, 4 x 12 + 20 = 68 ms, is predicted as measured, where its
+// straggling floor put 20 ms more on it (the interleaved benchmark's held segments after
+// a quota: docs/benchmarks.md, 2026-12-05 (d)). The quota back on the calm split, the
+// rank is priced as throttled again.
+TEST_F(ThrottledRankTest, ARankWhoseContentionIsGoneIsPricedByItsTimersOnTheCalmSplit) {
+  for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
+    const bool by_step = how == ThrottledPrice::kStep;
+    SCOPED_TRACE(by_step ? "step" : "floor");
+    RecordingSink sink;
+    ASSERT_GE(ReshardAThrottledRank(how, &sink), 0);
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+    coordinator_->Tick();
+    ASSERT_EQ(sink.plans().size(), 2u);
+    const int64_t even = sink.plans().back().version();
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 12e-3}, {20e-3, 20e-3}, even);
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("straggler kind (rank 1): slow in its "
+                                                  "collectives too"));
+    EXPECT_THAT(why->text(),
+                ::testing::HasSubstr("rank 1: throttled whole by its verdict, but on the calm "
+                                     "split the collectives cost 0.02 s a step now, nearer the "
+                                     "0.02 s they cost calm than its straggling 0.04 s: its "
+                                     "contention is gone, priced by its timers"));
+    EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("priced at the")));
+    v1::GroupStatus g = ranks.Status();
+    EXPECT_NEAR(g.measured_step_seconds(), 68e-3, 1e-9);
+    EXPECT_NEAR(g.predicted_step_seconds(), 68e-3, 1e-6);
+    // The quota back (its collectives 40 ms, its timers 1.5x): throttled again.
+    ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 15e-3}, {20e-3, 40e-3}, even);
+    why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("contention is gone")));
+    EXPECT_THAT(why->text(), ::testing::HasSubstr(by_step ? "priced at the" : "its collectives "
+                                                                                "priced at the"));
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
+    coordinator_.reset();
+  }
+}
+
 }  // namespace
 }  // namespace ballast::coordinator

@@ -258,6 +258,39 @@ TEST_F(StragglerKindTest, AVerdictStandsWhileTheStragglerLasts) {
   EXPECT_EQ(Straggle(0.060, 4), Kind::kCompute) << "0.060 against 0.050 calm: 1.2x";
 }
 
+// On the calm split a throttled rank arrives last, and the floor is its collectives: a
+// floor nearer the calm one than its straggling floor (by ratio: under sqrt(0.043 x 0.097)
+// = 0.0646 s) says its contention is gone. Not measured off the calm split, under
+// offloads or before every rank ran the plan; its verdict stands throughout.
+TEST_F(StragglerKindTest, AFloorNearTheCalmOneOnTheCalmSplitSaysTheContentionIsGone) {
+  const std::vector<int32_t> even{45, 45}, resharded{60, 30};
+  ASSERT_EQ(CalmThenJudgedOnEven(0.097), Kind::kWhole);
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1)) << "its floor is the straggling one";
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 0)) << "no verdict on rank 0";
+  // Still straggling on the calm split, its collectives back near calm.
+  EXPECT_EQ(Update(Ran(1, 1, 0.050, false, even)), Kind::kWhole);
+  double floor_now = 0;
+  EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1, &floor_now));
+  EXPECT_DOUBLE_EQ(floor_now, 0.050);
+  // Between the two, nearer the straggling floor: not gone.
+  Update(Ran(1, 1, 0.066, false, even));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+  // Calm split, calm rounds too.
+  Update(Ran(-1, 1, 0.045, false, even));
+  EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1));
+  // Off the calm split, with offloads, or before the workers run the newest plan: unknown.
+  Update(Ran(1, 2, 0.045, false, resharded));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+  Update(Ran(1, 3, 0.045, true, even));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+  StragglerKind::Round pushed = Ran(1, 3, 0.045, false, even);
+  pushed.published_version = 4;
+  Update(pushed);
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+  EXPECT_EQ(Update(Ran(1, 4, 0.0, false, even)), Kind::kWhole) << "the verdict stands";
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1)) << "no floor measured under plan 4 yet";
+}
+
 TEST_F(StragglerKindTest, FewerUnitsThanCalmMeasureNothing) {
   const std::vector<int32_t> even{45, 45}, resharded{60, 30};
   Update(Ran(-1, 1, 0.043, false, even));
