@@ -657,8 +657,8 @@ TEST_F(ThrottledRankTest, ARankWhoseContentionIsGoneIsPricedByItsTimersOnTheCalm
     why = coordinator_->Explain("vit", "tp0");
     ASSERT_TRUE(why.ok());
     EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("contention is gone")));
-    EXPECT_THAT(why->text(), ::testing::HasSubstr(by_step ? "priced at the" : "its collectives "
-                                                                                "priced at the"));
+    const char* priced = by_step ? "priced at the" : "its collectives priced at the";
+    EXPECT_THAT(why->text(), ::testing::HasSubstr(priced));
     ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
     coordinator_.reset();
   }
