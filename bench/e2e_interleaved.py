@@ -323,8 +323,9 @@ def sample_truth(ranks, step):
 
 def one_plan(ranks, step):
     """Whether every rank ran one plan over the REPORTS_IN_MEASURED_STEP steps before a
-    status sample and the step after it: the measured step (a median over those reports)
-    is then a step of the plan the prediction is for. Within 16 steps of a change it mixes
+    status sample, the sample's step and the one after it (the coordinator may have pushed
+    the next plan already): the measured step (a median over the reports before) is then
+    a step of the plan the prediction is for. Within 16 steps of a change it mixes
     the plan before, which the prediction is not about (under a new straggler the plan
     changes about 20 steps in, and such samples were 29 of the 32 misses of 30 onsets)."""
     first = step - REPORTS_IN_MEASURED_STEP

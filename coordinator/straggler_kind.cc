@@ -327,6 +327,13 @@ void StragglerKind::SampleStep(const GroupState& g, const Round& round, absl::Du
       !verdict.steps.Due(now, round.step_seconds, options_.min_steps)) {
     return;
   }
+  // Not a window without its contention (see "Contention gone"): its floor and step would
+  // bring the price down toward calm, and the contention, back, would be priced at that.
+  const double straggling = StragglingFloorOf(verdict);
+  if (straggling > 0 &&
+      round.collective_seconds * round.collective_seconds < CalmCollectivesOf(g) * straggling) {
+    return;
+  }
   verdict.steps.Add(round.step_seconds, round.collective_seconds, now);
 }
 

@@ -105,7 +105,11 @@
 // tells: there a throttled rank arrives last and its collectives are the floor, as when it
 // was judged. Where that floor is nearer the calm one than the rank's straggling floor
 // (ContentionGone), the coordinator prices it by its timers (decision_loop.h:
-// PriceThrottled); its verdict stands.
+// PriceThrottled); its verdict stands, and such a window is not one of its step windows
+// (they would bring its price down toward calm, and the contention, back, would be priced
+// at that). The floor is a median over 16 steps, so for about half a window after the
+// contention comes back on the calm split it still reads calm, and the rank is priced by
+// its timers there too (a known kind counts only after such a window: straggler_judge.h).
 //
 // Arrival spread. Balanced on average, a throttled rank still reaches some collectives
 // late and others early, and the group waits beyond its mean (arrival_spread.h). While its
@@ -347,7 +351,8 @@ class StragglerKind {
   static double ThrottledFloor(const GroupState& g);
   // The verdict's straggling floor (StragglingFloor); 0 for one not kWhole.
   static double StragglingFloorOf(const Verdict& verdict);
-  // Adds the round's step to a kWhole straggler's windows where it is one on the calm split.
+  // Adds the round's step to a kWhole straggler's windows where it is one on the calm split
+  // and its contention is not gone (its floor not nearer the calm one).
   void SampleStep(const GroupState& g, const Round& round, absl::Duration now,
                   Verdict& verdict) const;
   // Fits each kWhole verdict's arrival spread to the round's waits, where they tell it

@@ -289,6 +289,19 @@ TEST_F(StragglerKindTest, AFloorNearTheCalmOneOnTheCalmSplitSaysTheContentionIsG
   EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
   EXPECT_EQ(Update(Ran(1, 4, 0.0, false, even)), Kind::kWhole) << "the verdict stands";
   EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1)) << "no floor measured under plan 4 yet";
+  // Windows without the contention do not bring its straggling floor down: three of them
+  // on the calm split, 2 s apart (16 steps take 1.6 s), and the floor is still 0.097.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(2));
+    Update(Ran(1, 4, 0.045, false, even));
+    EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1));
+  }
+  EXPECT_DOUBLE_EQ(kinds_.StragglingFloor(kGroup, 1), 0.097);
+  // The contention back: a window of it counts (the median of 0.097 and 0.090).
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(1, 4, 0.090, false, even));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+  EXPECT_DOUBLE_EQ(kinds_.StragglingFloor(kGroup, 1), (0.097 + 0.090) / 2);
 }
 
 TEST_F(StragglerKindTest, FewerUnitsThanCalmMeasureNothing) {
