@@ -57,6 +57,12 @@ void StragglerKind::StepWindows::Add(double step, double floor, absl::Duration n
 
 namespace {
 
+// Whether a floor lies nearer `calm` than `straggling`, by ratio: a window without a
+// throttled rank's contention (see "Step slowdown" and "Contention gone").
+bool NearerCalm(double floor, double calm, double straggling) {
+  return floor * floor < calm * straggling;
+}
+
 double MedianOf(const std::deque<double>& values) {
   if (values.empty()) return 0;
   double copy[std::max(StragglerKind::kStepWindows, StragglerKind::kSpreadFits)];
@@ -69,9 +75,17 @@ double MedianOf(const std::deque<double>& values) {
 double StragglerKind::StepWindows::Median() const { return MedianOf(seconds); }
 double StragglerKind::StepWindows::MedianFloor() const { return MedianOf(floors); }
 
-bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::Duration now) const {
+bool StragglerKind::FloorMeasured(const Round& round) {
   return !round.cordon && !round.offloads && round.plan_version == round.published_version &&
-         round.step_seconds > 0 && round.collective_seconds > 0 && LastedAWindow(round, since, now);
+         round.step_seconds > 0 && round.collective_seconds > 0;
+}
+
+bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::Duration now) const {
+  return FloorMeasured(round) && LastedAWindow(round, since, now);
+}
+
+bool StragglerKind::OnCalmSplit(const GroupState& g, const Round& round) {
+  return !round.units.empty() && round.units == g.calm_units;
 }
 
 bool StragglerKind::LastedAWindow(const Round& round, absl::Duration since,
@@ -95,10 +109,8 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
   const Kind kind =
       round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
   FitSpreads(g, round, now, lines);
-  const bool calm_split = !round.cordon && !round.offloads &&
-                          round.plan_version == round.published_version && !round.units.empty() &&
-                          round.units == g.calm_units;
-  g.floor_on_calm_split = calm_split && round.collective_seconds > 0 ? round.collective_seconds : 0;
+  g.floor_on_calm_split =
+      FloorMeasured(round) && OnCalmSplit(g, round) ? round.collective_seconds : 0;
   return kind;
 }
 
@@ -308,13 +320,12 @@ double StragglerKind::ThrottledFloor(const GroupState& g) {
 
 void StragglerKind::SampleCalmStep(GroupState& g, const Round& round, double throttled_floor,
                                    absl::Duration now) const {
-  if (round.units.empty() || round.units != g.calm_units ||
-      !g.calm_steps.Due(now, round.step_seconds, options_.min_steps)) {
+  if (!OnCalmSplit(g, round) || !g.calm_steps.Due(now, round.step_seconds, options_.min_steps)) {
     return;
   }
   const double calm = CalmCollectivesOf(g);
   // Nearer the calm floor than the throttled rank's, by ratio (see "Step slowdown").
-  if (round.collective_seconds * round.collective_seconds < calm * throttled_floor) {
+  if (NearerCalm(round.collective_seconds, calm, throttled_floor)) {
     g.calm_steps.Add(round.step_seconds, round.collective_seconds, now);
   }
 }
@@ -322,7 +333,7 @@ void StragglerKind::SampleCalmStep(GroupState& g, const Round& round, double thr
 void StragglerKind::SampleStep(const GroupState& g, const Round& round, absl::Duration now,
                                Verdict& verdict) const {
   // Under the split it ran calm the group's step is the straggler's (see "Step slowdown").
-  if (verdict.kind != Kind::kWhole || round.units.empty() || round.units != g.calm_units ||
+  if (verdict.kind != Kind::kWhole || !OnCalmSplit(g, round) ||
       !Measurable(round, g.target_since, now) ||
       !verdict.steps.Due(now, round.step_seconds, options_.min_steps)) {
     return;
@@ -330,8 +341,7 @@ void StragglerKind::SampleStep(const GroupState& g, const Round& round, absl::Du
   // Not a window without its contention (see "Contention gone"): its floor and step would
   // bring the price down toward calm, and the contention, back, would be priced at that.
   const double straggling = StragglingFloorOf(verdict);
-  if (straggling > 0 &&
-      round.collective_seconds * round.collective_seconds < CalmCollectivesOf(g) * straggling) {
+  if (straggling > 0 && NearerCalm(round.collective_seconds, CalmCollectivesOf(g), straggling)) {
     return;
   }
   verdict.steps.Add(round.step_seconds, round.collective_seconds, now);
@@ -429,7 +439,7 @@ bool StragglerKind::ContentionGone(const GroupRef& ref, int32_t rank, double* fl
   const double straggling = StragglingFloorOf(*verdict);
   if (!(now > 0) || !(calm > 0) || !(straggling > 0)) return false;
   if (floor_now != nullptr) *floor_now = now;
-  return now * now < calm * straggling;
+  return NearerCalm(now, calm, straggling);
 }
 
 bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,

@@ -333,6 +333,11 @@ class StragglerKind {
   // Whether the round's collectives are a floor: a plan without offloads that every rank
   // ran min_steps steps, all since `since`.
   bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;
+  // Measurable's floor part: a plan without offloads, the newest pushed, its step and
+  // floor measured (every rank ran min_steps steps under it); no cordon.
+  static bool FloorMeasured(const Round& round);
+  // Whether the round's units are those of the calm floor (the calm split).
+  static bool OnCalmSplit(const GroupState& g, const Round& round);
   // Whether min_steps steps of the round's step have run since `since` (true while the
   // step is not measured): a floor's window, and how long a calm or straggling run must
   // last to count.
