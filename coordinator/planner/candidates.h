@@ -10,7 +10,8 @@
 //   resize, migrate, auto
 //              each recommended in turn: SolveMode solves the mode's techniques together
 //              and each is the best of those before it, so the last the mode allows is
-//              the mode's best (the mode's own being infeasible is an error);
+//              the mode's best (the mode's own being infeasible is an error); auto's
+//              search only as far as a reshard priced first lets it matter;
 //   reshard    recommended when it beats the recommendation by the margin (hysteresis,
 //              straggler threshold, or estimate noise on the way back to an even split;
 //              none for a chronic straggler's first reshard in place of offloads);
@@ -39,9 +40,9 @@ namespace ballast::coordinator::planner_internal {
 struct BlockState {
   const PlannerInput* input = nullptr;
   const JobPolicy* policy = nullptr;
-  const BlockPlan* current = nullptr;     // the plan in force, or none
-  TransferSolver* solver = nullptr;       // the caller's workspace, for a reshard's search
-  BalanceMode mode = BalanceMode::kAuto;  // the planning mode (PlanningMode)
+  const BlockPlan* current = nullptr;        // the plan in force, or none
+  TransferSolver* reshard_solver = nullptr;  // the caller's workspace's, for a reshard's search
+  BalanceMode mode = BalanceMode::kAuto;     // the planning mode (PlanningMode)
   // Offloads refused in effect (OffloadsRefused) in a mode that transfers: the
   // techniques solved for, on the current ownership and a reshard's, are resize's (the
   // problem's prune budget is still the mode's, none in migrate), and a plan in force
@@ -76,13 +77,26 @@ struct BlockState {
   // What a reshard must beat the other plans by, besides the noise: the job's hysteresis,
   // also while a dwell raises policy->hysteresis (PlanBlock's reshard_hysteresis).
   double reshard_hysteresis = 0;
+  // The reshard, when priced before the joint search on the current ownership
+  // (candidates.cc: PriceReshardFirst), and whether its search was cut off (then it
+  // cannot win).
+  // `reshard` is moved out by its one reader, EvaluateReshard, which sees the state const.
+  bool reshard_first = false;
+  mutable PlanCandidate reshard;
+  bool reshard_cut_off = false;
+  // The joint search on the current ownership looked only below this (kInf: everywhere),
+  // and current_cut_off: it found no plan there, so the reshard wins and `plans.joint` is
+  // the best plan seen, not necessarily the best.
+  double current_cutoff = kInf;
+  bool current_cut_off = false;
 };
 
 // `input` and `policy` must be valid (ValidatePlannerInput, ValidatePolicy). Solves the
-// mode's techniques on the current ownership with `solver`.
+// mode's techniques on the current ownership with `solver` and, where it prices a
+// reshard first (candidates.cc: PriceReshardFirst), the reshard's with `reshard_solver`.
 BlockState MakeBlockState(const PlannerInput& input, const JobPolicy& policy,
                           const BlockPlan* current, double reshard_hysteresis,
-                          TransferSolver* solver);
+                          TransferSolver* solver, TransferSolver* reshard_solver);
 
 // The water level with `pruned` units pruned: every rank computing at its own speed,
 // nothing transferred, all finishing together, (N - pruned + F) / H; or, when that is

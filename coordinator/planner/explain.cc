@@ -155,6 +155,7 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
     }
     if (c.kind == CandidateKind::kAuto && i > 0 && d.candidates[i - 1].plan == c.plan) {
       absl::StrAppend(&out, "same as ", CandidateKindName(d.candidates[i - 1].kind));
+      if (!c.note.empty()) absl::StrAppend(&out, "; ", c.note);
       continue;
     }
     absl::StrAppend(&out, "step ", Num(c.cost.step_seconds), " s, objective ",

@@ -67,7 +67,9 @@ void Choose(const PlanCandidate& candidate, BlockDecision* d) {
 
 }  // namespace
 
-PlannerWorkspace::PlannerWorkspace() : solver_(std::make_unique<TransferSolver>()) {}
+PlannerWorkspace::PlannerWorkspace()
+    : solver_(std::make_unique<TransferSolver>()),
+      reshard_solver_(std::make_unique<TransferSolver>()) {}
 PlannerWorkspace::~PlannerWorkspace() = default;
 PlannerWorkspace::PlannerWorkspace(PlannerWorkspace&&) noexcept = default;
 PlannerWorkspace& PlannerWorkspace::operator=(PlannerWorkspace&&) noexcept = default;
@@ -130,8 +132,8 @@ absl::StatusOr<BlockDecision> PlanBlock(const PlannerInput& input, const JobPoli
   // every later small allocation slower (5% more instructions on the benchmark's
   // straggler_2x migrate case).
   d.candidates.reserve(list.size());
-  const BlockState block =
-      MakeBlockState(input, policy, current, reshard_hysteresis, &workspace->solver());
+  const BlockState block = MakeBlockState(input, policy, current, reshard_hysteresis,
+                                          &workspace->solver(), &workspace->reshard_solver());
   d.ideal_step_seconds = WaterLevel(block, 0);
   d.all_local_step_seconds = block.all_local_step_seconds;
   d.calm = block.calm;

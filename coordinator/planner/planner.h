@@ -90,11 +90,14 @@ class PlannerWorkspace {
   PlannerWorkspace(const PlannerWorkspace&) = delete;
   PlannerWorkspace& operator=(const PlannerWorkspace&) = delete;
 
-  // For the planner's layers (search.h), which reset it on each problem.
+  // For the planner's layers (search.h), which reset them on each problem: one for the
+  // current ownership, one for a reshard's, which candidates.cc may search in between
+  // the current ownership's techniques and its joint plan.
   planner_internal::TransferSolver& solver() { return *solver_; }
+  planner_internal::TransferSolver& reshard_solver() { return *reshard_solver_; }
 
  private:
-  std::unique_ptr<planner_internal::TransferSolver> solver_;
+  std::unique_ptr<planner_internal::TransferSolver> solver_, reshard_solver_;
 };
 
 // Decides one block: prices the candidate list (candidates.h: all-local, the mode's

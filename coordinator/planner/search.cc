@@ -325,8 +325,7 @@ std::pair<double, double> RangeBelow(double a, double b, double lambda, double k
   return {lo, hi};
 }
 
-ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* solver,
-                    double cutoff) {
+ModePlans SolveTechniques(const Problem& problem, BalanceMode mode, TransferSolver* solver) {
   ModePlans out;
   if (PrunesAllowed(mode)) out.resize = SolveResize(problem);
   if (TransfersAllowed(mode)) {
@@ -334,11 +333,19 @@ ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* so
     // (MinStepWithoutPruning reads none of them).
     solver->Reset(problem);
     out.migrate = SolveMigrate(problem, *solver);
-    if (mode == BalanceMode::kAuto) {
-      out.joint = SolveAuto(problem, *solver, out.migrate, out.resize, cutoff);
-      out.joint_cut_off = !(out.joint.objective < cutoff);
-    }
   }
+  return out;
+}
+
+void SolveJoint(const Problem& problem, TransferSolver* solver, double cutoff, ModePlans* plans) {
+  plans->joint = SolveAuto(problem, *solver, plans->migrate, plans->resize, cutoff);
+  plans->joint_cut_off = !(plans->joint.objective < cutoff);
+}
+
+ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* solver,
+                    double cutoff) {
+  ModePlans out = SolveTechniques(problem, mode, solver);
+  if (mode == BalanceMode::kAuto) SolveJoint(problem, solver, cutoff, &out);
   return out;
 }
 

@@ -74,6 +74,14 @@ class TransferSolver;
 ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* solver,
                     double cutoff = kInf);
 
+// SolveMode in two parts, for a caller that decides the joint search's cutoff from the
+// single techniques' plans (candidates.cc prices a reshard in between). SolveTechniques:
+// resize-only and migrate-only for `mode`, the joint plan left infeasible. SolveJoint:
+// auto's joint plan from those, with `solver` reset on `problem` first (SolveTechniques
+// leaves it so; a caller that used it on another problem in between calls Reset).
+ModePlans SolveTechniques(const Problem& problem, BalanceMode mode, TransferSolver* solver);
+void SolveJoint(const Problem& problem, TransferSolver* solver, double cutoff, ModePlans* plans);
+
 }  // namespace ballast::coordinator::planner_internal
 
 #endif  // BALLAST_COORDINATOR_PLANNER_SEARCH_H_
