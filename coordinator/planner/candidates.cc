@@ -110,8 +110,8 @@ absl::StatusOr<Evaluated> EvaluateTechnique(const BlockState& block, const PlanC
                                 SolutionOf(kTechnique, block.plans));
   if (kTechnique == CandidateKind::kAuto && block.current_cut_off) {
     out.candidate.note = absl::StrCat(
-        "the best seen: the search stopped once no plan on this ownership could be below ",
-        Num(block.current_cutoff), ", which the reshard beats by its margin");
+        "the best seen: no plan on this ownership is below ", Num(block.current_cutoff),
+        ", so the reshard wins whatever the best one is (the search stopped there)");
   }
   if (!out.candidate.feasible && kTechnique == ModeTechnique(block.mode)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -249,12 +249,12 @@ bool ReshardApplies(const BlockState& block, const PlanCandidate* recommended) {
 // recommendation. So the reshard's objective R comes first, searched as far as any plan
 // of the mode on the current ownership (at most the better of its resize-only and
 // migrate-only plans, B_ub) could let it win; and then the current ownership's search
-// stops once no plan there is below R over the smallest factor the reshard's bar can
-// have (ReshardBar): the reshard then wins whatever that plan is. On the random planner
-// benchmark the reshard won 3,914 of the 4,120 times it was priced, mostly by a few
-// percent over its bar: this spares half the current ownership's joint search there
-// (0.79e9 -> 0.39e9 instructions a run) and a fifth of the decision's, with the same
-// decisions (docs/benchmarks.md, 2026-12-05 (f)).
+// stops once no plan there is below R over the factor of the reshard's bar (ReshardBar)
+// for the plan it would face (below): the reshard then wins whatever that plan is. On
+// the random planner benchmark the reshard won 3,914 of the 4,120 times it was priced,
+// mostly by a few percent over its bar: this spares three quarters of the current
+// ownership's joint search there (0.79e9 -> 0.20e9 instructions a run) and a third of
+// the decision's, with the same decisions (docs/benchmarks.md, 2026-12-05 (f)).
 // Not for the way back to an even split (priced without a search), nor where a perfect
 // balance is within the bar of B_ub (below), nor with a bar of factor 0 or less (a
 // hysteresis of 1).
@@ -278,9 +278,17 @@ void PriceReshardFirst(BlockState* block) {
       PriceReshard(*block, /*even_split=*/false, halfway, loses_from, &block->reshard_cut_off);
   block->reshard_first = true;
   if (block->reshard.feasible && !block->reshard_cut_off) {
-    // A margin well above the search's tolerances (1e-12), so that a search cut off here
-    // proves the reshard below its bar.
-    block->current_cutoff = block->reshard.cost.objective / least_factor * (1 + 1e-9);
+    // The bar is lower against a plan that offloads (`high`: none for a straggler's first
+    // reshard), and the best plan without offloads is resize-only's (none is feasible
+    // when it is not). When the reshard beats that one by its bar, it beats any plan
+    // that offloads and is not below R / high; else any plan not below R / low. Margins
+    // well above the search's tolerances (1e-12), so that a search cut off there proves
+    // the reshard below its bar.
+    const double r = block->reshard.cost.objective;
+    const bool beats_every_plan_without_offloads =
+        !plans.resize.feasible || r < low * plans.resize.objective * (1 - 1e-9);
+    block->current_cutoff =
+        r / (beats_every_plan_without_offloads ? high : least_factor) * (1 + 1e-9);
   }
 }
 
