@@ -13,7 +13,6 @@
 #include "coordinator/planner/explain.h"
 #include "coordinator/planner/ownership.h"
 #include "coordinator/planner/plan_cost.h"
-#include "coordinator/planner/transfer_solver.h"
 
 namespace ballast::coordinator::planner_internal {
 namespace {
@@ -268,11 +267,14 @@ void PriceReshardFirst(BlockState* block) {
   const double least_factor = std::min(low, high), most_factor = std::max(low, high);
   if (!(least_factor > 0) || !std::isfinite(best_bound)) return;
   // At or above the least factor times B_ub, the reshard's objective (no less than the
-  // perfect balance) cannot be that far under B, so the current ownership's search would
-  // find no cutoff to stop at; EvaluateReshard then decides from the exact best plan, and
-  // skips the reshard's search where even a perfect balance misses its bar.
+  // perfect balance) is not that far under B, so the current ownership's search could
+  // stop early only against a plan that offloads (the cutoff below): the order is then
+  // the one before, EvaluateReshard decides from the exact best plan, and it skips the
+  // reshard's search where even a perfect balance misses the bar.
   if (PerfectBalance(*block) * (1 + kRelTol) >= least_factor * best_bound) return;
-  const double loses_from = most_factor * best_bound;
+  // The joint search keeps its seed, or a plan with fewer prunes, within kRelTol of a
+  // better one, so B may exceed B_ub by that much: the bar above it, by far more.
+  const double loses_from = most_factor * best_bound * (1 + 1e-9);
   const bool halfway = !block->near_share && !block->any_cordoned;
   block->reshard =
       PriceReshard(*block, /*even_split=*/false, halfway, loses_from, &block->reshard_cut_off);
@@ -325,7 +327,9 @@ absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
   bool cut_off = false;
   PlanCandidate reshard;
   if (block.reshard_first) {
-    reshard = std::move(block.reshard);
+    // Taken, not copied (its unit moves are a few KB): this is its one reader, once per
+    // decision, and what is left is infeasible with nothing in it.
+    reshard = std::exchange(block.reshard, PlanCandidate{});
     cut_off = block.reshard_cut_off;
   } else if (!uneven_calm && perfect >= needed * (1 + kRelTol)) {
     reshard.kind = CandidateKind::kReshard;

@@ -8,10 +8,11 @@
 //   all-local  pushed when the block does not balance (modes off and observe, a calm
 //              group on an even split); listed otherwise, infeasible with a cordoned owner;
 //   resize, migrate, auto
-//              each recommended in turn: SolveMode solves the mode's techniques together
-//              and each is the best of those before it, so the last the mode allows is
-//              the mode's best (the mode's own being infeasible is an error); auto's
-//              search only as far as a reshard priced first lets it matter;
+//              each recommended in turn: MakeBlockState solves the mode's techniques
+//              (search.h: SolveTechniques, then SolveJoint) and each is the best of those
+//              before it, so the last the mode allows is the mode's best (the mode's own
+//              being infeasible is an error); auto's search only as far as a reshard
+//              priced first lets it matter (then the auto candidate is the best seen);
 //   reshard    recommended when it beats the recommendation by the margin (hysteresis,
 //              straggler threshold, or estimate noise on the way back to an even split;
 //              none for a chronic straggler's first reshard in place of offloads);
@@ -80,7 +81,7 @@ struct BlockState {
   // The reshard, when priced before the joint search on the current ownership
   // (candidates.cc: PriceReshardFirst), and whether its search was cut off (then it
   // cannot win).
-  // `reshard` is moved out by its one reader, EvaluateReshard, which sees the state const.
+  // `reshard` is taken by its one reader, EvaluateReshard, which sees the state const.
   bool reshard_first = false;
   mutable PlanCandidate reshard;
   bool reshard_cut_off = false;

@@ -68,9 +68,10 @@ class TransferSolver;
 // `mode` is a planning mode (resize, migrate or auto; see PlanningMode), and `problem`
 // MakeProblem's for it. Auto's search proves optimality only below `cutoff`: a caller
 // that would take the joint plan only if it beats some objective passes that, and the
-// search stops once nothing can. `solver` is the caller's (PlannerWorkspace::solver()),
-// reset here on `problem` and used for migrate and auto alike; what it solved before
-// changes nothing but how much it allocates.
+// search stops once nothing can. `solver` is the caller's (a PlannerWorkspace's solver()
+// for the current ownership, its reshard_solver() for a reshard's), reset here on
+// `problem` and used for migrate and auto alike; what it solved before changes nothing
+// but how much it allocates.
 ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* solver,
                     double cutoff = kInf);
 

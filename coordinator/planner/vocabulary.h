@@ -172,7 +172,9 @@ struct BlockDecision {
   // before hysteresis against the current plan.
   PlanCandidate recommended;
   // Everything priced, in the candidate list's order (candidates.h): all-local, then per
-  // mode resize / migrate / auto, reshard, current.
+  // mode resize / migrate / auto, reshard, current. A search proves only what the decision
+  // needs: a reshard that cannot win, or an auto plan that a reshard beats whatever it
+  // is, is the best plan its search saw, and its note says so.
   std::vector<PlanCandidate> candidates;
 };
 
