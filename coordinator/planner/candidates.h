@@ -80,8 +80,8 @@ struct BlockState {
   double reshard_hysteresis = 0;
   // The reshard, when priced before the joint search on the current ownership
   // (candidates.cc: PriceReshardFirst), and whether its search was cut off (then it
-  // cannot win).
-  // `reshard` is taken by its one reader, EvaluateReshard, which sees the state const.
+  // cannot win). `reshard` is taken by its one reader, EvaluateReshard, which sees the
+  // state const.
   bool reshard_first = false;
   mutable PlanCandidate reshard;
   bool reshard_cut_off = false;
