@@ -73,7 +73,7 @@ absl::StatusOr<Evaluated> EvaluateAllLocal(const BlockState& block, const PlanCa
 }
 
 // ---------------------------------------------------------------------------------------
-// The mode's techniques on the current ownership, as SolveMode solved them.
+// The mode's techniques on the current ownership, as MakeBlockState solved them.
 
 bool Allows(CandidateKind technique, BalanceMode mode) {
   switch (technique) {
@@ -218,9 +218,10 @@ PlanCandidate PriceReshard(const BlockState& block, bool even_split, bool halfwa
     reshard = AllLocalCandidate(CandidateKind::kReshard, input.block, moved_problem);
   } else {
     // In auto the candidate is the joint plan alone: the new ownership's resize-only plan,
-    // not listed, would only seed the search with an incumbent that the search finds for
-    // itself where it is the best (-3.3% instructions on the random planner benchmark,
-    // -4% to -6% on the realistic ones, decisions identical).
+    // not listed, would only seed the search with an incumbent that the exact search
+    // matches for itself where it is the best (with the same objective; on such a tie the
+    // plan may differ, as among the search's own ties). -3.2% instructions on the random
+    // planner benchmark, -4% to -6% on the realistic ones, decisions identical.
     const bool joint = block.techniques == BalanceMode::kAuto;
     ModePlans moved = SolveTechniques(
         moved_problem, joint ? BalanceMode::kMigrate : block.techniques, block.reshard_solver);

@@ -147,7 +147,8 @@ double LowestObjective(double a, double b, double lambda, double k, const LpLine
 }
 
 // Best-first branch and bound over the step time (see the comment at the top), seeded
-// with the best of `migrate` and `resize`; returns the optimum, or, when no plan's
+// with the best of `migrate` and `resize` (when feasible: only an incumbent, which the
+// search would find for itself); returns the optimum, or, when no plan's
 // objective is below `cutoff`, the best plan seen.
 Solution SolveAuto(const Problem& problem, TransferSolver& solver, const Solution& migrate,
                    const Solution& resize, double cutoff) {

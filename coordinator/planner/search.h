@@ -68,18 +68,18 @@ class TransferSolver;
 // `mode` is a planning mode (resize, migrate or auto; see PlanningMode), and `problem`
 // MakeProblem's for it. Auto's search proves optimality only below `cutoff`: a caller
 // that would take the joint plan only if it beats some objective passes that, and the
-// search stops once nothing can. `solver` is the caller's (a PlannerWorkspace's solver()
-// for the current ownership, its reshard_solver() for a reshard's), reset here on
-// `problem` and used for migrate and auto alike; what it solved before changes nothing
-// but how much it allocates.
+// search stops once nothing can. `solver` is the caller's (a PlannerWorkspace's), reset
+// here on `problem` and used for migrate and auto alike; what it solved before changes
+// nothing but how much it allocates.
 ModePlans SolveMode(const Problem& problem, BalanceMode mode, TransferSolver* solver,
                     double cutoff = kInf);
 
 // SolveMode in two parts, for a caller that decides the joint search's cutoff from the
-// single techniques' plans (candidates.cc prices a reshard in between). SolveTechniques:
-// resize-only and migrate-only for `mode`, the joint plan left infeasible. SolveJoint:
-// auto's joint plan from those, with `solver` reset on `problem` first (SolveTechniques
-// leaves it so; a caller that used it on another problem in between calls Reset).
+// single techniques' plans (candidates.cc prices a reshard in between) or solves only
+// some of them. SolveTechniques: resize-only and migrate-only for `mode`, the joint plan
+// left infeasible. SolveJoint: auto's joint plan from those (a resize-only plan left
+// infeasible is no seed: the search is exact from the migrate-only one alone), with
+// `solver` reset on `problem` first (SolveTechniques leaves it so).
 ModePlans SolveTechniques(const Problem& problem, BalanceMode mode, TransferSolver* solver);
 void SolveJoint(const Problem& problem, TransferSolver* solver, double cutoff, ModePlans* plans);
 

@@ -16,6 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/ownership.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/planner/problem.h"
+#include "coordinator/planner/search.h"
+#include "coordinator/planner/transfer_solver.h"
 #include "tests/coordinator/planner/planner_test_util.h"
 
 namespace ballast::coordinator {
@@ -263,43 +266,77 @@ TEST(PlannerOracleTest, MatchesOracleOnEightRankGroupsWherePruningPays) {
 // and weight on a coarse grid so that objectives tie exactly, which exercises the
 // tolerance and the fewest-prunes tie-break; the rest are continuous. Multi-sender
 // knapsacks (several slow ranks) and helpers that prune to make room both occur.
-TEST(PlannerOracleTest, MatchesOracleWhenManyPruneLevelsTie) {
-  std::mt19937_64 rng(2024);
+Case ManyPruneLevelsTie(std::mt19937_64& rng, int i) {
   auto uniform = [&](double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(rng);
   };
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Case k;
+  const bool grid = i % 2 == 0;
+  const int p = pick(2, 8);
+  const int most = pick(3, 12);
+  double inverse_sum = 0;
+  for (int r = 0; r < p; ++r) {
+    const double c = 1e-3 * (grid ? pick(1, 4) : uniform(1, 10));
+    k.c.push_back(c);
+    k.n.push_back(pick(most / 2, most));
+    inverse_sum += 1 / c;
+  }
+  k.tau = 1e-3 * (grid ? 0.5 * pick(0, 4) : uniform(0, 2));
+  k.policy.max_pruned_fraction_rank = uniform(0.3, 1);
+  k.policy.max_pruned_fraction_group = uniform(0.2, 1);
+  // Per-unit weight near the water level's slope: pruning barely pays or barely loses.
+  const double slope = 1 / inverse_sum;
+  const double lambda = grid ? slope * 0.25 * pick(2, 6) : slope * uniform(0.5, 1.5);
+  k.policy.accuracy_weight_seconds = lambda * static_cast<double>(Total(k));
+  k.cordoned.assign(p, false);
+  k.chronic.assign(p, false);
+  if (pick(0, 5) == 0) k.cordoned[pick(0, p - 1)] = true;
+  k.no_offloads.assign(p, false);
+  if (pick(0, 3) == 0) k.no_offloads[pick(0, p - 1)] = true;
+  return k;
+}
+
+TEST(PlannerOracleTest, MatchesOracleWhenManyPruneLevelsTie) {
+  std::mt19937_64 rng(2024);
   int pruned_plans = 0;
   for (int i = 0; i < 600; ++i) {
-    Case k;
-    const bool grid = i % 2 == 0;
-    const int p = pick(2, 8);
-    const int most = pick(3, 12);
-    double inverse_sum = 0;
-    for (int r = 0; r < p; ++r) {
-      const double c = 1e-3 * (grid ? pick(1, 4) : uniform(1, 10));
-      k.c.push_back(c);
-      k.n.push_back(pick(most / 2, most));
-      inverse_sum += 1 / c;
-    }
-    k.tau = 1e-3 * (grid ? 0.5 * pick(0, 4) : uniform(0, 2));
-    k.policy.max_pruned_fraction_rank = uniform(0.3, 1);
-    k.policy.max_pruned_fraction_group = uniform(0.2, 1);
-    // Per-unit weight near the water level's slope: pruning barely pays or barely loses.
-    const double slope = 1 / inverse_sum;
-    const double lambda = grid ? slope * 0.25 * pick(2, 6) : slope * uniform(0.5, 1.5);
-    k.policy.accuracy_weight_seconds = lambda * static_cast<double>(Total(k));
-    k.cordoned.assign(p, false);
-    k.chronic.assign(p, false);
-    if (pick(0, 5) == 0) k.cordoned[pick(0, p - 1)] = true;
-    k.no_offloads.assign(p, false);
-    if (pick(0, 3) == 0) k.no_offloads[pick(0, p - 1)] = true;
+    const Case k = ManyPruneLevelsTie(rng, i);
     const std::optional<CheckedPlan> got = ExpectAutoMatchesOracle(k);
     ASSERT_TRUE(got.has_value());
     ExpectNear(got->check.objective, got->plan.cost.objective, Describe(k, BalanceMode::kAuto));
     pruned_plans += got->plan.cost.pruned_units > 0;
   }
   EXPECT_GT(pruned_plans, 200);  // the regime really is one where pruning competes
+}
+
+// A reshard's ownership is searched in auto without its resize-only plan as the branch
+// and bound's first incumbent (candidates.cc: PriceReshard): the search must reach the
+// optimum from the migrate-only plan alone, here in the regime where prune levels nearly
+// tie, where the seed prunes the most.
+TEST(PlannerOracleTest, TheJointSearchNeedsNoResizeSeed) {
+  std::mt19937_64 rng(2025);
+  int pruned_plans = 0;
+  for (int i = 0; i < 200; ++i) {
+    const Case k = ManyPruneLevelsTie(rng, i);
+    const std::string what = Describe(k, BalanceMode::kAuto);
+    const PlannerInput in = MakeInput(k);
+    JobPolicy policy = k.policy;
+    policy.mode = BalanceMode::kAuto;
+    const planner_internal::Problem problem = planner_internal::MakeProblem(
+        in, planner_internal::OwnedCounts(in), policy, BalanceMode::kAuto);
+    planner_internal::TransferSolver solver;
+    planner_internal::ModePlans plans =
+        planner_internal::SolveTechniques(problem, BalanceMode::kMigrate, &solver);
+    ASSERT_FALSE(plans.resize.feasible);
+    planner_internal::SolveJoint(problem, &solver, kInf, &plans);
+    ASSERT_TRUE(plans.joint.feasible) << what;
+    ExpectNear(plans.joint.objective, Oracle(k, BalanceMode::kAuto), what);
+    int64_t pruned = 0;
+    for (int32_t z : plans.joint.z) pruned += z;
+    pruned_plans += pruned > 0;
+  }
+  EXPECT_GT(pruned_plans, 100);  // the optimum prunes: the seed would have mattered
 }
 
 // Pruning so cheap that the optimum prunes all the budget allows: the search then meets
