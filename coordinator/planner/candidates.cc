@@ -271,17 +271,17 @@ void PriceReshardFirst(BlockState* block) {
   if (plans.resize.feasible) best_bound = plans.resize.objective;
   if (plans.migrate.feasible) best_bound = std::min(best_bound, plans.migrate.objective);
   const double low = ReshardBarFor(*block, false).factor, high = ReshardBarFor(*block, true).factor;
-  const double least_factor = std::min(low, high), most_factor = std::max(low, high);
-  if (!(least_factor > 0) || !std::isfinite(best_bound)) return;
-  // At or above the least factor times B_ub, the reshard's objective (no less than the
+  // The bar against an offloading plan is the same or none, so high >= low.
+  if (!(low > 0) || !std::isfinite(best_bound)) return;
+  // At or above `low` times B_ub, the reshard's objective (no less than the
   // perfect balance) is not that far under B, so the current ownership's search could
   // stop early only against a plan that offloads (the cutoff below): the order is then
   // the one before, EvaluateReshard decides from the exact best plan, and it skips the
   // reshard's search where even a perfect balance misses the bar.
-  if (PerfectBalance(*block) * (1 + kRelTol) >= least_factor * best_bound) return;
+  if (PerfectBalance(*block) * (1 + kRelTol) >= low * best_bound) return;
   // The joint search keeps its seed, or a plan with fewer prunes, within kRelTol of a
   // better one, so B may exceed B_ub by that much: the bar above it, by far more.
-  const double loses_from = most_factor * best_bound * (1 + 1e-9);
+  const double loses_from = high * best_bound * (1 + 1e-9);
   const bool halfway = !block->near_share && !block->any_cordoned;
   block->reshard =
       PriceReshard(*block, /*even_split=*/false, halfway, loses_from, &block->reshard_cut_off);
@@ -296,8 +296,7 @@ void PriceReshardFirst(BlockState* block) {
     const double r = block->reshard.cost.objective;
     const bool beats_every_plan_without_offloads =
         !plans.resize.feasible || r < low * plans.resize.objective * (1 - 1e-9);
-    block->current_cutoff =
-        r / (beats_every_plan_without_offloads ? high : least_factor) * (1 + 1e-9);
+    block->current_cutoff = r / (beats_every_plan_without_offloads ? high : low) * (1 + 1e-9);
   }
 }
 
@@ -330,7 +329,6 @@ absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
   // When even a perfect balance (PerfectBalance) misses `needed`, the search on the
   // water-filled split is skipped (on the random planner benchmark, 40% of the reshards
   // priced, before PriceReshardFirst).
-  const double perfect = PerfectBalance(block);
   bool cut_off = false;
   PlanCandidate reshard;
   if (block.reshard_first) {
@@ -338,7 +336,8 @@ absl::StatusOr<Evaluated> EvaluateReshard(const BlockState& block,
     // decision, and what is left is infeasible with nothing in it.
     reshard = std::exchange(block.reshard, PlanCandidate{});
     cut_off = block.reshard_cut_off;
-  } else if (!uneven_calm && perfect >= needed * (1 + kRelTol)) {
+  } else if (const double perfect = PerfectBalance(block);
+             !uneven_calm && perfect >= needed * (1 + kRelTol)) {
     reshard.kind = CandidateKind::kReshard;
     reshard.plan.block = block.input->block;
     reshard.note =
