@@ -14,7 +14,8 @@
 // Plan versions are wall-clock microseconds (strictly increasing per group), so they stay
 // newer than anything a worker holds even after the coordinator restarts without state.
 //
-// The two loops on the measured step (the step feedback, the offload check) get their
+// A round's planner input is read off the group's snapshot in decision_loop_inputs.cc;
+// the two loops on the measured step (the step feedback, the offload check) get their
 // rounds from decision_loop_step.cc.
 //
 // It keeps, per group, when the group is next due and what its last decision was (the
