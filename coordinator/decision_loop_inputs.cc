@@ -14,7 +14,6 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/decision_loop.h"
 #include "coordinator/planner/expert_plan.h"

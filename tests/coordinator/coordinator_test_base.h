@@ -1,7 +1,7 @@
 // The fixture of the coordinator's facade tests (coordinator_test.cc,
-// coordinator_lifecycle_test.cc, coordinator_step_test.cc): one coordinator on a fake
-// clock over an in-memory store, restartable as after a crash, with job "vit" group "tp0"
-// (testing/coordinator_fixtures.h).
+// coordinator_lifecycle_test.cc, coordinator_step_test.cc, coordinator_throttled_test.cc):
+// one coordinator on a fake clock over an in-memory store, restartable as after a crash,
+// with job "vit" group "tp0" (testing/coordinator_fixtures.h).
 #ifndef BALLAST_TESTS_COORDINATOR_COORDINATOR_TEST_BASE_H_
 #define BALLAST_TESTS_COORDINATOR_COORDINATOR_TEST_BASE_H_
 

@@ -1,0 +1,227 @@
+// A throttled rank once the coordinator resharded it, two ranks in lockstep on the fake
+// clock: its price kept while its timers call it calm, no offloads onto it whoever straggles,
+// its units given back by the recheck once its contention ended, then priced by its timers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "proto/convert.h"
+#include "testing/coordinator_fixtures.h"
+#include "tests/coordinator/coordinator_step_test_base.h"
+#include "tests/coordinator/coordinator_test_base.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using testing::kUnits;
+using testing::RecordingSink;
+
+// Job "vit" in migrate mode, its throttled rank priced `how`: calm, then rank 1 throttled
+// whole (its timers 1.5x, its own collectives 2x) until the first plan, which reshards it
+// (its kind measured under observe). Returns the units rank 1 keeps, or -1 (a failure
+// added) where that plan does not reshard.
+class ThrottledRankTest : public CoordinatorTest {
+ protected:
+  int ReshardAThrottledRank(ThrottledPrice how, RecordingSink* sink) {
+    StartMigrateJob({.throttled_price = how, .offload_check = std::nullopt}, sink);
+    SlowUnderObserveThenMigrate(coordinator_.get(), &clock_, /*calm_first=*/true, {20e-3, 40e-3},
+                                /*slow=*/{10e-3, 15e-3});
+    if (HasFatalFailure()) return -1;
+    if (sink->plans().size() != 1) {
+      ADD_FAILURE() << sink->plans().size() << " plans, not the one reshard";
+      return -1;
+    }
+    absl::StatusOr<WorkloadPlan> plan = FromProto(sink->plans()[0]);
+    if (!plan.ok() || plan->blocks.empty() || plan->blocks[0].owner_of_unit.empty()) {
+      ADD_FAILURE() << "not resharded";
+      return -1;
+    }
+    const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
+    return static_cast<int>(std::count(owners.begin(), owners.end(), RankId(1)));
+  }
+};
+
+// The price stands with the verdict where the rank is relieved of units: resharded under
+// it, the throttled rank's timers call it calm (its units no slower than its peer's per
+// unit) while its collectives stay slow; those rounds price it by its step too, where
+// priced by its timers the planner offloaded work back onto it (docs/benchmarks.md,
+// 2026-12-04 (d)). By its floor, its collectives' price stands and its units follow its
+// timers, which here would give some back by offloads; a relieved throttled rank takes no
+// offloads (decision_loop.h: TakesNoOffloads), so the plan stands either way. Back on the calm
+// split and calm, it is not priced.
+TEST_F(ThrottledRankTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCalm) {
+  for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
+    const bool by_step = how == ThrottledPrice::kStep;
+    SCOPED_TRACE(by_step ? "step" : "floor");
+    RecordingSink sink;
+    const int kept = ReshardAThrottledRank(how, &sink);
+    ASSERT_GE(kept, 0);
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    ranks.Run(20, {kUnits - kept, kept}, {10e-3, 10e-3}, {20e-3, 40e-3}, sink.plans()[0].version());
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("calm"));
+    const std::string relieved =
+        "rank 1: throttled whole (relieved of units, its timers call it calm), ";
+    EXPECT_THAT(why->text(),
+                ::testing::HasSubstr(
+                    relieved + (by_step ? "priced at the 1.67x slowdown its step measured, not "
+                                          "the 1.00x its compute timers see"
+                                        : "its collectives priced at the 0.04 s they cost it "
+                                          "straggling on the calm split, its units at the 1.00x")));
+    const size_t planned = sink.plans().size();
+    EXPECT_EQ(planned, 1u) << "the plan stands";
+    if (!by_step) {
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1, throttled whole "
+                                                    "and relieved of units"));
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("(takes no offloads)"));
+    }
+    // Held back at the even split, calm there (the contention ended within the verdict's
+    // 30 s): not priced, its steps predicted as calm.
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+    coordinator_->Tick();
+    ASSERT_EQ(sink.plans().size(), planned + 1);
+    ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 10e-3}, {20e-3, 20e-3},
+              sink.plans().back().version());
+    why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("straggler kind (rank 1, calm now)"));
+    EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("priced at the")));
+    EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 60e-3, 1e-3);
+    // Released: the hold is stored, and the next case starts the job afresh.
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
+    coordinator_.reset();
+  }
+}
+
+// A quota that ends while its rank is resharded: relieved and calm, the rank is given no
+// work back by offloads (by its floor its units are priced at its timers', which here see
+// it as fast as its peer, so the planner would balance the uneven split onto it; computing
+// its peer's units the ViT's rank timed 1.41x, which restarted the recheck's calm spell:
+// docs/benchmarks.md, 2026-12-05). The recheck ends its verdict once that calm lasted 30
+// s, and the split goes back to even at once (not after reshard_after, 60 s here), where
+// it stays.
+TEST_F(ThrottledRankTest, AReshardedThrottledRankGetsItsUnitsBackByTheRecheckNotByOffloads) {
+  RecordingSink sink;
+  ASSERT_GE(ReshardAThrottledRank(ThrottledPrice::kFloor, &sink), 0);
+  // The contention is over: rank 1 as fast as rank 0 per unit, its collectives as calm.
+  // A plan without an ownership keeps the one before (common.proto): the newest given.
+  const auto rank1_owns = [&]() {
+    int owns = kUnits / 2;
+    for (const v1::WorkloadPlan& proto : sink.plans()) {
+      absl::StatusOr<WorkloadPlan> plan = FromProto(proto);
+      EXPECT_TRUE(plan.ok()) << plan.status();
+      if (!plan.ok() || plan->blocks.empty() || plan->blocks[0].owner_of_unit.empty()) continue;
+      const std::vector<RankId>& owners = plan->blocks[0].owner_of_unit;
+      owns = static_cast<int>(std::count(owners.begin(), owners.end(), RankId(1)));
+    }
+    return owns;
+  };
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  const auto run = [&](int steps) {
+    for (int i = 0; i < steps; ++i) {
+      const int rank1 = rank1_owns();
+      ranks.Run(1, {kUnits - rank1, rank1}, {10e-3, 10e-3}, {20e-3, 20e-3},
+                sink.plans().back().version());
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(run(250));  // 25 s
+  EXPECT_EQ(sink.plans().size(), 1u) << "the split changed before the recheck";
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1, throttled whole"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("rank 1 relieved of units and calm for"));
+  ASSERT_NO_FATAL_FAILURE(run(100));  // to 35 s
+  ASSERT_GT(sink.plans().size(), 1u) << "its units never came back";
+  EXPECT_EQ(rank1_owns(), kUnits / 2);
+  for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
+  const size_t planned = sink.plans().size();
+  ASSERT_NO_FATAL_FAILURE(run(100));
+  EXPECT_EQ(sink.plans().size(), planned) << "the even split did not stay";
+}
+
+// Still throttled while resharded (its timers 1.5x on the units it kept), the rank
+// straggles: it takes no offloads, but the planner may offload from it (the group's
+// offloads are not refused), as for any straggler.
+TEST_F(ThrottledRankTest, ARelievedThrottledRankThatStragglesMayStillOffload) {
+  RecordingSink sink;
+  const int kept = ReshardAThrottledRank(ThrottledPrice::kFloor, &sink);
+  ASSERT_GE(kept, 0);
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  ranks.Run(5, {kUnits - kept, kept}, {10e-3, 15e-3}, {20e-3, 40e-3}, sink.plans()[0].version());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(),
+              ::testing::HasSubstr("straggler kind (rank 1): slow in its collectives"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1"));
+  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("offloads refused")));
+}
+
+// Its contention over but its verdict standing (relieved, before the recheck), the
+// resharded rank's peer straggles: no offload gives the relieved rank that peer's work (in
+// a group of two, none at all), where before only calm rounds refused it (a straggling
+// peer's offloads onto it would restart the recheck's calm spell as a calm round's did).
+TEST_F(ThrottledRankTest, ARelievedThrottledRankTakesNoStragglingPeersWork) {
+  RecordingSink sink;
+  const int kept = ReshardAThrottledRank(ThrottledPrice::kFloor, &sink);
+  ASSERT_GE(kept, 0);
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  // Rank 0 1.6x slower per unit, rank 1 as calm: rank 0 straggles.
+  ranks.Run(30, {kUnits - kept, kept}, {16e-3, 10e-3}, {20e-3, 20e-3}, sink.plans()[0].version());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("(takes no offloads)"));
+  for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
+}
+
+// Its quota lifted, the resharded rank is held back at the even split and straggles
+// there for another reason (its timers 1.2x, its collectives calm: it arrives last and
+// the floor is the calm 20 ms, not its straggling 40 ms). Its verdict stands, but it is
+// priced by its timers: the step, 4 x 12 + 20 = 68 ms, is predicted as measured, where its
+// straggling floor put 20 ms more on it (the interleaved benchmark's held segments after
+// a quota: docs/benchmarks.md, 2026-12-05 (d)). The quota back on the calm split, the
+// rank is priced as throttled again.
+TEST_F(ThrottledRankTest, ARankWhoseContentionIsGoneIsPricedByItsTimersOnTheCalmSplit) {
+  for (const ThrottledPrice how : {ThrottledPrice::kStep, ThrottledPrice::kFloor}) {
+    const bool by_step = how == ThrottledPrice::kStep;
+    SCOPED_TRACE(by_step ? "step" : "floor");
+    RecordingSink sink;
+    ASSERT_GE(ReshardAThrottledRank(how, &sink), 0);
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+    coordinator_->Tick();
+    ASSERT_EQ(sink.plans().size(), 2u);
+    const int64_t even = sink.plans().back().version();
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 12e-3}, {20e-3, 20e-3}, even);
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("straggler kind (rank 1): slow in its "
+                                                  "collectives too"));
+    EXPECT_THAT(why->text(),
+                ::testing::HasSubstr("rank 1: throttled whole by its verdict, but on the calm "
+                                     "split the collectives cost 0.02 s a step now, nearer the "
+                                     "0.02 s they cost calm than its straggling 0.04 s: its "
+                                     "contention is gone, priced by its timers"));
+    EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("priced at the")));
+    v1::GroupStatus g = ranks.Status();
+    EXPECT_NEAR(g.measured_step_seconds(), 68e-3, 1e-9);
+    EXPECT_NEAR(g.predicted_step_seconds(), 68e-3, 1e-6);
+    // The quota back (its collectives 40 ms, its timers 1.5x): throttled again.
+    ranks.Run(20, {kUnits / 2, kUnits / 2}, {10e-3, 15e-3}, {20e-3, 40e-3}, even);
+    why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("contention is gone")));
+    const char* priced = by_step ? "priced at the" : "its collectives priced at the";
+    EXPECT_THAT(why->text(), ::testing::HasSubstr(priced));
+    ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
+    coordinator_.reset();
+  }
+}
+
+}  // namespace
+}  // namespace ballast::coordinator

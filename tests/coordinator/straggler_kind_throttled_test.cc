@@ -1,0 +1,218 @@
+// StragglerKind's measures of a throttled rank: the slowdown its step measured on the split
+// it ran calm, a median over windows, and its arrival spread fitted to both sides' waits
+// near the balanced split, each ended with its verdict.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "coordinator/straggler_kind.h"
+#include "testing/fake_clock.h"
+#include "tests/coordinator/straggler_kind_test_base.h"
+
+namespace ballast::coordinator {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using Kind = StragglerKind::Kind;
+
+// A throttled rank's step on the split it ran calm is its slowdown in all it does,
+// measured once with its verdict; a slower device, a different split or a step no slower
+// measure none, and none stands once the verdict ends.
+TEST_F(StragglerKindTest, AThrottledRanksStepOnTheCalmSplitIsItsSlowdown) {
+  const std::vector<int32_t> even{45, 45}, uneven{40, 50};
+  auto judged = [&](const std::vector<int32_t>& units, double step, double collectives) {
+    StragglerKind kinds(&clock_, StragglerKindOptions{});
+    std::vector<std::string> lines;
+    kinds.Update(kGroup, RanStep(-1, 0.100, 0.043, even), lines);
+    clock_.Advance(absl::Seconds(2));
+    kinds.Update(kGroup, RanStep(-1, 0.100, 0.043, even), lines);
+    kinds.Update(kGroup, RanStep(1, 0.100, 0.043, units), lines);
+    clock_.Advance(absl::Seconds(3));  // 16 steps of 0.163 s
+    lines.clear();
+    const Kind kind = kinds.Update(kGroup, RanStep(1, step, collectives, units), lines);
+    EXPECT_EQ(kinds.StragglingFloor(kGroup, 1) > 0, kind == Kind::kWhole && units == even)
+        << "a floor only for a throttled rank measured on the calm split";
+    return std::make_tuple(kind, kinds.StepSlowdown(kGroup, 1),
+                           lines.empty() ? std::string() : lines.back());
+  };
+  const auto [whole, slowdown, why] = judged(even, 0.163, 0.097);
+  EXPECT_EQ(whole, Kind::kWhole);
+  EXPECT_NEAR(slowdown, 1.63, 1e-12);
+  EXPECT_THAT(why, HasSubstr("the group's step 0.1630 s against 0.1000 s calm on the same "
+                             "split (medians of 1 and 1 windows of 16 steps): slowed 1.63x in "
+                             "all it does"));
+  EXPECT_EQ(std::get<0>(judged(even, 0.163, 0.050)), Kind::kCompute);
+  EXPECT_EQ(std::get<1>(judged(even, 0.163, 0.050)), 0) << "a slower device: its timers see it";
+  EXPECT_EQ(std::get<0>(judged(uneven, 0.163, 0.097)), Kind::kWhole);
+  EXPECT_EQ(std::get<1>(judged(uneven, 0.163, 0.097)), 0) << "not the split it ran calm";
+  EXPECT_EQ(std::get<1>(judged(even, 0.095, 0.097)), 0) << "a step no slower";
+
+  // Measured once: relieved of units, its step says less, and the price stays.
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  Update(RanStep(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(Update(RanStep(1, 0.170, 0.097, even)), Kind::kWhole);
+  EXPECT_EQ(Update(RanStep(1, 0.120, 0.060, uneven)), Kind::kWhole);
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.7, 1e-12);
+  EXPECT_EQ(kinds_.StepSlowdown(kGroup, 0), 0);
+  EXPECT_EQ(kinds_.StepSlowdown({kGroup.key, kGroup.incarnation + 1}, 1), 0);
+  // Its collectives' straggling floor, held too: 0.097 s on the calm split, not the 0.060
+  // s it measures relieved.
+  EXPECT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12);
+  EXPECT_EQ(kinds_.StragglingFloor(kGroup, 0), 0);
+  EXPECT_EQ(kinds_.StragglingFloor({kGroup.key, kGroup.incarnation + 1}, 1), 0);
+  // Calm for 30 s on the even split: the verdict and its slowdown and floor end.
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(31));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  EXPECT_EQ(kinds_.StepSlowdown(kGroup, 1), 0);
+  EXPECT_EQ(kinds_.StragglingFloor(kGroup, 1), 0);
+}
+
+// A throttled rank's arrival spread: fitted to both sides' waits (the others' beyond the
+// calm collectives, its own beyond its straggling floor) under a plan without offloads near
+// the balanced split, once a window, in straggling and calm rounds alike while its verdict
+// stands; the median of the fits; none far from the balanced split (plain TP's waits do
+// not tell it), on the calm split, under offloads or a plan not yet run; ended with the
+// verdict.
+TEST_F(StragglerKindTest, AThrottledRanksArrivalSpreadIsFittedToBothSidesWaitsNearBalance) {
+  const std::vector<int32_t> even{45, 45}, near{55, 35};
+  const auto waited = [](int32_t straggler, const std::vector<int32_t>& units, double others,
+                         double throttled, bool offloads = false) {
+    StragglerKind::Round round = RanStep(straggler, 0.150, std::min(others, throttled), units);
+    round.offloads = offloads;
+    round.rank_collective_seconds = {others, throttled};
+    return round;
+  };
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  Update(RanStep(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  // Judged on plain TP, whose waits are all the others': no spread from them.
+  StragglerKind::Round plain = waited(1, even, 0.170, 0.097);
+  plain.step_seconds = 0.170;
+  ASSERT_EQ(Update(plain), Kind::kWhole);
+  ASSERT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12);
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 1), 0);
+  // Nor from waits on both sides on the calm split, where its floor was measured: its wait
+  // beyond it there is that floor's noise.
+  clock_.Advance(absl::Seconds(1));
+  Update(waited(1, even, 0.043 + 0.02, 0.097 + 0.02));
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 1), 0);
+
+  // Near the balanced split the others waited 0.0105 s beyond the calm 0.043 s, it 0.0150 s
+  // beyond its 0.097 s floor: a spread of 0.0316 s (arrival_spread_test.cc).
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, near, 0.043 + 0.0105, 0.097 + 0.0150));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), 0.03164, 1e-5);
+  EXPECT_THAT(lines_, Contains(HasSubstr(
+                          "arrival spread (rank 1): 0.0316 s fitted to this plan's waits (the "
+                          "others 0.0105 s a step beyond the 0.0430 s their collectives cost "
+                          "calm, it 0.0150 s beyond its straggling floor 0.0970 s)")));
+  // A second later: the same window (16 steps of 0.15 s take 2.4 s), no second fit.
+  clock_.Advance(absl::Seconds(1));
+  Update(waited(1, near, 0.043 + 0.02, 0.097 + 0.02));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), 0.03164, 1e-5);
+  // Balanced waits of 0.02 s: 0.0501 s, and the median of the two.
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, near, 0.043 + 0.02, 0.097 + 0.02));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), (0.03164 + 0.02 * std::sqrt(2 * M_PI)) / 2, 1e-5);
+  const double two = kinds_.ArrivalSpread(kGroup, 1);
+  // Not from plain TP's waits, under offloads, or from a plan pushed but not yet run.
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, even, 0.170, 0.097));
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(1, near, 0.043 + 0.005, 0.097 + 0.005, /*offloads=*/true));
+  clock_.Advance(absl::Seconds(3));
+  StragglerKind::Round pushed = waited(1, near, 0.043 + 0.005, 0.097 + 0.005);
+  pushed.published_version = 2;
+  Update(pushed);
+  EXPECT_DOUBLE_EQ(kinds_.ArrivalSpread(kGroup, 1), two);
+  // A calm round while the verdict stands (relieved, its timers call it calm) fits too:
+  // 0.015 s each, 0.0376 s, the median of three.
+  clock_.Advance(absl::Seconds(3));
+  Update(waited(-1, near, 0.043 + 0.015, 0.097 + 0.015));
+  EXPECT_NEAR(kinds_.ArrivalSpread(kGroup, 1), 0.015 * std::sqrt(2 * M_PI), 1e-5);
+  // Only the throttled rank's, in this incarnation.
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 0), 0);
+  EXPECT_EQ(kinds_.ArrivalSpread({kGroup.key, kGroup.incarnation + 1}, 1), 0);
+  // Calm for 30 s on the even split: the verdict and its spread end.
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(31));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  EXPECT_EQ(kinds_.ArrivalSpread(kGroup, 1), 0);
+}
+
+// The step slowdown is a median over disjoint windows on the calm split, the straggler's
+// and the calm ones: one slow window does not set the price (it over-priced the GPT's
+// quota straggler, docs/benchmarks.md 2026-12-04 (b)); the straggler's windows are taken
+// again when it runs the calm split again (a hold), never on another split; the calm ones
+// also while its verdict stands, but not from a round whose floor is a straggler's.
+TEST_F(StragglerKindTest, AThrottledRanksSlowdownIsTheMedianOfItsWindowsOnTheCalmSplit) {
+  const std::vector<int32_t> even{45, 45}, uneven{40, 50};
+  // Calm windows of 0.100, 0.090 and 0.100 s, 2 s apart (16 steps take 1.6 s).
+  Update(RanStep(-1, 0.100, 0.043, even));
+  for (const double step : {0.100, 0.090, 0.100}) {
+    clock_.Advance(absl::Seconds(2));
+    Update(RanStep(-1, step, 0.043, even));
+  }
+  Update(RanStep(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(Update(RanStep(1, 0.186, 0.150, even)), Kind::kWhole);
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.86, 1e-12);
+  // What the collectives cost calm, against which the slowdown was measured.
+  EXPECT_NEAR(kinds_.CalmCollectives(kGroup), 0.043, 1e-12);
+  EXPECT_EQ(kinds_.CalmCollectives({kGroup.key, kGroup.incarnation + 1}), 0);
+  EXPECT_THAT(Said(), HasSubstr("0.1860 s against 0.1000 s calm on the same split (medians of "
+                                "1 and 3 windows of 16 steps): slowed 1.86x"));
+  // A second after: the same window, not another.
+  clock_.Advance(absl::Seconds(1));
+  Update(RanStep(1, 0.150, 0.150, even));
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.86, 1e-12);
+  // Resharded: its steps on another split are not windows.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(3));
+    Update(RanStep(1, 0.120, 0.060, uneven));
+  }
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.86, 1e-12);
+  // Held on the calm split again: two more windows, and the median is 0.165 s.
+  for (const double step : {0.164, 0.165}) {
+    clock_.Advance(absl::Seconds(3));
+    Update(RanStep(1, step, 0.150, even));
+  }
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 1.65, 1e-12);
+  EXPECT_THAT(Said(), HasSubstr("(medians of 3 and 3 windows of 16 steps): slowed 1.65x"));
+  // Calm on the calm split while the verdict stands: a window whose floor rose 1.5x with
+  // the machine is calm (nearer the calm 0.043 s than the straggler's 0.150 s), and the
+  // calm step is the median of four, 0.100 s; one whose floor is the straggler's adds none.
+  Update(RanStep(-1, 0.105, 0.065, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.105, 0.065, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.160, 0.140, even));
+  clock_.Advance(absl::Seconds(3));
+  Update(RanStep(1, 0.165, 0.150, even));
+  EXPECT_THAT(Said(), HasSubstr("(medians of 3 and 4 windows of 16 steps): slowed 1.65x"));
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 0.165 / 0.100, 1e-12);
+  // Four calm windows more on a slower machine (0.130 s, floors 0.075 s): the calm step
+  // follows it (the median of the last five, 0.130 s).
+  for (int i = 0; i < 4; ++i) {
+    Update(RanStep(-1, 0.130, 0.075, even));
+    clock_.Advance(absl::Seconds(3));
+  }
+  Update(RanStep(-1, 0.130, 0.075, even));
+  EXPECT_NEAR(kinds_.StepSlowdown(kGroup, 1), 0.165 / 0.130, 1e-12);
+  EXPECT_NEAR(kinds_.CalmCollectives(kGroup), 0.075, 1e-12) << "the calm windows' floor";
+}
+
+}  // namespace
+}  // namespace ballast::coordinator
