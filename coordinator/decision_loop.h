@@ -197,12 +197,26 @@ class DecisionLoop {
   // the slowest straggling rank, in a group they judge not calm; -1: none.
   static int32_t TimersStraggler(const PooledGroup& pooled, const StragglerJudge::Verdict& verdict,
                                  int32_t size);
-  // Whether this round plans without offloads (offload_check.h; false when the check is
-  // off or `cordon`: some rank is cordoned), for `straggler` (the timers' target in any
+  // Whether this round plans without offloads, for `straggler` (the timers' target in any
   // mode), saying why in `lines` and in correction_ (its undo and moved as the check
-  // asks); `probing`: the check probes, so the step feedback must hold.
-  bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
-                       bool cordon, std::vector<std::string>& lines, bool& probing)
+  // asks); `probing`: the check probes, so the step feedback must hold. Refused where the
+  // offload check refuses them (offload_check.h; never when it is off or under a
+  // `cordon`), and where a rank in `relieved` (TakesNoOffloads: throttled whole, relieved
+  // of units) is the straggler or no rank straggles: its own units are what the planner
+  // would offload then, and offloads on top of a throttled rank's reshard ran 7-19%
+  // slower than none in every offload check that measured them (the small GPT under a
+  // 2x quota, docs/benchmarks.md 2026-12-05 (g); the ViT's 10-20%, 2026-11-29 (d)); the
+  // check can only refuse them after running them for its min_steps, mispredicted. A
+  // further reshard, not offloads, relieves such a rank more. Not in a round where
+  // another rank straggles: that rank's offloads among the others stay the planner's.
+  bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler,
+                       const std::vector<int32_t>& relieved, bool operator_hold, bool cordon,
+                       std::vector<std::string>& lines, bool& probing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // RefusesOffloads' first part: the offload check's round (false when it is off or
+  // `cordon`), its undo and moved written to correction_.
+  bool ChecksOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
+                      bool cordon, std::vector<std::string>& lines, bool& probing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The ranks that take no offloads this round (PlannerRank::takes_no_offloads), saying so
   // in `lines`: those throttled whole and relieved of units (StragglerKind::
@@ -212,8 +226,9 @@ class DecisionLoop {
   // it; computing its peer's units it timed 1.41x, so the recheck's calm spell restarted
   // and its units took 100 s to come back, the step 1.17-1.28x the calm one meanwhile
   // (docs/benchmarks.md, 2026-12-05). Its units come back by the recheck instead
-  // (straggler_kind.h). In every round, calm or not: its own offloads (it may straggle
-  // still) and the other ranks' offloads among themselves stay the planner's to choose.
+  // (straggler_kind.h). In every round, calm or not. Its own offloads are refused in the
+  // rounds where they are what the planner would choose (RefusesOffloads); the other
+  // ranks' offloads among themselves stay the planner's.
   // None under an operator's hold (the plan is the operator's) or a cordon (a cordoned
   // rank's units may need every helper; the planner ignores the flag then too). Not for
   // a block planned by its loads (its replicas are weighed by loads, expert_plan.h).

@@ -137,10 +137,10 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   // parallelism under mode observe is a step to compare them with); the step feedback
   // only where plans are pushed (a probe in observe would change nothing, time out, and
   // settle it before the job balances).
+  const std::vector<int32_t> takes_none = TakesNoOffloads(group, operator_hold, cordon, lines);
   bool checking = false;
   const bool refuse_offloads =
-      RefusesOffloads(group, straggler, operator_hold, cordon, lines, checking);
-  const std::vector<int32_t> takes_none = TakesNoOffloads(group, operator_hold, cordon, lines);
+      RefusesOffloads(group, straggler, takes_none, operator_hold, cordon, lines, checking);
   const std::vector<double> correction =
       StepCorrection(group, Balances(policy.mode) ? straggler : -1, held || checking, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference

@@ -243,9 +243,41 @@ std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group
 }
 
 bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,
-                                   bool operator_hold, bool cordon, std::vector<std::string>& lines,
-                                   bool& probing) {
+                                   const std::vector<int32_t>& relieved, bool operator_hold,
+                                   bool cordon, std::vector<std::string>& lines, bool& probing) {
   probing = false;
+  const bool check_refuses =
+      ChecksOffloads(group, straggler, operator_hold, cordon, lines, probing);
+  // The relieved rank whose own units the planner would offload this round: the straggler
+  // where it is one, any where no rank straggles. (None under an operator's hold or a
+  // cordon: TakesNoOffloads lists none.)
+  int32_t sender = -1;
+  if (!relieved.empty()) {
+    if (straggler < 0) {
+      sender = relieved.front();
+    } else if (std::find(relieved.begin(), relieved.end(), straggler) != relieved.end()) {
+      sender = straggler;
+    }
+  }
+  if (check_refuses || sender < 0) return check_refuses;
+  lines.push_back(absl::StrCat(
+      "offloads refused: rank ", sender, ", throttled whole and relieved of units, ",
+      straggler < 0 ? "with no rank straggling" : "straggles",
+      ": its own units are what would be offloaded, and offloads on top of a throttled rank's "
+      "reshard ran slower than none in every check that measured them (a further reshard "
+      "relieves it)"));
+  // A plan in force that offloads is not kept by hysteresis (undo); the refusal follows
+  // from the verdicts the lines above give, so the change it makes is no noise either.
+  if (OffloadsUnits(group)) {
+    correction_.undo = true;
+    correction_.moved = true;
+    AppendWhy(lines.back(), correction_.why);
+  }
+  return true;
+}
+
+bool DecisionLoop::ChecksOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
+                                  bool cordon, std::vector<std::string>& lines, bool& probing) {
   if (offload_check_ == nullptr) return false;
   // A cordon is an operator's order too, and only transfers empty a device: nothing is
   // refused while one stands, whatever verdict the check keeps.

@@ -122,7 +122,8 @@ std::string ExplainDecision(const PlannerInput& input, const JobPolicy& policy,
       Num(policy.accuracy_weight_seconds), " s, prune budget ",
       Num(policy.max_pruned_fraction_rank), "/rank ", Num(policy.max_pruned_fraction_group),
       "/group, hysteresis ", Num(policy.hysteresis),
-      OffloadsRefused(input) && !by_loads ? ", offloads refused (the offload check)" : "",
+      OffloadsRefused(input) && !by_loads ? ", offloads refused (the coordinator's lines say why)"
+                                          : "",
       "\n  [fixed s +] ", by_loads ? "s/token, experts owned:" : "s/unit x units:");
   for (size_t r = 0; r < input.ranks.size(); ++r) {
     const PlannerRank& rank = input.ranks[r];

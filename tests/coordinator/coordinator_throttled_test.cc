@@ -1,6 +1,7 @@
 // A throttled rank once the coordinator resharded it, two ranks in lockstep on the fake
-// clock: its price kept while its timers call it calm, no offloads onto it whoever straggles,
-// its units given back by the recheck once its contention ended, then priced by its timers.
+// clock: its price kept while its timers call it calm, no offloads onto it whoever straggles
+// and none of its own while it straggles, its units given back by the recheck once its
+// contention ended, then priced by its timers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -135,6 +136,8 @@ TEST_F(ThrottledRankTest, AReshardedThrottledRankGetsItsUnitsBackByTheRecheckNot
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1, throttled whole"));
   EXPECT_THAT(why->text(), ::testing::HasSubstr("rank 1 relieved of units and calm for"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("offloads refused: rank 1, throttled whole and "
+                                                "relieved of units, with no rank straggling"));
   ASSERT_NO_FATAL_FAILURE(run(100));  // to 35 s
   ASSERT_GT(sink.plans().size(), 1u) << "its units never came back";
   EXPECT_EQ(rank1_owns(), kUnits / 2);
@@ -144,21 +147,46 @@ TEST_F(ThrottledRankTest, AReshardedThrottledRankGetsItsUnitsBackByTheRecheckNot
   EXPECT_EQ(sink.plans().size(), planned) << "the even split did not stay";
 }
 
-// Still throttled while resharded (its timers 1.5x on the units it kept), the rank
-// straggles: it takes no offloads, but the planner may offload from it (the group's
-// offloads are not refused), as for any straggler.
-TEST_F(ThrottledRankTest, ARelievedThrottledRankThatStragglesMayStillOffload) {
+// Still throttled while resharded (its timers 3x on the units it kept), the rank
+// straggles: it takes no offloads, and its own are refused too (RefusesOffloads: on top of
+// a throttled rank's reshard they ran slower than none wherever the offload check measured
+// them). An operator's hold that offloads its units stands while held; released, its
+// offloads go at once, not kept by hysteresis.
+TEST_F(ThrottledRankTest, ARelievedThrottledRankThatStragglesOffloadsNothing) {
   RecordingSink sink;
   const int kept = ReshardAThrottledRank(ThrottledPrice::kFloor, &sink);
-  ASSERT_GE(kept, 0);
+  ASSERT_GE(kept, 2);
   TwoRankLockstep ranks(coordinator_.get(), &clock_);
-  ranks.Run(5, {kUnits - kept, kept}, {10e-3, 15e-3}, {20e-3, 40e-3}, sink.plans()[0].version());
+  // Past the plan's 2 s dwell: offloads would be worth its hysteresis.
+  const std::vector<double> straggling = {10e-3, 30e-3}, collectives = {20e-3, 40e-3};
+  ranks.Run(40, {kUnits - kept, kept}, straggling, collectives, sink.plans()[0].version());
   absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(why->text(),
               ::testing::HasSubstr("straggler kind (rank 1): slow in its collectives"));
   EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1"));
-  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("offloads refused")));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("offloads refused: rank 1, throttled whole and "
+                                                "relieved of units, straggles"));
+  for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
+
+  // Held on that split with half its units offloaded, then released.
+  const double resharded = static_cast<double>(kUnits / 2 - kept) / (kUnits / 2);
+  ASSERT_TRUE(
+      coordinator_
+          ->SetHold("vit", "tp0",
+                    GroupHold{.rank = 1, .offload_fraction = 0.5, .reshard_fraction = resharded})
+          .ok());
+  coordinator_->Tick();
+  const int offloaded = OffloadedUnits(sink.plans().back());
+  ASSERT_GT(offloaded, 0);
+  ranks.Run(20, {kUnits - kept + offloaded, kept - offloaded}, straggling, collectives,
+            sink.plans().back().version());
+  const size_t held = sink.plans().size();
+  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
+  ranks.Run(1, {kUnits - kept + offloaded, kept - offloaded}, straggling, collectives,
+            sink.plans().back().version());
+  ASSERT_GT(sink.plans().size(), held) << "the held plan was kept after its release";
+  EXPECT_EQ(OffloadedUnits(sink.plans().back()), 0);
 }
 
 // Its contention over but its verdict standing (relieved, before the recheck), the
@@ -176,6 +204,8 @@ TEST_F(ThrottledRankTest, ARelievedThrottledRankTakesNoStragglingPeersWork) {
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(why->text(), ::testing::HasSubstr("takes no offloads: rank 1"));
   EXPECT_THAT(why->text(), ::testing::HasSubstr("(takes no offloads)"));
+  // Its peer's offloads are not refused: in a larger group the others could take them.
+  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("offloads refused")));
   for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
 }
 
