@@ -123,6 +123,16 @@ class DecisionLoop {
   // Wall time of each group's planning round since the last call (bounded).
   std::vector<double> TakeDecisionSeconds() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The rank of `relieved` (TakesNoOffloads: throttled whole, relieved of units) whose
+  // own offloads this round refuses, or -1: one that the pooled verdict calls straggling,
+  // or any where no rank straggles (`straggler` < 0). Not where only other ranks
+  // straggle: their offloads among the others stay the planner's (in a group of two,
+  // there are none). By the verdict's flags, not the timers' target, so that two
+  // stragglers taking turns as the slowest do not switch the refusal round by round.
+  // (Public for its tests.)
+  static int32_t RelievedSender(const PooledGroup& pooled, int32_t straggler,
+                                const std::vector<int32_t>& relieved);
+
  private:
   struct Entry {
     uint64_t incarnation = 0;
@@ -201,18 +211,15 @@ class DecisionLoop {
   // mode), saying why in `lines` and in correction_ (its undo and moved as the check
   // asks); `probing`: the check probes, so the step feedback must hold. Refused where the
   // offload check refuses them (offload_check.h; never when it is off or under a
-  // `cordon`), and where a rank in `relieved` (TakesNoOffloads: throttled whole, relieved
-  // of units) is the straggler or no rank straggles: its own units are what the planner
-  // would offload then, and offloads on top of a throttled rank's reshard ran 7-19%
-  // slower than none in every offload check that measured them (the small GPT under a
-  // 2x quota, docs/benchmarks.md 2026-12-05 (g); the ViT's 10-20%, 2026-11-29 (d)); the
-  // check can only refuse them after running them for its min_steps, mispredicted. A
-  // further reshard, not offloads, relieves such a rank more. Not in a round where
-  // another rank straggles: that rank's offloads among the others stay the planner's.
-  bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler,
-                       const std::vector<int32_t>& relieved, bool operator_hold, bool cordon,
-                       std::vector<std::string>& lines, bool& probing)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  // `cordon`), and where `sender` >= 0 (RelievedSender): its own units are what the
+  // planner would offload then, and offloads on top of a throttled rank's reshard ran
+  // 7-19% slower than none in every offload check that measured them (the small GPT
+  // under a 2x quota, docs/benchmarks.md 2026-12-05 (g); the ViT's 10-20%, 2026-11-29
+  // (d)); the check can only refuse them after running them for its min_steps,
+  // mispredicted. A further reshard, not offloads, relieves such a rank more.
+  bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, int32_t sender,
+                       bool operator_hold, bool cordon, std::vector<std::string>& lines,
+                       bool& probing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // RefusesOffloads' first part: the offload check's round (false when it is off or
   // `cordon`), its undo and moved written to correction_.
   bool ChecksOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,

@@ -140,7 +140,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const std::vector<int32_t> takes_none = TakesNoOffloads(group, operator_hold, cordon, lines);
   bool checking = false;
   const bool refuse_offloads =
-      RefusesOffloads(group, straggler, takes_none, operator_hold, cordon, lines, checking);
+      RefusesOffloads(group, straggler, RelievedSender(*pooled, straggler, takes_none),
+                      operator_hold, cordon, lines, checking);
   const std::vector<double> correction =
       StepCorrection(group, Balances(policy.mode) ? straggler : -1, held || checking, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference

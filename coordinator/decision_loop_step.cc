@@ -242,23 +242,22 @@ std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group
   return costs->excess;
 }
 
-bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler,
-                                   const std::vector<int32_t>& relieved, bool operator_hold,
-                                   bool cordon, std::vector<std::string>& lines, bool& probing) {
+int32_t DecisionLoop::RelievedSender(const PooledGroup& pooled, int32_t straggler,
+                                     const std::vector<int32_t>& relieved) {
+  if (relieved.empty()) return -1;
+  if (straggler < 0) return relieved.front();
+  for (int32_t r : relieved) {
+    if (static_cast<size_t>(r) < pooled.ranks.size() && pooled.ranks[r].straggling) return r;
+  }
+  return -1;
+}
+
+bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler, int32_t sender,
+                                   bool operator_hold, bool cordon, std::vector<std::string>& lines,
+                                   bool& probing) {
   probing = false;
   const bool check_refuses =
       ChecksOffloads(group, straggler, operator_hold, cordon, lines, probing);
-  // The relieved rank whose own units the planner would offload this round: the straggler
-  // where it is one, any where no rank straggles. (None under an operator's hold or a
-  // cordon: TakesNoOffloads lists none.)
-  int32_t sender = -1;
-  if (!relieved.empty()) {
-    if (straggler < 0) {
-      sender = relieved.front();
-    } else if (std::find(relieved.begin(), relieved.end(), straggler) != relieved.end()) {
-      sender = straggler;
-    }
-  }
   if (check_refuses || sender < 0) return check_refuses;
   lines.push_back(absl::StrCat(
       "offloads refused: rank ", sender, ", throttled whole and relieved of units, ",

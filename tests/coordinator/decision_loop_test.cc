@@ -362,5 +362,22 @@ TEST_F(DecisionLoopTest, ARankThatComputesNothingIsPlannedAtTheReferenceSpeed) {
                   "rank 1 computes no units (or, for experts, no tokens) under the plan it runs")));
 }
 
+// The relieved rank whose own offloads a round refuses (DecisionLoop::RefusesOffloads):
+// one the pooled verdict calls straggling, whichever rank is the slowest, or any in a calm
+// round; none where only other ranks straggle.
+TEST(RelievedSenderTest, ARelievedRankThatStragglesOrACalmGroupRefusesItsOwnOffloads) {
+  PooledGroup pooled;
+  pooled.ranks.resize(4);
+  pooled.ranks[1].straggling = true;
+  pooled.ranks[3].straggling = true;
+  EXPECT_EQ(DecisionLoop::RelievedSender(pooled, /*straggler=*/3, {}), -1) << "none relieved";
+  EXPECT_EQ(DecisionLoop::RelievedSender(pooled, /*straggler=*/-1, {2}), 2) << "a calm round";
+  EXPECT_EQ(DecisionLoop::RelievedSender(pooled, /*straggler=*/1, {1}), 1);
+  EXPECT_EQ(DecisionLoop::RelievedSender(pooled, /*straggler=*/3, {1}), 1)
+      << "rank 3 the slowest this round, rank 1 straggling still";
+  EXPECT_EQ(DecisionLoop::RelievedSender(pooled, /*straggler=*/3, {2}), -1)
+      << "only the others straggle: their offloads stay the planner's";
+}
+
 }  // namespace
 }  // namespace ballast::coordinator
