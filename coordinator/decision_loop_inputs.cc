@@ -1,9 +1,10 @@
 // DecisionLoop::GatherInputs (decision_loop.h): one round's planner input, read off the
 // group's snapshot. Per block: the ranks' prices from the speed model's estimates pooled
 // per rank (fitted over unit counts where a rank ran several), the judge's verdict, the
-// link's price, the fixed costs, the step feedback's correction and the offload check's
-// refusal (those loops and the straggler's kind: decision_loop_step.cc), cordons, and a
-// block of experts' loads. Apart from decision_loop.cc, which ticks, plans and publishes.
+// link's price, the fixed costs, the step feedback's correction, offloads refused (by the
+// offload check, or for a relieved throttled rank) and the ranks that take none (those
+// loops and the straggler's kind: decision_loop_step.cc), cordons, and a block of
+// experts' loads. Apart from decision_loop.cc, which ticks, plans and publishes.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
