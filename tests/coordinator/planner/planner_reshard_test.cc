@@ -348,7 +348,7 @@ TEST(PlannerTest, RefusedOffloadsLeavePrunesAndReshards) {
     ASSERT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(offloaded(d->plan), 0) << d->explanation;
     EXPECT_TRUE(d->plan.owner_of_unit.empty()) << "not chronic: no reshard";
-    EXPECT_THAT(d->explanation, HasSubstr("offloads refused (the offload check"));
+    EXPECT_THAT(d->explanation, HasSubstr("offloads refused (the coordinator"));
     // Nor is a plan in force that offloads kept, by hysteresis or otherwise.
     d = PlanExplained(in, k.policy, &offloading);
     ASSERT_TRUE(d.ok()) << d.status();
