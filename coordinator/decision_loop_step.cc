@@ -155,13 +155,25 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
     }
     const char* relieved = rank == straggler ? "" : " (relieved of units, its timers call it calm)";
     if (how == ThrottledPrice::kFloor) {
-      const double floor = straggler_kind_.StragglingFloor(group.ref, rank);
-      if (!(floor > 0)) continue;  // none measured
+      const double straggling = straggler_kind_.StragglingFloor(group.ref, rank);
+      if (!(straggling > 0)) continue;  // none measured
+      // Relieved of units, at what its collectives measured relieved (straggler_kind.h,
+      // "Relieved"); 1 where none was measured.
+      int windows = 0;
+      const double ratio = straggler_kind_.RelievedOf(group.ref, rank, units)
+                               ? straggler_kind_.RelievedFloorRatio(group.ref, rank, &windows)
+                               : 1;
+      const double floor = straggling * ratio;
       lines.push_back(absl::StrFormat(
           "rank %d: throttled whole%s, its collectives priced at the %.4g s they cost it "
-          "straggling on the calm split, its units at the %.2fx its compute timers see "
+          "straggling on the calm split%s, its units at the %.2fx its compute timers see "
           "(coordinator flag --throttled_price=floor)",
-          rank, relieved, floor, pooled.ranks[r].slowdown));
+          rank, relieved, straggling,
+          ratio < 1 ? absl::StrFormat(" times the %.3fx they cost it relieved of units (the "
+                                      "median of %d windows): %.4g s",
+                                      ratio, windows, floor)
+                    : std::string(),
+          pooled.ranks[r].slowdown));
       // The step prediction's wait near the balanced split (arrival_spread.h): the
       // straggler's spread, else a relieved rank's.
       if (const double spread = straggler_kind_.ArrivalSpread(group.ref, rank);
@@ -233,9 +245,10 @@ std::vector<double> DecisionLoop::FixedSecondsPerStep(const GroupSnapshot& group
         calm));
   } else if (calm > 0) {
     lines.push_back(absl::StrFormat(
-        "fixed costs: a throttled rank pays its collectives' straggling floor, not what it "
-        "measured under this plan; the others what they measured, at most their slowdown "
-        "times the %.4g s they cost calm",
+        "fixed costs: a throttled rank pays its collectives' straggling floor (relieved of "
+        "units, times the share they cost it relieved), not what it measured under this "
+        "plan; the others what they measured, at most their slowdown times the %.4g s they "
+        "cost calm",
         calm));
   }
   if (costs->measured) common = costs->common;

@@ -108,7 +108,8 @@ struct ThrottledPriced {
   // K above: the others' base, and a rank's in `ranks` without a straggling floor.
   double calm_collective_seconds = 0;
   // Per rank (indexed as the inputs; empty: none), its collectives' straggling floor F_r
-  // where it is priced by it (floor above), 0 where it is priced at s_r * K (step); read
+  // where it is priced by it (floor above; relieved of units, the share of it they cost it
+  // relieved: straggler_kind.h, "Relieved"), 0 where it is priced at s_r * K (step); read
   // only for a rank in `ranks`.
   std::vector<double> straggling_floors;
 };

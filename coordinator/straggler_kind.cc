@@ -65,7 +65,8 @@ bool NearerCalm(double floor, double calm, double straggling) {
 
 double MedianOf(const std::deque<double>& values) {
   if (values.empty()) return 0;
-  double copy[std::max(StragglerKind::kStepWindows, StragglerKind::kSpreadFits)];
+  double copy[std::max(
+      {StragglerKind::kStepWindows, StragglerKind::kSpreadFits, StragglerKind::kRelievedWindows})];
   std::copy(values.begin(), values.end(), copy);
   return MedianInPlace(copy, static_cast<int>(values.size()));
 }
@@ -109,6 +110,7 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
   const Kind kind =
       round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
   FitSpreads(g, round, now, lines);
+  SampleRelieved(g, round, now, lines);
   g.floor_on_calm_split =
       FloorMeasured(round) && OnCalmSplit(g, round) ? round.collective_seconds : 0;
   return kind;
@@ -351,13 +353,8 @@ void StragglerKind::FitSpreads(GroupState& g, const Round& round, absl::Duration
                                std::vector<std::string>& lines) const {
   const std::vector<double>& measured = round.rank_collective_seconds;
   const double calm = CalmCollectivesOf(g);
-  // Offloads' transfers are timed as collectives; a cordon's rank computes nothing. On the
-  // calm split its floor was measured: its waits beyond it are that median's noise.
-  if (measured.empty() || calm <= 0 || round.cordon || round.offloads ||
-      round.plan_version != round.published_version || !(round.step_seconds > 0) ||
-      round.units.empty() || round.units == g.calm_units) {
-    return;
-  }
+  // On the calm split its floor was measured: its waits beyond it are that median's noise.
+  if (!WaitsMeasured(g, round)) return;
   const auto throttled = [&g](size_t r) {
     const auto it = g.judged.find(static_cast<int32_t>(r));
     return it != g.judged.end() && it->second.kind == Kind::kWhole;
@@ -387,6 +384,42 @@ void StragglerKind::FitSpreads(GroupState& g, const Round& round, absl::Duration
         "floor %.4f s); %.4f s, the median of %d fits, is its spread",
         rank, *fit, others - calm, calm, measured[t] - floor, floor, MedianOf(verdict.spreads),
         verdict.spreads.size()));
+  }
+}
+
+bool StragglerKind::WaitsMeasured(const GroupState& g, const Round& round) {
+  return !round.rank_collective_seconds.empty() && CalmCollectivesOf(g) > 0 && !round.cordon &&
+         !round.offloads && round.plan_version == round.published_version &&
+         round.step_seconds > 0 && !round.units.empty() && round.units != g.calm_units;
+}
+
+void StragglerKind::SampleRelieved(GroupState& g, const Round& round, absl::Duration now,
+                                   std::vector<std::string>& lines) const {
+  if (!WaitsMeasured(g, round)) return;
+  const std::vector<double>& measured = round.rank_collective_seconds;
+  const double calm = CalmCollectivesOf(g);
+  for (auto& [rank, verdict] : g.judged) {
+    const double floor = StragglingFloorOf(verdict);
+    const auto t = static_cast<size_t>(rank);
+    if (floor <= 0 || t >= measured.size() || !(measured[t] > 0) ||
+        !Relieved(g, round.units, rank)) {
+      continue;
+    }
+    // Not a window without its contention: priced at it, the contention, back, would be
+    // priced at calm (see "Contention gone").
+    if (NearerCalm(measured[t], calm, floor)) continue;
+    if (!WindowDue(verdict.relieved_ratios.empty(), verdict.relieved_at, now, round.step_seconds,
+                   options_.min_steps)) {
+      continue;  // the same window as the last one
+    }
+    PushNewest(verdict.relieved_ratios, measured[t] / floor, kRelievedWindows);
+    verdict.relieved_at = now;
+    lines.push_back(absl::StrFormat(
+        "relieved (rank %d): its collectives %.4f s a step at %d units, %.3fx the %.4f s they "
+        "cost it straggling on the calm split; %.3fx, the median of %d windows, prices them "
+        "while it is relieved (at most 1x)",
+        rank, measured[t], round.units[t], measured[t] / floor, floor,
+        MedianOf(verdict.relieved_ratios), verdict.relieved_ratios.size()));
   }
 }
 
@@ -493,6 +526,16 @@ double StragglerKind::ArrivalSpread(const GroupRef& ref, int32_t rank) const {
   absl::MutexLock lock(&mu_);
   const Verdict* verdict = StandingVerdict(ref, rank);
   return verdict == nullptr || verdict->kind != Kind::kWhole ? 0 : MedianOf(verdict->spreads);
+}
+
+double StragglerKind::RelievedFloorRatio(const GroupRef& ref, int32_t rank, int* windows) const {
+  absl::MutexLock lock(&mu_);
+  const Verdict* verdict = StandingVerdict(ref, rank);
+  const bool measured = verdict != nullptr && verdict->kind == Kind::kWhole;
+  if (windows != nullptr)
+    *windows = measured ? static_cast<int>(verdict->relieved_ratios.size()) : 0;
+  if (!measured || verdict->relieved_ratios.empty()) return 1;
+  return std::min(1.0, MedianOf(verdict->relieved_ratios));
 }
 
 double StragglerKind::StragglingFloorOf(const Verdict& verdict) {

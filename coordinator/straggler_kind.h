@@ -119,6 +119,21 @@
 // others' beyond the calm collectives (CalmCollectives), its own beyond its straggling
 // floor. The step prediction adds the wait that spread costs (group_figures.h).
 //
+// Relieved. A throttled rank left fewer units than calm spends less of its quota on
+// compute, and its collectives cost it less than the straggling floor they cost it on the
+// calm split: the small GPT's rank 1 under a 2x quota, at 16 or 20 of 64 units, measured a
+// median 0.94x that floor in one 30-cycle run and 0.98x in another, at either count
+// (docs/benchmarks.md, 2026-12-06). Priced at the floor, every step on such a split was
+// predicted long: a median 2-4% over, 10-21% in the stretches where the two added up with
+// a wide arrival spread. So while its kWhole verdict stands, each window of min_steps steps
+// under a plan without offloads in which it computes fewer units than calm and its
+// collectives are not nearer calm than its floor (its contention is on) takes the ratio of
+// its own collectives (median) to its straggling floor. While it is relieved, the
+// coordinator prices its collectives at that floor times the median of those ratios, at
+// most 1 (RelievedFloorRatio: above 1 it waited for the others, the arrival spread's part).
+// Not on the calm split, and not while it is not relieved: there the floor holds, so a
+// straggler the planner has not yet relieved is priced as it was judged.
+//
 //   StragglerKind kinds(&clock, options);
 //   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
 //
@@ -228,6 +243,12 @@ class StragglerKind {
   // on it stands. Its waits are beyond its straggling floor, the others' beyond
   // CalmCollectives, so it needs both.
   double ArrivalSpread(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // What share of its StragglingFloor `rank`'s collectives cost it relieved of units (see
+  // "Relieved"): the median of the ratios its verdict's relieved windows measured, at most
+  // 1; 1 while none was measured or no kWhole verdict on it stands. `windows` (if not
+  // null) gets how many ratios that is the median of.
+  double RelievedFloorRatio(const GroupRef& ref, int32_t rank, int* windows = nullptr) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the last round (Update) found `rank`'s contention gone while its kWhole verdict
   // stands: the group on the calm split (every rank computing what it computed when calm)
   // under a plan without offloads that every rank ran min_steps steps, and its floor nearer
@@ -271,6 +292,8 @@ class StragglerKind {
   // How many fits an arrival spread is the median of: one fit moved from 0.02 to 0.06 s
   // between segments of the same split on the ViT (docs/benchmarks.md, 2026-12-04 (g)).
   static constexpr int kSpreadFits = 5;
+  // How many relieved windows RelievedFloorRatio is the median of.
+  static constexpr int kRelievedWindows = 5;
 
  private:
   // A group's step and its collectives' floor over disjoint windows (each a median of
@@ -293,6 +316,10 @@ class StragglerKind {
     StepWindows steps;           // a kWhole straggler's, on the calm split
     std::deque<double> spreads;  // its arrival spread's fits, the newest kSpreadFits
     absl::Duration spread_at;    // monotonic, of the newest fit
+    // Its collectives over its straggling floor in relieved windows, the newest
+    // kRelievedWindows, and when the newest was taken (monotonic).
+    std::deque<double> relieved_ratios;
+    absl::Duration relieved_at;
   };
   struct GroupState {
     uint64_t incarnation = 0;
@@ -364,6 +391,15 @@ class StragglerKind {
   // (ArrivalSpread), saying so in `lines`.
   void FitSpreads(GroupState& g, const Round& round, absl::Duration now,
                   std::vector<std::string>& lines) const;
+  // Takes each relieved kWhole verdict's ratio of its collectives to its straggling floor
+  // where the round measured one (RelievedFloorRatio), saying so in `lines`.
+  void SampleRelieved(GroupState& g, const Round& round, absl::Duration now,
+                      std::vector<std::string>& lines) const;
+  // Whether the round's per-rank collectives tell a plan's waits off the calm split: every
+  // rank ran min_steps steps of the published plan, without offloads (their transfers are
+  // timed as collectives) or a cordon (its rank computes nothing). FitSpreads' and
+  // SampleRelieved's rounds.
+  static bool WaitsMeasured(const GroupState& g, const Round& round);
   // Its step slowdown (0 if none measured or not above 1), and the words for explain.
   static double Slowdown(const GroupState& g, const Verdict& verdict);
   std::string StepText(const GroupState& g, const Verdict& verdict) const;

@@ -341,12 +341,14 @@ TEST_F(CoordinatorTest, AThrottledRanksCollectivesArePricedOnceByItsStepOrItsFlo
     EXPECT_THAT(why->text(),
                 ::testing::HasSubstr(by_step ? "priced at the 1.67x slowdown its step measured"
                                              : "its collectives priced at the 0.04 s"));
-    EXPECT_THAT(why->text(), ::testing::HasSubstr(
-                                 by_step ? "pays its collectives at that slowdown times the 0.02 s"
-                                         : "a throttled rank pays its collectives' straggling "
-                                           "floor, not what it measured under this plan; the "
-                                           "others what they measured, at most their "
-                                           "slowdown times the 0.02 s"));
+    EXPECT_THAT(
+        why->text(),
+        ::testing::HasSubstr(by_step ? "pays its collectives at that slowdown times the 0.02 s"
+                                     : "a throttled rank pays its collectives' straggling "
+                                       "floor (relieved of units, times the share they cost "
+                                       "it relieved), not what it measured under this plan; the "
+                                       "others what they measured, at most their "
+                                       "slowdown times the 0.02 s"));
     const v1::GroupStatus g = ranks.Status();
     EXPECT_NEAR(g.measured_step_seconds(), 100e-3, 1e-9);
     EXPECT_NEAR(g.predicted_collective_seconds(), 20e-3, 1e-6);

@@ -253,5 +253,37 @@ TEST_F(ThrottledRankTest, ARankWhoseContentionIsGoneIsPricedByItsTimersOnTheCalm
   }
 }
 
+// Relieved of units, a throttled rank is priced at what its collectives measured relieved
+// (straggler_kind.h, "Relieved"): here 0.036 s a step against the 0.04 s they cost it on the
+// calm split, so the step is predicted at the 0.056 s it takes, not 0.060 s. Held back at
+// the even split, still throttled, it is priced at its straggling floor again.
+TEST_F(ThrottledRankTest, ARelievedThrottledRankIsPricedAtWhatItsCollectivesCostItRelieved) {
+  RecordingSink sink;
+  const int kept = ReshardAThrottledRank(ThrottledPrice::kFloor, &sink);
+  ASSERT_GE(kept, 0);
+  ASSERT_LT(kept, kUnits / 2);
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  // Rank 1 arrives last (its timers 2x), its own collectives 0.9x its floor.
+  const std::vector<double> c = {5e-3, 10e-3};
+  ranks.Run(40, {kUnits - kept, kept}, c, {20e-3, 36e-3}, sink.plans()[0].version());
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(),
+              ::testing::HasSubstr("its collectives priced at the 0.04 s they cost it straggling "
+                                   "on the calm split times the 0.900x they cost it relieved of "
+                                   "units (the median of 3 windows): 0.036 s"));
+  const double measured = std::max((kUnits - kept) * c[0] + 20e-3, kept * c[1] + 36e-3);
+  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), measured, 1e-9);
+  EXPECT_EQ(sink.plans().size(), 1u) << "the plan stands";
+
+  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+  coordinator_->Tick();
+  ranks.Run(20, {kUnits / 2, kUnits / 2}, c, {20e-3, 40e-3}, sink.plans().back().version());
+  why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("its collectives priced at the 0.04 s they cost "
+                                                "it straggling on the calm split, its units"));
+}
+
 }  // namespace
 }  // namespace ballast::coordinator

@@ -214,5 +214,101 @@ TEST_F(StragglerKindTest, AThrottledRanksSlowdownIsTheMedianOfItsWindowsOnTheCal
   EXPECT_NEAR(kinds_.CalmCollectives(kGroup), 0.075, 1e-12) << "the calm windows' floor";
 }
 
+// Relieved of units, a throttled rank's collectives cost it less than its straggling floor
+// (the small GPT's 0.94x and 0.98x, docs/benchmarks.md 2026-12-06): the ratio of its own
+// collectives to that floor, once a window under a plan without offloads in which it
+// computes fewer units than calm, the median of the newest five, at most 1. Not on the
+// calm split or where it computes more than calm, under offloads, from a plan not yet run,
+// or from a window whose collectives lie nearer calm than its floor (its contention gone);
+// only its own, in this incarnation, and ended with its verdict.
+TEST_F(StragglerKindTest, AThrottledRanksCollectivesRelievedOfUnitsAreTheShareOfItsFloor) {
+  const std::vector<int32_t> even{45, 45}, relieved{55, 35}, loaded{40, 50};
+  const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double own,
+                      bool offloads = false) {
+    StragglerKind::Round round = RanStep(straggler, 0.150, std::min(0.060, own), units);
+    round.offloads = offloads;
+    round.rank_collective_seconds = {0.060, own};
+    return round;
+  };
+  const auto ratio = [&](int* windows = nullptr) {
+    return kinds_.RelievedFloorRatio(kGroup, 1, windows);
+  };
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  Update(RanStep(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  StragglerKind::Round plain = ran(1, even, 0.100);
+  plain.collective_seconds = 0.100;
+  ASSERT_EQ(Update(plain), Kind::kWhole);
+  ASSERT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.100, 1e-12);
+  int windows = -1;
+  EXPECT_EQ(ratio(&windows), 1);
+  EXPECT_EQ(windows, 0);
+  // Not on the calm split, where its floor is measured, nor computing more than calm.
+  clock_.Advance(absl::Seconds(3));
+  Update(ran(1, even, 0.090));
+  clock_.Advance(absl::Seconds(3));
+  Update(ran(1, loaded, 0.090));
+  EXPECT_EQ(ratio(), 1);
+
+  clock_.Advance(absl::Seconds(3));
+  Update(ran(1, relieved, 0.094));
+  EXPECT_NEAR(ratio(&windows), 0.94, 1e-12);
+  EXPECT_EQ(windows, 1);
+  EXPECT_THAT(lines_, Contains(HasSubstr(
+                          "relieved (rank 1): its collectives 0.0940 s a step at 35 units, "
+                          "0.940x the 0.1000 s they cost it straggling on the calm split; "
+                          "0.940x, the median of 1 windows, prices them while it is relieved")));
+  // A second later: the same window (16 steps of 0.15 s take 2.4 s).
+  clock_.Advance(absl::Seconds(1));
+  Update(ran(1, relieved, 0.050 * 2));
+  EXPECT_NEAR(ratio(), 0.94, 1e-12);
+  // A calm round (its timers call it calm, relieved) is a window too: 0.90, and the median
+  // of the two is their mean.
+  clock_.Advance(absl::Seconds(3));
+  Update(ran(-1, relieved, 0.090));
+  EXPECT_NEAR(ratio(&windows), 0.92, 1e-12);
+  EXPECT_EQ(windows, 2);
+  // Not under offloads, from a plan pushed but not yet run, or nearer calm (0.060 s:
+  // 0.060^2 < 0.043 x 0.100).
+  clock_.Advance(absl::Seconds(3));
+  Update(ran(1, relieved, 0.070, /*offloads=*/true));
+  clock_.Advance(absl::Seconds(3));
+  StragglerKind::Round pushed = ran(1, relieved, 0.070);
+  pushed.published_version = 2;
+  Update(pushed);
+  clock_.Advance(absl::Seconds(3));
+  Update(ran(1, relieved, 0.060));
+  EXPECT_NEAR(ratio(&windows), 0.92, 1e-12);
+  EXPECT_EQ(windows, 2);
+  // Waiting for the others it measures above its floor: the median of 0.90, 0.94 and 1.20
+  // is 0.94; with two more above 1, the price is its floor, not above.
+  clock_.Advance(absl::Seconds(3));
+  Update(ran(1, relieved, 0.120));
+  EXPECT_NEAR(ratio(), 0.94, 1e-12);
+  for (int i = 0; i < 2; ++i) {
+    clock_.Advance(absl::Seconds(3));
+    Update(ran(1, relieved, 0.110));
+  }
+  EXPECT_EQ(ratio(&windows), 1);
+  EXPECT_EQ(windows, 5);
+  // The newest five: three more at 0.92 leave 0.92, 0.92, 0.92, 1.10, 1.10.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(3));
+    Update(ran(1, relieved, 0.092));
+  }
+  EXPECT_NEAR(ratio(), 0.92, 1e-12);
+  // Only the throttled rank's, in this incarnation.
+  EXPECT_EQ(kinds_.RelievedFloorRatio(kGroup, 0), 1);
+  EXPECT_EQ(kinds_.RelievedFloorRatio({kGroup.key, kGroup.incarnation + 1}, 1), 1);
+  // Calm for 30 s on the even split: the verdict and its ratio end.
+  Update(RanStep(-1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(31));
+  Update(RanStep(-1, 0.100, 0.043, even));
+  EXPECT_EQ(ratio(&windows), 1);
+  EXPECT_EQ(windows, 0);
+}
+
 }  // namespace
 }  // namespace ballast::coordinator
