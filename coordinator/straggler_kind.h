@@ -233,7 +233,7 @@ class StragglerKind {
   // the median floor of its verdict's step windows (the group's floor is its own then: it
   // arrives last and waits for nobody); 0 while no kWhole verdict on it stands or none was
   // measured. Held while the verdict stands: a rank priced by it (fixed_costs.h, floor)
-  // keeps its price however few units it is left.
+  // keeps it however few units it is left (its price, relieved, times RelievedFloorRatio).
   double StragglingFloor(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
   // How far `rank`'s arrival at the collectives scatters (arrival_spread.h): the median
   // of the spreads fitted while its kWhole verdict stands, one per window of min_steps
