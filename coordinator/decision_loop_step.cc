@@ -158,22 +158,26 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
       const double straggling = straggler_kind_.StragglingFloor(group.ref, rank);
       if (!(straggling > 0)) continue;  // none measured
       // Relieved of units, at what its collectives measured relieved (straggler_kind.h,
-      // "Relieved"); 1 where none was measured.
+      // "Relieved").
       int windows = 0;
-      const double ratio = straggler_kind_.RelievedOf(group.ref, rank, units)
-                               ? straggler_kind_.RelievedFloorRatio(group.ref, rank, &windows)
-                               : 1;
+      const double ratio = straggler_kind_.RelievedFloorRatio(group.ref, rank, units, &windows);
       const double floor = straggling * ratio;
+      std::string relieved_price;
+      if (ratio < 1) {
+        relieved_price = absl::StrFormat(
+            " times the %.3fx they cost it relieved of units (the median of %d windows): %.4g s",
+            ratio, windows, floor);
+      } else if (windows > 0) {
+        relieved_price = absl::StrFormat(
+            " (relieved of units they measured no less: the median of %d windows, their waits "
+            "for the others included)",
+            windows);
+      }
       lines.push_back(absl::StrFormat(
           "rank %d: throttled whole%s, its collectives priced at the %.4g s they cost it "
           "straggling on the calm split%s, its units at the %.2fx its compute timers see "
           "(coordinator flag --throttled_price=floor)",
-          rank, relieved, straggling,
-          ratio < 1 ? absl::StrFormat(" times the %.3fx they cost it relieved of units (the "
-                                      "median of %d windows): %.4g s",
-                                      ratio, windows, floor)
-                    : std::string(),
-          pooled.ranks[r].slowdown));
+          rank, relieved, straggling, relieved_price, pooled.ranks[r].slowdown));
       // The step prediction's wait near the balanced split (arrival_spread.h): the
       // straggler's spread, else a relieved rank's.
       if (const double spread = straggler_kind_.ArrivalSpread(group.ref, rank);

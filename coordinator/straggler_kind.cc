@@ -528,13 +528,16 @@ double StragglerKind::ArrivalSpread(const GroupRef& ref, int32_t rank) const {
   return verdict == nullptr || verdict->kind != Kind::kWhole ? 0 : MedianOf(verdict->spreads);
 }
 
-double StragglerKind::RelievedFloorRatio(const GroupRef& ref, int32_t rank, int* windows) const {
+double StragglerKind::RelievedFloorRatio(const GroupRef& ref, int32_t rank,
+                                         const std::vector<int32_t>& units, int* windows) const {
   absl::MutexLock lock(&mu_);
+  if (windows != nullptr) *windows = 0;
   const Verdict* verdict = StandingVerdict(ref, rank);
-  const bool measured = verdict != nullptr && verdict->kind == Kind::kWhole;
-  if (windows != nullptr)
-    *windows = measured ? static_cast<int>(verdict->relieved_ratios.size()) : 0;
-  if (!measured || verdict->relieved_ratios.empty()) return 1;
+  if (verdict == nullptr || verdict->kind != Kind::kWhole || verdict->relieved_ratios.empty() ||
+      !Relieved(groups_.at(ref.key), units, rank)) {
+    return 1;
+  }
+  if (windows != nullptr) *windows = static_cast<int>(verdict->relieved_ratios.size());
   return std::min(1.0, MedianOf(verdict->relieved_ratios));
 }
 

@@ -123,16 +123,20 @@
 // compute, and its collectives cost it less than the straggling floor they cost it on the
 // calm split: the small GPT's rank 1 under a 2x quota, at 16 or 20 of 64 units, measured a
 // median 0.94x that floor in one 30-cycle run and 0.98x in another, at either count
-// (docs/benchmarks.md, 2026-12-06). Priced at the floor, every step on such a split was
-// predicted long: a median 2-4% over, 10-21% in the stretches where the two added up with
-// a wide arrival spread. So while its kWhole verdict stands, each window of min_steps steps
-// under a plan without offloads in which it computes fewer units than calm and its
-// collectives are not nearer calm than its floor (its contention is on) takes the ratio of
-// its own collectives (median) to its straggling floor. While it is relieved, the
-// coordinator prices its collectives at that floor times the median of those ratios, at
-// most 1 (RelievedFloorRatio: above 1 it waited for the others, the arrival spread's part).
-// Not on the calm split, and not while it is not relieved: there the floor holds, so a
-// straggler the planner has not yet relieved is priced as it was judged.
+// (docs/benchmarks.md, 2026-12-06). Priced at the floor, the steps on such splits were
+// predicted long, by a median 1.6-4.3% a segment over two runs, and auto's by 10-21% where
+// a wide arrival spread added its wait. So while its kWhole verdict stands, each window of
+// min_steps steps under a plan without offloads in which it computes fewer units than calm
+// and its collectives are not nearer calm than its floor (its contention is on; a deeper
+// drop reads as the contention gone, not as relief) takes the ratio of its own collectives
+// (median) to its straggling floor. While it is relieved, the coordinator prices its
+// collectives at that floor times the median of those ratios, at most 1
+// (RelievedFloorRatio). Per-rank totals do not tell its own cost from its waits: where it
+// arrives early (a split that relieves it further) its collectives hold its waits for the
+// others and the ratio reads at or above 1, so the median leans toward the floor, never
+// below what was measured. Not on the calm split, and not while it is not relieved: there
+// the floor holds, so a straggler the planner has not yet relieved is priced as it was
+// judged.
 //
 //   StragglerKind kinds(&clock, options);
 //   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
@@ -202,7 +206,7 @@ class StragglerKind {
     double collective_seconds = 0;
     // Each rank's median collective seconds a step under that plan, on the same terms
     // (group_figures.h: MeasuredRankCollectives; 0 for a rank not attached); empty until
-    // then. What the arrival spread is fitted to.
+    // then. What the arrival spread is fitted to, and a relieved rank's ratio read from.
     std::vector<double> rank_collective_seconds;
   };
 
@@ -243,12 +247,14 @@ class StragglerKind {
   // on it stands. Its waits are beyond its straggling floor, the others' beyond
   // CalmCollectives, so it needs both.
   double ArrivalSpread(const GroupRef& ref, int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
-  // What share of its StragglingFloor `rank`'s collectives cost it relieved of units (see
-  // "Relieved"): the median of the ratios its verdict's relieved windows measured, at most
-  // 1; 1 while none was measured or no kWhole verdict on it stands. `windows` (if not
-  // null) gets how many ratios that is the median of.
-  double RelievedFloorRatio(const GroupRef& ref, int32_t rank, int* windows = nullptr) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // What share of its StragglingFloor `rank`'s collectives cost it where it computes fewer
+  // of `units` (Round::units) than calm (see "Relieved"): the median of the ratios its
+  // verdict's relieved windows measured, at most 1; 1 where it computes its calm share or
+  // more (the floor holds there), while none was measured, or while no kWhole verdict on
+  // it stands. `windows` (if not null) gets how many ratios that is the median of, 0 where
+  // it is 1 for any of those reasons.
+  double RelievedFloorRatio(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units,
+                            int* windows = nullptr) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the last round (Update) found `rank`'s contention gone while its kWhole verdict
   // stands: the group on the calm split (every rank computing what it computed when calm)
   // under a plan without offloads that every rank ran min_steps steps, and its floor nearer
@@ -292,7 +298,8 @@ class StragglerKind {
   // How many fits an arrival spread is the median of: one fit moved from 0.02 to 0.06 s
   // between segments of the same split on the ViT (docs/benchmarks.md, 2026-12-04 (g)).
   static constexpr int kSpreadFits = 5;
-  // How many relieved windows RelievedFloorRatio is the median of.
+  // How many relieved windows RelievedFloorRatio is the median of: as the spread's, one
+  // window moves by several percent (the GPT's 0.89-1.10 of its floor on one split).
   static constexpr int kRelievedWindows = 5;
 
  private:

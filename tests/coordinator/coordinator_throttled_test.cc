@@ -73,7 +73,10 @@ TEST_F(ThrottledRankTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCa
                     relieved + (by_step ? "priced at the 1.67x slowdown its step measured, not "
                                           "the 1.00x its compute timers see"
                                         : "its collectives priced at the 0.04 s they cost it "
-                                          "straggling on the calm split, its units at the 1.00x")));
+                                          "straggling on the calm split (relieved of units "
+                                          "they measured no less: the median of 1 windows, "
+                                          "their waits for the others included), its units "
+                                          "at the 1.00x")));
     const size_t planned = sink.plans().size();
     EXPECT_EQ(planned, 1u) << "the plan stands";
     if (!by_step) {

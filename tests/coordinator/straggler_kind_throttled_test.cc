@@ -231,7 +231,7 @@ TEST_F(StragglerKindTest, AThrottledRanksCollectivesRelievedOfUnitsAreTheShareOf
     return round;
   };
   const auto ratio = [&](int* windows = nullptr) {
-    return kinds_.RelievedFloorRatio(kGroup, 1, windows);
+    return kinds_.RelievedFloorRatio(kGroup, 1, relieved, windows);
   };
   Update(RanStep(-1, 0.100, 0.043, even));
   clock_.Advance(absl::Seconds(2));
@@ -270,10 +270,14 @@ TEST_F(StragglerKindTest, AThrottledRanksCollectivesRelievedOfUnitsAreTheShareOf
   Update(ran(-1, relieved, 0.090));
   EXPECT_NEAR(ratio(&windows), 0.92, 1e-12);
   EXPECT_EQ(windows, 2);
-  // Not under offloads, from a plan pushed but not yet run, or nearer calm (0.060 s:
-  // 0.060^2 < 0.043 x 0.100).
+  // Not under offloads or a cordon, from a plan pushed but not yet run, or nearer calm
+  // (0.060 s: 0.060^2 < 0.043 x 0.100).
   clock_.Advance(absl::Seconds(3));
   Update(ran(1, relieved, 0.070, /*offloads=*/true));
+  clock_.Advance(absl::Seconds(3));
+  StragglerKind::Round cordoned = ran(1, relieved, 0.070);
+  cordoned.cordon = true;
+  Update(cordoned);
   clock_.Advance(absl::Seconds(3));
   StragglerKind::Round pushed = ran(1, relieved, 0.070);
   pushed.published_version = 2;
@@ -299,13 +303,22 @@ TEST_F(StragglerKindTest, AThrottledRanksCollectivesRelievedOfUnitsAreTheShareOf
     Update(ran(1, relieved, 0.092));
   }
   EXPECT_NEAR(ratio(), 0.92, 1e-12);
-  // Only the throttled rank's, in this incarnation.
-  EXPECT_EQ(kinds_.RelievedFloorRatio(kGroup, 0), 1);
-  EXPECT_EQ(kinds_.RelievedFloorRatio({kGroup.key, kGroup.incarnation + 1}, 1), 1);
-  // Calm for 30 s on the even split: the verdict and its ratio end.
+  // Only where it computes fewer units than calm (the floor holds on the calm split), and
+  // in this incarnation.
+  EXPECT_EQ(kinds_.RelievedFloorRatio(kGroup, 1, even, &windows), 1);
+  EXPECT_EQ(windows, 0);
+  EXPECT_EQ(kinds_.RelievedFloorRatio(kGroup, 1, loaded), 1);
+  EXPECT_EQ(kinds_.RelievedFloorRatio({kGroup.key, kGroup.incarnation + 1}, 1, relieved), 1);
+  // Calm for 30 s on the even split: the verdict and its ratios end, and a verdict taken
+  // afresh starts without them.
   Update(RanStep(-1, 0.100, 0.043, even));
   clock_.Advance(absl::Seconds(31));
   Update(RanStep(-1, 0.100, 0.043, even));
+  EXPECT_EQ(ratio(&windows), 1);
+  EXPECT_EQ(windows, 0);
+  Update(RanStep(1, 0.100, 0.043, even));
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(Update(plain), Kind::kWhole);
   EXPECT_EQ(ratio(&windows), 1);
   EXPECT_EQ(windows, 0);
 }
