@@ -133,10 +133,10 @@
 // collectives at that floor times the median of those ratios, at most 1
 // (RelievedFloorRatio). Per-rank totals do not tell its own cost from its waits: where it
 // arrives early (a split that relieves it further) its collectives hold its waits for the
-// others and the ratio reads at or above 1, so the median leans toward the floor, never
-// below what was measured. Not on the calm split, and not while it is not relieved: there
-// the floor holds, so a straggler the planner has not yet relieved is priced as it was
-// judged.
+// others and the ratio reads at or above 1, so the median leans toward the floor: where it
+// errs, it prices the rank nearer the floor, as before, not below its own cost. Not on the
+// calm split, and not while it is not relieved: there the floor holds, so a straggler the
+// planner has not yet relieved is priced as it was judged.
 //
 //   StragglerKind kinds(&clock, options);
 //   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
