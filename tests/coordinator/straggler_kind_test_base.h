@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -39,6 +40,15 @@ inline StragglerKind::Round RanStep(int32_t straggler, double step, double colle
   return round;
 }
 
+// Plan 1 without offloads at a step of 0.15 s on `units`: rank 0's collectives cost
+// 0.060 s a step and rank 1's `own` (the group's least is the smaller).
+inline StragglerKind::Round RanOwn(int32_t straggler, const std::vector<int32_t>& units,
+                                   double own) {
+  StragglerKind::Round round = RanStep(straggler, 0.150, std::min(0.060, own), units);
+  round.rank_collective_seconds = {0.060, own};
+  return round;
+}
+
 class StragglerKindTest : public ::testing::Test {
  protected:
   StragglerKind::Kind Update(const StragglerKind::Round& round) {
@@ -69,6 +79,22 @@ class StragglerKindTest : public ::testing::Test {
     Update(Ran(1, 1, 0.043, false, even));
     clock_.Advance(absl::Seconds(2));
     return Update(Ran(1, 1, collectives, false, even));
+  }
+
+  // Calm on the even split (steps of 0.1 s, collectives at 43 ms), then rank 1 straggling
+  // there, and 3 s later its round of plain TP with collectives of 0.100 s a step, which
+  // judges it throttled whole with that straggling floor. Returns that round.
+  StragglerKind::Round JudgeThrottledOnEven() {
+    const std::vector<int32_t> even{45, 45};
+    Update(RanStep(-1, 0.100, 0.043, even));
+    clock_.Advance(absl::Seconds(2));
+    Update(RanStep(-1, 0.100, 0.043, even));
+    Update(RanStep(1, 0.100, 0.043, even));
+    clock_.Advance(absl::Seconds(3));
+    StragglerKind::Round plain = RanOwn(1, even, 0.100);
+    plain.collective_seconds = 0.100;
+    EXPECT_EQ(Update(plain), StragglerKind::Kind::kWhole);
+    return plain;
   }
 
   // On another StragglerKind: calm for 2 s at 43 ms of collectives, then rank 1 straggling

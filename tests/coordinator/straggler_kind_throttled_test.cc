@@ -225,22 +225,14 @@ TEST_F(StragglerKindTest, AThrottledRanksCollectivesRelievedOfUnitsAreTheShareOf
   const std::vector<int32_t> even{45, 45}, relieved{55, 35}, loaded{40, 50};
   const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double own,
                       bool offloads = false) {
-    StragglerKind::Round round = RanStep(straggler, 0.150, std::min(0.060, own), units);
+    StragglerKind::Round round = RanOwn(straggler, units, own);
     round.offloads = offloads;
-    round.rank_collective_seconds = {0.060, own};
     return round;
   };
   const auto ratio = [&](int* windows = nullptr) {
     return kinds_.RelievedFloorRatio(kGroup, 1, relieved, windows);
   };
-  Update(RanStep(-1, 0.100, 0.043, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(RanStep(-1, 0.100, 0.043, even));
-  Update(RanStep(1, 0.100, 0.043, even));
-  clock_.Advance(absl::Seconds(3));
-  StragglerKind::Round plain = ran(1, even, 0.100);
-  plain.collective_seconds = 0.100;
-  ASSERT_EQ(Update(plain), Kind::kWhole);
+  const StragglerKind::Round plain = JudgeThrottledOnEven();
   ASSERT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.100, 1e-12);
   int windows = -1;
   EXPECT_EQ(ratio(&windows), 1);
@@ -328,37 +320,26 @@ TEST_F(StragglerKindTest, AThrottledRanksCollectivesRelievedOfUnitsAreTheShareOf
 // measured relieved before. Only a verdict taken afresh starts without them (above).
 TEST_F(StragglerKindTest, AVerdictBackFromARecheckBringsItsRelievedRatiosBack) {
   const std::vector<int32_t> even{45, 45}, relieved{55, 35};
-  const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double own) {
-    StragglerKind::Round round = RanStep(straggler, 0.150, std::min(0.060, own), units);
-    round.rank_collective_seconds = {0.060, own};
-    return round;
-  };
   const auto ratio = [&](int* windows) {
     return kinds_.RelievedFloorRatio(kGroup, 1, relieved, windows);
   };
-  Update(RanStep(-1, 0.100, 0.043, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(RanStep(-1, 0.100, 0.043, even));
-  Update(RanStep(1, 0.100, 0.043, even));
+  const StragglerKind::Round plain = JudgeThrottledOnEven();
+  ASSERT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.100, 1e-12);
   clock_.Advance(absl::Seconds(3));
-  StragglerKind::Round plain = ran(1, even, 0.100);
-  plain.collective_seconds = 0.100;
-  ASSERT_EQ(Update(plain), Kind::kWhole);
-  clock_.Advance(absl::Seconds(3));
-  Update(ran(1, relieved, 0.094));
+  Update(RanOwn(1, relieved, 0.094));
   int windows = -1;
   ASSERT_NEAR(ratio(&windows), 0.94, 1e-12);
   // Relieved and calm for half a minute: the recheck ends the verdict, and its ratios are
   // no price while it is ended.
-  Update(ran(-1, relieved, 0.094));
+  Update(RanOwn(-1, relieved, 0.094));
   clock_.Advance(absl::Seconds(31));
-  ASSERT_EQ(Update(ran(-1, relieved, 0.094)), Kind::kUnknown);
+  ASSERT_EQ(Update(RanOwn(-1, relieved, 0.094)), Kind::kUnknown);
   ASSERT_THAT(lines_, Contains(HasSubstr("relieved of units and calm for 31s: its verdict ends")));
   EXPECT_EQ(ratio(&windows), 1);
   EXPECT_EQ(windows, 0);
   // Straggling again on its units for a floor's window: the verdict is back, its ratio with
   // it (the window taken before the recheck; none since, the verdict ended first).
-  Update(ran(1, even, 0.100));
+  Update(RanOwn(1, even, 0.100));
   clock_.Advance(absl::Seconds(3));
   ASSERT_EQ(Update(plain), Kind::kWhole);
   ASSERT_THAT(Said(), HasSubstr("after a recheck ended its verdict: back"));
