@@ -95,6 +95,15 @@ bool StragglerKind::LastedAWindow(const Round& round, absl::Duration since,
          now - since >= options_.min_steps * absl::Seconds(round.step_seconds);
 }
 
+bool StragglerKind::ThrottledLater(const GroupState& g, const Round& round, absl::Duration now,
+                                   const Verdict& verdict) const {
+  const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
+  // A window after the one that judged it: min_steps steps of this step since.
+  return verdict.kind == Kind::kCompute && fresh && OnCalmSplit(g, round) &&
+         Measurable(round, verdict.measured_at, now) &&
+         round.collective_seconds >= kThrottledLaterRatio * g.calm_floor;
+}
+
 bool StragglerKind::Relieved(const GroupState& g, const std::vector<int32_t>& units, int32_t rank) {
   const auto r = static_cast<size_t>(rank);
   return rank >= 0 && r < units.size() && r < g.calm_units.size() && units[r] < g.calm_units[r];
@@ -219,6 +228,18 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
   }
   if (const auto it = g.judged.find(g.target); it != g.judged.end()) {
     Verdict& verdict = it->second;
+    if (ThrottledLater(g, round, now, verdict)) {
+      const double ratio = round.collective_seconds / g.calm_floor;
+      verdict = Verdict{
+          .kind = Kind::kWhole,
+          .why = absl::StrFormat(
+              "slow in its collectives too (a CPU quota or a co-tenant): collectives %.4f s a "
+              "step at least on the calm split against %.4f s calm (%.2fx, >= %.2fx), "
+              "throttled %s after it was judged %s",
+              round.collective_seconds, g.calm_floor, ratio, kThrottledLaterRatio,
+              WholeSeconds(now - verdict.measured_at), verdict.why),
+          .measured_at = now};
+    }
     SampleStep(g, round, now, verdict);
     lines.push_back(absl::StrCat(who, verdict.why, StepText(g, verdict)));
     return verdict.kind;

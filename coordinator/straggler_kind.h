@@ -42,6 +42,21 @@
 //     straggler is judged on its own (each verdict kept by rank, so two stragglers that
 //     take turns keep theirs). The calm floor is not measured while a verdict stands, for
 //     the same reason.
+//   - throttled later: a kCompute verdict turns kWhole where, a window after it, the group
+//     runs the calm split (no offloads) and its floor is kThrottledLaterRatio times a fresh
+//     calm floor or more: a slower rank throttled later, whose straggle never paused for a
+//     calm window. On this VM rank 1 of the small GPT timed 1.13-1.26x its peer with no
+//     contention at all, was judged a slower device then (0.0798 s against 0.0745 s
+//     calm), and kept that verdict through the 2x quota that followed (its floor on the
+//     calm split 0.147-0.172 s): no fixed costs, and auto ran 1.23-1.28x the best static
+//     plan (docs/benchmarks.md, 2026-12-06 (d)). Only one way and only on the calm split,
+//     where the first verdict was judged: a slower device relieved of units arrives early
+//     and its peers' collectives are the floor there, and a quota's floor relieved reads
+//     nearer calm (see "Relieved"). Hence a higher bar than min_ratio: the first verdict
+//     is one window, this one any window while the verdict stands, and VM noise alone
+//     took 16-step floors of a group with no straggler to 1.67x. A slower device that an
+//     auto plan has resharded is not seen throttled until the group runs the calm split
+//     again (plain TP, an operator's hold).
 //   - recheck: relieved of units, a throttled rank whose contention ended looks as it did
 //     still contended (its timers calm, its collectives slow: it arrives early and waits
 //     for the ranks that took its units), so a verdict kept while relieved would keep the
@@ -293,6 +308,11 @@ class StragglerKind {
   static constexpr absl::Duration kRecheckAfter = kAbsentFor;
   static constexpr absl::Duration kRecheckMax = absl::Minutes(32);
   static constexpr absl::Duration kRecheckFailedWithin = absl::Minutes(5);
+  // A slower device's floor on the calm split this many times the calm one turns its
+  // verdict to kWhole (see "Throttled later"): above the highest of 551 16-step windows of
+  // the ViT with no straggler (1.67x) and below the 10th percentile of its 2x quota
+  // onsets (1.79x; docs/benchmarks.md, 2026-12-05: bench/early_kind.py).
+  static constexpr double kThrottledLaterRatio = 1.75;
   // How many disjoint windows a step figure is the median of (see "Step slowdown").
   static constexpr int kStepWindows = 5;
   // How many fits an arrival spread is the median of: one fit moved from 0.02 to 0.06 s
@@ -376,6 +396,11 @@ class StragglerKind {
   // step is not measured): a floor's window, and how long a calm or straggling run must
   // last to count.
   bool LastedAWindow(const Round& round, absl::Duration since, absl::Duration now) const;
+  // Whether a kCompute verdict's rank is throttled now (see "Throttled later"): on the
+  // calm split, a window after its verdict, its floor kThrottledLaterRatio times a fresh
+  // calm floor or more.
+  bool ThrottledLater(const GroupState& g, const Round& round, absl::Duration now,
+                      const Verdict& verdict) const;
   // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
   // measured.
   static bool Relieved(const GroupState& g, const std::vector<int32_t>& units, int32_t rank);

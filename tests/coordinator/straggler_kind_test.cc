@@ -45,6 +45,40 @@ TEST_F(StragglerKindTest, CollectivesAsCalmMeanASlowerDevice) {
                                 "1.25x"));
 }
 
+// A slower device throttled later, its straggle never pausing for a calm window (this
+// VM's rank 1, 1.13-1.26x its peer with no contention, then under a 2x quota:
+// docs/benchmarks.md, 2026-12-06 (d)): a window on the calm split after its verdict, its
+// floor 1.75x the calm one or more, turns the verdict to kWhole. Not in the verdict's own
+// window, not under offloads, not on another split, not below that bar; and never back.
+TEST_F(StragglerKindTest, ASlowerDeviceThrottledLaterIsJudgedWholeOnTheCalmSplit) {
+  const std::vector<int32_t> even{45, 45}, relieved{55, 35};
+  ASSERT_EQ(CalmThenJudgedOnEven(0.050), Kind::kCompute);
+  const absl::Duration judged = clock_.Monotonic();
+  // The verdict's own window (16 steps of 0.1 s take 1.6 s).
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kCompute);
+  // Under offloads, on another split, or below 1.75x (1.63x).
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(1, 2, 0.097, /*offloads=*/true, even)), Kind::kCompute);
+  EXPECT_EQ(Update(Ran(1, 3, 0.097, false, relieved)), Kind::kCompute);
+  EXPECT_EQ(Update(Ran(1, 1, 0.070, false, even)), Kind::kCompute);
+  EXPECT_EQ(kinds_.StragglingFloor(kGroup, 1), 0);
+  EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), judged);
+  // 2.26x on the calm split.
+  EXPECT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kWhole);
+  EXPECT_THAT(Said(), HasSubstr("straggler kind (rank 1): slow in its collectives too (a CPU "
+                                "quota or a co-tenant): collectives 0.0970 s a step at least on "
+                                "the calm split against 0.0430 s calm (2.26x, >= 1.75x), "
+                                "throttled 3s after it was judged slow in its compute alone (a "
+                                "slower device): collectives 0.0500 s"));
+  EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), clock_.Monotonic());
+  EXPECT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12) << "its floor from this window";
+  // Never back: a floor near calm on the calm split reads as the contention gone.
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(1, 1, 0.050, false, even)), Kind::kWhole);
+  EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1));
+}
+
 // When the verdict that stands was measured: the round that measured it, kept while it
 // stands; none before, for another rank, or for another incarnation.
 TEST_F(StragglerKindTest, AVerdictKnowsWhenItWasMeasured) {
