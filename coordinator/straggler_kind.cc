@@ -98,9 +98,15 @@ bool StragglerKind::LastedAWindow(const Round& round, absl::Duration since,
 bool StragglerKind::ThrottledLater(const GroupState& g, const Round& round, absl::Duration now,
                                    const Verdict& verdict) const {
   const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
-  // A window after the one that judged it: min_steps steps of this step since.
-  return verdict.kind == Kind::kCompute && fresh && OnCalmSplit(g, round) &&
-         Measurable(round, verdict.measured_at, now) &&
+  // Its own collectives are the floor: it arrives last, as a throttled rank does on the
+  // calm split (another rank's throttle raises the floor too, and that one is the least).
+  const auto t = static_cast<size_t>(g.target);
+  const std::vector<double>& own = round.rank_collective_seconds;
+  const bool last =
+      g.target >= 0 && t < own.size() && own[t] > 0 && own[t] <= round.collective_seconds;
+  // A window after the one that judged it, all of it this straggle's.
+  return verdict.kind == Kind::kCompute && fresh && OnCalmSplit(g, round) && last &&
+         Measurable(round, std::max(verdict.measured_at, g.target_since), now) &&
          round.collective_seconds >= kThrottledLaterRatio * g.calm_floor;
 }
 
@@ -219,17 +225,29 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       return Kind::kUnknown;
     }
     g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
-    Verdict& verdict = g.judged[g.target] = std::move(it->second);
+    Verdict back = std::move(it->second);
     g.suspended.erase(it);
-    absl::StrAppend(&verdict.why, "; throttled still ", WholeSeconds(now - g.rechecked_at),
-                    " after a recheck ended its verdict: back, the next recheck after a calm "
-                    "spell of ",
-                    absl::FormatDuration(g.recheck_after), " while relieved");
+    if (back.turned_from.has_value()) {
+      // A slower device straggles again whether or not it is throttled still: it is one
+      // again, and the calm split it runs now tells whether it is throttled too.
+      back = Verdict{.kind = Kind::kCompute,
+                     .why = absl::StrCat(back.turned_from->why, "; a slower device again ",
+                                         WholeSeconds(now - g.rechecked_at),
+                                         " after a recheck ended its verdict of throttled"),
+                     .measured_at = now};
+    } else {
+      absl::StrAppend(&back.why, "; throttled still ", WholeSeconds(now - g.rechecked_at),
+                      " after a recheck ended its verdict: back, the next recheck after a calm "
+                      "spell of ",
+                      absl::FormatDuration(g.recheck_after), " while relieved");
+    }
+    g.judged[g.target] = std::move(back);
   }
   if (const auto it = g.judged.find(g.target); it != g.judged.end()) {
     Verdict& verdict = it->second;
     if (ThrottledLater(g, round, now, verdict)) {
       const double ratio = round.collective_seconds / g.calm_floor;
+      Verdict::Earlier earlier{.why = verdict.why, .measured_at = verdict.measured_at};
       verdict = Verdict{
           .kind = Kind::kWhole,
           .why = absl::StrFormat(
@@ -237,8 +255,9 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
               "step at least on the calm split against %.4f s calm (%.2fx, >= %.2fx), "
               "throttled %s after it was judged %s",
               round.collective_seconds, g.calm_floor, ratio, kThrottledLaterRatio,
-              WholeSeconds(now - verdict.measured_at), verdict.why),
-          .measured_at = now};
+              WholeSeconds(now - earlier.measured_at), earlier.why),
+          .measured_at = now,
+          .turned_from = std::move(earlier)};
     }
     SampleStep(g, round, now, verdict);
     lines.push_back(absl::StrCat(who, verdict.why, StepText(g, verdict)));

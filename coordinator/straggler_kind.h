@@ -54,9 +54,16 @@
 //     and its peers' collectives are the floor there, and a quota's floor relieved reads
 //     nearer calm (see "Relieved"). Hence a higher bar than min_ratio: the first verdict
 //     is one window, this one any window while the verdict stands, and VM noise alone
-//     took 16-step floors of a group with no straggler to 1.67x. A slower device that an
-//     auto plan has resharded is not seen throttled until the group runs the calm split
-//     again (plain TP, an operator's hold).
+//     took 16-step floors of a group with no straggler to 1.67x. Its own collectives must
+//     be the floor (it arrives last, as a throttled rank does there; another rank's
+//     throttle raises the floor too) over a window that is all its straggle's. A recheck
+//     that ends such a verdict gives the rank back as a slower device (straggling again
+//     says nothing of a throttle there), to be turned again on the calm split. A slower
+//     device that an auto plan has resharded is not seen throttled until the group runs
+//     the calm split again (plain TP, an operator's hold); nor once the calm floor is
+//     older than calm_fresh (none is measured while a verdict stands), and a machine
+//     that slows 1.75x within that time turns a slower device throttled falsely, until a
+//     recheck (each one after the first waits twice as long).
 //   - recheck: relieved of units, a throttled rank whose contention ended looks as it did
 //     still contended (its timers calm, its collectives slow: it arrives early and waits
 //     for the ranks that took its units), so a verdict kept while relieved would keep the
@@ -347,6 +354,14 @@ class StragglerKind {
     // kRelievedWindows, and when the newest was taken (monotonic).
     std::deque<double> relieved_ratios;
     absl::Duration relieved_at;
+    // A kWhole verdict a kCompute one turned into (ThrottledLater) keeps that one's words
+    // and time: a recheck that ends it gives the rank back as a slower device, not as
+    // throttled (a slower device straggles again whether or not it is still throttled).
+    struct Earlier {
+      std::string why;
+      absl::Duration measured_at;
+    };
+    std::optional<Earlier> turned_from;
   };
   struct GroupState {
     uint64_t incarnation = 0;

@@ -47,36 +47,86 @@ TEST_F(StragglerKindTest, CollectivesAsCalmMeanASlowerDevice) {
 
 // A slower device throttled later, its straggle never pausing for a calm window (this
 // VM's rank 1, 1.13-1.26x its peer with no contention, then under a 2x quota:
-// docs/benchmarks.md, 2026-12-06 (d)): a window on the calm split after its verdict, its
-// floor 1.75x the calm one or more, turns the verdict to kWhole. Not in the verdict's own
-// window, not under offloads, not on another split, not below that bar; and never back.
+// docs/benchmarks.md, 2026-12-06 (d)): a window on the calm split after its verdict, all
+// of it its straggle's, where its own collectives are the floor and that floor is 1.75x
+// the calm one or more, turns the verdict to kWhole. Not in the verdict's own window, not
+// under offloads, not on another split, not below that bar, not where another rank sets
+// the floor, not in a window begun before its straggle came back; and never back.
 TEST_F(StragglerKindTest, ASlowerDeviceThrottledLaterIsJudgedWholeOnTheCalmSplit) {
   const std::vector<int32_t> even{45, 45}, relieved{55, 35};
+  // Plan 1 on `units`, rank 0's collectives `peer` a step and rank 1's `own`.
+  const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double peer, double own,
+                      bool offloads = false) {
+    StragglerKind::Round round = Ran(straggler, 1, std::min(peer, own), offloads, units);
+    round.rank_collective_seconds = {peer, own};
+    return round;
+  };
   ASSERT_EQ(CalmThenJudgedOnEven(0.050), Kind::kCompute);
   const absl::Duration judged = clock_.Monotonic();
   // The verdict's own window (16 steps of 0.1 s take 1.6 s).
   clock_.Advance(absl::Seconds(1));
-  EXPECT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kCompute);
-  // Under offloads, on another split, or below 1.75x (1.63x).
+  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097)), Kind::kCompute);
+  // Under offloads, on another split, below 1.75x (1.63x), or with rank 0 the floor (its
+  // own throttle: rank 1 waits for it).
   clock_.Advance(absl::Seconds(2));
-  EXPECT_EQ(Update(Ran(1, 2, 0.097, /*offloads=*/true, even)), Kind::kCompute);
-  EXPECT_EQ(Update(Ran(1, 3, 0.097, false, relieved)), Kind::kCompute);
-  EXPECT_EQ(Update(Ran(1, 1, 0.070, false, even)), Kind::kCompute);
-  EXPECT_EQ(kinds_.StragglingFloor(kGroup, 1), 0);
+  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097, /*offloads=*/true)), Kind::kCompute);
+  EXPECT_EQ(Update(ran(1, relieved, 0.200, 0.097)), Kind::kCompute);
+  EXPECT_EQ(Update(ran(1, even, 0.200, 0.070)), Kind::kCompute);
+  EXPECT_EQ(Update(ran(1, even, 0.097, 0.120)), Kind::kCompute);
+  // Rank 0 straggles for a round, then rank 1 again: a window from then.
+  Update(ran(0, even, 0.200, 0.097));
+  Update(ran(1, even, 0.200, 0.097));
+  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097)), Kind::kCompute);
   EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), judged);
-  // 2.26x on the calm split.
-  EXPECT_EQ(Update(Ran(1, 1, 0.097, false, even)), Kind::kWhole);
+  // 2.26x on the calm split, a window on.
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097)), Kind::kWhole);
   EXPECT_THAT(Said(), HasSubstr("straggler kind (rank 1): slow in its collectives too (a CPU "
                                 "quota or a co-tenant): collectives 0.0970 s a step at least on "
                                 "the calm split against 0.0430 s calm (2.26x, >= 1.75x), "
-                                "throttled 3s after it was judged slow in its compute alone (a "
+                                "throttled 5s after it was judged slow in its compute alone (a "
                                 "slower device): collectives 0.0500 s"));
   EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), clock_.Monotonic());
   EXPECT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12) << "its floor from this window";
   // Never back: a floor near calm on the calm split reads as the contention gone.
   clock_.Advance(absl::Seconds(2));
-  EXPECT_EQ(Update(Ran(1, 1, 0.050, false, even)), Kind::kWhole);
+  EXPECT_EQ(Update(ran(1, even, 0.200, 0.050)), Kind::kWhole);
   EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1));
+}
+
+// A recheck ends a turned verdict as it ends any throttled one (relieved, calm for 30 s),
+// but straggling again gives the rank back as the slower device it was, not as throttled:
+// a slower device straggles whether or not it is throttled still, and the calm split it
+// runs again tells which (there it turns again).
+TEST_F(StragglerKindTest, ATurnedVerdictEndedByARecheckComesBackAsASlowerDevice) {
+  const std::vector<int32_t> even{45, 45}, relieved{55, 35};
+  const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double own) {
+    StragglerKind::Round round = Ran(straggler, 1, std::min(0.200, own), false, units);
+    round.rank_collective_seconds = {0.200, own};
+    return round;
+  };
+  ASSERT_EQ(CalmThenJudgedOnEven(0.050), Kind::kCompute);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(Update(ran(1, even, 0.097)), Kind::kWhole);
+  // Relieved and calm for 31 s: the recheck ends it.
+  Update(Ran(-1, 1, 0.043, false, relieved));
+  clock_.Advance(absl::Seconds(31));
+  Update(Ran(-1, 1, 0.043, false, relieved));
+  ASSERT_THAT(lines_, Contains(HasSubstr("its verdict ends, to see whether its contention is "
+                                         "over")));
+  // Straggling again on the even split for a window: a slower device, measured now.
+  Update(ran(1, even, 0.050));
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(ran(1, even, 0.050)), Kind::kCompute);
+  EXPECT_THAT(Said(), HasSubstr("slow in its compute alone (a slower device): collectives "
+                                "0.0500 s a step at least against 0.0430 s calm (1.16x, < 1.25x; "
+                                "judged once, for as long as it straggles); a slower device "
+                                "again 2s after a recheck ended its verdict of throttled"));
+  EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), clock_.Monotonic());
+  EXPECT_EQ(kinds_.StragglingFloor(kGroup, 1), 0);
+  // Throttled still, its floor on the calm split turns it again, a window on.
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(ran(1, even, 0.097)), Kind::kWhole);
 }
 
 // When the verdict that stands was measured: the round that measured it, kept while it
