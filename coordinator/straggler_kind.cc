@@ -97,7 +97,10 @@ bool StragglerKind::LastedAWindow(const Round& round, absl::Duration since,
 
 bool StragglerKind::ThrottledLater(const GroupState& g, const Round& round, absl::Duration now,
                                    const Verdict& verdict) const {
-  const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
+  // Given back by a recheck, it was throttled, and is compared with the calm floor it
+  // was (as a kWhole verdict back from one needs no fresh floor either).
+  const bool fresh = g.calm_floor > 0 &&
+                     (now - g.calm_floor_at <= options_.calm_fresh || verdict.back_from_recheck);
   // Its own collectives are the floor: it arrives last, as a throttled rank does on the
   // calm split (another rank's throttle raises the floor too, and that one is the least).
   const auto t = static_cast<size_t>(g.target);
@@ -218,24 +221,27 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
   // Throttled still after a recheck (see "recheck"): its verdict comes back, whatever its
   // units (no fresh calm floor is needed), and the next recheck waits longer.
   if (const auto it = g.suspended.find(g.target); it != g.suspended.end()) {
-    if (!lasted) {
+    // Its own straggle, not the group's run of them (another rank may have begun it).
+    if (!LastedAWindow(round, std::max(*g.straggling_since, g.target_since), now)) {
       lines.push_back(absl::StrCat(who, "straggling again ", WholeSeconds(now - g.rechecked_at),
                                    " after a recheck ended its verdict: back once that lasts ",
                                    options_.min_steps, " steps"));
       return Kind::kUnknown;
     }
-    g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
     Verdict back = std::move(it->second);
     g.suspended.erase(it);
     if (back.turned_from.has_value()) {
       // A slower device straggles again whether or not it is throttled still: it is one
-      // again, and the calm split it runs now tells whether it is throttled too.
+      // again, and the calm split it runs now tells whether it is throttled too (then the
+      // next recheck waits longer).
       back = Verdict{.kind = Kind::kCompute,
                      .why = absl::StrCat(back.turned_from->why, "; a slower device again ",
                                          WholeSeconds(now - g.rechecked_at),
                                          " after a recheck ended its verdict of throttled"),
-                     .measured_at = now};
+                     .measured_at = now,
+                     .back_from_recheck = true};
     } else {
+      g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
       absl::StrAppend(&back.why, "; throttled still ", WholeSeconds(now - g.rechecked_at),
                       " after a recheck ended its verdict: back, the next recheck after a calm "
                       "spell of ",
@@ -247,15 +253,23 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
     Verdict& verdict = it->second;
     if (ThrottledLater(g, round, now, verdict)) {
       const double ratio = round.collective_seconds / g.calm_floor;
+      std::string again;
+      if (verdict.back_from_recheck) {  // throttled still after a recheck
+        g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
+        again = absl::StrCat(
+            "; throttled still after a recheck: the next recheck after a calm "
+            "spell of ",
+            absl::FormatDuration(g.recheck_after), " while relieved");
+      }
       Verdict::Earlier earlier{.why = verdict.why, .measured_at = verdict.measured_at};
       verdict = Verdict{
           .kind = Kind::kWhole,
           .why = absl::StrFormat(
               "slow in its collectives too (a CPU quota or a co-tenant): collectives %.4f s a "
               "step at least on the calm split against %.4f s calm (%.2fx, >= %.2fx), "
-              "throttled %s after it was judged %s",
+              "throttled %s after it was judged %s%s",
               round.collective_seconds, g.calm_floor, ratio, kThrottledLaterRatio,
-              WholeSeconds(now - earlier.measured_at), earlier.why),
+              WholeSeconds(now - earlier.measured_at), earlier.why, again),
           .measured_at = now,
           .turned_from = std::move(earlier)};
     }

@@ -58,7 +58,10 @@
 //     be the floor (it arrives last, as a throttled rank does there; another rank's
 //     throttle raises the floor too) over a window that is all its straggle's. A recheck
 //     that ends such a verdict gives the rank back as a slower device (straggling again
-//     says nothing of a throttle there), to be turned again on the calm split. A slower
+//     says nothing of a throttle there), to be turned again on the calm split, then
+//     against the calm floor it had (none is measured meanwhile), and only then does the
+//     next recheck wait longer. A peer throttled inside the collectives while the rank
+//     still arrives last raises its floor too: neither verdict tells that apart. A slower
 //     device that an auto plan has resharded is not seen throttled until the group runs
 //     the calm split again (plain TP, an operator's hold); nor once the calm floor is
 //     older than calm_fresh (none is measured while a verdict stands), and a machine
@@ -362,6 +365,9 @@ class StragglerKind {
       absl::Duration measured_at;
     };
     std::optional<Earlier> turned_from;
+    // A kCompute verdict given back for a turned one by a recheck: turned again, with no
+    // fresh calm floor needed, it was throttled still, and the next recheck waits longer.
+    bool back_from_recheck = false;
   };
   struct GroupState {
     uint64_t incarnation = 0;

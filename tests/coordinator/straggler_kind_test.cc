@@ -95,9 +95,12 @@ TEST_F(StragglerKindTest, ASlowerDeviceThrottledLaterIsJudgedWholeOnTheCalmSplit
 }
 
 // A recheck ends a turned verdict as it ends any throttled one (relieved, calm for 30 s),
-// but straggling again gives the rank back as the slower device it was, not as throttled:
-// a slower device straggles whether or not it is throttled still, and the calm split it
-// runs again tells which (there it turns again).
+// but straggling again (for a window of its own) gives the rank back as the slower device
+// it was, not as throttled, and the next recheck waits no longer: a slower device
+// straggles whether or not it is throttled still. The calm split it runs again tells
+// which: there it turns again, against the calm floor it had though that is now stale
+// (none is measured while a verdict stands), and only then does the next recheck wait
+// twice as long.
 TEST_F(StragglerKindTest, ATurnedVerdictEndedByARecheckComesBackAsASlowerDevice) {
   const std::vector<int32_t> even{45, 45}, relieved{55, 35};
   const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double own) {
@@ -108,25 +111,35 @@ TEST_F(StragglerKindTest, ATurnedVerdictEndedByARecheckComesBackAsASlowerDevice)
   ASSERT_EQ(CalmThenJudgedOnEven(0.050), Kind::kCompute);
   clock_.Advance(absl::Seconds(2));
   ASSERT_EQ(Update(ran(1, even, 0.097)), Kind::kWhole);
-  // Relieved and calm for 31 s: the recheck ends it.
+  // Relieved, straggling for 10 minutes, then calm for 31 s: the recheck ends it.
+  Update(Ran(1, 1, 0.200, false, relieved));
+  clock_.Advance(absl::Minutes(10));
+  Update(Ran(1, 1, 0.200, false, relieved));
   Update(Ran(-1, 1, 0.043, false, relieved));
   clock_.Advance(absl::Seconds(31));
   Update(Ran(-1, 1, 0.043, false, relieved));
   ASSERT_THAT(lines_, Contains(HasSubstr("its verdict ends, to see whether its contention is "
                                          "over")));
-  // Straggling again on the even split for a window: a slower device, measured now.
-  Update(ran(1, even, 0.050));
+  // Straggling again on the even split: nothing until that lasts a window (rank 0's
+  // round before it does not count), then a slower device, measured now.
+  Update(ran(0, even, 0.050));
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(ran(1, even, 0.050)), Kind::kUnknown);
+  EXPECT_THAT(Said(), HasSubstr("back once that lasts 16 steps"));
   clock_.Advance(absl::Seconds(2));
   EXPECT_EQ(Update(ran(1, even, 0.050)), Kind::kCompute);
   EXPECT_THAT(Said(), HasSubstr("slow in its compute alone (a slower device): collectives "
                                 "0.0500 s a step at least against 0.0430 s calm (1.16x, < 1.25x; "
                                 "judged once, for as long as it straggles); a slower device "
-                                "again 2s after a recheck ended its verdict of throttled"));
+                                "again 4s after a recheck ended its verdict of throttled"));
   EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), clock_.Monotonic());
   EXPECT_EQ(kinds_.StragglingFloor(kGroup, 1), 0);
-  // Throttled still, its floor on the calm split turns it again, a window on.
+  // Throttled still, its floor on the calm split turns it again a window on (the calm
+  // floor now 10m37s old), and the next recheck waits 1m, not 30 s.
   clock_.Advance(absl::Seconds(2));
   EXPECT_EQ(Update(ran(1, even, 0.097)), Kind::kWhole);
+  EXPECT_THAT(Said(), HasSubstr("throttled still after a recheck: the next recheck after a "
+                                "calm spell of 1m while relieved"));
 }
 
 // When the verdict that stands was measured: the round that measured it, kept while it
