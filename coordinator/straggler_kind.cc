@@ -95,12 +95,21 @@ bool StragglerKind::LastedAWindow(const Round& round, absl::Duration since,
          now - since >= options_.min_steps * absl::Seconds(round.step_seconds);
 }
 
+bool StragglerKind::FreshCalmFloor(const GroupState& g, absl::Duration now) const {
+  return g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
+}
+
+std::string StragglerKind::RecheckLater(GroupState& g) {
+  g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
+  return absl::StrCat("the next recheck after a calm spell of ",
+                      absl::FormatDuration(g.recheck_after), " while relieved");
+}
+
 bool StragglerKind::ThrottledLater(const GroupState& g, const Round& round, absl::Duration now,
                                    const Verdict& verdict) const {
   // Given back by a recheck, it was throttled, and is compared with the calm floor it
   // was (as a kWhole verdict back from one needs no fresh floor either).
-  const bool fresh = g.calm_floor > 0 &&
-                     (now - g.calm_floor_at <= options_.calm_fresh || verdict.back_from_recheck);
+  const bool fresh = g.calm_floor > 0 && (FreshCalmFloor(g, now) || verdict.back_from_recheck);
   // Its own collectives are the floor: it arrives last, as a throttled rank does on the
   // calm split (another rank's throttle raises the floor too, and that one is the least).
   const auto t = static_cast<size_t>(g.target);
@@ -164,8 +173,7 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
     } else if (g.judged.empty()) {
       // A calm round's floor min_ratio times a fresh calm floor or more is a straggler's the
       // timers call calm (a quota's, whose timers see a fraction of it), not a new calm.
-      const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
-      if (fresh && round.collective_seconds >= options_.min_ratio * g.calm_floor) {
+      if (FreshCalmFloor(g, now) && round.collective_seconds >= options_.min_ratio * g.calm_floor) {
         lines.push_back(absl::StrFormat(
             "straggler kind: collectives %.4f s a step at least in a round judged calm, %.2fx "
             "the calm %.4f s: not taken as calm (a straggler the compute timers do not see)",
@@ -241,11 +249,8 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
                      .measured_at = now,
                      .back_from_recheck = true};
     } else {
-      g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
       absl::StrAppend(&back.why, "; throttled still ", WholeSeconds(now - g.rechecked_at),
-                      " after a recheck ended its verdict: back, the next recheck after a calm "
-                      "spell of ",
-                      absl::FormatDuration(g.recheck_after), " while relieved");
+                      " after a recheck ended its verdict: back, ", RecheckLater(g));
     }
     g.judged[g.target] = std::move(back);
   }
@@ -255,11 +260,7 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       const double ratio = round.collective_seconds / g.calm_floor;
       std::string again;
       if (verdict.back_from_recheck) {  // throttled still after a recheck
-        g.recheck_after = std::min(2 * g.recheck_after, kRecheckMax);
-        again = absl::StrCat(
-            "; throttled still after a recheck: the next recheck after a calm "
-            "spell of ",
-            absl::FormatDuration(g.recheck_after), " while relieved");
+        again = absl::StrCat("; throttled still after a recheck: ", RecheckLater(g));
       }
       Verdict::Earlier earlier{.why = verdict.why, .measured_at = verdict.measured_at};
       verdict = Verdict{
@@ -277,8 +278,7 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
     lines.push_back(absl::StrCat(who, verdict.why, StepText(g, verdict)));
     return verdict.kind;
   }
-  const bool fresh = g.calm_floor > 0 && now - g.calm_floor_at <= options_.calm_fresh;
-  if (!fresh) {
+  if (!FreshCalmFloor(g, now)) {
     lines.push_back(absl::StrCat(who, "unknown: no calm collectives measured within ",
                                  absl::FormatDuration(options_.calm_fresh),
                                  " to compare with (a straggler since the "

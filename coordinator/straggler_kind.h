@@ -417,6 +417,12 @@ class StragglerKind {
   // step is not measured): a floor's window, and how long a calm or straggling run must
   // last to count.
   bool LastedAWindow(const Round& round, absl::Duration since, absl::Duration now) const;
+  // Whether the calm floor was measured within calm_fresh: one to compare a straggler's
+  // floor with.
+  bool FreshCalmFloor(const GroupState& g, absl::Duration now) const;
+  // Doubles the wait for the next recheck (up to kRecheckMax), a rank throttled still
+  // after one, and says so for explain.
+  static std::string RecheckLater(GroupState& g);
   // Whether a kCompute verdict's rank is throttled now (see "Throttled later"): on the
   // calm split, a window after its verdict, its floor kThrottledLaterRatio times a fresh
   // calm floor or more.

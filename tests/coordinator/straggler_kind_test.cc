@@ -54,33 +54,26 @@ TEST_F(StragglerKindTest, CollectivesAsCalmMeanASlowerDevice) {
 // the floor, not in a window begun before its straggle came back; and never back.
 TEST_F(StragglerKindTest, ASlowerDeviceThrottledLaterIsJudgedWholeOnTheCalmSplit) {
   const std::vector<int32_t> even{45, 45}, relieved{55, 35};
-  // Plan 1 on `units`, rank 0's collectives `peer` a step and rank 1's `own`.
-  const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double peer, double own,
-                      bool offloads = false) {
-    StragglerKind::Round round = Ran(straggler, 1, std::min(peer, own), offloads, units);
-    round.rank_collective_seconds = {peer, own};
-    return round;
-  };
   ASSERT_EQ(CalmThenJudgedOnEven(0.050), Kind::kCompute);
   const absl::Duration judged = clock_.Monotonic();
   // The verdict's own window (16 steps of 0.1 s take 1.6 s).
   clock_.Advance(absl::Seconds(1));
-  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097)), Kind::kCompute);
+  EXPECT_EQ(Update(RanPeerOwn(1, even, 0.200, 0.097)), Kind::kCompute);
   // Under offloads, on another split, below 1.75x (1.63x), or with rank 0 the floor (its
   // own throttle: rank 1 waits for it).
   clock_.Advance(absl::Seconds(2));
-  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097, /*offloads=*/true)), Kind::kCompute);
-  EXPECT_EQ(Update(ran(1, relieved, 0.200, 0.097)), Kind::kCompute);
-  EXPECT_EQ(Update(ran(1, even, 0.200, 0.070)), Kind::kCompute);
-  EXPECT_EQ(Update(ran(1, even, 0.097, 0.120)), Kind::kCompute);
+  EXPECT_EQ(Update(RanPeerOwn(1, even, 0.200, 0.097, /*offloads=*/true)), Kind::kCompute);
+  EXPECT_EQ(Update(RanPeerOwn(1, relieved, 0.200, 0.097)), Kind::kCompute);
+  EXPECT_EQ(Update(RanPeerOwn(1, even, 0.200, 0.070)), Kind::kCompute);
+  EXPECT_EQ(Update(RanPeerOwn(1, even, 0.097, 0.120)), Kind::kCompute);
   // Rank 0 straggles for a round, then rank 1 again: a window from then.
-  Update(ran(0, even, 0.200, 0.097));
-  Update(ran(1, even, 0.200, 0.097));
-  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097)), Kind::kCompute);
+  Update(RanPeerOwn(0, even, 0.200, 0.097));
+  Update(RanPeerOwn(1, even, 0.200, 0.097));
+  EXPECT_EQ(Update(RanPeerOwn(1, even, 0.200, 0.097)), Kind::kCompute);
   EXPECT_EQ(kinds_.MeasuredAt(kGroup, 1), judged);
   // 2.26x on the calm split, a window on.
   clock_.Advance(absl::Seconds(2));
-  EXPECT_EQ(Update(ran(1, even, 0.200, 0.097)), Kind::kWhole);
+  EXPECT_EQ(Update(RanPeerOwn(1, even, 0.200, 0.097)), Kind::kWhole);
   EXPECT_THAT(Said(), HasSubstr("straggler kind (rank 1): slow in its collectives too (a CPU "
                                 "quota or a co-tenant): collectives 0.0970 s a step at least on "
                                 "the calm split against 0.0430 s calm (2.26x, >= 1.75x), "
@@ -90,7 +83,7 @@ TEST_F(StragglerKindTest, ASlowerDeviceThrottledLaterIsJudgedWholeOnTheCalmSplit
   EXPECT_NEAR(kinds_.StragglingFloor(kGroup, 1), 0.097, 1e-12) << "its floor from this window";
   // Never back: a floor near calm on the calm split reads as the contention gone.
   clock_.Advance(absl::Seconds(2));
-  EXPECT_EQ(Update(ran(1, even, 0.200, 0.050)), Kind::kWhole);
+  EXPECT_EQ(Update(RanPeerOwn(1, even, 0.200, 0.050)), Kind::kWhole);
   EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1));
 }
 
@@ -103,10 +96,9 @@ TEST_F(StragglerKindTest, ASlowerDeviceThrottledLaterIsJudgedWholeOnTheCalmSplit
 // twice as long.
 TEST_F(StragglerKindTest, ATurnedVerdictEndedByARecheckComesBackAsASlowerDevice) {
   const std::vector<int32_t> even{45, 45}, relieved{55, 35};
+  // Rank 0's collectives at 0.200 s a step, rank 1's `own`.
   const auto ran = [](int32_t straggler, const std::vector<int32_t>& units, double own) {
-    StragglerKind::Round round = Ran(straggler, 1, std::min(0.200, own), false, units);
-    round.rank_collective_seconds = {0.200, own};
-    return round;
+    return RanPeerOwn(straggler, units, 0.200, own);
   };
   ASSERT_EQ(CalmThenJudgedOnEven(0.050), Kind::kCompute);
   clock_.Advance(absl::Seconds(2));

@@ -49,6 +49,15 @@ inline StragglerKind::Round RanOwn(int32_t straggler, const std::vector<int32_t>
   return round;
 }
 
+// Plan 1 on `units` at steps of 0.1 s: rank 0's collectives `peer` a step and rank 1's
+// `own` (the group's least is the smaller).
+inline StragglerKind::Round RanPeerOwn(int32_t straggler, const std::vector<int32_t>& units,
+                                       double peer, double own, bool offloads = false) {
+  StragglerKind::Round round = Ran(straggler, 1, std::min(peer, own), offloads, units);
+  round.rank_collective_seconds = {peer, own};
+  return round;
+}
+
 class StragglerKindTest : public ::testing::Test {
  protected:
   StragglerKind::Kind Update(const StragglerKind::Round& round) {
