@@ -123,12 +123,13 @@ class DecisionLoop {
   // Wall time of each group's planning round since the last call (bounded).
   std::vector<double> TakeDecisionSeconds() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The rank of `relieved` (TakesNoOffloads: throttled whole, relieved of units) whose
-  // own offloads this round refuses, or -1: one that the pooled verdict calls straggling,
-  // or any where no rank straggles (`straggler` < 0). Not where only other ranks
-  // straggle: their offloads among the others stay the planner's (in a group of two,
-  // there are none). By the verdict's flags, not the timers' target, so that two
-  // stragglers taking turns as the slowest do not switch the refusal round by round.
+  // The rank of `relieved` (those of TakesNoOffloads that own fewer units than calm:
+  // throttled whole and resharded) whose own offloads this round refuses, or -1: one that
+  // the pooled verdict calls straggling, or any where no rank straggles (`straggler` <
+  // 0). Not where only other ranks straggle: their offloads among the others stay the
+  // planner's (in a group of two, there are none). By the verdict's flags, not the
+  // timers' target, so that two stragglers taking turns as the slowest do not switch the
+  // refusal round by round.
   // (Public for its tests.)
   static int32_t RelievedSender(const PooledGroup& pooled, int32_t straggler,
                                 const std::vector<int32_t>& relieved);
@@ -217,14 +218,15 @@ class DecisionLoop {
   // under a 2x quota, docs/benchmarks.md 2026-12-05 (g); the ViT's 10-20%, 2026-11-29
   // (d)); the check can only refuse them after running them for its min_steps,
   // mispredicted. A further reshard, not offloads, relieves such a rank more.
-  bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, int32_t sender,
+  // `chronic`: the straggler is chronic for planning (OffloadCheck::Round::chronic).
+  bool RefusesOffloads(const GroupSnapshot& group, int32_t straggler, bool chronic, int32_t sender,
                        bool operator_hold, bool cordon, std::vector<std::string>& lines,
                        bool& probing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // RefusesOffloads' first part: the offload check's round (false when it is off or
   // `cordon`), its undo and moved written to correction_.
-  bool ChecksOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
-                      bool cordon, std::vector<std::string>& lines, bool& probing)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
+  bool ChecksOffloads(const GroupSnapshot& group, int32_t straggler, bool chronic,
+                      bool operator_hold, bool cordon, std::vector<std::string>& lines,
+                      bool& probing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The ranks that take no offloads this round (PlannerRank::takes_no_offloads), saying so
   // in `lines`: those throttled whole and relieved of units (StragglerKind::
   // RelievedThrottled). Offloads would give such a rank work back on a split its reshard

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/decision_loop.h"
+#include "coordinator/group_figures.h"
 #include "coordinator/planner/expert_plan.h"
 #include "coordinator/rank_speeds.h"
 
@@ -140,9 +141,18 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   // settle it before the job balances).
   const std::vector<int32_t> takes_none = TakesNoOffloads(group, operator_hold, cordon, lines);
   bool checking = false;
-  const bool refuse_offloads =
-      RefusesOffloads(group, straggler, RelievedSender(*pooled, straggler, takes_none),
-                      operator_hold, cordon, lines, checking);
+  // A sender's own offloads are refused on top of a reshard: among the ranks that take
+  // none, those that own fewer units than calm. Relieved by the offloads in force alone,
+  // a rank would have them refused, and pushed again the next round (relieved no more).
+  std::vector<int32_t> resharded;
+  const std::vector<int32_t> owned_units = UnitsComputed(group, /*computed=*/false);
+  for (int32_t r : takes_none) {
+    if (straggler_kind_.RelievedOf(group.ref, r, owned_units)) resharded.push_back(r);
+  }
+  const bool straggler_chronic = straggler >= 0 && straggler < group.size && chronic[straggler];
+  const bool refuse_offloads = RefusesOffloads(group, straggler, straggler_chronic,
+                                               RelievedSender(*pooled, straggler, resharded),
+                                               operator_hold, cordon, lines, checking);
   const std::vector<double> correction =
       StepCorrection(group, Balances(policy.mode) ? straggler : -1, held || checking, lines);
   // A rank's fixed seconds go to the blocks by their share of the group's reference

@@ -269,12 +269,12 @@ int32_t DecisionLoop::RelievedSender(const PooledGroup& pooled, int32_t straggle
   return -1;
 }
 
-bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler, int32_t sender,
-                                   bool operator_hold, bool cordon, std::vector<std::string>& lines,
-                                   bool& probing) {
+bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler, bool chronic,
+                                   int32_t sender, bool operator_hold, bool cordon,
+                                   std::vector<std::string>& lines, bool& probing) {
   probing = false;
   const bool check_refuses =
-      ChecksOffloads(group, straggler, operator_hold, cordon, lines, probing);
+      ChecksOffloads(group, straggler, chronic, operator_hold, cordon, lines, probing);
   if (check_refuses || sender < 0) return check_refuses;
   lines.push_back(absl::StrCat(
       "offloads refused: rank ", sender, ", throttled whole and relieved of units, ",
@@ -292,13 +292,15 @@ bool DecisionLoop::RefusesOffloads(const GroupSnapshot& group, int32_t straggler
   return true;
 }
 
-bool DecisionLoop::ChecksOffloads(const GroupSnapshot& group, int32_t straggler, bool operator_hold,
-                                  bool cordon, std::vector<std::string>& lines, bool& probing) {
+bool DecisionLoop::ChecksOffloads(const GroupSnapshot& group, int32_t straggler, bool chronic,
+                                  bool operator_hold, bool cordon, std::vector<std::string>& lines,
+                                  bool& probing) {
   if (offload_check_ == nullptr) return false;
   // A cordon is an operator's order too, and only transfers empty a device: nothing is
   // refused while one stands, whatever verdict the check keeps.
   OffloadCheck::Round round;
   round.straggler = straggler;
+  round.chronic = chronic;
   round.held = operator_hold || cordon;
   round.plan_version = WorkersRun(group).version;
   round.published_version = group.plan.version.value();

@@ -57,7 +57,7 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
       if (!standing) g.phase = Phase::kWatch;
       lines.push_back(absl::StrCat("offload check: no straggler this round; rank ", g.target,
                                    "'s verdict is kept for its return"));
-      return standing && g.phase == Phase::kRefused;
+      return standing && g.phase == Phase::kRefused && RefusalHolds(g, round);
     }
     lines.push_back(absl::StrCat("offload check: rank ", g.target, " not straggling for ",
                                  absl::FormatDuration(kAbsentFor), ": its check ends"));
@@ -102,6 +102,14 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
     case Phase::kRefused:
       if (standing) {
         const bool refused = g.phase == Phase::kRefused;
+        if (refused && !RefusalHolds(g, round)) {
+          return say(false, absl::StrCat("allowed here: refused against rank ", g.judged_target,
+                                         "'s reshard (", g.why,
+                                         "), which holds for it on that split and for any "
+                                         "straggler once chronic, not here before; checked "
+                                         "again in ",
+                                         WholeSeconds(g.until - now)));
+        }
         return say(refused, absl::StrCat(refused ? "refused: " : "allowed: ", g.why,
                                          "; checked again in ", WholeSeconds(g.until - now)));
       }
@@ -123,9 +131,10 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
                                        " steps of every rank under the plan that offloads"));
       }
       g.offload_step = round.step_seconds;
+      g.offload_ownership = round.ownership;
       if (g.baseline_step > 0 && now - g.baseline_at <= kBaselineFresh &&
           g.baseline_ownership == round.ownership) {
-        return Judged(g, g.baseline_step,
+        return Judged(g, g.baseline_step, g.baseline_ownership,
                       absl::StrCat(" (measured ", WholeSeconds(now - g.baseline_at), " before)"),
                       now, lines);
       }
@@ -155,7 +164,7 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
                              absl::FormatDuration(options_.probe_timeout), " was dropped");
         return say(false, g.why);
       }
-      const bool refuse = Judged(g, round.step_seconds, "", now, lines);
+      const bool refuse = Judged(g, round.step_seconds, round.ownership, "", now, lines);
       g.undo = !refuse;  // offloads back: the probe's plan goes without hysteresis
       return refuse;
     }
@@ -163,9 +172,12 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
   return false;
 }
 
-bool OffloadCheck::Judged(GroupState& g, double without, const std::string& when,
-                          absl::Duration now, std::vector<std::string>& lines) {
+bool OffloadCheck::Judged(GroupState& g, double without, uint64_t ownership,
+                          const std::string& when, absl::Duration now,
+                          std::vector<std::string>& lines) {
   g.until = now + options_.recheck_after;
+  g.without_ownership = ownership;
+  g.judged_target = g.target;
   const std::string steps = absl::StrFormat(
       "offloads ran %.4f s a step against %.4f s without them", g.offload_step, without);
   const bool refuse = g.offload_step > without * (1 - options_.min_gain);
@@ -176,6 +188,11 @@ bool OffloadCheck::Judged(GroupState& g, double without, const std::string& when
   lines.push_back(absl::StrFormat("offload check (rank %d): %s: offloads %s", g.target, g.why,
                                   refuse ? "refused" : "allowed"));
   return refuse;
+}
+
+bool OffloadCheck::RefusalHolds(const GroupState& g, const Round& round) {
+  return g.without_ownership == g.offload_ownership || round.chronic ||
+         (round.ownership == g.without_ownership && g.target == g.judged_target);
 }
 
 void OffloadCheck::Forget(const GroupKey& key) {

@@ -27,7 +27,19 @@
 //     either verdict stands for `recheck_after`, then the next offloading plan is checked
 //     again (the straggler may have changed). A probe not judged within `probe_timeout`
 //     (the planner kept its plan, or plans kept changing before 16 steps ran) is dropped:
-//     offloads allowed until the recheck.
+//     offloads allowed until the recheck;
+//   - a refusal against a plan on another split (the probe's best plan without offloads
+//     resharded a chronic straggler) says the reshard beat the offloads, not that they
+//     lose to no offloads on their own split. It holds for the straggler it judged on
+//     the reshard's split, and for any straggler once chronic (a reshard can answer it);
+//     elsewhere (the units given back, another split, another straggler on the
+//     reshard's split: a straggle the reshard did not relieve) offloads are allowed
+//     until it is chronic (RefusalHolds). In the interleaved benchmark's device onsets,
+//     such a refusal held on the even split for its 5 min, and 5 of 12 onsets ran plain
+//     tensor parallelism until the reshard 18-20 steps in, where the others offloaded
+//     from step 4-6; and where a blip of rank 0 at the calm segment's start had it
+//     resharded, rank 1's onset on that split ran with no plan for its 60 steps
+//     (docs/benchmarks.md, 2026-12-06 (e)).
 // The verdict is the group's: it outlives a change of target (two stragglers that swap
 // places must not buy a probe each time); none for kAbsentFor starts afresh. An
 // operator's hold or a cordon measures nothing, and drops a probe (the held plan is not
@@ -94,6 +106,9 @@ class OffloadCheck {
     // The rank the compute timers judge the group's straggler (the slowest, the group
     // not calm, in any mode: plain TP under observe is a step to compare with); -1: none.
     int32_t straggler = -1;
+    // The straggler is chronic for planning (straggler_judge.h): the planner may move its
+    // units now, as a probe's plan without offloads may have (RefusalHolds).
+    bool chronic = false;
     // An operator holds the group's plan or cordons one of its ranks: no offloads are
     // judged and a probe is dropped (a held plan without offloads is still a step to
     // compare with). (A flap hold does not stop a probe: Verdict::undo skips the
@@ -160,7 +175,12 @@ class OffloadCheck {
     absl::Duration baseline_at;
     uint64_t baseline_ownership = 0;
     double offload_step = 0;  // kProbe: the step of the offloading plan
-    int64_t probe_from = 0;   // kProbe: the newest plan when offloads were refused
+    // The splits the offloads and the plan without them ran on when judged (ownership
+    // fingerprints), and the target then: where a refusal holds (RefusalHolds).
+    uint64_t offload_ownership = 0;
+    uint64_t without_ownership = 0;
+    int32_t judged_target = -1;
+    int64_t probe_from = 0;  // kProbe: the newest plan when offloads were refused
     absl::Duration probe_set_at;
     absl::Duration until;  // kKept, kRefused
     std::string why;       // kKept, kRefused: the steps measured
@@ -172,9 +192,14 @@ class OffloadCheck {
   bool Judge(GroupState& g, const Round& round, std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The verdict on g.offload_step against `without` (measured `when`: "" for the probe's
-  // plan, now), with its line; whether offloads are refused.
-  bool Judged(GroupState& g, double without, const std::string& when, absl::Duration now,
-              std::vector<std::string>& lines) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // plan, now; on the split `ownership`), with its line; whether offloads are refused.
+  bool Judged(GroupState& g, double without, uint64_t ownership, const std::string& when,
+              absl::Duration now, std::vector<std::string>& lines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a standing refusal holds this round. One against a plan on another split (a
+  // reshard) holds for the straggler it judged on that split, and for any straggler once
+  // chronic (a reshard can answer it); not elsewhere before.
+  static bool RefusalHolds(const GroupState& g, const Round& round);
 
   Clock* const clock_;
   const OffloadCheckOptions options_;

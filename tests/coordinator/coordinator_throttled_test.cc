@@ -1,7 +1,7 @@
 // A throttled rank once the coordinator resharded it, two ranks in lockstep on the fake
 // clock: its price kept while its timers call it calm, no offloads onto it whoever straggles
 // and none of its own while it straggles, its units given back by the recheck once its
-// contention ended, then priced by its timers.
+// contention ended, then priced by its timers; on its own split, its offloads kept.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -210,6 +210,35 @@ TEST_F(ThrottledRankTest, ARelievedThrottledRankTakesNoStragglingPeersWork) {
   // Its peer's offloads are not refused: in a larger group the others could take them.
   EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("offloads refused")));
   for (const v1::WorkloadPlan& plan : sink.plans()) EXPECT_EQ(OffloadedUnits(plan), 0);
+}
+
+// Throttled whole on the even split and not chronic (no reshard answers it before it is:
+// --reshard_throttled_ranks off here, a straggle's first seconds in the benchmark), the
+// rank is relieved by the offloads the planner pushes, which is no reshard: its own
+// offloads are not refused for it (RefusesOffloads refuses those on top of a reshard).
+// Counting the offloads in force as its relief refused them, and the next round, relieved
+// no more, pushed them again: a plan change every round until the reshard, in the
+// interleaved benchmark's quota onsets (docs/benchmarks.md, 2026-12-06 (e)).
+TEST_F(ThrottledRankTest, OffloadsRelievingAThrottledRankOnItsOwnSplitStay) {
+  RecordingSink sink;
+  StartMigrateJob({.reshard_throttled_ranks = false, .offload_check = std::nullopt}, &sink);
+  ASSERT_NO_FATAL_FAILURE(SlowUnderObserveThenMigrate(coordinator_.get(), &clock_,
+                                                      /*calm_first=*/true, {20e-3, 40e-3},
+                                                      /*slow=*/{10e-3, 20e-3}));
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  for (int i = 0; i < 30; ++i) {
+    const int offloaded = sink.plans().empty() ? 0 : OffloadedUnits(sink.plans().back());
+    ranks.Run(1, {kUnits / 2 + offloaded, kUnits / 2 - offloaded}, {10e-3, 20e-3}, {20e-3, 40e-3},
+              sink.plans().empty() ? 0 : sink.plans().back().version());
+  }
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(),
+              ::testing::HasSubstr("straggler kind (rank 1): slow in its collectives"));
+  ASSERT_FALSE(sink.plans().empty());
+  EXPECT_GT(OffloadedUnits(sink.plans().back()), 0);
+  EXPECT_EQ(sink.plans().size(), 1u) << "the offloads were refused and pushed again";
+  EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("offloads refused")));
 }
 
 // Its quota lifted, the resharded rank is held back at the even split and straggles

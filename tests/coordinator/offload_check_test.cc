@@ -1,6 +1,7 @@
 // OffloadCheck: a straggler's offloads measured against the best plan without them, and
 // refused where they are no faster; kept where they are; a verdict stands until it is
-// checked again, through a change of straggler, not through a long calm; a hold, or a
+// checked again, through a change of straggler, not through a long calm; a refusal
+// against a reshard holds on its split and once the straggler is chronic; a hold, or a
 // probe not judged in time, is dropped. Through the decision loop, on workers whose
 // offloads cost the step more than the model prices them, the group ends at plain tensor
 // parallelism's step; where offloads pay, at theirs; a cordon drains its rank whatever
@@ -166,6 +167,85 @@ TEST_F(OffloadCheckTest, TheVerdictOutlivesANewStragglerNotALongCalm) {
   EXPECT_FALSE(v.changed);
   EXPECT_THAT(lines_,
               Contains(HasSubstr("rank 0 is the straggler now, not rank 1: the verdict stands")));
+}
+
+// The probe's best plan without offloads resharded (a chronic straggler): the offloads
+// lost to the reshard, not to no offloads on their own split. Back there (the units given
+// back, the straggler returning), on another split, or for another straggler, offloads
+// are allowed until it is chronic; for the straggler on the reshard's split, refused.
+TEST_F(OffloadCheckTest, ARefusalAgainstAReshardHoldsOnItsSplitAndOnceChronic) {
+  constexpr uint64_t kEven = 1, kResharded = 2, kOther = 3;
+  auto on = [](OffloadCheck::Round round, uint64_t ownership, int32_t straggler = 1,
+               bool chronic = false) {
+    round.ownership = ownership;
+    round.straggler = straggler;
+    round.chronic = chronic;
+    return round;
+  };
+  Update(on(Ran(1, true, 0.45), kEven));
+  OffloadCheck::Round pushed = on(Ran(1, true, 0.45), kResharded);
+  pushed.published_version = 2;
+  pushed.offloads = false;
+  ASSERT_TRUE(Update(pushed).refuse);
+  OffloadCheck::Verdict v = Update(on(Ran(2, false, 0.40), kResharded));
+  ASSERT_TRUE(v.refuse);
+  EXPECT_TRUE(Update(on(Ran(2, false, 0.40), kResharded)).refuse) << "on the reshard";
+  EXPECT_TRUE(Update(on(Ran(2, false, 0.40), kResharded, -1)).refuse) << "kept for its return";
+  // The units back on the even split, where the straggler returns.
+  v = Update(on(Ran(3, false, 0.40), kEven, -1));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_TRUE(v.changed);
+  v = Update(on(Ran(3, false, 0.50), kEven));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_THAT(lines_.back(),
+              HasSubstr("allowed here: refused against rank 1's reshard (offloads ran 0.4500 s "
+                        "a step against 0.4000 s without them, not 3% faster), which holds for "
+                        "it on that split and for any straggler once chronic, not here before; "
+                        "checked again in 5m"));
+  // Offloads there are not probed again while the verdict stands.
+  v = Update(on(Ran(4, true, 0.45), kEven));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_FALSE(v.probing);
+  EXPECT_FALSE(v.undo);
+  // Chronic, the straggler can be resharded again, as the plan that beat them was.
+  v = Update(on(Ran(4, true, 0.45), kEven, 1, /*chronic=*/true));
+  EXPECT_TRUE(v.refuse);
+  EXPECT_TRUE(v.undo);
+  EXPECT_THAT(lines_.back(), HasSubstr("refused: offloads ran 0.4500 s"));
+  // Another split (another rank's reshard): allowed until the straggler is chronic.
+  v = Update(on(Ran(5, false, 0.40), kOther));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_TRUE(v.changed);
+  EXPECT_TRUE(Update(on(Ran(5, false, 0.40), kOther, 1, /*chronic=*/true)).refuse);
+  // On the reshard's split, refused before it is chronic too...
+  v = Update(on(Ran(6, true, 0.40), kResharded));
+  EXPECT_TRUE(v.refuse);
+  EXPECT_TRUE(v.undo);
+  EXPECT_THAT(lines_.back(), HasSubstr("refused: offloads ran 0.4500 s"));
+  // ... for the straggler it relieved, not for another, which it did not.
+  v = Update(on(Ran(7, false, 0.50), kResharded, 0));
+  EXPECT_FALSE(v.refuse);
+  EXPECT_THAT(lines_.back(), HasSubstr("allowed here: refused against rank 1's reshard"));
+  EXPECT_TRUE(Update(on(Ran(7, false, 0.50), kResharded, 0, /*chronic=*/true)).refuse);
+}
+
+// Measured against a plan without offloads on their own split, a refusal holds there.
+TEST_F(OffloadCheckTest, ARefusalOnTheOffloadsOwnSplitHoldsThere) {
+  OffloadCheck::Round offloading = Ran(1, true, 0.45);
+  offloading.ownership = 7;
+  Update(offloading);
+  OffloadCheck::Round pushed = offloading;
+  pushed.published_version = 2;
+  pushed.offloads = false;
+  Update(pushed);
+  OffloadCheck::Round without = Ran(2, false, 0.44);
+  without.ownership = 7;
+  ASSERT_TRUE(Update(without).refuse);
+  OffloadCheck::Round again = Ran(3, true, 0.45);
+  again.ownership = 7;
+  OffloadCheck::Verdict v = Update(again);
+  EXPECT_TRUE(v.refuse);
+  EXPECT_TRUE(v.undo);
 }
 
 TEST_F(OffloadCheckTest, AHoldMeasuresNothingAndDropsAProbe) {
