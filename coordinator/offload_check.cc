@@ -55,9 +55,14 @@ bool OffloadCheck::Judge(GroupState& g, const Round& round, std::vector<std::str
     if (!g.absent_since.has_value()) g.absent_since = now;
     if (now - *g.absent_since < kAbsentFor) {
       if (!standing) g.phase = Phase::kWatch;
+      const bool refused = standing && g.phase == Phase::kRefused;
+      const bool holds = refused && RefusalHolds(g, round);
       lines.push_back(absl::StrCat("offload check: no straggler this round; rank ", g.target,
-                                   "'s verdict is kept for its return"));
-      return standing && g.phase == Phase::kRefused && RefusalHolds(g, round);
+                                   "'s verdict is kept for its return",
+                                   refused && !holds ? " (a refusal against a reshard, which "
+                                                       "does not hold on this split)"
+                                                     : ""));
+      return holds;
     }
     lines.push_back(absl::StrCat("offload check: rank ", g.target, " not straggling for ",
                                  absl::FormatDuration(kAbsentFor), ": its check ends"));

@@ -39,7 +39,16 @@
 //     tensor parallelism until the reshard 18-20 steps in, where the others offloaded
 //     from step 4-6; and where a blip of rank 0 at the calm segment's start had it
 //     resharded, rank 1's onset on that split ran with no plan for its 60 steps
-//     (docs/benchmarks.md, 2026-12-06 (e)).
+//     (docs/benchmarks.md, 2026-12-06 (e)). What it does not do: a reshard restarts the
+//     judge's count to chronic, so on a split the planner resharded to that is not the
+//     probe's (another fingerprint), the refusal lapses until the straggler is chronic
+//     again (reshard_after), and offloads on top of that reshard go unmeasured (for a
+//     throttled rank DecisionLoop::RefusesOffloads refuses them anyway; a slower device
+//     has no such refusal); two stragglers taking turns as the slowest on the probe's
+//     split switch the refusal at each turn (the judged one's holds, the other's not); and
+//     a split is told by every block's ownership, experts' too, so a probe's plan that
+//     moved only experts counts as a reshard. None seen in the runs of 2026-12-06 (e),
+//     whose onsets changed plans 3 times (offload, reshard, all-local on it).
 // The verdict is the group's: it outlives a change of target (two stragglers that swap
 // places must not buy a probe each time); none for kAbsentFor starts afresh. An
 // operator's hold or a cordon measures nothing, and drops a probe (the held plan is not

@@ -290,8 +290,9 @@ class StragglerKind {
   // null) gets that floor.
   bool ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now = nullptr) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether `rank` computes fewer of `units` (Round::units) than when the calm floor was
-  // measured: relieved of units, as a throttled rank whose timers can call it calm.
+  // Whether `rank` has fewer of `units` (computed, Round::units, or owned, Round::owned)
+  // than it computed when the calm floor was measured (under a plan without offloads):
+  // relieved of units, as a throttled rank whose timers can call it calm.
   bool RelievedOf(const GroupRef& ref, int32_t rank, const std::vector<int32_t>& units) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // The ranks whose kWhole verdict stands and that compute fewer of `units` or own fewer

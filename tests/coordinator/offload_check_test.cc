@@ -229,7 +229,8 @@ TEST_F(OffloadCheckTest, ARefusalAgainstAReshardHoldsOnItsSplitAndOnceChronic) {
   EXPECT_TRUE(Update(on(Ran(7, false, 0.50), kResharded, 0, /*chronic=*/true)).refuse);
 }
 
-// Measured against a plan without offloads on their own split, a refusal holds there.
+// Measured against a plan without offloads on their own split, a refusal holds there and
+// on any other split, chronic or not.
 TEST_F(OffloadCheckTest, ARefusalOnTheOffloadsOwnSplitHoldsThere) {
   OffloadCheck::Round offloading = Ran(1, true, 0.45);
   offloading.ownership = 7;
@@ -244,6 +245,11 @@ TEST_F(OffloadCheckTest, ARefusalOnTheOffloadsOwnSplitHoldsThere) {
   OffloadCheck::Round again = Ran(3, true, 0.45);
   again.ownership = 7;
   OffloadCheck::Verdict v = Update(again);
+  EXPECT_TRUE(v.refuse);
+  EXPECT_TRUE(v.undo);
+  OffloadCheck::Round elsewhere = Ran(4, true, 0.45);
+  elsewhere.ownership = 8;
+  v = Update(elsewhere);
   EXPECT_TRUE(v.refuse);
   EXPECT_TRUE(v.undo);
 }
