@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "proto/convert.h"
 #include "testing/coordinator_fixtures.h"
 #include "tests/coordinator/decision_loop_test_base.h"
 
@@ -360,6 +363,104 @@ TEST_F(DecisionLoopTest, ARankThatComputesNothingIsPlannedAtTheReferenceSpeed) {
   EXPECT_THAT(Record().reasons.before,
               ::testing::Contains(HasSubstr(
                   "rank 1 computes no units (or, for experts, no tokens) under the plan it runs")));
+}
+
+// The offload check's refusal against a reshard holds for another straggler only once
+// that one is chronic (OffloadCheck::RefusalHolds, told by the loop: Round::chronic).
+// Rank 1 straggles 3x from the start. Offloads cost 10 ms a unit on this link (its prior
+// prices them free), so they lose to the plan without them that the probe ends on, the
+// reshard made once rank 1 is chronic, and are refused against it. Then, on that split,
+// rank 1 is calm and rank 0 3x slower: its offloads are allowed until it is chronic, and
+// refused from that round on (the plan without them goes out).
+TEST_F(DecisionLoopTest, ARefusalAgainstAReshardHoldsForAnotherStragglerOnceChronic) {
+  loop_ = std::make_unique<DecisionLoop>(
+      DecisionLoopOptions{.offload_check = OffloadCheckOptions{}}, &clock_, registry_.get(),
+      judge_.get(), settings_.get(), speeds_.get());
+  JobPolicy policy;
+  policy.mode = BalanceMode::kMigrate;
+  policy.report_period = absl::Milliseconds(100);
+  policy.reshard_after = absl::Seconds(3);
+  ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
+  ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  // The workers run the newest plan (its ownership where it states one, its offloads):
+  // rank r computes its units at spu[r], both wait for the later one, and every unit
+  // offloaded adds 10 ms to the step. Then a planning round.
+  std::vector<int32_t> owners = kEven;
+  int32_t offloaded = 0;
+  int64_t step = 0;
+  auto run_step = [&](const std::vector<double>& spu) {
+    int64_t version = 0;
+    std::vector<int32_t> computed = {0, 0};
+    offloaded = 0;
+    if (!sink_.plans().empty()) {
+      absl::StatusOr<WorkloadPlan> plan = FromProto(sink_.plans().back());
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      for (const BlockPlan& b : plan->blocks) {  // none: all local on the split run
+        if (!b.owner_of_unit.empty()) {
+          owners.clear();
+          for (RankId o : b.owner_of_unit) owners.push_back(o.value());
+        }
+        for (const Offload& o : b.offloads) {
+          computed[o.owner.value()] -= o.units;
+          computed[o.helper.value()] += o.units;
+          offloaded += o.units;
+        }
+      }
+      version = plan->version.value();
+    }
+    for (int rank : {0, 1}) {
+      computed[rank] += static_cast<int32_t>(std::count(owners.begin(), owners.end(), rank));
+    }
+    const double step_seconds =
+        std::max(computed[0] * spu[0], computed[1] * spu[1]) + 20e-3 + 10e-3 * offloaded;
+    for (int rank : {0, 1}) {
+      const double seconds = computed[rank] * spu[rank];
+      v1::WorkerReport r = testing::StepReport({}, rank, step, computed[rank], seconds);
+      for (int32_t o : owners) r.mutable_step()->mutable_blocks(0)->add_owner_of_unit(o);
+      r.mutable_step()->mutable_blocks(0)->set_comm_seconds(step_seconds - seconds);
+      r.mutable_step()->set_plan_version(version);
+      const absl::Status reported = registry_->Report("agent-1", r);
+      ASSERT_TRUE(reported.ok()) << reported;
+    }
+    ++step;
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  };
+  auto line_with = [&](const std::string& part) {
+    for (const std::string& line : Record().reasons.before) {
+      if (absl::StrContains(line, part)) return line;
+    }
+    return std::string();
+  };
+
+  bool refused = false;
+  while (step < 120 && !refused) {
+    ASSERT_NO_FATAL_FAILURE(run_step({1e-3, 3e-3}));
+    refused = absl::StrContains(line_with("offload check"), "offloads refused");
+  }
+  ASSERT_TRUE(refused) << "rank 1's offloads were never refused";
+  ASSERT_NO_FATAL_FAILURE(run_step({1e-3, 3e-3}));
+  ASSERT_EQ(std::count(owners.begin(), owners.end(), 1), 2)
+      << "refused against the even split, not a reshard";
+  ASSERT_EQ(offloaded, 0);
+
+  bool allowed_before = false;
+  std::string at_chronic;
+  while (step < 200 && at_chronic.empty()) {
+    ASSERT_NO_FATAL_FAILURE(run_step({3e-3, 1e-3}));
+    const std::string check = line_with("offload check (rank 0)");
+    if (!line_with("rank 0 straggling for").empty() && !line_with(": chronic").empty()) {
+      at_chronic = check;
+    } else if (absl::StrContains(check, "allowed here: refused against rank 1's reshard") &&
+               offloaded > 0) {
+      allowed_before = true;
+    }
+  }
+  EXPECT_TRUE(allowed_before) << "rank 0 was not offloaded on rank 1's reshard split";
+  ASSERT_FALSE(at_chronic.empty()) << "rank 0 never turned chronic";
+  EXPECT_THAT(at_chronic, ::testing::StartsWith("offload check (rank 0): refused: offloads ran"));
+  ASSERT_NO_FATAL_FAILURE(run_step({3e-3, 1e-3}));
+  EXPECT_EQ(offloaded, 0) << "the plan of the round rank 0 turned chronic offloads";
 }
 
 // The relieved rank whose own offloads a round refuses (DecisionLoop::RefusesOffloads):
