@@ -17,6 +17,9 @@ TARGET_CAPTURED_SHARE = 0.90
 # Issue 39: with contention starting mid-run, within 10% of the best static step in at
 # most this many steps (e2e.steps_to_within's running median).
 TARGET_ONSET_STEPS = 5
+# The coordinator's default straggler_threshold (coordinator/policy.h): calm segments
+# whose ranks ran within 1 + this of each other are judged apart (reaction_summary).
+CALM_LEVEL_THRESHOLD = 0.10
 
 
 def cycle_ratios(figures, modes, statics=()):
@@ -103,13 +106,28 @@ def reaction_summary(cycles, fixed):
                                TARGET_ONSET_STEPS, at_most=True)
             out[f"{name}_never"] = sum(n is None for n, _ in steps)
     calm = [c for c in cycles if "calm_steps" in c]
-    total = sum(c["calm_steps"] for c in calm)
-    if total:
-        out["calm_plan_changes_per_1000_steps"] = round(
-            1000 * sum(c["calm_plan_changes"] for c in calm) / total, 2)
-        out["calm_all_local_fraction"] = round(
-            sum(c["calm_all_local_fraction"] * c["calm_steps"] for c in calm) / total, 4)
+    out.update(calm_figures(calm, "calm"))
+    # The same over the cycles whose ranks ran level through none and calm (within the
+    # coordinator's default straggler threshold): there a change answers no straggler.
+    level = [c for c in calm if (c.get("calm_rank_spread") or 0) <= 1 + CALM_LEVEL_THRESHOLD]
+    if any("calm_rank_spread" in c for c in calm):
+        out["calm_level_cycles"] = len(level)
+        out.update(calm_figures(level, "calm_level"))
     return out
+
+
+def calm_figures(calm, prefix):
+    """Calm segments' plan changes per 1,000 steps and share of all-local steps, as
+    PREFIX_plan_changes_per_1000_steps and PREFIX_all_local_fraction ({} without steps)."""
+    total = sum(c["calm_steps"] for c in calm)
+    if not total:
+        return {}
+    return {
+        f"{prefix}_plan_changes_per_1000_steps": round(
+            1000 * sum(c["calm_plan_changes"] for c in calm) / total, 2),
+        f"{prefix}_all_local_fraction": round(
+            sum(c["calm_all_local_fraction"] * c["calm_steps"] for c in calm) / total, 4),
+    }
 
 
 def summarize(cycles, modes, reshard_after=None):

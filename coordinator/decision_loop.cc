@@ -1,10 +1,12 @@
 #include "coordinator/decision_loop.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 
 namespace ballast::coordinator {
@@ -105,6 +107,10 @@ bool DecisionLoop::Tick() {
                                        : Decide(*group, policy, std::move(damping),
                                                 operator_changed, std::move(last));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - began);
+    // A change is logged with the round's verdicts and prices (explain's first lines):
+    // explain keeps only the last round, and a plan's reasons are gone by the next.
+    const std::string why =
+        outcome.change.has_value() ? absl::StrJoin(outcome.record.reasons.before, "; ") : "";
     // The record first: once the plan reaches the workers, explain and status must say
     // why (a reader that got the plan found "no decision yet" before).
     {
@@ -144,7 +150,7 @@ bool DecisionLoop::Tick() {
     }
     if (published) {
       BALLAST_LOG(INFO) << "job=" << group->job << " group=" << group->name << " new plan "
-                        << summary;
+                        << summary << " why: " << why;
     }
     if (!outcome.probe.empty()) {
       BALLAST_LOG(INFO) << "job=" << group->job << " group=" << group->name << " " << outcome.probe;

@@ -144,7 +144,9 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
   for (size_t r = 0; r < pooled.ranks.size(); ++r) {
     const auto rank = static_cast<int32_t>(r);
     if (rank != straggler && !straggler_kind_.RelievedOf(group.ref, rank, units)) continue;
-    if (double floor_now = 0; straggler_kind_.ContentionGone(group.ref, rank, &floor_now)) {
+    std::string not_gone;
+    if (double floor_now = 0;
+        straggler_kind_.ContentionGone(group.ref, rank, &floor_now, &not_gone)) {
       lines.push_back(absl::StrFormat(
           "rank %d: throttled whole by its verdict, but on the calm split the collectives cost "
           "%.4g s a step now, nearer the %.4g s they cost calm than its straggling %.4g s: "
@@ -154,6 +156,8 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
       continue;
     }
     const char* relieved = rank == straggler ? "" : " (relieved of units, its timers call it calm)";
+    // Why its contention is not taken as gone (a price a calm-looking rank keeps).
+    if (!not_gone.empty()) not_gone = absl::StrCat("; its contention not seen gone: ", not_gone);
     if (how == ThrottledPrice::kFloor) {
       const double straggling = straggler_kind_.StragglingFloor(group.ref, rank);
       if (!(straggling > 0)) continue;  // none measured
@@ -176,8 +180,8 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
       lines.push_back(absl::StrFormat(
           "rank %d: throttled whole%s, its collectives priced at the %.4g s they cost it "
           "straggling on the calm split%s, its units at the %.2fx its compute timers see "
-          "(coordinator flag --throttled_price=floor)",
-          rank, relieved, straggling, relieved_price, pooled.ranks[r].slowdown));
+          "(coordinator flag --throttled_price=floor)%s",
+          rank, relieved, straggling, relieved_price, pooled.ranks[r].slowdown, not_gone));
       // The step prediction's wait near the balanced split (arrival_spread.h): the
       // straggler's spread, else a relieved rank's.
       if (const double spread = straggler_kind_.ArrivalSpread(group.ref, rank);
@@ -198,8 +202,8 @@ ThrottledPriced DecisionLoop::PriceThrottled(const GroupSnapshot& group, int32_t
     if (!(step > slowdown * 1.01)) continue;
     lines.push_back(absl::StrFormat(
         "rank %d: throttled whole%s, priced at the %.2fx slowdown its step measured, not the "
-        "%.2fx its compute timers see (coordinator flag --throttled_price=step)",
-        rank, relieved, step, slowdown));
+        "%.2fx its compute timers see (coordinator flag --throttled_price=step)%s",
+        rank, relieved, step, slowdown, not_gone));
     slowdown = step;
     out.ranks.resize(pooled.ranks.size(), false);
     out.ranks[r] = true;

@@ -138,8 +138,9 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
       round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
   FitSpreads(g, round, now, lines);
   SampleRelieved(g, round, now, lines);
-  g.floor_on_calm_split =
-      FloorMeasured(round) && OnCalmSplit(g, round) ? round.collective_seconds : 0;
+  g.floor_measured = FloorMeasured(round);
+  g.floor_units = round.units;
+  g.floor_on_calm_split = g.floor_measured && OnCalmSplit(g, round) ? round.collective_seconds : 0;
   return kind;
 }
 
@@ -516,7 +517,8 @@ double StragglerKind::StepSlowdown(const GroupRef& ref, int32_t rank) const {
   return Slowdown(groups_.at(ref.key), *verdict);
 }
 
-bool StragglerKind::ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now) const {
+bool StragglerKind::ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now,
+                                   std::string* not_gone) const {
   absl::MutexLock lock(&mu_);
   const Verdict* verdict = StandingVerdict(ref, rank);
   if (verdict == nullptr) return false;
@@ -524,9 +526,27 @@ bool StragglerKind::ContentionGone(const GroupRef& ref, int32_t rank, double* fl
   const double now = g.floor_on_calm_split;
   const double calm = CalmCollectivesOf(g);
   const double straggling = StragglingFloorOf(*verdict);
-  if (!(now > 0) || !(calm > 0) || !(straggling > 0)) return false;
+  std::string why;
+  if (!(calm > 0) || !(straggling > 0)) {
+    why = "no calm or straggling collectives measured to tell";
+  } else if (!g.floor_measured) {
+    why = absl::StrCat("the plan in force not run ", options_.min_steps,
+                       " steps by every rank without offloads");
+  } else if (!(now > 0)) {
+    why = absl::StrCat("computing ", absl::StrJoin(g.floor_units, ","), " units, not the ",
+                       absl::StrJoin(g.calm_units, ","), " of the calm split");
+  } else if (!NearerCalm(now, calm, straggling)) {
+    why = absl::StrFormat(
+        "on the calm split its collectives cost %.4g s a step, nearer its straggling %.4g s "
+        "than the %.4g s calm",
+        now, straggling, calm);
+  }
+  if (!why.empty()) {
+    if (not_gone != nullptr) *not_gone = std::move(why);
+    return false;
+  }
   if (floor_now != nullptr) *floor_now = now;
-  return NearerCalm(now, calm, straggling);
+  return true;
 }
 
 bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,

@@ -287,9 +287,11 @@ class StragglerKind {
   // "Step slowdown"). Throttled, the rank would arrive last there and its collectives would
   // be the floor. Its verdict stands (as what it was, should it straggle again), but a
   // straggle now is not that contention's: see "Contention gone" above. `floor_now` (if not
-  // null) gets that floor.
-  bool ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now = nullptr) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // null) gets that floor; `not_gone` (if not null), where it returns false with the
+  // verdict standing, what the round lacked or measured (for explain: a throttled rank
+  // priced when calm is otherwise unexplained).
+  bool ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now = nullptr,
+                      std::string* not_gone = nullptr) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `rank` has fewer of `units` (computed, Round::units, or owned, Round::owned)
   // than it computed when the calm floor was measured (under a plan without offloads):
   // relieved of units, as a throttled rank whose timers can call it calm.
@@ -395,8 +397,11 @@ class StragglerKind {
     std::map<int32_t, Verdict> suspended;
     absl::Duration rechecked_at;  // monotonic
     // The last round's floor where the group ran the calm split under a plan without
-    // offloads (ContentionGone); 0 otherwise.
+    // offloads (ContentionGone); 0 otherwise, and then why, for explain: the round's
+    // floor not measured (FloorMeasured), or the units it computed on another split.
     double floor_on_calm_split = 0;
+    bool floor_measured = false;
+    std::vector<int32_t> floor_units;
     // Within kRecheckAfter of a recheck, while a rank it ended is still relieved: the
     // split is to go back to even (UnitsGoingBack). No calm floor is taken while such a
     // rank is relieved (on that split its peer arrives last and waits for nobody: 0.0064

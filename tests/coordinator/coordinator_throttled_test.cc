@@ -66,6 +66,8 @@ TEST_F(ThrottledRankTest, ARankThrottledWholeKeepsItsPriceWhileItsTimersCallItCa
     absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
     ASSERT_TRUE(why.ok());
     EXPECT_THAT(why->text(), ::testing::HasSubstr("calm"));
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("; its contention not seen gone: computing 6,2 "
+                                                  "units, not the 4,4 of the calm split"));
     const std::string relieved =
         "rank 1: throttled whole (relieved of units, its timers call it calm), ";
     EXPECT_THAT(why->text(),
@@ -280,6 +282,11 @@ TEST_F(ThrottledRankTest, ARankWhoseContentionIsGoneIsPricedByItsTimersOnTheCalm
     EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("contention is gone")));
     const char* priced = by_step ? "priced at the" : "its collectives priced at the";
     EXPECT_THAT(why->text(), ::testing::HasSubstr(priced));
+    // And explain says what the test of its contention's end measured.
+    EXPECT_THAT(why->text(), ::testing::HasSubstr("; its contention not seen gone: on the calm "
+                                                  "split its collectives cost 0.04 s a step, "
+                                                  "nearer its straggling 0.04 s than the 0.02 s "
+                                                  "calm"));
     ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
     coordinator_.reset();
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/convert.h"
 #include "testing/coordinator_fixtures.h"
@@ -32,13 +33,20 @@ TEST_F(DecisionLoopTest, WaitsForEveryRankThenPublishesWhatThePlannerDecides) {
   EXPECT_THAT(Record().reasons.before, ElementsAre("waiting for ranks: 1 of 2 registered"));
 
   ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  std::string log;
   for (int64_t step = 0; step < 10 && sink_.plans().empty(); ++step) {
     Reports(step, 3e-3);
     clock_.Advance(absl::Milliseconds(100));
+    ::testing::internal::CaptureStderr();
     loop_->Tick();
+    log = ::testing::internal::GetCapturedStderr();
   }
   ASSERT_EQ(sink_.plans().size(), 1u) << "rank 1 at 3x was not balanced";
   EXPECT_EQ(sink_.plans()[0].number(), 1);
+  // Logged with the round's verdicts, which explain loses at the next round.
+  EXPECT_THAT(log, HasSubstr("job=vit group=tp0 new plan #1 (mean, change): block 0 "));
+  EXPECT_THAT(log, HasSubstr(absl::StrCat(" why: ", Record().reasons.before.at(0), "; ")));
+  EXPECT_THAT(log, HasSubstr("1 3.00x straggling"));
   // Published: the registry holds it as the plan in force, the record says why.
   EXPECT_EQ(registry_->Snapshot({"vit", "tp0"}, false)->plan.number, 1);
   EXPECT_EQ(Record().decisions.size(), 1u);
