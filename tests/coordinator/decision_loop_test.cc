@@ -14,7 +14,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "proto/convert.h"
 #include "testing/coordinator_fixtures.h"
 #include "tests/coordinator/decision_loop_test_base.h"
 
@@ -255,42 +254,16 @@ TEST_F(DecisionLoopTest, AHeldReshardDoesNotRestartTheCountToChronic) {
 // device straggler released from a held even split was offloaded from that split for ~20 s.
 TEST_F(DecisionLoopTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
   ASSERT_NO_FATAL_FAILURE(StartAutoWithShortReshardAfter());
-  // The workers run the newest plan's ownership (rank 1 at 3 ms a unit, rank 0 at 1 ms)
-  // and report it, as workers that applied its moves do; then a planning round.
-  std::vector<int32_t> owners = {0, 0, 0, 0, 1, 1, 1, 1};
-  int64_t step = 0;
-  auto run_step = [&] {
-    int64_t version = 0;
-    if (!sink_.plans().empty()) {
-      // A plan that states no ownership keeps the one the workers run.
-      const v1::WorkloadPlan plan = sink_.plans().back();  // plans() is a copy
-      for (const v1::BlockPlan& b : plan.blocks()) {
-        if (b.owner_of_unit_size() > 0) {
-          owners.assign(b.owner_of_unit().begin(), b.owner_of_unit().end());
-        }
-      }
-      version = plan.version();
-    }
-    for (int rank : {0, 1}) {
-      const int32_t units = static_cast<int32_t>(std::count(owners.begin(), owners.end(), rank));
-      v1::WorkerReport r =
-          testing::StepReport({}, rank, step, units, units * (rank == 0 ? 1e-3 : 3e-3));
-      for (int32_t o : owners) r.mutable_step()->mutable_blocks(0)->add_owner_of_unit(o);
-      r.mutable_step()->set_plan_version(version);
-      const absl::Status reported = registry_->Report("agent-1", r);
-      ASSERT_TRUE(reported.ok()) << reported;
-    }
-    ++step;
-    clock_.Advance(absl::Milliseconds(100));
-    loop_->Tick();
-  };
-  auto rank1_units = [&] { return std::count(owners.begin(), owners.end(), 1); };
-  while (step < 40 && rank1_units() == 4) run_step();
+  // Rank 1 at 3 ms a unit, rank 0 at 1 ms.
+  PlanFollowers workers;
+  auto run_step = [&] { RunNewestPlan(workers, {1e-3, 3e-3}); };
+  auto rank1_units = [&] { return workers.units(1); };
+  while (workers.step < 40 && rank1_units() == 4) ASSERT_NO_FATAL_FAILURE(run_step());
   ASSERT_LT(rank1_units(), 4) << "the planner never resharded the chronic straggler";
-  run_step();  // the workers confirm the reshard
+  ASSERT_NO_FATAL_FAILURE(run_step());  // the workers confirm the reshard
   ASSERT_TRUE(
       settings_->SetHold("vit", "tp0", GroupHold{.rank = 1, .offload_fraction = 0.25}).ok());
-  for (int i = 0; i < 3; ++i) run_step();
+  for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(run_step());
   ASSERT_EQ(rank1_units(), 4) << "the held offload kept the planner's ownership";
 
   ASSERT_TRUE(settings_->SetHold("vit", "tp0", std::nullopt).ok());
@@ -390,49 +363,10 @@ TEST_F(DecisionLoopTest, ARefusalAgainstAReshardHoldsForAnotherStragglerOnceChro
   policy.reshard_after = absl::Seconds(3);
   ASSERT_TRUE(settings_->SetPolicy("vit", policy).ok());
   ASSERT_TRUE(registry_->AgentConnected(Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
-  // The workers run the newest plan (its ownership where it states one, its offloads):
-  // rank r computes its units at spu[r], both wait for the later one, and every unit
-  // offloaded adds 10 ms to the step. Then a planning round.
-  std::vector<int32_t> owners = kEven;
-  int32_t offloaded = 0;
-  int64_t step = 0;
+  // Every unit offloaded adds 10 ms to the step; 20 ms of collectives a step.
+  PlanFollowers workers;
   auto run_step = [&](const std::vector<double>& spu) {
-    int64_t version = 0;
-    std::vector<int32_t> computed = {0, 0};
-    offloaded = 0;
-    if (!sink_.plans().empty()) {
-      absl::StatusOr<WorkloadPlan> plan = FromProto(sink_.plans().back());
-      ASSERT_TRUE(plan.ok()) << plan.status();
-      for (const BlockPlan& b : plan->blocks) {  // none: all local on the split run
-        if (!b.owner_of_unit.empty()) {
-          owners.clear();
-          for (RankId o : b.owner_of_unit) owners.push_back(o.value());
-        }
-        for (const Offload& o : b.offloads) {
-          computed[o.owner.value()] -= o.units;
-          computed[o.helper.value()] += o.units;
-          offloaded += o.units;
-        }
-      }
-      version = plan->version.value();
-    }
-    for (int rank : {0, 1}) {
-      computed[rank] += static_cast<int32_t>(std::count(owners.begin(), owners.end(), rank));
-    }
-    const double step_seconds =
-        std::max(computed[0] * spu[0], computed[1] * spu[1]) + 20e-3 + 10e-3 * offloaded;
-    for (int rank : {0, 1}) {
-      const double seconds = computed[rank] * spu[rank];
-      v1::WorkerReport r = testing::StepReport({}, rank, step, computed[rank], seconds);
-      for (int32_t o : owners) r.mutable_step()->mutable_blocks(0)->add_owner_of_unit(o);
-      r.mutable_step()->mutable_blocks(0)->set_comm_seconds(step_seconds - seconds);
-      r.mutable_step()->set_plan_version(version);
-      const absl::Status reported = registry_->Report("agent-1", r);
-      ASSERT_TRUE(reported.ok()) << reported;
-    }
-    ++step;
-    clock_.Advance(absl::Milliseconds(100));
-    loop_->Tick();
+    RunNewestPlan(workers, spu, /*collectives=*/20e-3, /*per_offload=*/10e-3);
   };
   auto line_with = [&](const std::string& part) {
     for (const std::string& line : Record().reasons.before) {
@@ -442,25 +376,24 @@ TEST_F(DecisionLoopTest, ARefusalAgainstAReshardHoldsForAnotherStragglerOnceChro
   };
 
   bool refused = false;
-  while (step < 120 && !refused) {
+  while (workers.step < 120 && !refused) {
     ASSERT_NO_FATAL_FAILURE(run_step({1e-3, 3e-3}));
     refused = absl::StrContains(line_with("offload check"), "offloads refused");
   }
   ASSERT_TRUE(refused) << "rank 1's offloads were never refused";
   ASSERT_NO_FATAL_FAILURE(run_step({1e-3, 3e-3}));
-  ASSERT_EQ(std::count(owners.begin(), owners.end(), 1), 2)
-      << "refused against the even split, not a reshard";
-  ASSERT_EQ(offloaded, 0);
+  ASSERT_EQ(workers.units(1), 2) << "refused against the even split, not a reshard";
+  ASSERT_EQ(workers.offloaded, 0);
 
   bool allowed_before = false;
   std::string at_chronic;
-  while (step < 200 && at_chronic.empty()) {
+  while (workers.step < 200 && at_chronic.empty()) {
     ASSERT_NO_FATAL_FAILURE(run_step({3e-3, 1e-3}));
     const std::string check = line_with("offload check (rank 0)");
     if (!line_with("rank 0 straggling for").empty() && !line_with(": chronic").empty()) {
       at_chronic = check;
     } else if (absl::StrContains(check, "allowed here: refused against rank 1's reshard") &&
-               offloaded > 0) {
+               workers.offloaded > 0) {
       allowed_before = true;
     }
   }
@@ -468,7 +401,7 @@ TEST_F(DecisionLoopTest, ARefusalAgainstAReshardHoldsForAnotherStragglerOnceChro
   ASSERT_FALSE(at_chronic.empty()) << "rank 0 never turned chronic";
   EXPECT_THAT(at_chronic, ::testing::StartsWith("offload check (rank 0): refused: offloads ran"));
   ASSERT_NO_FATAL_FAILURE(run_step({3e-3, 1e-3}));
-  EXPECT_EQ(offloaded, 0) << "the plan of the round rank 0 turned chronic offloads";
+  EXPECT_EQ(workers.offloaded, 0) << "the plan of the round rank 0 turned chronic offloads";
 }
 
 // The relieved rank whose own offloads a round refuses (DecisionLoop::RefusesOffloads):

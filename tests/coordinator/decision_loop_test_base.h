@@ -7,10 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "coordinator/decision_loop.h"
+#include "proto/convert.h"
 #include "testing/coordinator_fixtures.h"
 
 namespace ballast::coordinator {
@@ -75,6 +77,59 @@ class DecisionLoopTest : public testing::CoordinatorPartsTest {
   // The marginal skew's wait, under the job's capacity cap `cap` (0: none).
   void MarginalSkewIsWaitedOut(double cap);
   inline static const std::vector<int32_t> kEven = {0, 0, 0, 0, 1, 1, 1, 1};
+
+  // Two workers that run the newest plan pushed, as workers that applied it do.
+  struct PlanFollowers {
+    std::vector<int32_t> owners = kEven;  // the ownership they run (and report)
+    int64_t step = 0;                     // the next step
+    int32_t offloaded = 0;                // units offloaded in the last step
+    int32_t units(int32_t rank) const {
+      return static_cast<int32_t>(std::count(owners.begin(), owners.end(), rank));
+    }
+  };
+  // One step of `workers` under the newest plan (its ownership where it states one, its
+  // offloads; no plan or no blocks: all local on the split they run): rank r computes its
+  // units at spu[r], spends `collectives` seconds in its own collectives and waits for the
+  // later rank, every unit offloaded adding `per_offload` seconds to the step. Then a
+  // planning round.
+  void RunNewestPlan(PlanFollowers& workers, const std::vector<double>& spu, double collectives = 0,
+                     double per_offload = 0) {
+    int64_t version = 0;
+    std::vector<int32_t> computed = {0, 0};
+    workers.offloaded = 0;
+    if (!sink_.plans().empty()) {
+      absl::StatusOr<WorkloadPlan> plan = FromProto(sink_.plans().back());
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      for (const BlockPlan& b : plan->blocks) {
+        if (!b.owner_of_unit.empty()) {
+          workers.owners.clear();
+          for (RankId o : b.owner_of_unit) workers.owners.push_back(o.value());
+        }
+        for (const Offload& o : b.offloads) {
+          computed[o.owner.value()] -= o.units;
+          computed[o.helper.value()] += o.units;
+          workers.offloaded += o.units;
+        }
+      }
+      version = plan->version.value();
+    }
+    for (int32_t rank : {0, 1}) computed[rank] += workers.units(rank);
+    const double step_seconds = std::max(computed[0] * spu[0], computed[1] * spu[1]) + collectives +
+                                per_offload * workers.offloaded;
+    for (int32_t rank : {0, 1}) {
+      const double seconds = computed[rank] * spu[rank];
+      v1::WorkerReport r = testing::StepReport({}, rank, workers.step, computed[rank], seconds);
+      v1::BlockTiming* block = r.mutable_step()->mutable_blocks(0);
+      for (int32_t o : workers.owners) block->add_owner_of_unit(o);
+      block->set_comm_seconds(step_seconds - seconds);
+      r.mutable_step()->set_plan_version(version);
+      const absl::Status reported = registry_->Report("agent-1", r);
+      ASSERT_TRUE(reported.ok()) << reported;
+    }
+    ++workers.step;
+    clock_.Advance(absl::Milliseconds(100));
+    loop_->Tick();
+  }
 };
 
 }  // namespace ballast::coordinator
