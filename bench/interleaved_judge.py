@@ -107,11 +107,15 @@ def reaction_summary(cycles, fixed):
             out[f"{name}_never"] = sum(n is None for n, _ in steps)
     calm = [c for c in cycles if "calm_steps" in c]
     out.update(calm_figures(calm, "calm"))
-    # The same over the cycles whose ranks ran level through none and calm (within the
-    # coordinator's default straggler threshold): there a change answers no straggler.
-    level = [c for c in calm if (c.get("calm_rank_spread") or 0) <= 1 + CALM_LEVEL_THRESHOLD]
-    if any("calm_rank_spread" in c for c in calm):
+    # The same over the cycles whose ranks ran level in none's held minute just before
+    # (within the coordinator's default straggler threshold), where a calm change answers
+    # no straggler that was there already. (Judged by none alone: calm's own spread may
+    # move with the plans it judges.)
+    measured = [c for c in calm if c.get("none_rank_spread") is not None]
+    if measured:
+        level = [c for c in measured if c["none_rank_spread"] <= 1 + CALM_LEVEL_THRESHOLD]
         out["calm_level_cycles"] = len(level)
+        out["calm_spread_measured_cycles"] = len(measured)
         out.update(calm_figures(level, "calm_level"))
     return out
 

@@ -55,23 +55,16 @@ void StragglerKind::StepWindows::Add(double step, double floor, absl::Duration n
   last_at = now;
 }
 
-namespace {
-
-// Whether a floor lies nearer `calm` than `straggling`, by ratio: a window without a
-// throttled rank's contention (see "Step slowdown" and "Contention gone").
-bool NearerCalm(double floor, double calm, double straggling) {
+bool StragglerKind::NearerCalm(double floor, double calm, double straggling) {
   return floor * floor < calm * straggling;
 }
 
-double MedianOf(const std::deque<double>& values) {
+double StragglerKind::MedianOf(const std::deque<double>& values) {
   if (values.empty()) return 0;
-  double copy[std::max(
-      {StragglerKind::kStepWindows, StragglerKind::kSpreadFits, StragglerKind::kRelievedWindows})];
+  double copy[std::max({kStepWindows, kSpreadFits, kRelievedWindows})];
   std::copy(values.begin(), values.end(), copy);
   return MedianInPlace(copy, static_cast<int>(values.size()));
 }
-
-}  // namespace
 
 double StragglerKind::StepWindows::Median() const { return MedianOf(seconds); }
 double StragglerKind::StepWindows::MedianFloor() const { return MedianOf(floors); }
@@ -79,6 +72,16 @@ double StragglerKind::StepWindows::MedianFloor() const { return MedianOf(floors)
 bool StragglerKind::FloorMeasured(const Round& round) {
   return !round.cordon && !round.offloads && round.plan_version == round.published_version &&
          round.step_seconds > 0 && round.collective_seconds > 0;
+}
+
+std::string StragglerKind::FloorMissing(const Round& round) const {
+  if (FloorMeasured(round)) return "";
+  if (round.cordon) return "a rank cordoned";
+  if (round.offloads) return "the plan in force offloads";
+  if (round.plan_version != round.published_version) {
+    return "the workers not yet on the newest plan";
+  }
+  return absl::StrCat("the plan in force not yet run ", options_.min_steps, " steps by every rank");
 }
 
 bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::Duration now) const {
@@ -138,9 +141,10 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
       round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
   FitSpreads(g, round, now, lines);
   SampleRelieved(g, round, now, lines);
-  g.floor_measured = FloorMeasured(round);
+  g.floor_missing = FloorMissing(round);
   g.floor_units = round.units;
-  g.floor_on_calm_split = g.floor_measured && OnCalmSplit(g, round) ? round.collective_seconds : 0;
+  g.floor_on_calm_split =
+      g.floor_missing.empty() && OnCalmSplit(g, round) ? round.collective_seconds : 0;
   return kind;
 }
 
@@ -493,134 +497,6 @@ std::string StragglerKind::StepText(const GroupState& g, const Verdict& verdict)
       "windows of %d steps): %s",
       step, calm, verdict.steps.seconds.size(), g.calm_steps.seconds.size(), options_.min_steps,
       step > calm ? absl::StrFormat("slowed %.2fx in all it does", step / calm) : "no slower");
-}
-
-const StragglerKind::Verdict* StragglerKind::StandingVerdict(const GroupRef& ref,
-                                                             int32_t rank) const {
-  const auto g = groups_.find(ref.key);
-  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return nullptr;
-  const auto it = g->second.judged.find(rank);
-  return it == g->second.judged.end() ? nullptr : &it->second;
-}
-
-std::optional<absl::Duration> StragglerKind::MeasuredAt(const GroupRef& ref, int32_t rank) const {
-  absl::MutexLock lock(&mu_);
-  const Verdict* verdict = StandingVerdict(ref, rank);
-  if (verdict == nullptr) return std::nullopt;
-  return verdict->measured_at;
-}
-
-double StragglerKind::StepSlowdown(const GroupRef& ref, int32_t rank) const {
-  absl::MutexLock lock(&mu_);
-  const Verdict* verdict = StandingVerdict(ref, rank);
-  if (verdict == nullptr || verdict->kind != Kind::kWhole) return 0;
-  return Slowdown(groups_.at(ref.key), *verdict);
-}
-
-bool StragglerKind::ContentionGone(const GroupRef& ref, int32_t rank, double* floor_now,
-                                   std::string* not_gone) const {
-  absl::MutexLock lock(&mu_);
-  const Verdict* verdict = StandingVerdict(ref, rank);
-  if (verdict == nullptr) return false;
-  const GroupState& g = groups_.at(ref.key);
-  const double now = g.floor_on_calm_split;
-  const double calm = CalmCollectivesOf(g);
-  const double straggling = StragglingFloorOf(*verdict);
-  std::string why;
-  if (!(calm > 0) || !(straggling > 0)) {
-    why = "no calm or straggling collectives measured to tell";
-  } else if (!g.floor_measured) {
-    why = absl::StrCat("the plan in force not run ", options_.min_steps,
-                       " steps by every rank without offloads");
-  } else if (!(now > 0)) {
-    why = absl::StrCat("computing ", absl::StrJoin(g.floor_units, ","), " units, not the ",
-                       absl::StrJoin(g.calm_units, ","), " of the calm split");
-  } else if (!NearerCalm(now, calm, straggling)) {
-    why = absl::StrFormat(
-        "on the calm split its collectives cost %.4g s a step, nearer its straggling %.4g s "
-        "than the %.4g s calm",
-        now, straggling, calm);
-  }
-  if (!why.empty()) {
-    if (not_gone != nullptr) *not_gone = std::move(why);
-    return false;
-  }
-  if (floor_now != nullptr) *floor_now = now;
-  return true;
-}
-
-bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,
-                               const std::vector<int32_t>& units) const {
-  absl::MutexLock lock(&mu_);
-  const auto g = groups_.find(ref.key);
-  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return false;
-  return Relieved(g->second, units, rank);
-}
-
-std::vector<int32_t> StragglerKind::RelievedThrottled(const GroupRef& ref,
-                                                      const std::vector<int32_t>& units,
-                                                      const std::vector<int32_t>& owned) const {
-  absl::MutexLock lock(&mu_);
-  const auto g = groups_.find(ref.key);
-  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return {};
-  return RelievedThrottledOf(g->second, units, owned);
-}
-
-std::vector<int32_t> StragglerKind::RelievedThrottledOf(const GroupState& g,
-                                                        const std::vector<int32_t>& units,
-                                                        const std::vector<int32_t>& owned) {
-  std::vector<int32_t> ranks;
-  for (const auto& [rank, verdict] : g.judged) {
-    if (verdict.kind == Kind::kWhole && RelievedNow(g, units, owned, rank)) ranks.push_back(rank);
-  }
-  return ranks;
-}
-
-bool StragglerKind::UnitsGoingBack(const GroupRef& ref) const {
-  absl::MutexLock lock(&mu_);
-  const auto g = groups_.find(ref.key);
-  return g != groups_.end() && g->second.incarnation == ref.incarnation &&
-         g->second.units_going_back;
-}
-
-double StragglerKind::CalmCollectives(const GroupRef& ref) const {
-  absl::MutexLock lock(&mu_);
-  const auto g = groups_.find(ref.key);
-  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return 0;
-  return CalmCollectivesOf(g->second);
-}
-
-double StragglerKind::StragglingFloor(const GroupRef& ref, int32_t rank) const {
-  absl::MutexLock lock(&mu_);
-  const Verdict* verdict = StandingVerdict(ref, rank);
-  return verdict == nullptr ? 0 : StragglingFloorOf(*verdict);
-}
-
-double StragglerKind::ArrivalSpread(const GroupRef& ref, int32_t rank) const {
-  absl::MutexLock lock(&mu_);
-  const Verdict* verdict = StandingVerdict(ref, rank);
-  return verdict == nullptr || verdict->kind != Kind::kWhole ? 0 : MedianOf(verdict->spreads);
-}
-
-double StragglerKind::RelievedFloorRatio(const GroupRef& ref, int32_t rank,
-                                         const std::vector<int32_t>& units, int* windows) const {
-  absl::MutexLock lock(&mu_);
-  if (windows != nullptr) *windows = 0;
-  const Verdict* verdict = StandingVerdict(ref, rank);
-  if (verdict == nullptr || verdict->kind != Kind::kWhole || verdict->relieved_ratios.empty() ||
-      !Relieved(groups_.at(ref.key), units, rank)) {
-    return 1;
-  }
-  if (windows != nullptr) *windows = static_cast<int>(verdict->relieved_ratios.size());
-  return std::min(1.0, MedianOf(verdict->relieved_ratios));
-}
-
-double StragglerKind::StragglingFloorOf(const Verdict& verdict) {
-  return verdict.kind == Kind::kWhole ? verdict.steps.MedianFloor() : 0;
-}
-
-double StragglerKind::CalmCollectivesOf(const GroupState& g) {
-  return g.calm_steps.floors.empty() ? g.calm_floor : g.calm_steps.MedianFloor();
 }
 
 void StragglerKind::Forget(const GroupKey& key) {

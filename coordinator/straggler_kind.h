@@ -397,10 +397,11 @@ class StragglerKind {
     std::map<int32_t, Verdict> suspended;
     absl::Duration rechecked_at;  // monotonic
     // The last round's floor where the group ran the calm split under a plan without
-    // offloads (ContentionGone); 0 otherwise, and then why, for explain: the round's
-    // floor not measured (FloorMeasured), or the units it computed on another split.
+    // offloads (ContentionGone); 0 otherwise, and then why, for explain: what kept the
+    // round's floor from being measured (FloorMissing; empty if nothing), or the units
+    // it computed on another split.
     double floor_on_calm_split = 0;
-    bool floor_measured = false;
+    std::string floor_missing;
     std::vector<int32_t> floor_units;
     // Within kRecheckAfter of a recheck, while a rank it ended is still relieved: the
     // split is to go back to even (UnitsGoingBack). No calm floor is taken while such a
@@ -416,7 +417,14 @@ class StragglerKind {
   bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;
   // Measurable's floor part: a plan without offloads, the newest pushed, its step and
   // floor measured (every rank ran min_steps steps under it); no cordon.
+  // Whether a floor lies nearer `calm` than `straggling`, by ratio: a window without a
+  // throttled rank's contention (see "Step slowdown" and "Contention gone").
+  static bool NearerCalm(double floor, double calm, double straggling);
+  // The median of a verdict's or a group's windows (0 for none).
+  static double MedianOf(const std::deque<double>& values);
   static bool FloorMeasured(const Round& round);
+  // What keeps FloorMeasured from holding, for explain; empty where it holds.
+  std::string FloorMissing(const Round& round) const;
   // Whether the round's units are those of the calm floor (the calm split).
   static bool OnCalmSplit(const GroupState& g, const Round& round);
   // Whether min_steps steps of the round's step have run since `since` (true while the

@@ -137,11 +137,12 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual((out["calm_steps"], out["calm_plan_changes"]), (5, 1))  # 15-19
         self.assertEqual(out["calm_all_local_fraction"], 0.8)
         self.assertIsNone(out["calm_rank_spread"])  # one rank: no spread
+        self.assertIsNone(out["none_rank_spread"])
         self.assertNotIn("onset_steps_to_oracle",
                          il.reaction_figures([{"steps": steps}], segments, settle=5))
         self.assertEqual(il.reaction_figures([{"steps": steps}], segments[3:], 5), {})
 
-    def test_the_calm_spread_is_the_wider_of_none_and_calm(self):
+    def test_none_and_calm_spreads_are_each_their_slower_rank_over_the_faster(self):
         # none calm onset, 10 steps each: rank 1 1.2x slower in none's settled steps
         # (5-9), 1.3x in calm's (15-19), level elsewhere.
         segments = il.schedule(1, 10, ["auto"], onset=True)
@@ -149,11 +150,12 @@ class ScheduleTest(unittest.TestCase):
         ranks = [{"steps": [record(s, 0.2, 1e-3) for s in range(30)]},
                  {"steps": [record(s, 0.2, slow.get(s, 1e-3)) for s in range(30)]}]
         out = il.reaction_figures(ranks, segments, settle=5)
+        self.assertAlmostEqual(out["none_rank_spread"], 1.2)
         self.assertAlmostEqual(out["calm_rank_spread"], 1.3)
         for s in range(15, 20):
-            ranks[1]["steps"][s]["seconds_per_unit"] = 0.9e-3  # rank 0 now the slower
+            ranks[1]["steps"][s]["seconds_per_unit"] = 0.8e-3  # rank 0 now the slower
         self.assertAlmostEqual(il.reaction_figures(ranks, segments, settle=5)["calm_rank_spread"],
-                               1.2)
+                               1.25)
 
     def test_the_reaction_summary_judges_the_onset_against_both_oracles(self):
         def cycle(walls, oracle, fixed):
@@ -173,13 +175,15 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual(out["calm_plan_changes_per_1000_steps"], 20.0)
         self.assertEqual(out["calm_all_local_fraction"], 1.0)
         self.assertNotIn("calm_level_cycles", out)  # no spread recorded
-        # Judged apart: the cycles whose ranks ran within 1.10x of each other.
-        cycles[0].update(calm_rank_spread=1.25, calm_all_local_fraction=0.5)
-        cycles[1]["calm_rank_spread"] = 1.1
-        cycles[2].update(calm_rank_spread=1.02, calm_plan_changes=0)
+        # Judged apart: the cycles whose ranks ran within 1.10x of each other in none;
+        # calm's own spread, and a cycle whose none spread is unknown, count for nothing.
+        cycles[0].update(none_rank_spread=1.25, calm_all_local_fraction=0.5)
+        cycles[1].update(none_rank_spread=1.1, calm_rank_spread=1.4)
+        cycles[2].update(none_rank_spread=1.02, calm_plan_changes=0)
+        cycles.append(dict(cycles[0], none_rank_spread=None))
         out = judge.reaction_summary(cycles, "reshard 0.4")
-        self.assertEqual(out["calm_plan_changes_per_1000_steps"], 13.33)
-        self.assertEqual(out["calm_level_cycles"], 2)
+        self.assertEqual(out["calm_plan_changes_per_1000_steps"], 15.0)
+        self.assertEqual((out["calm_level_cycles"], out["calm_spread_measured_cycles"]), (2, 3))
         self.assertEqual(out["calm_level_plan_changes_per_1000_steps"], 10.0)
         self.assertEqual(out["calm_level_all_local_fraction"], 1.0)
         self.assertNotIn("onset_steps_to_fixed_oracle", judge.reaction_summary(cycles, None))
