@@ -415,13 +415,13 @@ class StragglerKind {
   // Whether the round's collectives are a floor: a plan without offloads that every rank
   // ran min_steps steps, all since `since`.
   bool Measurable(const Round& round, absl::Duration since, absl::Duration now) const;
-  // Measurable's floor part: a plan without offloads, the newest pushed, its step and
-  // floor measured (every rank ran min_steps steps under it); no cordon.
   // Whether a floor lies nearer `calm` than `straggling`, by ratio: a window without a
   // throttled rank's contention (see "Step slowdown" and "Contention gone").
   static bool NearerCalm(double floor, double calm, double straggling);
   // The median of a verdict's or a group's windows (0 for none).
   static double MedianOf(const std::deque<double>& values);
+  // Measurable's floor part: a plan without offloads, the newest pushed, its step and
+  // floor measured (every rank ran min_steps steps under it); no cordon.
   static bool FloorMeasured(const Round& round);
   // What keeps FloorMeasured from holding, for explain; empty where it holds.
   std::string FloorMissing(const Round& round) const;

@@ -1,6 +1,7 @@
 // StragglerKind's reads: what the decision loop asks of a group's verdicts once a round
 // has updated them (the straggling and calm floors, the relief, whether a contention is
 // gone). Apart from straggler_kind.cc, which judges the rounds, to keep each file short.
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -10,8 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/median.h"
-#include "coordinator/arrival_spread.h"
 #include "coordinator/straggler_kind.h"
 
 namespace ballast::coordinator {
