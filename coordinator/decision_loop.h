@@ -199,15 +199,11 @@ class DecisionLoop {
   WorkloadPlan Numbered(const GroupSnapshot& group, const WorkersPlan& workers,
                         WorkloadPlan plan) const;
   // Each rank's factor on its seconds per unit from the step feedback (empty when it is
-  // off), for `straggler` (the timers' target: TimersStraggler),
+  // off), for `straggler` (the timers' target: StragglerJudge::Verdict::straggler),
   // saying what it did in `lines` and in correction_. `held`: no probe.
   std::vector<double> StepCorrection(const GroupSnapshot& group, int32_t straggler, bool held,
                                      std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
-  // The rank the compute timers judge the group's straggler, for the measured-step loops:
-  // the slowest straggling rank, in a group they judge not calm; -1: none.
-  static int32_t TimersStraggler(const PooledGroup& pooled, const StragglerJudge::Verdict& verdict,
-                                 int32_t size);
   // Whether this round plans without offloads, for `straggler` (the timers' target in any
   // mode), saying why in `lines` and in correction_ (its undo and moved as the check
   // asks); `probing`: the check probes, so the step feedback must hold. Refused where the

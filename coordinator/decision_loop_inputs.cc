@@ -107,7 +107,7 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const double bytes_per_second = LinkBytesPerSecond(group.link, group.link_stale_after,
                                                      options_.link_bytes_per_second, &link_line);
   lines.push_back(std::move(link_line));
-  const int32_t straggler = TimersStraggler(*pooled, verdict, group.size);
+  const int32_t straggler = verdict.straggler;
   const std::vector<bool> cordoned = CordonedRanks(group);
   const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
   const StragglerKind::Kind kind = KindOf(group, straggler, cordon, lines);

@@ -52,20 +52,6 @@ void AppendWhy(const std::string& line, std::string& why) {
 
 }  // namespace
 
-int32_t DecisionLoop::TimersStraggler(const PooledGroup& pooled,
-                                      const StragglerJudge::Verdict& verdict, int32_t size) {
-  if (verdict.calm) return -1;
-  int32_t straggler = -1;
-  double slowest = 0;
-  for (size_t r = 0; r < pooled.ranks.size() && r < static_cast<size_t>(size); ++r) {
-    if (pooled.ranks[r].straggling && pooled.ranks[r].slowdown > slowest) {
-      slowest = pooled.ranks[r].slowdown;
-      straggler = static_cast<int32_t>(r);
-    }
-  }
-  return straggler;
-}
-
 std::vector<double> DecisionLoop::StepCorrection(const GroupSnapshot& group, int32_t straggler,
                                                  bool held, std::vector<std::string>& lines) {
   if (feedback_ == nullptr) return {};  // (Decide and DecideHeld reset correction_)

@@ -111,6 +111,16 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   // going back on that would move units twice a cycle.
   v.calm_lasted =
       ExtendRun(pooled.calm, now, max_gap, runs.calm) >= policy.reshard_after && pooled.calm;
+  if (!v.calm) {
+    double slowest = 0;
+    for (size_t r = 0; r < pooled.ranks.size() && r < static_cast<size_t>(size); ++r) {
+      if (pooled.ranks[r].straggling && pooled.ranks[r].slowdown > slowest) {
+        slowest = pooled.ranks[r].slowdown;
+        v.straggler = static_cast<int32_t>(r);
+      }
+    }
+  }
+  runs.judged_straggler = v.straggler;
 
   lines.insert(lines.end(), rank_lines.begin(), rank_lines.end());
   return v;
@@ -179,7 +189,10 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
                      " (not a blip: as long as measuring it afresh would take)"));
     return false;
   }
-  if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after) {
+  const bool moved_for_another = runs.moved_for >= 0 && runs.moved_for != rank &&
+                                 *run.straggling_since > runs.moved_units_at.value_or(now);
+  if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after &&
+      !moved_for_another) {
     lines.push_back(absl::StrCat(
         "rank ", rank, ": ", what, ", but units moved ",
         absl::FormatDuration(absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100))),
@@ -187,12 +200,19 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
         ") has passed since"));
     return false;
   }
-  lines.push_back(absl::StrCat("rank ", rank, ": ", what,
-                               " (measured): chronic now, without lasting reshard_after ",
-                               "(coordinator flag ",
-                               kind == StragglerKind::Kind::kCompute ? "--reshard_slower_devices"
-                                                                     : "--reshard_throttled_ranks",
-                               ")"));
+  lines.push_back(absl::StrCat(
+      "rank ", rank, ": ", what, " (measured): chronic now, without lasting reshard_after ",
+      "(coordinator flag ",
+      kind == StragglerKind::Kind::kCompute ? "--reshard_slower_devices"
+                                            : "--reshard_throttled_ranks",
+      ")",
+      moved_for_another && now - *runs.moved_units_at < policy.reshard_after
+          ? absl::StrCat("; units moved ",
+                         absl::FormatDuration(
+                             absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100))),
+                         " ago for rank ", runs.moved_for,
+                         "'s straggle, before this one began: not spaced from that move")
+          : ""));
   run.kind_measured = true;
   return true;
 }
@@ -204,12 +224,16 @@ void StragglerJudge::UnitsMoved(const GroupRef& ref) {
   // reshard_after again.
   const absl::Duration now = clock_->Monotonic();
   absl::MutexLock lock(&mu_);
-  RunsOf(ref).moved_units_at = now;
+  GroupRuns& runs = RunsOf(ref);
+  runs.moved_units_at = now;
+  runs.moved_for = runs.judged_straggler;
 }
 
 void StragglerJudge::HoldMovedUnits(const GroupRef& ref) {
   absl::MutexLock lock(&mu_);
-  RunsOf(ref).moved_units_at.reset();
+  GroupRuns& runs = RunsOf(ref);
+  runs.moved_units_at.reset();
+  runs.moved_for = -1;
 }
 
 std::map<int32_t, StragglerJudge::RankRun> StragglerJudge::Ranks(const GroupRef& ref) const {

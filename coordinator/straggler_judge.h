@@ -13,7 +13,8 @@
 //     A straggler whose kind was measured (a slower device, or a rank throttled whole:
 //     straggler_kind.h) is chronic at once (a verdict from before this run once the run
 //     has lasted as long as measuring it afresh would), unless the planner moved units within
-//     reshard_after (KindMeasuredChronic);
+//     reshard_after other than for another rank's straggle before this one began
+//     (KindMeasuredChronic);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -89,6 +90,10 @@ class StragglerJudge {
     bool calm = false;          // plan all-local (a marginal straggler not lasted is calm)
     bool calm_lasted = false;   // calm for reshard_after without a break
     std::vector<bool> chronic;  // per rank in [0, size): chronic for planning
+    // The slowest straggling rank, in a group not judged calm; -1: none. The rank this
+    // round's plan answers: the measured-step loops' target, and the straggler a move
+    // pushed this round is taken to be for (UnitsMoved).
+    int32_t straggler = -1;
   };
   // One rank's run of straggling rounds, for status.
   struct RankRun {
@@ -153,14 +158,19 @@ class StragglerJudge {
   // straggler coming back 17 s after it left ran plain TP until reshard_after (its offloads
   // refused), 0.98x plain. Not if the planner moved units within reshard_after (UnitsMoved) and no
   // hold has moved them since (HoldMovedUnits): the planner's reshards stay spaced as a chronic
-  // straggler's are. What a wrong call costs: a straggle that ends soon after its reshard costs a
-  // second move, back to even once calm has lasted reshard_after. Appends a line saying which. Call
-  // after Judge in the same round.
+  // straggler's are (a quota's slowdown moves with its load). Except for a straggle that began
+  // after a move the planner made for another rank's straggle: that move did not answer it, and
+  // spacing it left the interleaved benchmark's quota onsets with no plan for their minute in 7
+  // of 30 cycles, where a blip of the other rank had been resharded in the calm segment before
+  // and took no offloads (docs/benchmarks.md, 2026-12-06 (h)). What a wrong call costs: a
+  // straggle that ends soon after its reshard costs a second move, back to even once calm has
+  // lasted reshard_after. Appends a line saying which. Call after Judge in the same round.
   bool KindMeasuredChronic(const GroupRef& ref, int32_t rank, StragglerKind::Kind kind,
                            absl::Duration measured_at, absl::Duration fresh_measure,
                            const JobPolicy& policy, std::vector<std::string>& lines);
   // A plan the planner decided that moves units was pushed now: the counts to chronic and
-  // to a lasting skew restart. (Not for a held plan: the runs go on through a hold.)
+  // to a lasting skew restart. (Not for a held plan: the runs go on through a hold.) The
+  // move is for the straggler the group's last Judge named (the round that decided it).
   void UnitsMoved(const GroupRef& ref);
   // An operator's hold pushed a plan that moves units: the ownership in force is the
   // hold's, so the planner's last move no longer spaces its next one (resharding back
@@ -187,8 +197,12 @@ class StragglerJudge {
     };
     std::map<int32_t, BlockRuns> blocks;
     // Monotonic time of the last plan the planner pushed that moved units (UnitsMoved;
-    // not a hold's), while that ownership is in force (a hold's move clears it).
+    // not a hold's), while that ownership is in force (a hold's move clears it), and the
+    // straggler it was for (-1: none, the group calm).
     std::optional<absl::Duration> moved_units_at;
+    int32_t moved_for = -1;
+    // The straggler the last Judge named (Verdict::straggler).
+    int32_t judged_straggler = -1;
   };
   // The group's runs, fresh for a new incarnation.
   GroupRuns& RunsOf(const GroupRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -197,6 +197,90 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
                                             "units moved 100ms ago")));
 }
 
+// The round's straggler is the slowest straggling rank, none in a group judged calm.
+// A move is for the straggler the round that pushed it named: a straggle by another rank
+// that began after it was not answered by it, so a kind measured makes that one chronic
+// at once, not spaced from the move (the quota onset after a blip of its peer resharded
+// in the calm segment before). The move's own straggler, another that straggled through
+// the move, and any straggler after a move made with none straggling stay spaced.
+TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) {
+  // Rank 0 at `slow0`, rank 1 at `slow1`.
+  const auto round = [&](double slow0, double slow1) {
+    clock_.Advance(absl::Milliseconds(100));
+    lines_.clear();
+    PooledGroup g;
+    g.ranks = {{.slowdown = slow0, .blocks_judged = 1, .straggling = slow0 > 1.1},
+               {.slowdown = slow1, .blocks_judged = 1, .straggling = slow1 > 1.1}};
+    g.calm = slow0 <= 1.1 && slow1 <= 1.1;
+    return judge_.Judge(ref_, {0, 1}, 2, g, 1, policy_, false, absl::ZeroDuration(), lines_);
+  };
+  EXPECT_EQ(round(1.0, 1.0).straggler, -1);
+  EXPECT_EQ(round(1.3, 1.2).straggler, 0);
+  EXPECT_EQ(round(1.2, 1.3).straggler, 1);
+
+  // A blip of rank 0 is resharded (its kind measured), then rank 1 straggles.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(round(1.3, 1.0).straggler, 0);
+  judge_.UnitsMoved(ref_);
+  for (int i = 0; i < 5; ++i) round(1.0, 1.0);  // 500 ms calm: rank 0's run ends
+  EXPECT_EQ(round(1.0, 2.0).straggler, 1);
+  const absl::Duration measured = clock_.Monotonic();
+  lines_.clear();
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr(
+                          "(measured): chronic now, without lasting reshard_after (coordinator "
+                          "flag --reshard_throttled_ranks); units moved 600ms ago for rank 0's "
+                          "straggle, before this one began: not spaced from that move")));
+
+  // That reshard is for rank 1: its own straggle is spaced from it.
+  judge_.UnitsMoved(ref_);
+  round(1.0, 2.0);
+  lines_.clear();
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
+  // And so is a straggle of its own that began after it (relieved, a quota's straggler
+  // flickers calm).
+  for (int i = 0; i < 5; ++i) round(1.0, 1.0);
+  round(1.0, 2.0);
+  lines_.clear();
+  EXPECT_FALSE(
+      judge_.KindMeasuredChronic(ref_, 1, kThrottled, clock_.Monotonic(), kFresh, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 700ms ago")));
+
+  // Rank 0 straggling through a move for rank 1 (2.0x over its 1.5x) is spaced from it.
+  const GroupRef both{{"vit", "tp1"}, 1};
+  const auto round_both = [&](double slow0, double slow1) {
+    clock_.Advance(absl::Milliseconds(100));
+    PooledGroup g;
+    g.ranks = {{.slowdown = slow0, .blocks_judged = 1, .straggling = slow0 > 1.1},
+               {.slowdown = slow1, .blocks_judged = 1, .straggling = slow1 > 1.1}};
+    std::vector<std::string> lines;
+    return judge_.Judge(both, {0, 1}, 2, g, 1, policy_, false, absl::ZeroDuration(), lines);
+  };
+  round_both(1.5, 2.0);
+  judge_.UnitsMoved(both);
+  EXPECT_EQ(round_both(2.0, 1.5).straggler, 0);
+  lines_.clear();
+  EXPECT_FALSE(
+      judge_.KindMeasuredChronic(both, 0, kThrottled, clock_.Monotonic(), kFresh, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
+
+  // A move made with none straggling (back to even) spaces every straggler.
+  const GroupRef calm{{"vit", "tp2"}, 1};
+  const auto round_calm = [&](double slow1) {
+    clock_.Advance(absl::Milliseconds(100));
+    std::vector<std::string> lines;
+    return judge_.Judge(calm, {0, 1}, 2, Pooled(slow1), 1, policy_, false, absl::ZeroDuration(),
+                        lines);
+  };
+  round_calm(1.0);
+  judge_.UnitsMoved(calm);
+  round_calm(2.0);
+  lines_.clear();
+  EXPECT_FALSE(
+      judge_.KindMeasuredChronic(calm, 1, kThrottled, clock_.Monotonic(), kFresh, policy_, lines_));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
+}
+
 // A kind measured in a straggling run before this one (its verdict stands through calm
 // spells under 30 s) makes the straggle chronic at once only once it has lasted as long as
 // measuring the kind afresh would (16 steps: 2.6 s of the ViT's), at least 2 s and at most
