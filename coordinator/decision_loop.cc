@@ -144,7 +144,7 @@ bool DecisionLoop::Tick() {
         if (hold.has_value()) {
           judge_->HoldMovedUnits(ref);
         } else {
-          judge_->UnitsMoved(ref);
+          judge_->UnitsMoved(ref, outcome.relieved);
         }
       }
     }
@@ -220,6 +220,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   }
   decision.blocks.clear();
   const bool moves_units = decision.moves_units;
+  std::vector<int32_t> relieved = std::move(decision.relieved);
   std::vector<std::string> after;
   if (!record.decisions.empty()) {
     const StepPrediction p = PredictStep(record.decisions, record.pricing, group.ranks);
@@ -249,6 +250,7 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   out.change = Numbered(group, workers, *std::move(change));
   // A reshard restarts the count to chronic (StragglerJudge::UnitsMoved), once published.
   out.moves_units = moves_units;
+  out.relieved = std::move(relieved);
   return out;
 }
 

@@ -149,6 +149,7 @@ class DecisionLoop {
     DecisionRecord record;
     std::optional<WorkloadPlan> change;
     bool moves_units = false;
+    std::vector<int32_t> relieved;  // GroupDecision's: the ranks a move takes units from
     // The step feedback moved its factor this round, or the offload check refused
     // offloads or allowed them again: a change is a probe (or the way back from one),
     // chosen on purpose, so no flap (plan_flaps.h). `probe`: what the loops did, when it

@@ -189,8 +189,13 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
                      " (not a blip: as long as measuring it afresh would take)"));
     return false;
   }
-  const bool moved_for_another = runs.moved_for >= 0 && runs.moved_for != rank &&
-                                 *run.straggling_since > runs.moved_units_at.value_or(now);
+  // The last move answered another rank's straggle, this one began after it, and no move
+  // within reshard_after took this rank's units (two ranks taking turns stay spaced).
+  const auto relieved = runs.relieved_at.find(rank);
+  const bool moved_for_another =
+      runs.moved_for >= 0 && runs.moved_for != rank &&
+      *run.straggling_since > runs.moved_units_at.value_or(now) &&
+      (relieved == runs.relieved_at.end() || now - relieved->second >= policy.reshard_after);
   if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after &&
       !moved_for_another) {
     lines.push_back(absl::StrCat(
@@ -217,7 +222,7 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
   return true;
 }
 
-void StragglerJudge::UnitsMoved(const GroupRef& ref) {
+void StragglerJudge::UnitsMoved(const GroupRef& ref, const std::vector<int32_t>& relieved) {
   // Under a CPU quota a rank's slowdown moves with its load: one fewer unit, and it idles
   // more and is throttled less, which made the split swing by a unit every ~13 s on the
   // shaped link (7 moves in 300 steps with reshard_after 4 s). So the next reshard waits
@@ -227,13 +232,14 @@ void StragglerJudge::UnitsMoved(const GroupRef& ref) {
   GroupRuns& runs = RunsOf(ref);
   runs.moved_units_at = now;
   runs.moved_for = runs.judged_straggler;
+  for (int32_t r : relieved) runs.relieved_at[r] = now;
 }
 
 void StragglerJudge::HoldMovedUnits(const GroupRef& ref) {
   absl::MutexLock lock(&mu_);
   GroupRuns& runs = RunsOf(ref);
   runs.moved_units_at.reset();
-  runs.moved_for = -1;
+  runs.relieved_at.clear();
 }
 
 std::map<int32_t, StragglerJudge::RankRun> StragglerJudge::Ranks(const GroupRef& ref) const {

@@ -13,8 +13,8 @@
 //     A straggler whose kind was measured (a slower device, or a rank throttled whole:
 //     straggler_kind.h) is chronic at once (a verdict from before this run once the run
 //     has lasted as long as measuring it afresh would), unless the planner moved units within
-//     reshard_after other than for another rank's straggle before this one began
-//     (KindMeasuredChronic);
+//     reshard_after (KindMeasuredChronic; a move for another rank's straggle that took none
+//     of this rank's units and came before this straggle began does not count);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -90,9 +90,9 @@ class StragglerJudge {
     bool calm = false;          // plan all-local (a marginal straggler not lasted is calm)
     bool calm_lasted = false;   // calm for reshard_after without a break
     std::vector<bool> chronic;  // per rank in [0, size): chronic for planning
-    // The slowest straggling rank, in a group not judged calm; -1: none. The rank this
-    // round's plan answers: the measured-step loops' target, and the straggler a move
-    // pushed this round is taken to be for (UnitsMoved).
+    // The slowest straggling rank, in a group not judged calm; -1: none. The compute
+    // timers' target: the measured-step loops', and the straggle a move pushed this round
+    // is taken to be for (UnitsMoved; the move may relieve other ranks too).
     int32_t straggler = -1;
   };
   // One rank's run of straggling rounds, for status.
@@ -159,19 +159,22 @@ class StragglerJudge {
   // refused), 0.98x plain. Not if the planner moved units within reshard_after (UnitsMoved) and no
   // hold has moved them since (HoldMovedUnits): the planner's reshards stay spaced as a chronic
   // straggler's are (a quota's slowdown moves with its load). Except for a straggle that began
-  // after a move the planner made for another rank's straggle: that move did not answer it, and
-  // spacing it left the interleaved benchmark's quota onsets with no plan for their minute in 7
-  // of 30 cycles, where a blip of the other rank had been resharded in the calm segment before
-  // and took no offloads (docs/benchmarks.md, 2026-12-06 (h)). What a wrong call costs: a
-  // straggle that ends soon after its reshard costs a second move, back to even once calm has
-  // lasted reshard_after. Appends a line saying which. Call after Judge in the same round.
+  // after a move the planner made for another rank's straggle, where no move within
+  // reshard_after took this rank's units: that move did not answer it, and spacing it left the
+  // interleaved benchmark's quota onsets with no plan for their minute in 7 of 30 cycles, where a
+  // blip of the other rank had been resharded in the calm segment before and took no offloads
+  // (docs/benchmarks.md, 2026-12-06 (h)). A rank a move relieved stays spaced from it whatever
+  // the move was for (two ranks taking turns, a move that relieves several). What a wrong call
+  // costs: a straggle that ends soon after its reshard costs a second move, back to even once calm
+  // has lasted reshard_after. Appends a line saying which. Call after Judge in the same round.
   bool KindMeasuredChronic(const GroupRef& ref, int32_t rank, StragglerKind::Kind kind,
                            absl::Duration measured_at, absl::Duration fresh_measure,
                            const JobPolicy& policy, std::vector<std::string>& lines);
-  // A plan the planner decided that moves units was pushed now: the counts to chronic and
-  // to a lasting skew restart. (Not for a held plan: the runs go on through a hold.) The
-  // move is for the straggler the group's last Judge named (the round that decided it).
-  void UnitsMoved(const GroupRef& ref);
+  // A plan the planner decided that moves units was pushed now, taking units from the
+  // ranks `relieved`: the counts to chronic and to a lasting skew restart. (Not for a held
+  // plan: the runs go on through a hold.) The move is for the straggler the group's last
+  // Judge named (the round that decided it).
+  void UnitsMoved(const GroupRef& ref, const std::vector<int32_t>& relieved);
   // An operator's hold pushed a plan that moves units: the ownership in force is the
   // hold's, so the planner's last move no longer spaces its next one (resharding back
   // after a release is no swing of its own). Without it, a ViT's device straggler
@@ -201,6 +204,8 @@ class StragglerJudge {
     // straggler it was for (-1: none, the group calm).
     std::optional<absl::Duration> moved_units_at;
     int32_t moved_for = -1;
+    // Per rank, when such a move last took units from it.
+    std::map<int32_t, absl::Duration> relieved_at;
     // The straggler the last Judge named (Verdict::straggler).
     int32_t judged_straggler = -1;
   };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,6 +139,17 @@ void HoldSmallRefinements(const GroupPlannerInput& input, const JobPolicy& plann
       " s: the straggler threshold's noise, or the hysteresis)"));
 }
 
+// Adds to `relieved` every rank that owns fewer units under `after` than under `before`.
+void AddRelieved(const std::vector<RankId>& before, const std::vector<RankId>& after,
+                 std::set<int32_t>& relieved) {
+  std::map<int32_t, int64_t> change;  // units gained, by rank
+  for (RankId r : before) --change[r.value()];
+  for (RankId r : after) ++change[r.value()];
+  for (const auto& [rank, gained] : change) {
+    if (gained < 0) relieved.insert(rank);
+  }
+}
+
 }  // namespace
 
 GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
@@ -200,11 +213,13 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
     out.blocks[id] = *std::move(decision);
   }
   HoldSmallRefinements(input, planning, planned, out);
+  std::set<int32_t> relieved;
   for (const GroupBlockInput* block : planned) {
     BlockPlan bp = out.blocks[block->input.block.value()].plan;
     bp.block = block->input.block;
     if (!bp.owner_of_unit.empty() && bp.owner_of_unit != block->input.owner_of_unit) {
       out.moves_units = true;
+      AddRelieved(block->input.owner_of_unit, bp.owner_of_unit, relieved);
     }
     if (bp.owner_of_unit.empty() && block->move_unconfirmed) {
       bp.owner_of_unit = block->input.owner_of_unit;
@@ -220,6 +235,7 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
     out.moves_units = false;
     return out;
   }
+  out.relieved.assign(relieved.begin(), relieved.end());
   out.change = std::move(desired);
   return out;
 }

@@ -111,6 +111,9 @@ struct GroupDecision {
   std::optional<WorkloadPlan> change;
   // `change` moves units of some block to an ownership other than the one planned on.
   bool moves_units = false;
+  // Where it does: the ranks it leaves owning fewer units of some block, ascending (the
+  // straggler judge spaces their next reshard: StragglerJudge::UnitsMoved).
+  std::vector<int32_t> relieved;
   // Remarks on the whole group (the dwell), before the blocks' explanations.
   std::vector<std::string> notes;
 };

@@ -114,7 +114,7 @@ TEST_F(StragglerJudgeTest, TheCalmSpellsGraceIsAtMostASecond) {
 
 TEST_F(StragglerJudgeTest, AReshardRestartsTheCountToChronic) {
   for (int i = 0; i < 21; ++i) Round(2.0);
-  judge_.UnitsMoved(ref_);
+  judge_.UnitsMoved(ref_, {1});
   for (int i = 0; i < 19; ++i) EXPECT_FALSE(Round(2.0).chronic[1]) << i;
   EXPECT_TRUE(Round(2.0).chronic[1]);
 }
@@ -129,7 +129,7 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device (measured): chronic now")));
   EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
-  judge_.UnitsMoved(ref_);
+  judge_.UnitsMoved(ref_, {1});
   for (int i = 0; i < 19; ++i) {
     Round(2.0);
     lines_.clear();
@@ -141,7 +141,7 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   Round(2.0);
   EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
   // A group registered again has moved nothing (and its rank straggles anew).
-  judge_.UnitsMoved(ref_);
+  judge_.UnitsMoved(ref_, {1});
   const GroupRef again{ref_.key, ref_.incarnation + 1};
   clock_.Advance(absl::Milliseconds(100));
   std::vector<std::string> lines;
@@ -157,7 +157,7 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
 TEST_F(StragglerJudgeTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
   for (int i = 0; i < 21; ++i) Round(2.0);
   const absl::Duration measured = clock_.Monotonic();
-  judge_.UnitsMoved(ref_);
+  judge_.UnitsMoved(ref_, {1});
   Round(2.0);
   EXPECT_FALSE(Round(2.0).chronic[1]);
   lines_.clear();
@@ -168,7 +168,7 @@ TEST_F(StragglerJudgeTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
   lines_.clear();
   EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("a slower device (measured): chronic now")));
-  judge_.UnitsMoved(ref_);
+  judge_.UnitsMoved(ref_, {1});
   EXPECT_FALSE(Round(2.0).chronic[1]);
   EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
 }
@@ -189,7 +189,7 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
                           "now, without lasting reshard_after (coordinator flag "
                           "--reshard_throttled_ranks)")));
   EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
-  judge_.UnitsMoved(ref_);
+  judge_.UnitsMoved(ref_, {1});
   Round(2.0);
   lines_.clear();
   EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
@@ -201,83 +201,81 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
 // A move is for the straggler the round that pushed it named: a straggle by another rank
 // that began after it was not answered by it, so a kind measured makes that one chronic
 // at once, not spaced from the move (the quota onset after a blip of its peer resharded
-// in the calm segment before). The move's own straggler, another that straggled through
-// the move, and any straggler after a move made with none straggling stay spaced.
+// in the calm segment before). Spaced still: the move's own straggler, a rank the move or
+// an earlier one within reshard_after took units from (two ranks taking turns), a rank
+// that straggled through the move, and any straggler after a move made with none
+// straggling.
 TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) {
-  // Rank 0 at `slow0`, rank 1 at `slow1`.
-  const auto round = [&](double slow0, double slow1) {
+  // A round of group `ref`: rank 0 at `slow0`, rank 1 at `slow1`.
+  const auto round = [&](const GroupRef& ref, double slow0, double slow1) {
     clock_.Advance(absl::Milliseconds(100));
     lines_.clear();
     PooledGroup g;
     g.ranks = {{.slowdown = slow0, .blocks_judged = 1, .straggling = slow0 > 1.1},
                {.slowdown = slow1, .blocks_judged = 1, .straggling = slow1 > 1.1}};
     g.calm = slow0 <= 1.1 && slow1 <= 1.1;
-    return judge_.Judge(ref_, {0, 1}, 2, g, 1, policy_, false, absl::ZeroDuration(), lines_);
+    return judge_.Judge(ref, {0, 1}, 2, g, 1, policy_, false, absl::ZeroDuration(), lines_);
   };
-  EXPECT_EQ(round(1.0, 1.0).straggler, -1);
-  EXPECT_EQ(round(1.3, 1.2).straggler, 0);
-  EXPECT_EQ(round(1.2, 1.3).straggler, 1);
+  const auto chronic_now = [&](const GroupRef& ref, int32_t rank) {
+    lines_.clear();
+    return judge_.KindMeasuredChronic(ref, rank, kThrottled, clock_.Monotonic(), kFresh, policy_,
+                                      lines_);
+  };
+  EXPECT_EQ(round(ref_, 1.0, 1.0).straggler, -1);
+  EXPECT_EQ(round(ref_, 1.3, 1.2).straggler, 0);
+  EXPECT_EQ(round(ref_, 1.2, 1.3).straggler, 1);
 
   // A blip of rank 0 is resharded (its kind measured), then rank 1 straggles.
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(round(1.3, 1.0).straggler, 0);
-  judge_.UnitsMoved(ref_);
-  for (int i = 0; i < 5; ++i) round(1.0, 1.0);  // 500 ms calm: rank 0's run ends
-  EXPECT_EQ(round(1.0, 2.0).straggler, 1);
-  const absl::Duration measured = clock_.Monotonic();
-  lines_.clear();
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(round(ref_, 1.3, 1.0).straggler, 0);
+  judge_.UnitsMoved(ref_, {0});
+  for (int i = 0; i < 5; ++i) round(ref_, 1.0, 1.0);  // 500 ms calm: rank 0's run ends
+  EXPECT_EQ(round(ref_, 1.0, 2.0).straggler, 1);
+  EXPECT_TRUE(chronic_now(ref_, 1));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr(
                           "(measured): chronic now, without lasting reshard_after (coordinator "
                           "flag --reshard_throttled_ranks); units moved 600ms ago for rank 0's "
                           "straggle, before this one began: not spaced from that move")));
 
   // That reshard is for rank 1: its own straggle is spaced from it.
-  judge_.UnitsMoved(ref_);
-  round(1.0, 2.0);
-  lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
+  judge_.UnitsMoved(ref_, {1});
+  round(ref_, 1.0, 2.0);
+  EXPECT_FALSE(chronic_now(ref_, 1));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
   // And so is a straggle of its own that began after it (relieved, a quota's straggler
   // flickers calm).
-  for (int i = 0; i < 5; ++i) round(1.0, 1.0);
-  round(1.0, 2.0);
-  lines_.clear();
-  EXPECT_FALSE(
-      judge_.KindMeasuredChronic(ref_, 1, kThrottled, clock_.Monotonic(), kFresh, policy_, lines_));
+  for (int i = 0; i < 5; ++i) round(ref_, 1.0, 1.0);
+  round(ref_, 1.0, 2.0);
+  EXPECT_FALSE(chronic_now(ref_, 1));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 700ms ago")));
+  // Rank 0 straggling anew after rank 1's move is spaced by its own, 1.4 s before.
+  EXPECT_EQ(round(ref_, 2.0, 1.0).straggler, 0);
+  EXPECT_FALSE(chronic_now(ref_, 0));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 800ms ago")));
 
-  // Rank 0 straggling through a move for rank 1 (2.0x over its 1.5x) is spaced from it.
-  const GroupRef both{{"vit", "tp1"}, 1};
-  const auto round_both = [&](double slow0, double slow1) {
-    clock_.Advance(absl::Milliseconds(100));
-    PooledGroup g;
-    g.ranks = {{.slowdown = slow0, .blocks_judged = 1, .straggling = slow0 > 1.1},
-               {.slowdown = slow1, .blocks_judged = 1, .straggling = slow1 > 1.1}};
-    std::vector<std::string> lines;
-    return judge_.Judge(both, {0, 1}, 2, g, 1, policy_, false, absl::ZeroDuration(), lines);
-  };
-  round_both(1.5, 2.0);
-  judge_.UnitsMoved(both);
-  EXPECT_EQ(round_both(2.0, 1.5).straggler, 0);
-  lines_.clear();
-  EXPECT_FALSE(
-      judge_.KindMeasuredChronic(both, 0, kThrottled, clock_.Monotonic(), kFresh, policy_, lines_));
+  // A move for rank 1 that also took units from rank 0 spaces rank 0's straggle after it.
+  const GroupRef also{{"vit", "tp1"}, 1};
+  round(also, 1.0, 2.0);
+  judge_.UnitsMoved(also, {0, 1});
+  EXPECT_EQ(round(also, 2.0, 1.0).straggler, 0);
+  EXPECT_FALSE(chronic_now(also, 0));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
 
-  // A move made with none straggling (back to even) spaces every straggler.
-  const GroupRef calm{{"vit", "tp2"}, 1};
-  const auto round_calm = [&](double slow1) {
-    clock_.Advance(absl::Milliseconds(100));
-    std::vector<std::string> lines;
-    return judge_.Judge(calm, {0, 1}, 2, Pooled(slow1), 1, policy_, false, absl::ZeroDuration(),
-                        lines);
-  };
-  round_calm(1.0);
-  judge_.UnitsMoved(calm);
-  round_calm(2.0);
-  lines_.clear();
-  EXPECT_FALSE(
-      judge_.KindMeasuredChronic(calm, 1, kThrottled, clock_.Monotonic(), kFresh, policy_, lines_));
+  // Rank 0 straggling through a move for rank 1 (2.0x over its 1.5x) is spaced from it.
+  const GroupRef both{{"vit", "tp2"}, 1};
+  round(both, 1.5, 2.0);
+  judge_.UnitsMoved(both, {1});
+  EXPECT_EQ(round(both, 2.0, 1.5).straggler, 0);
+  EXPECT_FALSE(chronic_now(both, 0));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
+
+  // A move made with none straggling (back to even, after rank 0's straggle ended) spaces
+  // every straggler.
+  const GroupRef calm{{"vit", "tp3"}, 1};
+  round(calm, 2.0, 1.0);
+  EXPECT_EQ(round(calm, 1.0, 1.0).straggler, -1);
+  judge_.UnitsMoved(calm, {0});
+  round(calm, 1.0, 2.0);
+  EXPECT_FALSE(chronic_now(calm, 1));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
 }
 
@@ -415,7 +413,7 @@ TEST_F(StragglerJudgeTest, ABlocksSkewLastsAfterReshardAfterPerBlockAndRestartsO
   // A plan that moved units restarts the count, as for a chronic straggler.
   for (int i = 0; i < 25; ++i) skewed(3, true);
   ASSERT_TRUE(skewed(3, true));
-  judge_.UnitsMoved(ref_);
+  judge_.UnitsMoved(ref_, {1});
   for (int i = 0; i < 19; ++i) EXPECT_FALSE(skewed(3, true)) << i;
   EXPECT_THAT(lines.back(), HasSubstr("since the last reshard"));
   EXPECT_TRUE(skewed(3, true));

@@ -17,7 +17,9 @@
 namespace ballast::coordinator {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 // Two ranks owning 4 units each of block 0; rank 1 computes a unit in `slow_seconds`,
 // rank 0 in 1 s; an offloaded unit costs each side `tau`.
@@ -156,6 +158,7 @@ TEST(GroupPlannerTest, AReshardMovesUnitsAndIsRestatedUntilConfirmed) {
   GroupDecision d = DecideGroup(OneBlock(block), Migrate(), DwellOptions{});
   ASSERT_TRUE(d.change.has_value());
   EXPECT_TRUE(d.moves_units);
+  EXPECT_THAT(d.relieved, ElementsAre(1));
   ASSERT_EQ(d.change->blocks.size(), 1u);
   const std::vector<RankId> moved = d.change->blocks[0].owner_of_unit;
   ASSERT_EQ(moved.size(), 8u);
@@ -173,6 +176,7 @@ TEST(GroupPlannerTest, AReshardMovesUnitsAndIsRestatedUntilConfirmed) {
   GroupDecision restated = DecideGroup(next, Migrate(), DwellOptions{});
   EXPECT_FALSE(restated.change.has_value()) << "the plan in force already says it";
   EXPECT_FALSE(restated.moves_units);
+  EXPECT_THAT(restated.relieved, IsEmpty());
   next.blocks[0].move_unconfirmed = false;  // a worker reported the move
   GroupDecision confirmed = DecideGroup(next, Migrate(), DwellOptions{});
   ASSERT_TRUE(confirmed.change.has_value());
@@ -215,6 +219,7 @@ TEST(GroupPlannerTest, ADwellDoesNotHoldOffAChronicStragglersReshard) {
   GroupDecision d = DecideGroup(in, Migrate(), kLongDwell);
   ASSERT_TRUE(d.change.has_value()) << absl::StrJoin(ExplainGroup(in, d), "\n");
   EXPECT_TRUE(d.moves_units);
+  EXPECT_THAT(d.relieved, ElementsAre(1));
   ASSERT_EQ(d.change->blocks.size(), 1u);
   const std::vector<RankId>& moved = d.change->blocks[0].owner_of_unit;
   EXPECT_EQ(std::count(moved.begin(), moved.end(), RankId(0)), 6);
