@@ -39,7 +39,9 @@
 //     tensor parallelism until the reshard 18-20 steps in, where the others offloaded
 //     from step 4-6; and where a blip of rank 0 at the calm segment's start had it
 //     resharded, rank 1's onset on that split ran with no plan for its 60 steps
-//     (docs/benchmarks.md, 2026-12-06 (e)). What it does not do: a reshard restarts the
+//     (docs/benchmarks.md, 2026-12-06 (e); now its reshard is not spaced from the move
+//     made for rank 0: StragglerJudge::KindMeasuredChronic, 2026-12-06 (h)). What it does
+//     not do: a reshard restarts the
 //     judge's count to chronic, so on a split the planner resharded to that is not the
 //     probe's (another fingerprint), the refusal lapses until the straggler is chronic
 //     again (reshard_after), and offloads on top of that reshard go unmeasured (for a
