@@ -219,8 +219,10 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
     record.pricing = pricing;
   }
   decision.blocks.clear();
-  const bool moves_units = decision.moves_units;
-  std::vector<int32_t> relieved = std::move(decision.relieved);
+  // Only with a change (DecideGroup): a reshard restarts the count to chronic
+  // (StragglerJudge::UnitsMoved), once published.
+  out.moves_units = decision.moves_units;
+  out.relieved = std::move(decision.relieved);
   std::vector<std::string> after;
   if (!record.decisions.empty()) {
     const StepPrediction p = PredictStep(record.decisions, record.pricing, group.ranks);
@@ -248,9 +250,6 @@ DecisionLoop::Outcome DecisionLoop::Decide(const GroupSnapshot& group, const Job
   out.probe = correction_.why;
   if (!change.has_value()) return out;
   out.change = Numbered(group, workers, *std::move(change));
-  // A reshard restarts the count to chronic (StragglerJudge::UnitsMoved), once published.
-  out.moves_units = moves_units;
-  out.relieved = std::move(relieved);
   return out;
 }
 

@@ -41,9 +41,8 @@
 //     resharded, rank 1's onset on that split ran with no plan for its 60 steps
 //     (docs/benchmarks.md, 2026-12-06 (e); now its reshard is not spaced from the move
 //     made for rank 0: StragglerJudge::KindMeasuredChronic, 2026-12-06 (h)). What it does
-//     not do: a reshard restarts the
-//     judge's count to chronic, so on a split the planner resharded to that is not the
-//     probe's (another fingerprint), the refusal lapses until the straggler is chronic
+//     not do: a reshard restarts the judge's count to chronic, so on a split the
+//     planner resharded to that is not the probe's (another fingerprint), the refusal lapses until the straggler is chronic
 //     again (reshard_after), and offloads on top of that reshard go unmeasured (for a
 //     throttled rank DecisionLoop::RefusesOffloads refuses them anyway; a slower device
 //     has no such refusal); two stragglers taking turns as the slowest on the probe's

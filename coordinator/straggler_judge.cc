@@ -191,33 +191,34 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
   }
   // The last move answered another rank's straggle, this one began after it, and no move
   // within reshard_after took this rank's units (two ranks taking turns stay spaced).
+  const bool moved_lately =
+      runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after;
   const auto relieved = runs.relieved_at.find(rank);
   const bool moved_for_another =
-      runs.moved_for >= 0 && runs.moved_for != rank &&
-      *run.straggling_since > runs.moved_units_at.value_or(now) &&
+      moved_lately && runs.moved_for >= 0 && runs.moved_for != rank &&
+      *run.straggling_since > *runs.moved_units_at &&
       (relieved == runs.relieved_at.end() || now - relieved->second >= policy.reshard_after);
-  if (runs.moved_units_at.has_value() && now - *runs.moved_units_at < policy.reshard_after &&
-      !moved_for_another) {
-    lines.push_back(absl::StrCat(
-        "rank ", rank, ": ", what, ", but units moved ",
-        absl::FormatDuration(absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100))),
-        " ago: chronic only once reshard_after (", absl::FormatDuration(policy.reshard_after),
-        ") has passed since"));
+  const std::string moved_ago =
+      moved_lately
+          ? absl::FormatDuration(absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100)))
+          : "";
+  if (moved_lately && !moved_for_another) {
+    lines.push_back(absl::StrCat("rank ", rank, ": ", what, ", but units moved ", moved_ago,
+                                 " ago: chronic only once reshard_after (",
+                                 absl::FormatDuration(policy.reshard_after), ") has passed since"));
     return false;
   }
-  lines.push_back(absl::StrCat(
-      "rank ", rank, ": ", what, " (measured): chronic now, without lasting reshard_after ",
-      "(coordinator flag ",
-      kind == StragglerKind::Kind::kCompute ? "--reshard_slower_devices"
-                                            : "--reshard_throttled_ranks",
-      ")",
-      moved_for_another && now - *runs.moved_units_at < policy.reshard_after
-          ? absl::StrCat("; units moved ",
-                         absl::FormatDuration(
-                             absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100))),
-                         " ago for rank ", runs.moved_for,
-                         "'s straggle, before this one began: not spaced from that move")
-          : ""));
+  lines.push_back(
+      absl::StrCat("rank ", rank, ": ", what,
+                   " (measured): chronic now, without lasting reshard_after ", "(coordinator flag ",
+                   kind == StragglerKind::Kind::kCompute ? "--reshard_slower_devices"
+                                                         : "--reshard_throttled_ranks",
+                   ")",
+                   moved_for_another
+                       ? absl::StrCat("; units moved ", moved_ago, " ago for rank ", runs.moved_for,
+                                      "'s straggle, before this one began: not spaced from "
+                                      "that move")
+                       : ""));
   run.kind_measured = true;
   return true;
 }
