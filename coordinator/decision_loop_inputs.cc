@@ -100,9 +100,17 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   }
   std::vector<int32_t> ranks;
   for (const RankSnapshot& r : group.ranks) ranks.push_back(r.rank);
+  // A group running all-local waits a marginal straggler out before it balances
+  // (rank_speeds.h). The planner's plan in force states a reshard the workers have made
+  // until its next change, and runs all-local then (PlanRunsAllLocal); an operator's hold
+  // states its ownership on purpose for as long as it holds (held_plan.h), and a held
+  // group runs all-local only where its plan states nothing (also, since the planner's
+  // statement stays, not where a hold at the even split follows a made move back to it,
+  // which the hold goes on stating as its plan in force did).
+  const bool all_local = operator_hold ? group.plan.blocks.empty() : PlanRunsAllLocal(group);
   const StragglerJudge::Verdict verdict =
       judge_->Judge(group.ref, ranks, group.size, *pooled, static_cast<int32_t>(speeds.size()),
-                    policy, group.plan.blocks.empty(), start_wait, lines);
+                    policy, all_local, start_wait, lines);
   std::string link_line;
   const double bytes_per_second = LinkBytesPerSecond(group.link, group.link_stale_after,
                                                      options_.link_bytes_per_second, &link_line);

@@ -147,6 +147,17 @@ const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
   return block.owner_of_unit;
 }
 
+bool PlanRunsAllLocal(const GroupSnapshot& group) {
+  static const std::vector<RankId> kNone;
+  return std::all_of(
+      group.plan.blocks.begin(), group.plan.blocks.end(), [&group](const BlockPlan& bp) {
+        const auto block =
+            std::find_if(group.blocks.begin(), group.blocks.end(),
+                         [&bp](const BlockSnapshot& b) { return b.block == bp.block.value(); });
+        return RunsAllLocal(bp, block == group.blocks.end() ? kNone : block->owner_of_unit);
+      });
+}
+
 std::vector<int32_t> UnitsComputed(const GroupSnapshot& group) {
   return UnitsComputed(group, /*computed=*/true);
 }

@@ -16,6 +16,7 @@
 
 #include "coordinator/group_registry.h"
 #include "coordinator/link_model.h"
+#include "coordinator/planner/group_planner.h"
 #include "coordinator/planner/planner.h"
 
 namespace ballast::coordinator {
@@ -56,7 +57,8 @@ double LinkBytesPerSecond(const std::optional<LinkModel::Estimate>& learned,
                           absl::Duration stale_after, double prior, std::string* explanation);
 
 // The ownership a block is planned on: the plan in force's, where it moves the block's
-// units (restated until the workers confirm it), else what the workers run.
+// units (restated until the workers confirm it, and stated until the group's next change
+// after: group_planner.h, WithoutMadeMove), else what the workers run.
 const std::vector<RankId>& PlannedOwnership(const WorkloadPlan& in_force,
                                             const BlockSnapshot& block);
 
@@ -78,6 +80,11 @@ double MeasuredCollectives(const std::vector<RankSnapshot>& ranks, int64_t versi
 // rank ran `min_steps` steps under it.
 std::vector<double> MeasuredRankCollectives(const std::vector<RankSnapshot>& ranks, int64_t version,
                                             int64_t min_steps, int32_t size);
+
+// Whether the group's newest plan asks nothing of its workers beyond the ownership they
+// run (group_planner.h, RunsAllLocal): all-local, even where it still states a reshard
+// they have made.
+bool PlanRunsAllLocal(const GroupSnapshot& group);
 
 // Each rank's units computed under the group's newest plan (straggler_kind.h): owned on
 // the plan's ownership (PlannedOwnership), less pruned, less offloaded to a helper, and

@@ -133,7 +133,8 @@ struct CalmVerdict {
 };
 
 // The round judged at monotonic time `now`, on a group running all-local when
-// `running_all_local` (no plan at all): a straggler there waits while its run in `run` is
+// `running_all_local` (its plan asks nothing of the workers: group_figures.h,
+// PlanRunsAllLocal): a straggler there waits while its run in `run` is
 // shorter than the wait, `marginal_for` for a marginal one and at least `flap_wait` for
 // any (the wait of a group whose plans flap, plan_flaps.h: StartWait; zero otherwise). A
 // round without a straggler that waits ends the run, and so does a gap of more than

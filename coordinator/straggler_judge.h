@@ -24,7 +24,9 @@
 //     as a marginal straggler is (PlannerInput::skew_waits), unless it has lasted
 //     reshard_after. All-local here means no replicas in force: a plan that only caps
 //     capacity, or keeps a reshard's ownership, splits no expert. (The group's marginal
-//     run, by contrast, counts a group as all-local only with no plan at all.)
+//     run, by contrast, counts a group as all-local only where its plan asks nothing of
+//     the workers: none, or one that states only a move they have made, group_figures.h's
+//     PlanRunsAllLocal; under an operator's hold, only with no plan at all.)
 // A gap of more than kJudgementGapPeriods report periods between rounds (a pause, a detach,
 // missing reports) breaks every run: rounds not judged are no evidence.
 //

@@ -28,6 +28,29 @@ bool Trivial(const BlockPlan& plan) {
                      [](int32_t n) { return n == 0; });
 }
 
+// The plan in force's blocks as they ask the workers to run: a move of a planned block
+// that every worker has made is dropped (WithoutMadeMove), then blocks left asking nothing.
+// A reshard's plan in force states the move until the next change: the plan pushed to
+// drop it changed nothing the workers run, yet each reshard cost a second plan change
+// (the plan version the interleaved benchmark counts; 27 of 66 changes in its quota
+// onsets, 2 of 4 in its steady straggler's: docs/benchmarks.md, 2026-12-06 (i)).
+std::vector<BlockPlan> InForceAsRun(const GroupPlannerInput& input) {
+  std::vector<BlockPlan> out;
+  for (const BlockPlan& bp : input.in_force.blocks) {
+    const auto planned =
+        std::find_if(input.blocks.begin(), input.blocks.end(),
+                     [&bp](const GroupBlockInput& b) { return b.input.block == bp.block; });
+    // Confirmed, the ownership planned on is the workers' (GroupBlockInput::input).
+    if (planned == input.blocks.end() || planned->move_unconfirmed) {
+      out.push_back(bp);
+      continue;
+    }
+    BlockPlan run = WithoutMadeMove(bp, planned->input.owner_of_unit);
+    if (!Trivial(run)) out.push_back(std::move(run));
+  }
+  return out;
+}
+
 // Whether `desired` differs from the plan in force. Content, not versions: an unchanged
 // plan is not re-pushed.
 bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
@@ -36,7 +59,7 @@ bool IsChange(const GroupPlannerInput& input, const WorkloadPlan& desired) {
   // Imputation and priority matter only to units a plan prunes or offloads (the priority
   // orders storage, and both cut their ranges from its end): an all-local plan is
   // unchanged whatever they say, and the next plan that balances carries the job's.
-  if (in_force.blocks == desired.blocks &&
+  if (InForceAsRun(input) == desired.blocks &&
       (desired.blocks.empty() ||
        (in_force.imputation == desired.imputation && in_force.priority == desired.priority))) {
     return false;
@@ -151,6 +174,15 @@ void AddRelieved(const std::vector<RankId>& before, const std::vector<RankId>& a
 }
 
 }  // namespace
+
+BlockPlan WithoutMadeMove(BlockPlan block, const std::vector<RankId>& workers_run) {
+  if (block.owner_of_unit == workers_run) block.owner_of_unit.clear();
+  return block;
+}
+
+bool RunsAllLocal(const BlockPlan& block, const std::vector<RankId>& workers_run) {
+  return Trivial(WithoutMadeMove(block, workers_run));
+}
 
 GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& policy,
                           const DwellOptions& dwell) {

@@ -63,7 +63,10 @@ struct GroupBlockInput {
   // every plan restates it. Ranks agree on the newest plan they all hold, so two plans
   // pushed within one step skip the first, and a reshard followed by its all-local plan
   // was lost (the workers kept the old ownership while the coordinator planned on the new
-  // one). Restated, it is a no-op for ranks that already moved.
+  // one). Restated, it is a no-op for ranks that already moved. Once a worker reports it
+  // (ranks apply plans in lockstep), a plan in force that still states it is no change
+  // from one that does not (WithoutMadeMove): the statement stays until the group's next
+  // change, rather than a plan pushed only to drop it.
   bool move_unconfirmed = false;
   // Its units divide (BlockShape::units_divide, experts): it takes the job's capacity cap
   // (JobPolicy::expert_capacity_factor) in the modes that balance, loads known or not.
@@ -132,6 +135,16 @@ GroupDecision DecideGroup(const GroupPlannerInput& input, const JobPolicy& polic
 GroupDecision DecideHeldGroup(const GroupPlannerInput& input, const std::vector<BlockShape>& shapes,
                               const std::vector<bool>& cordoned, const GroupHold& hold,
                               const JobPolicy& policy);
+
+// `block` without its move where it states `workers_run`, the ownership the workers
+// report: a move the workers have made is their ownership now, and the plan in force
+// keeps stating it until the group's next change (GroupBlockInput::move_unconfirmed).
+// Two plans equal after this ask the same of the workers.
+BlockPlan WithoutMadeMove(BlockPlan block, const std::vector<RankId>& workers_run);
+
+// Whether `block` asks nothing of workers that run `workers_run`: no prunes, offloads,
+// replicas or capacity cap, and no move but one they have made.
+bool RunsAllLocal(const BlockPlan& block, const std::vector<RankId>& workers_run);
 
 // Why, for `ballastctl explain`: the notes, then each block's explanation or failure, in
 // the input's order. `input` must be the one `decision` was made from (its blocks; the

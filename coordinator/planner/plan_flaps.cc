@@ -31,6 +31,21 @@ bool BalancesBySpeed(const std::vector<BlockPlan>& blocks) {
   });
 }
 
+// `blocks` as they run on the ownership of the history they join: a history starts
+// afresh at every move (PlanFlaps::Pushed), so the only ownership a plan in it states is
+// that one (a reshard's own, stated until the group's next change: group_planner.h,
+// WithoutMadeMove), and a plan that states it is the plan that does not. A reshard and
+// the offloads undone after it are then a flap, as they were when a plan that only
+// dropped the statement came between.
+std::vector<BlockPlan> OnItsOwnership(const std::vector<BlockPlan>& blocks) {
+  std::vector<BlockPlan> out;
+  for (BlockPlan b : blocks) {
+    b.owner_of_unit.clear();
+    if (!RunsAllLocal(b, {})) out.push_back(std::move(b));
+  }
+  return out;
+}
+
 // Per (block, rank), the units of the rank's own work that each of three plans takes off
 // it: those it prunes and offloads, less those of others it computes.
 using Reliefs = std::map<std::pair<int32_t, int32_t>, std::array<int64_t, 3>>;
@@ -83,18 +98,19 @@ absl::Duration PlanFlaps::Hold(const DwellOptions& base) const {
 }
 
 void PlanFlaps::Seed(const std::vector<BlockPlan>& in_force) {
-  if (!in_force_.has_value()) in_force_ = in_force;
+  if (!in_force_.has_value()) in_force_ = OnItsOwnership(in_force);
 }
 
 bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, bool deliberate,
                        const DwellOptions& base, absl::Duration now, bool calm) {
+  std::vector<BlockPlan> run = OnItsOwnership(blocks);
   const absl::Duration window = Hold(base) + base.flap_hold;
   const bool may_flap = !moves_units && !deliberate && base.flap_hold > absl::ZeroDuration();
-  bool flap = may_flap && before_.has_value() && Undoes(*before_, *in_force_, blocks) &&
+  bool flap = may_flap && before_.has_value() && Undoes(*before_, *in_force_, run) &&
               now - pushed_at_ < window;
   // Balancing by speed started (from a known plan that did not), or ended.
   const bool balanced = in_force_.has_value() && BalancesBySpeed(*in_force_);
-  const bool balances = BalancesBySpeed(blocks);
+  const bool balances = BalancesBySpeed(run);
   const bool starts = in_force_.has_value() && !balanced && balances;
   const bool ends = balanced && !balances;
   // A restart right after a blip that counted: the same noise, counted once.
@@ -119,7 +135,7 @@ bool PlanFlaps::Pushed(const std::vector<BlockPlan>& blocks, bool moves_units, b
   if (!balances || moves_units) balancing_since_.reset();
   before_ = std::move(in_force_);
   if (moves_units) before_.reset();
-  in_force_ = blocks;
+  in_force_ = std::move(run);
   probe_in_force_ = deliberate;
   pushed_at_ = now;
   quiet_since_ = now;

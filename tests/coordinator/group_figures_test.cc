@@ -120,5 +120,24 @@ TEST(GroupFiguresTest, UnitsComputedLeaveOutExpertsAndNeedOwnership) {
   EXPECT_TRUE(UnitsComputed(g).empty());
 }
 
+// A reshard's plan stays in force stating its move once the workers have made it
+// (group_planner.h, WithoutMadeMove): the group runs all-local then, as it did on the plan
+// once pushed only to drop the statement, and waits a marginal straggler out as before.
+TEST(GroupFiguresTest, APlanStatingAMoveTheWorkersMadeRunsAllLocal) {
+  GroupSnapshot g = TwoRanks();
+  EXPECT_TRUE(PlanRunsAllLocal(g)) << "no plan";
+  const std::vector<RankId> moved = {RankId(0), RankId(0), RankId(0), RankId(1)};
+  g.plan.blocks = {{.block = BlockId(0), .owner_of_unit = moved}};
+  EXPECT_FALSE(PlanRunsAllLocal(g)) << "the workers still run the even split";
+  g.blocks[0].owner_of_unit = moved;
+  EXPECT_TRUE(PlanRunsAllLocal(g)) << "the move made";
+  g.plan.blocks[0].offloads = {{.owner = RankId(1), .helper = RankId(0), .units = 1}};
+  EXPECT_FALSE(PlanRunsAllLocal(g)) << "an offload on the new split";
+  g.plan.blocks = {{.block = BlockId(1), .pruned_units = {0, 1}}};
+  EXPECT_FALSE(PlanRunsAllLocal(g)) << "a prune";
+  g.plan.blocks = {{.block = BlockId(7), .owner_of_unit = moved}};
+  EXPECT_FALSE(PlanRunsAllLocal(g)) << "a block the workers do not report";
+}
+
 }  // namespace
 }  // namespace ballast::coordinator

@@ -177,10 +177,22 @@ TEST(GroupPlannerTest, AReshardMovesUnitsAndIsRestatedUntilConfirmed) {
   EXPECT_FALSE(restated.change.has_value()) << "the plan in force already says it";
   EXPECT_FALSE(restated.moves_units);
   EXPECT_THAT(restated.relieved, IsEmpty());
-  next.blocks[0].move_unconfirmed = false;  // a worker reported the move
+  // Every worker reported the move: the plan in force, which still states it, is what
+  // they run (all-local on the new ownership), and no plan is pushed only to drop the
+  // statement: it would be a plan change that changes nothing.
+  next.blocks[0].move_unconfirmed = false;
   GroupDecision confirmed = DecideGroup(next, Migrate(), DwellOptions{});
-  ASSERT_TRUE(confirmed.change.has_value());
-  EXPECT_TRUE(confirmed.change->blocks.empty()) << "all-local on the new ownership";
+  EXPECT_FALSE(confirmed.change.has_value()) << "the workers run the plan in force";
+  EXPECT_TRUE(RunsAllLocal(next.in_force.blocks[0], moved));
+  EXPECT_FALSE(RunsAllLocal(next.in_force.blocks[0], EvenOwnership(8, 2)))
+      << "a move the workers have not made asks something of them";
+  // The group's next change drops it: here an offload in force that the planner ends.
+  next.in_force.blocks[0].offloads = {{RankId(0), RankId(1), 1}};
+  EXPECT_FALSE(RunsAllLocal(next.in_force.blocks[0], moved));
+  GroupDecision ended = DecideGroup(next, Migrate(), DwellOptions{});
+  ASSERT_TRUE(ended.change.has_value());
+  EXPECT_TRUE(ended.change->blocks.empty()) << "all-local on the new ownership";
+  EXPECT_FALSE(ended.moves_units);
 }
 
 // `in` with a plan in force (pushed a second ago, under the migrate policy) offloading

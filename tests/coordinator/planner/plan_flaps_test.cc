@@ -163,6 +163,29 @@ TEST(PlanFlapsTest, NoHoldWhileAllLocalAndAReshardStartsAfresh) {
   EXPECT_EQ(resharded.level(), 0);
 }
 
+// A reshard's plan stays in force stating its move until the group's next change
+// (group_planner.h, WithoutMadeMove): offloads on the new split undone soon after are a
+// flap, as they were when a plan that only dropped the statement came between, and a plan
+// in force that only states a move is the all-local plan there.
+TEST(PlanFlapsTest, APlanStatingItsMoveIsTheSameAsOneThatDoesNot) {
+  const DwellOptions base;
+  const std::vector<RankId> moved = {RankId(0), RankId(0), RankId(0), RankId(1)};
+  const std::vector<BlockPlan> reshard = {BlockPlan{.block = BlockId(0), .owner_of_unit = moved}};
+  std::vector<BlockPlan> offloading = Offload(1);
+  offloading[0].owner_of_unit = moved;  // restated: no worker had reported the move yet
+  PlanFlaps flaps;
+  flaps.Seed(Offload(0));
+  flaps.Pushed(reshard, /*moves_units=*/true, false, base, S(0), false);
+  EXPECT_FALSE(flaps.Pushed(offloading, false, false, base, S(1), false));
+  EXPECT_TRUE(flaps.Pushed(Offload(0), false, false, base, S(2), false)) << "the offload undone";
+  EXPECT_EQ(flaps.level(), 1);
+  // Seeded with the reshard's plan in force: offloads, then all-local again, undo them.
+  PlanFlaps seeded;
+  seeded.Seed(reshard);
+  EXPECT_FALSE(seeded.Pushed(Offload(3), false, false, base, S(0), false));
+  EXPECT_TRUE(seeded.Pushed(Offload(0), false, false, base, S(1), false));
+}
+
 // Balancing that calm ends within flap_hold of its start (the VM's blips: 1-15 s spells of
 // a calm rank 1.2-1.7x slower) is a flap, whatever plans came between; balancing that
 // lasted, or that ended without calm, is none. While the group flaps, and for 10 minutes
