@@ -159,16 +159,11 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
   if (LastedAWindow(round, *g.calm_since, now)) g.target = -1;
   if (!g.judged.empty()) {
     if (AnyRelieved(g, round, g.judged)) {
-      g.absent_since.reset();
       Recheck(g, round, now, lines);
     } else {
       g.relieved_calm_since.reset();
-      if (!g.absent_since.has_value()) g.absent_since = now;
     }
-    if (g.absent_since.has_value() && now - *g.absent_since >= kAbsentFor) {
-      g.judged.clear();
-      g.absent_since.reset();
-    }
+    AgeVerdicts(g, round, /*straggler=*/-1, now);
   }
   g.units_going_back = !g.suspended.empty() && now - g.rechecked_at < kRecheckAfter &&
                        AnyRelieved(g, round, g.suspended);
@@ -218,7 +213,7 @@ StragglerKind::Kind StragglerKind::Calm(GroupState& g, const Round& round, absl:
 StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round, absl::Duration now,
                                               std::vector<std::string>& lines) {
   g.calm_since.reset();
-  g.absent_since.reset();
+  AgeVerdicts(g, round, round.straggler, now);
   // A relieved straggler's calm spell outlasts straggling blips shorter than a floor's
   // window (any rank's: the timers flag one for a round or two every few seconds here).
   if (!g.straggling_since.has_value()) g.straggling_since = now;
@@ -257,6 +252,7 @@ StragglerKind::Kind StragglerKind::Straggling(GroupState& g, const Round& round,
       absl::StrAppend(&back.why, "; throttled still ", WholeSeconds(now - g.rechecked_at),
                       " after a recheck ended its verdict: back, ", RecheckLater(g));
     }
+    back.absent_since.reset();  // it straggles now
     g.judged[g.target] = std::move(back);
   }
   if (const auto it = g.judged.find(g.target); it != g.judged.end()) {
@@ -350,6 +346,23 @@ void StragglerKind::Recheck(GroupState& g, const Round& round, absl::Duration no
   }
   g.rechecked_at = now;
   g.relieved_calm_since.reset();
+}
+
+void StragglerKind::AgeVerdicts(GroupState& g, const Round& round, int32_t straggler,
+                                absl::Duration now) {
+  for (auto it = g.judged.begin(); it != g.judged.end();) {
+    Verdict& verdict = it->second;
+    if (it->first == straggler || RelievedNow(g, round, it->first)) {
+      verdict.absent_since.reset();
+    } else if (!verdict.absent_since.has_value()) {
+      verdict.absent_since = now;
+    }
+    if (verdict.absent_since.has_value() && now - *verdict.absent_since >= kAbsentFor) {
+      it = g.judged.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void StragglerKind::ExpireSuspended(GroupState& g, absl::Duration now) {

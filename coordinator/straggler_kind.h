@@ -36,12 +36,17 @@
 //     measured within `calm_fresh` before, else kCompute. The verdict stands while the
 //     straggler lasts: once balanced, a throttled rank idles more and its collectives
 //     speed up, and judging it again would take its fixed cost away and give it its units
-//     back. It stands through calm rounds too (until a recheck, below). A calm spell of
-//     kAbsentFor ends it, counted only while the straggler computes and owns its calm
-//     units (relieved of some, a throttled rank can look calm while it is not). Another
-//     straggler is judged on its own (each verdict kept by rank, so two stragglers that
-//     take turns keep theirs). The calm floor is not measured while a verdict stands, for
-//     the same reason.
+//     back. It stands through calm rounds too (until a recheck, below). Its rank's absence
+//     of kAbsentFor ends it: rounds in which that rank is not the straggler, whether the
+//     group is calm or a peer straggles, counted only while it computes and owns its calm
+//     units (relieved of some, a throttled rank can look calm while it is not). Counted
+//     over the group's calm alone, the injected straggler's segments reset it so often in
+//     the interleaved benchmark that a peer judged once from the VM's drift kept that
+//     verdict for the whole run, and every later drift of it was chronic at once and
+//     resharded (docs/benchmarks.md, 2026-12-06 (j)). Another straggler is judged on its
+//     own (each verdict kept by rank, so two stragglers that take turns within kAbsentFor
+//     keep theirs). The calm floor is not measured while a verdict stands, for the same
+//     reason.
 //   - throttled later: a kCompute verdict turns kWhole where, a window after it, the group
 //     runs the calm split (no offloads) and its floor is kThrottledLaterRatio times a fresh
 //     calm floor or more: a slower rank throttled later, whose straggle never paused for a
@@ -312,8 +317,9 @@ class StragglerKind {
   void Forget(const GroupKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   const StragglerKindOptions& options() const { return options_; }
 
-  // A straggler judged calm for this long is forgotten (a quota straggler relieved of
-  // units can look calm for seconds while still contended: straggler_judge.h).
+  // A judged rank that has not straggled for this long, counted while it is not relieved,
+  // is forgotten (a quota straggler relieved of units can look calm for seconds while
+  // still contended: straggler_judge.h).
   static constexpr absl::Duration kAbsentFor = absl::Seconds(30);
   // A relieved straggler's calm spell that ends its verdict at first, the longest it
   // doubles to, and how soon after a check the same rank judged throttled again doubles
@@ -371,6 +377,8 @@ class StragglerKind {
     // A kCompute verdict given back for a turned one by a recheck: turned again, with no
     // fresh calm floor needed, it was throttled still, and the next recheck waits longer.
     bool back_from_recheck = false;
+    // Since when its rank has not straggled, counted while it is not relieved (AgeVerdicts).
+    std::optional<absl::Duration> absent_since;
   };
   struct GroupState {
     uint64_t incarnation = 0;
@@ -383,9 +391,8 @@ class StragglerKind {
     // The rank judged the straggler since target_since, without a calm round between.
     int32_t target = -1;
     absl::Duration target_since;
-    // Each straggler judged, until a calm spell of kAbsentFor.
+    // Each straggler judged, until its absence of kAbsentFor (AgeVerdicts).
     std::map<int32_t, Verdict> judged;
-    std::optional<absl::Duration> absent_since;  // the calm spell counted toward it
     // The run of straggling rounds since the last calm one (any rank's).
     std::optional<absl::Duration> straggling_since;
     // The calm spell while relieved counted toward a recheck (through straggling runs
@@ -488,6 +495,10 @@ class StragglerKind {
                       std::vector<std::string>& lines);
   // Drops the suspended verdicts once kRecheckFailedWithin has passed.
   static void ExpireSuspended(GroupState& g, absl::Duration now);
+  // Counts each judged rank's absence in a round whose straggler is `straggler` (-1: a
+  // calm round): the straggler's restarts, a relieved rank's counts nothing, and a
+  // verdict whose rank has been absent kAbsentFor ends (see "kind").
+  static void AgeVerdicts(GroupState& g, const Round& round, int32_t straggler, absl::Duration now);
   // Whether `rank` computes fewer of `units` or owns fewer of `owned` than it computed calm.
   static bool RelievedNow(const GroupState& g, const std::vector<int32_t>& units,
                           const std::vector<int32_t>& owned, int32_t rank);

@@ -475,6 +475,33 @@ TEST_F(StragglerKindTest, TwoStragglersTakingTurnsKeepTheirVerdicts) {
   EXPECT_EQ(Update(Ran(0, 1, 0.097)), Kind::kCompute);
 }
 
+// A verdict ends with its own rank's absence of kAbsentFor, whatever its peers do. The
+// interleaved benchmark judged rank 0 a slower device once, from the VM's drift, and its
+// peer, straggling in most segments, kept that verdict standing all run: each later drift
+// of rank 0 was chronic at once (docs/benchmarks.md, 2026-12-06 (j)).
+TEST_F(StragglerKindTest, AVerdictEndsWithItsRanksOwnAbsence) {
+  Calm();
+  ASSERT_EQ(Straggle(0.097), Kind::kWhole);  // rank 1 throttled
+  Update(Ran(0, 1, 0.050));
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(Update(Ran(0, 1, 0.050)), Kind::kCompute);  // rank 0 a slower device
+  // Rank 1 straggles for 29 s: rank 0's verdict stands (two stragglers taking turns).
+  for (int i = 0; i < 29; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Update(Ran(1, 1, 0.097));
+  }
+  EXPECT_EQ(Update(Ran(0, 1, 0.050)), Kind::kCompute) << "absent 28 s: kept";
+  // Rank 1 straggles 31 s more (30 s since rank 0's first absent round): rank 0's verdict
+  // ends, rank 1's stands.
+  for (int i = 0; i < 31; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_EQ(Update(Ran(1, 1, 0.097)), Kind::kWhole);
+  }
+  EXPECT_EQ(Update(Ran(0, 1, 0.050)), Kind::kUnknown) << "rank 0 is measured afresh";
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Update(Ran(0, 1, 0.050)), Kind::kCompute);
+}
+
 TEST_F(StragglerKindTest, ANewIncarnationStartsAfresh) {
   Calm();
   ASSERT_EQ(Straggle(0.097), Kind::kWhole);
