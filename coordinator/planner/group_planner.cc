@@ -29,7 +29,8 @@ bool Trivial(const BlockPlan& plan) {
 }
 
 // The plan in force's blocks as they ask the workers to run: a move of a planned block
-// that every worker has made is dropped (WithoutMadeMove), then blocks left asking nothing.
+// that the workers have reported made is dropped (WithoutMadeMove), then blocks left
+// asking nothing.
 // A reshard's plan in force states the move until the next change: the plan pushed to
 // drop it changed nothing the workers run, yet each reshard cost a second plan change
 // (the plan version the interleaved benchmark counts; 27 of 66 changes in its quota
