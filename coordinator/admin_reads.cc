@@ -33,7 +33,7 @@ void AdminReads::FillGroup(const GroupSnapshot& group, const JobPolicy& policy,
   gs.set_size(group.size);
   gs.set_plan_version(group.plan.version.value());
   gs.set_plan_number(group.plan.number);
-  gs.set_plan_summary(PlanSummary(group.plan));
+  gs.set_plan_summary(PlanSummary(group.plan, MovesMade(group)));
   const StepPrediction prediction = loop_->Prediction(group);
   gs.set_predicted_step_seconds(prediction.Step());
   gs.set_predicted_collective_seconds(prediction.collectives);

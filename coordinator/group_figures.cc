@@ -1,6 +1,8 @@
 #include "coordinator/group_figures.h"
 
 #include <algorithm>
+#include <set>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "coordinator/arrival_spread.h"
@@ -156,6 +158,14 @@ bool PlanRunsAllLocal(const GroupSnapshot& group) {
                          [&bp](const BlockSnapshot& b) { return b.block == bp.block.value(); });
         return RunsAllLocal(bp, block == group.blocks.end() ? kNone : block->owner_of_unit);
       });
+}
+
+std::set<BlockId> MovesMade(const GroupSnapshot& group) {
+  std::set<BlockId> made;
+  for (const BlockSnapshot& block : group.blocks) {
+    if (block.move_made) made.insert(BlockId(block.block));
+  }
+  return made;
 }
 
 std::vector<int32_t> UnitsComputed(const GroupSnapshot& group) {

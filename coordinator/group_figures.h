@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,11 @@ std::vector<double> MeasuredRankCollectives(const std::vector<RankSnapshot>& ran
 // run (group_planner.h, RunsAllLocal): all-local, even where it still states a reshard
 // they have made.
 bool PlanRunsAllLocal(const GroupSnapshot& group);
+
+// The blocks whose ownership the group's newest plan states and its workers run
+// (BlockSnapshot::move_made: known without the snapshot's ownership), for PlanSummary:
+// status reads them "reshard (made)".
+std::set<BlockId> MovesMade(const GroupSnapshot& group);
 
 // Each rank's units computed under the group's newest plan (straggler_kind.h): owned on
 // the plan's ownership (PlannedOwnership), less pruned, less offloaded to a helper, and

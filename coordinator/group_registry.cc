@@ -452,6 +452,10 @@ GroupSnapshot GroupRegistry::SnapshotOf(const GroupEntry& group, bool with_owner
   }
   s.blocks.reserve(group.blocks.size());
   for (const auto& [b, block] : group.blocks) {
+    const auto stated = std::find_if(group.plan.blocks.begin(), group.plan.blocks.end(),
+                                     [b](const BlockPlan& bp) { return bp.block.value() == b; });
+    const bool move_made = stated != group.plan.blocks.end() && !stated->owner_of_unit.empty() &&
+                           stated->owner_of_unit == block.owner_of_unit;
     s.blocks.push_back(
         {.block = b,
          .num_units = block.num_units,
@@ -460,7 +464,8 @@ GroupSnapshot GroupRegistry::SnapshotOf(const GroupEntry& group, bool with_owner
          .units_divide = block.units_divide,
          .unit_tokens = block.unit_tokens,
          .token_forwards = block.token_forwards,
-         .owner_of_unit = with_ownership ? block.owner_of_unit : std::vector<RankId>()});
+         .owner_of_unit = with_ownership ? block.owner_of_unit : std::vector<RankId>(),
+         .move_made = move_made});
   }
   s.plan = group.plan;
   s.plan_changed_at = group.plan_changed_at;

@@ -122,6 +122,10 @@ struct BlockSnapshot {
   int32_t token_forwards = 0;
   // What the workers run (empty unless the snapshot was taken with_ownership).
   std::vector<RankId> owner_of_unit;
+  // The plan in force states this block's ownership and it is what the workers run: a
+  // reshard they have made (the coordinator's plan goes on stating it until the group's
+  // next change). Set with or without ownership (status reads it "reshard (made)").
+  bool move_made = false;
 };
 
 struct GroupSnapshot {

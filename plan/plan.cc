@@ -245,7 +245,7 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
   return absl::OkStatus();
 }
 
-std::string PlanSummary(const WorkloadPlan& plan) {
+std::string PlanSummary(const WorkloadPlan& plan, const std::set<BlockId>& moves_made) {
   std::string out =
       plan.number > 0 ? absl::StrCat("#", plan.number) : absl::StrCat("v", plan.version.value());
   if (plan.blocks.empty()) return absl::StrCat(out, ": all local");
@@ -264,7 +264,9 @@ std::string PlanSummary(const WorkloadPlan& plan) {
       absl::StrAppend(&out, " replica ", r.unit, "->", r.helper.value(), " x", r.share);
     }
     if (bp.capacity_factor > 0.0) absl::StrAppend(&out, " capacity x", bp.capacity_factor);
-    if (!bp.owner_of_unit.empty()) absl::StrAppend(&out, " reshard");
+    if (!bp.owner_of_unit.empty()) {
+      absl::StrAppend(&out, moves_made.contains(bp.block) ? " reshard (made)" : " reshard");
+    }
     absl::StrAppend(&out, ";");
   }
   return out;

@@ -191,6 +191,13 @@ TEST_F(CoordinatorLinkTest, AChronicStragglerIsReshardedAndTheMoveRestatedUntilC
     ASSERT_GT(plans[i].blocks_size(), 0) << "plan #" << plans[i].number();
     EXPECT_EQ(plans[i].blocks(0).owner_of_unit_size(), kUnits) << "plan #" << plans[i].number();
   }
+  // Status reads the plan in force as stating the reshard, not yet made.
+  const auto summary = [&] {
+    absl::StatusOr<v1::ClusterStatus> status = coordinator_->Status("vit");
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? status->jobs(0).groups(0).plan_summary() : std::string();
+  };
+  EXPECT_THAT(summary(), ::testing::HasSubstr("block 0 reshard;"));
   // A worker reports the move: the plan in force is what the workers run, and a plan
   // that only stopped stating the move would be a plan change that changes nothing.
   v1::WorkerReport confirm = Report(0, step, 1e-3);
@@ -198,6 +205,7 @@ TEST_F(CoordinatorLinkTest, AChronicStragglerIsReshardedAndTheMoveRestatedUntilC
   ASSERT_TRUE(coordinator_->Report("agent-1", confirm).ok());
   const size_t confirmed = sink_.plans().size();
   for (int i = 0; i < 30; ++i) Round(++step, 1000, 1.0);
+  EXPECT_THAT(summary(), ::testing::HasSubstr("block 0 reshard (made);"));
   const std::vector<v1::WorkloadPlan> after = sink_.plans();
   for (size_t i = confirmed; i < after.size(); ++i) {
     const bool states_moved =

@@ -2,9 +2,11 @@
 // run min_steps steps under the plan, and read the slowest step and the least collectives
 // (and each rank's, by rank); each rank's units computed follow the plan's ownership,
 // prunes and offloads; the predicted step adds a throttled rank's arrival spread's wait at
-// the lead its loads, summed over the blocks, have over the others'.
+// the lead its loads, summed over the blocks, have over the others'; a plan stating the
+// ownership its workers run runs all-local, and reads as those moves made.
 #include "coordinator/group_figures.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -137,6 +139,15 @@ TEST(GroupFiguresTest, APlanStatingAMoveTheWorkersMadeRunsAllLocal) {
   EXPECT_FALSE(PlanRunsAllLocal(g)) << "a prune";
   g.plan.blocks = {{.block = BlockId(7), .owner_of_unit = moved}};
   EXPECT_FALSE(PlanRunsAllLocal(g)) << "a block the workers do not report";
+}
+
+// The blocks the registry found running the ownership the plan states: those status
+// reads "reshard (made)".
+TEST(GroupFiguresTest, MovesMadeAreTheBlocksRunningTheirStatedOwnership) {
+  GroupSnapshot g = TwoRanks();
+  EXPECT_THAT(MovesMade(g), ::testing::IsEmpty());
+  g.blocks[0].move_made = true;
+  EXPECT_THAT(MovesMade(g), ::testing::ElementsAre(BlockId(g.blocks[0].block)));
 }
 
 }  // namespace

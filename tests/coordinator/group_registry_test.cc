@@ -82,6 +82,19 @@ TEST_F(GroupRegistryTest, AReportIsCheckedAgainstTheGroupsShapeAndAppliedWhole) 
   EXPECT_NEAR(g->ranks[1].last_compute_seconds, 4e-3, 1e-12);
   // Without ownership, a snapshot does not copy it.
   EXPECT_TRUE(registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].owner_of_unit.empty());
+  // A move made is one the plan in force states and the workers run, with or without
+  // ownership in the snapshot; not one it does not state, nor another ownership.
+  EXPECT_FALSE(g->blocks[0].move_made) << "no plan states it";
+  WorkloadPlan plan{.version = PlanVersion(3), .number = 1};
+  plan.blocks = {{.block = BlockId(0),
+                  .owner_of_unit = {RankId(0), RankId(0), RankId(0), RankId(0), RankId(0),
+                                    RankId(1), RankId(1), RankId(1)}}};
+  ASSERT_TRUE(registry_->Publish(g->ref, plan));
+  EXPECT_TRUE(registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].move_made);
+  EXPECT_TRUE(registry_->Snapshot({"vit", "tp0"}, true)->blocks[0].move_made);
+  plan.blocks[0].owner_of_unit[4] = RankId(1);
+  ASSERT_TRUE(registry_->Publish(g->ref, plan));
+  EXPECT_FALSE(registry_->Snapshot({"vit", "tp0"}, false)->blocks[0].move_made);
 }
 
 // The step feedback judges a plan by the steps that ran under it alone: a rank's

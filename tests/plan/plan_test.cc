@@ -260,6 +260,14 @@ TEST(PlanSummaryTest, DescribesPlan) {
   plan = ValidPlan();
   plan.blocks[0].capacity_factor = 1.5;
   EXPECT_EQ(PlanSummary(plan), "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2 capacity x1.5;");
+  // A reshard, and one the workers have made (they run the ownership it states).
+  plan = ValidPlan();
+  plan.blocks[0].owner_of_unit = {RankId(0), RankId(0), RankId(1)};
+  EXPECT_EQ(PlanSummary(plan), "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2 reshard;");
+  EXPECT_EQ(PlanSummary(plan, {BlockId(7)}),
+            "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2 reshard (made);");
+  EXPECT_EQ(PlanSummary(plan, {BlockId(3)}),
+            "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2 reshard;");
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,8 +149,11 @@ absl::Status ValidateBlockPlan(const BlockPlan& block, const BlockShape& shape, 
 // by it (worker_lib's router) and the coordinator predicts capped loads by it.
 int64_t ExpertCapacity(double capacity_factor, int64_t tokens, int32_t top_k, int32_t experts);
 
-// A one-line human summary, e.g. "v7: block 1 pruned {0,4} offload 1->0 x2".
-std::string PlanSummary(const WorkloadPlan& plan);
+// A one-line human summary, e.g. "v7: block 1 pruned {0,4} offload 1->0 x2". A block in
+// `moves_made`, whose workers run the ownership the plan states, reads "reshard (made)":
+// the coordinator's plan in force keeps stating a reshard the workers have made until the
+// group's next change, and there they run it all-local on the new split.
+std::string PlanSummary(const WorkloadPlan& plan, const std::set<BlockId>& moves_made = {});
 
 }  // namespace ballast
 
