@@ -152,7 +152,7 @@ int64_t ExpertCapacity(double capacity_factor, int64_t tokens, int32_t top_k, in
 // A one-line human summary, e.g. "v7: block 1 pruned {0,4} offload 1->0 x2". A block in
 // `moves_made`, whose workers run the ownership the plan states, reads "reshard (made)":
 // the coordinator's plan in force keeps stating a reshard the workers have made until the
-// group's next change, and there they run it all-local on the new split.
+// group's next change, and "reshard" alone would read as a move still to come.
 std::string PlanSummary(const WorkloadPlan& plan, const std::set<BlockId>& moves_made = {});
 
 }  // namespace ballast
