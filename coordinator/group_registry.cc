@@ -455,8 +455,8 @@ GroupSnapshot GroupRegistry::SnapshotOf(const GroupEntry& group, bool with_owner
     const int32_t id = b;  // clang before 16 cannot capture a structured binding
     const auto stated = std::find_if(group.plan.blocks.begin(), group.plan.blocks.end(),
                                      [id](const BlockPlan& bp) { return bp.block.value() == id; });
-    const bool move_made = stated != group.plan.blocks.end() && !stated->owner_of_unit.empty() &&
-                           stated->owner_of_unit == block.owner_of_unit;
+    const bool move_made =
+        stated != group.plan.blocks.end() && MoveMade(*stated, block.owner_of_unit);
     s.blocks.push_back(
         {.block = b,
          .num_units = block.num_units,

@@ -124,7 +124,8 @@ struct BlockSnapshot {
   std::vector<RankId> owner_of_unit;
   // The plan in force states this block's ownership and it is what the workers run: a
   // reshard they have made (the coordinator's plan goes on stating it until the group's
-  // next change). Set with or without ownership (status reads it "reshard (made)").
+  // next change; plan.h, MoveMade). Set with or without ownership (status reads it
+  // "reshard (made)").
   bool move_made = false;
 };
 

@@ -245,6 +245,10 @@ absl::Status ValidatePlan(const WorkloadPlan& plan, const GroupShape& shape) {
   return absl::OkStatus();
 }
 
+bool MoveMade(const BlockPlan& block, const std::vector<RankId>& workers_run) {
+  return !block.owner_of_unit.empty() && block.owner_of_unit == workers_run;
+}
+
 std::string PlanSummary(const WorkloadPlan& plan, const std::set<BlockId>& moves_made) {
   std::string out =
       plan.number > 0 ? absl::StrCat("#", plan.number) : absl::StrCat("v", plan.version.value());

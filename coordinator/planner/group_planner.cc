@@ -177,7 +177,7 @@ void AddRelieved(const std::vector<RankId>& before, const std::vector<RankId>& a
 }  // namespace
 
 BlockPlan WithoutMadeMove(BlockPlan block, const std::vector<RankId>& workers_run) {
-  if (block.owner_of_unit == workers_run) block.owner_of_unit.clear();
+  if (MoveMade(block, workers_run)) block.owner_of_unit.clear();
   return block;
 }
 

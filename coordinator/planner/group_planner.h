@@ -137,9 +137,10 @@ GroupDecision DecideHeldGroup(const GroupPlannerInput& input, const std::vector<
                               const JobPolicy& policy);
 
 // `block` without its move where it states `workers_run`, the ownership the workers
-// report: a move the workers have made is their ownership now, and the plan in force
-// keeps stating it until the group's next change (GroupBlockInput::move_unconfirmed).
-// Two plans equal after this ask the same of the workers.
+// report (plan.h, MoveMade): a move the workers have made is their ownership now, and the
+// plan in force keeps stating it until the group's next change
+// (GroupBlockInput::move_unconfirmed). Two plans equal after this ask the same of the
+// workers.
 BlockPlan WithoutMadeMove(BlockPlan block, const std::vector<RankId>& workers_run);
 
 // Whether `block` asks nothing of workers that run `workers_run`: no prunes, offloads,

@@ -270,5 +270,20 @@ TEST(PlanSummaryTest, DescribesPlan) {
             "v4 (zero): block 7 pruned {0,1,0} offload 1->0 x2 reshard;");
 }
 
+TEST(MoveMadeTest, AMoveIsMadeWhereTheWorkersRunTheOwnershipItStates) {
+  BlockPlan block;
+  block.block = BlockId(7);
+  const std::vector<RankId> even = {RankId(0), RankId(0), RankId(1), RankId(1)};
+  const std::vector<RankId> moved = {RankId(0), RankId(0), RankId(0), RankId(1)};
+  EXPECT_FALSE(MoveMade(block, even)) << "no move stated";
+  EXPECT_FALSE(MoveMade(block, {})) << "no move stated, no ownership reported";
+  block.owner_of_unit = moved;
+  EXPECT_FALSE(MoveMade(block, even)) << "stated, not yet run";
+  EXPECT_FALSE(MoveMade(block, {})) << "stated, no ownership reported";
+  EXPECT_TRUE(MoveMade(block, moved));
+  block.pruned_units = {0, 1};
+  EXPECT_TRUE(MoveMade(block, moved)) << "what else the block asks is not the move's";
+}
+
 }  // namespace
 }  // namespace ballast

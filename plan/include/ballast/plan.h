@@ -149,6 +149,13 @@ absl::Status ValidateBlockPlan(const BlockPlan& block, const BlockShape& shape, 
 // by it (worker_lib's router) and the coordinator predicts capped loads by it.
 int64_t ExpertCapacity(double capacity_factor, int64_t tokens, int32_t top_k, int32_t experts);
 
+// Whether `block` moves units (its owner_of_unit) and `workers_run`, the ownership the
+// workers report for the block, is the one it states: the move is made. The coordinator's
+// plan in force keeps stating a move the workers have made until the group's next change,
+// so the planner reads such a plan as asking nothing more of them and status reads it
+// "reshard (made)"; both by this one rule.
+bool MoveMade(const BlockPlan& block, const std::vector<RankId>& workers_run);
+
 // A one-line human summary, e.g. "v7: block 1 pruned {0,4} offload 1->0 x2". A block in
 // `moves_made`, whose workers run the ownership the plan states, reads "reshard (made)":
 // the coordinator's plan in force keeps stating a reshard the workers have made until the
