@@ -33,7 +33,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                 .max_jobs_per_agent = options.max_jobs_per_agent,
                                 .max_shape_bytes_per_agent = options.max_shape_bytes_per_agent},
                 clock, speeds),
-      judge_(clock, options.marginal_straggler_for),
+      judge_(clock, options.marginal_straggler_for, options.known_kind_wait_min,
+             options.known_kind_wait_max),
       loop_(DecisionLoopOptions{.link_bytes_per_second = options.link_bytes_per_second,
                                 .dwell = {.plan_dwell = options.plan_dwell,
                                           .dwell_hysteresis = options.dwell_hysteresis,
@@ -42,6 +43,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                 .straggler_kind = options.straggler_kind,
                                 .reshard_slower_devices = options.reshard_slower_devices,
                                 .reshard_throttled_ranks = options.reshard_throttled_ranks,
+                                .reshard_still_last = options.reshard_still_last,
                                 .throttled_price = options.throttled_price,
                                 .unit_count_fit = options.unit_count_fit,
                                 .step_feedback = options.step_feedback,
@@ -68,6 +70,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     return absl::InvalidArgumentError(
         absl::StrCat("marginal_straggler_for ",
                      absl::FormatDuration(options.marginal_straggler_for), " must be >= 0"));
+  }
+  if (options.known_kind_wait_min < absl::ZeroDuration() ||
+      options.known_kind_wait_max < options.known_kind_wait_min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("known_kind_wait_min ", absl::FormatDuration(options.known_kind_wait_min),
+                     " and known_kind_wait_max ", absl::FormatDuration(options.known_kind_wait_max),
+                     ": need 0 <= min <= max"));
   }
   if (options.plan_dwell < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

@@ -66,6 +66,13 @@ struct CoordinatorOptions {
   // last before a calm group that runs all-local starts balancing (rank_speeds.h); and a
   // marginal skew of an expert block's loads before its experts are split.
   absl::Duration marginal_straggler_for = absl::Seconds(3);
+  // How long a straggle by a rank whose kind was measured before it began must last to be
+  // chronic at once (StragglerJudge::KindMeasuredChronic): as long as measuring the kind
+  // afresh would take (16 steps), kept within [min, max]. The minimum keeps blips from
+  // being resharded (this VM's lasted up to 1.7 s); where ranks do not blip, a smaller
+  // one reshards a straggler coming back sooner. Checked by Create: 0 <= min <= max.
+  absl::Duration known_kind_wait_min = StragglerJudge::kKnownKindStraggleMin;
+  absl::Duration known_kind_wait_max = StragglerJudge::kKnownKindStraggleMax;
   // Balance each rank's collective time beyond the least with its units, as a fixed cost
   // (fixed_costs.h). The estimate assumes a straggler's collectives slow with its compute,
   // true of a CPU quota or a co-tenant, false of a slower device, where it reshards too
@@ -85,6 +92,10 @@ struct CoordinatorOptions {
   // co-tenants come and go in less than the job's reshard_after: each would cost a move and
   // a move back.
   bool reshard_throttled_ranks = true;
+  // A rank throttled whole that a reshard relieved too little (it still arrives last at
+  // the collectives: straggler_kind.h, "Still last") is moved further without waiting
+  // reshard_after since that reshard. Off: every move waits reshard_after after the last.
+  bool reshard_still_last = true;
   // How a straggler measured throttled whole is priced (fixed_costs.h: timers, step,
   // floor): under a CPU quota its compute timers see a fraction of its slowdown
   // (straggler_kind.h, "Step slowdown"). By its timers, the small GPT's 2x quota

@@ -68,6 +68,9 @@ struct DecisionLoopOptions {
   // priced without waiting reshard_after (StragglerJudge::KindMeasuredChronic).
   bool reshard_slower_devices = true;
   bool reshard_throttled_ranks = true;
+  // A further move off a relieved throttled rank that still arrives last is not spaced
+  // from the last (StragglerJudge::KindMeasuredChronic's still_last).
+  bool reshard_still_last = true;
   // How a straggler measured throttled whole is priced (fixed_costs.h: ThrottledPrice).
   ThrottledPrice throttled_price = ThrottledPrice::kFloor;
   // Price each rank's block compute as fixed seconds plus seconds per unit where a fit over

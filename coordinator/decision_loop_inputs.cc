@@ -15,6 +15,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/decision_loop.h"
 #include "coordinator/group_figures.h"
@@ -135,8 +136,18 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
       // As long as measuring the kind afresh would take.
       const absl::Duration fresh_measure =
           straggler_kind_.options().min_steps * absl::Seconds(step_seconds);
+      double own = 0;
+      double others = 0;
+      const bool still_last = options_.reshard_still_last &&
+                              straggler_kind_.StillLast(group.ref, straggler, &own, &others);
+      if (still_last) {
+        lines.push_back(absl::StrFormat(
+            "rank %d still arrives last, relieved: its collectives %.4f s a step, the others' "
+            "%.4f s or more (they wait for it)",
+            straggler, own, others));
+      }
       chronic[straggler] = judge_->KindMeasuredChronic(group.ref, straggler, kind, *at,
-                                                       fresh_measure, policy, lines);
+                                                       fresh_measure, still_last, policy, lines);
     }
   }
   const ThrottledPriced throttled = PriceThrottled(group, straggler, kind, *pooled, pricing, lines);

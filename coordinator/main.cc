@@ -65,6 +65,14 @@ ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
           "last before a calm group starts balancing, and a marginal skew of an expert "
           "block's loads before its experts are split; a larger one is balanced at once");
+ABSL_FLAG(absl::Duration, known_kind_wait_min, absl::Seconds(2),
+          "How long a straggle by a rank whose kind (a slower device, or throttled whole) "
+          "was measured before it began must last before it is resharded at once: as long "
+          "as measuring the kind afresh would take (16 steps), at least this (blips are not "
+          "resharded: coordinator/straggler_judge.h) and at most --known_kind_wait_max; "
+          "0 <= min <= max");
+ABSL_FLAG(absl::Duration, known_kind_wait_max, absl::Seconds(5),
+          "The most --known_kind_wait_min's wait lasts, however long 16 steps take");
 ABSL_FLAG(std::string, fixed_costs, "auto",
           "Balance each rank's collective time beyond the least together with its units, "
           "scaled by its compute slowdown (coordinator/fixed_costs.h): auto: for a straggler "
@@ -76,6 +84,12 @@ ABSL_FLAG(bool, reshard_slower_devices, true,
           "(a slower device: coordinator/straggler_kind.h), is chronic at once: its reshard "
           "is priced without waiting the job's reshard_after (reshards stay reshard_after "
           "apart); false: it waits reshard_after as any straggler");
+ABSL_FLAG(bool, reshard_still_last, true,
+          "A rank throttled whole that a reshard relieved too little, still arriving last at "
+          "the collectives (its collectives the group's least, the others' 1.25x that or "
+          "more, its contention on: coordinator/straggler_kind.h), is moved further without "
+          "waiting reshard_after since that reshard; false: every move waits reshard_after "
+          "after the last");
 ABSL_FLAG(bool, reshard_throttled_ranks, true,
           "A straggler measured throttled whole, its collectives slowed with its compute (a "
           "CPU quota, a co-tenant: coordinator/straggler_kind.h), is chronic at once, as "
@@ -170,6 +184,8 @@ int main(int argc, char** argv) {
   options.dwell_hysteresis = absl::GetFlag(FLAGS_dwell_hysteresis);
   options.flap_hold = absl::GetFlag(FLAGS_flap_hold);
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
+  options.known_kind_wait_min = absl::GetFlag(FLAGS_known_kind_wait_min);
+  options.known_kind_wait_max = absl::GetFlag(FLAGS_known_kind_wait_max);
   absl::StatusOr<FixedCostsMode> fixed_costs =
       ParseFixedCostsMode(absl::GetFlag(FLAGS_fixed_costs));
   if (!fixed_costs.ok()) {
@@ -179,6 +195,7 @@ int main(int argc, char** argv) {
   options.fixed_costs = *fixed_costs;
   options.reshard_slower_devices = absl::GetFlag(FLAGS_reshard_slower_devices);
   options.reshard_throttled_ranks = absl::GetFlag(FLAGS_reshard_throttled_ranks);
+  options.reshard_still_last = absl::GetFlag(FLAGS_reshard_still_last);
   absl::StatusOr<ThrottledPrice> throttled_price =
       ParseThrottledPrice(absl::GetFlag(FLAGS_throttled_price));
   if (!throttled_price.ok()) {

@@ -7,8 +7,12 @@
 
 namespace ballast::coordinator {
 
-StragglerJudge::StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for)
-    : clock_(clock), marginal_straggler_for_(marginal_straggler_for) {}
+StragglerJudge::StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for,
+                               absl::Duration known_kind_min, absl::Duration known_kind_max)
+    : clock_(clock),
+      marginal_straggler_for_(marginal_straggler_for),
+      known_kind_min_(known_kind_min),
+      known_kind_max_(std::max(known_kind_min, known_kind_max)) {}
 
 StragglerJudge::GroupRuns& StragglerJudge::RunsOf(const GroupRef& ref) {
   GroupRuns& runs = groups_[ref.key];
@@ -167,8 +171,8 @@ StragglerJudge::SkewVerdict StragglerJudge::JudgeSkew(const GroupRef& ref, int32
 
 bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
                                          StragglerKind::Kind kind, absl::Duration measured_at,
-                                         absl::Duration fresh_measure, const JobPolicy& policy,
-                                         std::vector<std::string>& lines) {
+                                         absl::Duration fresh_measure, bool still_last,
+                                         const JobPolicy& policy, std::vector<std::string>& lines) {
   if (kind == StragglerKind::Kind::kUnknown) return false;
   const std::string what = kind == StragglerKind::Kind::kCompute
                                ? "a slower device"
@@ -178,8 +182,7 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
   GroupRuns& runs = RunsOf(ref);
   RankRun& run = runs.ranks[rank];
   if (!run.straggling_since.has_value()) return false;  // Judge found it calm
-  const absl::Duration not_a_blip =
-      std::clamp(fresh_measure, kKnownKindStraggleMin, kKnownKindStraggleMax);
+  const absl::Duration not_a_blip = std::clamp(fresh_measure, known_kind_min_, known_kind_max_);
   if (*run.straggling_since > measured_at && now - *run.straggling_since < not_a_blip) {
     lines.push_back(
         absl::StrCat("rank ", rank, ": ", what,
@@ -198,27 +201,34 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
       moved_lately && runs.moved_for >= 0 && runs.moved_for != rank &&
       *run.straggling_since > *runs.moved_units_at &&
       (relieved == runs.relieved_at.end() || now - relieved->second >= policy.reshard_after);
+  // A rank that move (or one since reshard_after) relieved, and that still arrives last.
+  const bool relieved_too_little = moved_lately && still_last &&
+                                   relieved != runs.relieved_at.end() &&
+                                   now - relieved->second < policy.reshard_after;
   const std::string moved_ago =
       moved_lately
           ? absl::FormatDuration(absl::Trunc(now - *runs.moved_units_at, absl::Milliseconds(100)))
           : "";
-  if (moved_lately && !moved_for_another) {
+  if (moved_lately && !moved_for_another && !relieved_too_little) {
     lines.push_back(absl::StrCat("rank ", rank, ": ", what, ", but units moved ", moved_ago,
                                  " ago: chronic only once reshard_after (",
                                  absl::FormatDuration(policy.reshard_after), ") has passed since"));
     return false;
   }
-  lines.push_back(
-      absl::StrCat("rank ", rank, ": ", what,
-                   " (measured): chronic now, without lasting reshard_after ", "(coordinator flag ",
-                   kind == StragglerKind::Kind::kCompute ? "--reshard_slower_devices"
-                                                         : "--reshard_throttled_ranks",
-                   ")",
-                   moved_for_another
-                       ? absl::StrCat("; units moved ", moved_ago, " ago for rank ", runs.moved_for,
-                                      "'s straggle, before this one began: not spaced from "
-                                      "that move")
-                       : ""));
+  lines.push_back(absl::StrCat(
+      "rank ", rank, ": ", what, " (measured): chronic now, without lasting reshard_after ",
+      "(coordinator flag ",
+      kind == StragglerKind::Kind::kCompute ? "--reshard_slower_devices"
+                                            : "--reshard_throttled_ranks",
+      ")",
+      moved_for_another
+          ? absl::StrCat("; units moved ", moved_ago, " ago for rank ", runs.moved_for,
+                         "'s straggle, before this one began: not spaced from "
+                         "that move")
+      : relieved_too_little ? absl::StrCat("; units moved ", moved_ago,
+                                           " ago relieved it, but it still arrives last: not "
+                                           "spaced from that move")
+                            : ""));
   run.kind_measured = true;
   return true;
 }

@@ -14,7 +14,8 @@
 //     straggler_kind.h) is chronic at once (a verdict from before this run once the run
 //     has lasted as long as measuring it afresh would), unless the planner moved units within
 //     reshard_after (KindMeasuredChronic; a move for another rank's straggle that took none
-//     of this rank's units and came before this straggle began does not count);
+//     of this rank's units and came before this straggle began does not count, nor does a
+//     move that relieved this rank too little: it still arrives last);
 //   - skewed, per block planned by its loads (a mixture of experts): its loads unbalanced
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
@@ -84,7 +85,8 @@ class StragglerJudge {
   // (the caller's `fresh_measure`: 16 steps), but longer than this VM's blips (up to 1.7 s
   // in docs/benchmarks.md, 2026-12-03 (later)) and no longer than the 5 s it was before it
   // followed the step (the GPT's 16 steps take 5-8 s; the ViT's 2.6 s, where 5 s put the
-  // reshard of a straggler coming back at step 33: 2026-12-05 (b)).
+  // reshard of a straggler coming back at step 33: 2026-12-05 (b)). The defaults of the
+  // coordinator's --known_kind_wait_min and --known_kind_wait_max.
   static constexpr absl::Duration kKnownKindStraggleMin = absl::Seconds(2);
   static constexpr absl::Duration kKnownKindStraggleMax = absl::Seconds(5);
 
@@ -111,8 +113,11 @@ class StragglerJudge {
     }
   };
 
-  // `clock` must outlive the judge.
-  StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for);
+  // `clock` must outlive the judge. A known kind's wait (KindMeasuredChronic) is kept
+  // within [known_kind_min, known_kind_max]; 0 <= min <= max (the caller checks).
+  StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for,
+                 absl::Duration known_kind_min = kKnownKindStraggleMin,
+                 absl::Duration known_kind_max = kKnownKindStraggleMax);
 
   // Judges the round at the clock's monotonic time for the group `ref` of `size` ranks
   // (`ranks`: those registered), on the speeds pooled over its `num_blocks` blocks.
@@ -155,8 +160,8 @@ class StragglerJudge {
   //     slowdown moving with its load, the spacing below still does.
   // A verdict measured before this straggling run began (it stands through calm spells
   // under 30 s: straggler_kind.h) counts once the run has lasted `fresh_measure`, how long
-  // measuring the kind afresh would take now (kept within kKnownKindStraggleMin and
-  // kKnownKindStraggleMax), so that no blip is resharded on it; without it, the GPT's device
+  // measuring the kind afresh would take now (kept within the constructor's known_kind_min
+  // and known_kind_max), so that no blip is resharded on it; without it, the GPT's device
   // straggler coming back 17 s after it left ran plain TP until reshard_after (its offloads
   // refused), 0.98x plain. Not if the planner moved units within reshard_after (UnitsMoved) and no
   // hold has moved them since (HoldMovedUnits): the planner's reshards stay spaced as a chronic
@@ -169,9 +174,17 @@ class StragglerJudge {
   // the move was for (two ranks taking turns, a move that relieves several). What a wrong call
   // costs: a straggle that ends soon after its reshard costs a second move, back to even once calm
   // has lasted reshard_after. Appends a line saying which. Call after Judge in the same round.
+  // Nor a further move off a rank a move within reshard_after relieved, where it is
+  // `still_last` (StragglerKind::StillLast: a window of the newest plan measured it
+  // arriving last, its contention on): that move relieved it too little. In the quota
+  // onsets of the interleaved benchmark, a drift's small reshard in the calm segment
+  // before (45 -> 42 units) left the quota's rank arriving last, its collectives (the
+  // floor) 0.032-0.052 s a step against 0.006-0.013 s calm, and its next move spaced from
+  // that one (docs/benchmarks.md, 2026-12-07 (a) and (b)).
   bool KindMeasuredChronic(const GroupRef& ref, int32_t rank, StragglerKind::Kind kind,
                            absl::Duration measured_at, absl::Duration fresh_measure,
-                           const JobPolicy& policy, std::vector<std::string>& lines);
+                           bool still_last, const JobPolicy& policy,
+                           std::vector<std::string>& lines);
   // A plan the planner decided that moves units was pushed now, taking units from the
   // ranks `relieved`: the counts to chronic and to a lasting skew restart. (Not for a held
   // plan: the runs go on through a hold.) The move is for the straggler the group's last
@@ -216,6 +229,8 @@ class StragglerJudge {
 
   Clock* const clock_;
   const absl::Duration marginal_straggler_for_;
+  const absl::Duration known_kind_min_;
+  const absl::Duration known_kind_max_;
   mutable absl::Mutex mu_;
   std::map<GroupKey, GroupRuns> groups_ ABSL_GUARDED_BY(mu_);
 };

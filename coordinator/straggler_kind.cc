@@ -141,6 +141,7 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
       round.straggler < 0 ? Calm(g, round, now, lines) : Straggling(g, round, now, lines);
   FitSpreads(g, round, now, lines);
   SampleRelieved(g, round, now, lines);
+  NoteStillLast(g, round);
   g.floor_missing = FloorMissing(round);
   g.floor_units = round.units;
   g.floor_on_calm_split =
@@ -492,6 +493,29 @@ void StragglerKind::SampleRelieved(GroupState& g, const Round& round, absl::Dura
         "while it is relieved (at most 1x)",
         rank, measured[t], round.units[t], measured[t] / floor, floor,
         MedianOf(verdict.relieved_ratios), verdict.relieved_ratios.size()));
+  }
+}
+
+void StragglerKind::NoteStillLast(GroupState& g, const Round& round) const {
+  g.still_last.clear();
+  if (!WaitsMeasured(g, round)) return;
+  const std::vector<double>& measured = round.rank_collective_seconds;
+  const double calm = CalmCollectivesOf(g);
+  for (const auto& [rank, verdict] : g.judged) {
+    const double floor = StragglingFloorOf(verdict);
+    const auto t = static_cast<size_t>(rank);
+    if (floor <= 0 || t >= measured.size() || !(measured[t] > 0) ||
+        !Relieved(g, round.units, rank) || NearerCalm(measured[t], calm, floor)) {
+      continue;
+    }
+    // The others wait for it: each attached one (0 is a rank not attached) at least
+    // min_ratio times its own, as a floor's straggler is told from the calm one.
+    double others = 0;
+    for (size_t r = 0; r < measured.size(); ++r) {
+      if (r == t || measured[r] <= 0) continue;
+      others = others == 0 ? measured[r] : std::min(others, measured[r]);
+    }
+    if (others >= options_.min_ratio * measured[t]) g.still_last[rank] = {measured[t], others};
   }
 }
 

@@ -168,6 +168,16 @@
 // calm split, and not while it is not relieved: there the floor holds, so a straggler the
 // planner has not yet relieved is priced as it was judged.
 //
+// Still last. A throttled rank that a reshard relieved too little (a drift's small move
+// just before its contention began, or one that moved a unit where its quota wanted ten)
+// still arrives last at the collectives: its own are the group's floor, the others wait
+// beyond it, and its floor stays nearer its straggling floor than calm (SampleRelieved's
+// test: its contention is on). So while its kWhole verdict stands, a round that measured a
+// plan without offloads off the calm split (as SampleRelieved's) where it computes fewer
+// units than calm, its collectives are the least and every other rank's at least
+// min_ratio times them, marks it still last (StillLast). The judge then need not space a
+// further move off it from the last one (straggler_judge.h: KindMeasuredChronic).
+//
 //   StragglerKind kinds(&clock, options);
 //   StragglerKind::Kind k = kinds.Update(ref, round, lines);  // kWhole: fixed costs
 //
@@ -180,6 +190,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -309,6 +320,11 @@ class StragglerKind {
   std::vector<int32_t> RelievedThrottled(const GroupRef& ref, const std::vector<int32_t>& units,
                                          const std::vector<int32_t>& owned) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the last round (Update) found `rank`, throttled whole and relieved, still
+  // arriving last (see "Still last"); `seconds` (if not null) gets its collectives a step
+  // there and `others` the least of the other ranks'.
+  bool StillLast(const GroupRef& ref, int32_t rank, double* seconds = nullptr,
+                 double* others = nullptr) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a recheck ended a verdict within kRecheckAfter and its rank is still relieved:
   // its units are to go back (the coordinator takes the split back to even at once, not
   // after a steady calm of reshard_after, which blips here seldom leave). Set by Update.
@@ -415,6 +431,9 @@ class StragglerKind {
     // rank is relieved (on that split its peer arrives last and waits for nobody: 0.0064
     // s where the even split's floor was 0.0163 s on the ViT).
     bool units_going_back = false;
+    // The last round's relieved kWhole ranks still arriving last (StillLast): rank -> its
+    // collectives and the least of the others', seconds a step.
+    std::map<int32_t, std::pair<double, double>> still_last;
   };
   // The verdict on `rank` that stands in `ref`'s incarnation; null if none.
   const Verdict* StandingVerdict(const GroupRef& ref, int32_t rank) const
@@ -475,6 +494,8 @@ class StragglerKind {
   // where the round measured one (RelievedFloorRatio), saying so in `lines`.
   void SampleRelieved(GroupState& g, const Round& round, absl::Duration now,
                       std::vector<std::string>& lines) const;
+  // Sets g.still_last from the round (see "Still last").
+  void NoteStillLast(GroupState& g, const Round& round) const;
   // Whether the round's per-rank collectives tell a plan's waits off the calm split: every
   // rank ran min_steps steps of the published plan, without offloads (their transfers are
   // timed as collectives) or a cordon (its rank computes nothing). FitSpreads' and

@@ -78,6 +78,18 @@ bool StragglerKind::RelievedOf(const GroupRef& ref, int32_t rank,
   return Relieved(g->second, units, rank);
 }
 
+bool StragglerKind::StillLast(const GroupRef& ref, int32_t rank, double* seconds,
+                              double* others) const {
+  absl::MutexLock lock(&mu_);
+  const auto g = groups_.find(ref.key);
+  if (g == groups_.end() || g->second.incarnation != ref.incarnation) return false;
+  const auto it = g->second.still_last.find(rank);
+  if (it == g->second.still_last.end()) return false;
+  if (seconds != nullptr) *seconds = it->second.first;
+  if (others != nullptr) *others = it->second.second;
+  return true;
+}
+
 std::vector<int32_t> StragglerKind::RelievedThrottled(const GroupRef& ref,
                                                       const std::vector<int32_t>& units,
                                                       const std::vector<int32_t>& owned) const {

@@ -37,6 +37,16 @@ TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
                           speeds.get());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.status().message(), ::testing::HasSubstr("marginal_straggler_for -2s"));
+  c = Coordinator::Create({.known_kind_wait_min = absl::Seconds(-1)}, &clock, &store, speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("known_kind_wait_min -1s"));
+  c = Coordinator::Create(
+      {.known_kind_wait_min = absl::Seconds(3), .known_kind_wait_max = absl::Seconds(1)}, &clock,
+      &store, speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              ::testing::HasSubstr("known_kind_wait_min 3s and known_kind_wait_max 1s: need 0 <= "
+                                   "min <= max"));
   c = Coordinator::Create({.dwell_hysteresis = std::nan("")}, &clock, &store, speeds.get());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   c = Coordinator::Create({.link_stale_after = absl::ZeroDuration()}, &clock, &store, speeds.get());

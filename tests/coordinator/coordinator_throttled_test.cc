@@ -27,8 +27,12 @@ using testing::RecordingSink;
 // added) where that plan does not reshard.
 class ThrottledRankTest : public CoordinatorTest {
  protected:
-  int ReshardAThrottledRank(ThrottledPrice how, RecordingSink* sink) {
-    StartMigrateJob({.throttled_price = how, .offload_check = std::nullopt}, sink);
+  int ReshardAThrottledRank(ThrottledPrice how, RecordingSink* sink,
+                            bool reshard_still_last = true) {
+    StartMigrateJob({.reshard_still_last = reshard_still_last,
+                     .throttled_price = how,
+                     .offload_check = std::nullopt},
+                    sink);
     SlowUnderObserveThenMigrate(coordinator_.get(), &clock_, /*calm_first=*/true, {20e-3, 40e-3},
                                 /*slow=*/{10e-3, 15e-3});
     if (HasFatalFailure()) return -1;
@@ -322,6 +326,47 @@ TEST_F(ThrottledRankTest, ARelievedThrottledRankIsPricedAtWhatItsCollectivesCost
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(why->text(), ::testing::HasSubstr("its collectives priced at the 0.04 s they cost "
                                                 "it straggling on the calm split, its units"));
+}
+
+// Relieved too little (its quota heavier since: 10x its peer a unit), the throttled rank
+// still arrives last: its collectives 0.04 s a step, its peer's over 1.25x that as it waits.
+// A further move off it is not spaced from the first by reshard_after (60 s): it comes
+// within seconds (straggler_kind.h, "Still last"). Not with --reshard_still_last off; and
+// at 1.5x its peer a unit it still straggles by its timers but arrives first (its peer's
+// collectives the least): not still last, and the plan stands.
+TEST_F(ThrottledRankTest, AThrottledRankAMoveRelievedTooLittleIsMovedFurtherWithoutWaiting) {
+  struct Case {
+    const char* what;
+    double slow;  // its seconds a unit (its peer's 0.01)
+    bool flag;    // --reshard_still_last
+    bool moved;
+  };
+  for (const Case& k : {Case{"still last", 100e-3, true, true},
+                        Case{"still last, the flag off", 100e-3, false, false},
+                        Case{"arriving first", 15e-3, true, false}}) {
+    SCOPED_TRACE(k.what);
+    RecordingSink sink;
+    const int kept = ReshardAThrottledRank(ThrottledPrice::kFloor, &sink, k.flag);
+    ASSERT_GT(kept, 1);
+    ASSERT_LT(kept, kUnits / 2);
+    TwoRankLockstep ranks(coordinator_.get(), &clock_);
+    ranks.Run(40, {kUnits - kept, kept}, {10e-3, k.slow}, {20e-3, 40e-3},
+              sink.plans()[0].version());
+    absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+    ASSERT_TRUE(why.ok());
+    if (!k.moved) {
+      EXPECT_EQ(sink.plans().size(), 1u) << "the plan stands";
+      EXPECT_THAT(why->text(), ::testing::Not(::testing::HasSubstr("still arrives last")));
+      EXPECT_THAT(why->text(), ::testing::HasSubstr("but units moved"));
+      continue;
+    }
+    ASSERT_EQ(sink.plans().size(), 2u) << why->text();
+    absl::StatusOr<WorkloadPlan> further = FromProto(sink.plans()[1]);
+    ASSERT_TRUE(further.ok());
+    ASSERT_FALSE(further->blocks.empty());
+    const std::vector<RankId>& owners = further->blocks[0].owner_of_unit;
+    EXPECT_LT(std::count(owners.begin(), owners.end(), RankId(1)), kept);
+  }
 }
 
 }  // namespace

@@ -126,28 +126,31 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
   const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
+                                         policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device (measured): chronic now")));
   EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
   judge_.UnitsMoved(ref_, {1});
   for (int i = 0; i < 19; ++i) {
     Round(2.0);
     lines_.clear();
-    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_))
+    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh,
+                                            /*still_last=*/false, policy_, lines_))
         << i;
   }
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device, but units moved 1.9s ago: "
                                             "chronic only once reshard_after (2s) has passed")));
   Round(2.0);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
+                                         policy_, lines_));
   // A group registered again has moved nothing (and its rank straggles anew).
   judge_.UnitsMoved(ref_, {1});
   const GroupRef again{ref_.key, ref_.incarnation + 1};
   clock_.Advance(absl::Milliseconds(100));
   std::vector<std::string> lines;
   judge_.Judge(again, {0, 1}, 2, Pooled(2.0), 1, policy_, false, absl::ZeroDuration(), lines);
-  EXPECT_TRUE(
-      judge_.KindMeasuredChronic(again, 1, kDevice, clock_.Monotonic(), kFresh, policy_, lines));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(again, 1, kDevice, clock_.Monotonic(), kFresh,
+                                         /*still_last=*/false, policy_, lines));
 }
 
 // An operator's hold that moved units replaces the planner's ownership: the planner's
@@ -161,16 +164,19 @@ TEST_F(StragglerJudgeTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
   Round(2.0);
   EXPECT_FALSE(Round(2.0).chronic[1]);
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
+                                          policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("units moved 200ms ago")));
   judge_.HoldMovedUnits(ref_);
   EXPECT_TRUE(Round(2.0).chronic[1]);  // straggling since before the planner's move
   lines_.clear();
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
+                                         policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("a slower device (measured): chronic now")));
   judge_.UnitsMoved(ref_, {1});
   EXPECT_FALSE(Round(2.0).chronic[1]);
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
+                                          policy_, lines_));
 }
 
 // A rank measured throttled whole (a CPU quota, a co-tenant) is chronic at once as a
@@ -180,10 +186,11 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
   const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
   EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, StragglerKind::Kind::kUnknown, measured, kFresh,
-                                          policy_, lines_));
+                                          /*still_last=*/false, policy_, lines_));
   EXPECT_TRUE(lines_.empty());
   EXPECT_FALSE(judge_.Ranks(ref_).at(1).kind_measured);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh,
+                                         /*still_last=*/false, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr(
                           "rank 1: throttled whole (its collectives slow too) (measured): chronic "
                           "now, without lasting reshard_after (coordinator flag "
@@ -192,7 +199,8 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
   judge_.UnitsMoved(ref_, {1});
   Round(2.0);
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh,
+                                          /*still_last=*/false, policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("throttled whole (its collectives slow too), but "
                                             "units moved 100ms ago")));
 }
@@ -216,10 +224,10 @@ TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) 
     g.calm = slow0 <= 1.1 && slow1 <= 1.1;
     return judge_.Judge(ref, {0, 1}, 2, g, 1, policy_, false, absl::ZeroDuration(), lines_);
   };
-  const auto chronic_now = [&](const GroupRef& ref, int32_t rank) {
+  const auto chronic_now = [&](const GroupRef& ref, int32_t rank, bool still_last = false) {
     lines_.clear();
-    return judge_.KindMeasuredChronic(ref, rank, kThrottled, clock_.Monotonic(), kFresh, policy_,
-                                      lines_);
+    return judge_.KindMeasuredChronic(ref, rank, kThrottled, clock_.Monotonic(), kFresh, still_last,
+                                      policy_, lines_);
   };
   EXPECT_EQ(round(ref_, 1.0, 1.0).straggler, -1);
   EXPECT_EQ(round(ref_, 1.3, 1.2).straggler, 0);
@@ -247,6 +255,13 @@ TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) 
   round(ref_, 1.0, 2.0);
   EXPECT_FALSE(chronic_now(ref_, 1));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 700ms ago")));
+  // Unless a window of the move's plan found it still arriving last: it was relieved too
+  // little, and a further move is not spaced from that one.
+  EXPECT_TRUE(chronic_now(ref_, 1, /*still_last=*/true));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr(
+                          "(measured): chronic now, without lasting reshard_after (coordinator "
+                          "flag --reshard_throttled_ranks); units moved 700ms ago relieved it, "
+                          "but it still arrives last: not spaced from that move")));
   // Rank 0 straggling anew after rank 1's move is spaced by its own, 1.4 s before.
   EXPECT_EQ(round(ref_, 2.0, 1.0).straggler, 0);
   EXPECT_FALSE(chronic_now(ref_, 0));
@@ -267,6 +282,9 @@ TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) 
   EXPECT_EQ(round(both, 2.0, 1.5).straggler, 0);
   EXPECT_FALSE(chronic_now(both, 0));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
+  // Still last is no waiver for a rank the move did not relieve.
+  EXPECT_FALSE(chronic_now(both, 0, /*still_last=*/true));
+  EXPECT_THAT(lines_, ElementsAre(HasSubstr("but units moved 100ms ago")));
 
   // A move made with none straggling (back to even, after rank 0's straggle ended) spaces
   // every straggler.
@@ -282,49 +300,73 @@ TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) 
 // A kind measured in a straggling run before this one (its verdict stands through calm
 // spells under 30 s) makes the straggle chronic at once only once it has lasted as long as
 // measuring the kind afresh would (16 steps: 2.6 s of the ViT's), at least 2 s and at most
-// 5 s: a blip is not resharded on it, a straggler that came back is.
+// 5 s (the coordinator's --known_kind_wait_min and --known_kind_wait_max, which a judge
+// takes as its bounds): a blip is not resharded on it, a straggler that came back is.
 TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItLastedAFreshMeasure) {
   struct Case {
     absl::Duration fresh;
     absl::Duration lasts;
     const char* says;
+    absl::Duration min = StragglerJudge::kKnownKindStraggleMin;
+    absl::Duration max = StragglerJudge::kKnownKindStraggleMax;
   };
   int group = 0;
   for (const Case& k : {Case{kFresh, absl::Seconds(5), "5s"},
                         Case{absl::Milliseconds(2640), absl::Milliseconds(2640), "2.64s"},
                         Case{absl::Milliseconds(500), absl::Seconds(2), "2s"},
-                        Case{absl::Seconds(9), absl::Seconds(5), "5s"}}) {
-    SCOPED_TRACE(absl::FormatDuration(k.fresh));
+                        Case{absl::Seconds(9), absl::Seconds(5), "5s"},
+                        Case{absl::Milliseconds(2640), absl::Seconds(1), "1s",
+                             absl::Milliseconds(500), absl::Seconds(1)},
+                        Case{absl::Milliseconds(200), absl::Milliseconds(500), "500ms",
+                             absl::Milliseconds(500), absl::Seconds(1)}}) {
+    SCOPED_TRACE(absl::StrCat(absl::FormatDuration(k.fresh), " within [",
+                              absl::FormatDuration(k.min), ", ", absl::FormatDuration(k.max), "]"));
+    StragglerJudge judge(&clock_, absl::Seconds(1), k.min, k.max);
     const GroupRef ref{{"vit", absl::StrCat("tp", group++)}, 1};
     const auto round = [&](double slowdown) {
       clock_.Advance(absl::Milliseconds(100));
       std::vector<std::string> lines;
-      judge_.Judge(ref, {0, 1}, 2, Pooled(slowdown), 1, policy_, false, absl::ZeroDuration(),
-                   lines);
+      judge.Judge(ref, {0, 1}, 2, Pooled(slowdown), 1, policy_, false, absl::ZeroDuration(), lines);
     };
     round(2.0);
     const absl::Duration measured = clock_.Monotonic();
     for (int i = 0; i < 5; ++i) round(1.0);  // 500 ms calm: the run ends
-    EXPECT_FALSE(judge_.Ranks(ref).at(1).straggling_since.has_value());
+    EXPECT_FALSE(judge.Ranks(ref).at(1).straggling_since.has_value());
     round(2.0);
     const absl::Duration began = clock_.Monotonic();
     lines_.clear();
-    EXPECT_FALSE(judge_.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, policy_, lines_));
+    EXPECT_FALSE(judge.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh,
+                                           /*still_last=*/false, policy_, lines_));
     EXPECT_THAT(lines_, ElementsAre(HasSubstr(absl::StrCat(
                             "measured before this straggle began: chronic once the straggle has "
                             "lasted ",
                             k.says, " (not a blip"))));
-    EXPECT_FALSE(judge_.Ranks(ref).at(1).kind_measured);
+    EXPECT_FALSE(judge.Ranks(ref).at(1).kind_measured);
     while (clock_.Monotonic() - began + absl::Milliseconds(100) < k.lasts) {
       round(2.0);
-      EXPECT_FALSE(judge_.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, policy_, lines_))
+      EXPECT_FALSE(judge.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh,
+                                             /*still_last=*/false, policy_, lines_))
           << clock_.Monotonic() - began;
     }
     round(2.0);
-    EXPECT_TRUE(judge_.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, policy_, lines_))
+    EXPECT_TRUE(judge.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, /*still_last=*/false,
+                                          policy_, lines_))
         << clock_.Monotonic() - began;
-    EXPECT_TRUE(judge_.Ranks(ref).at(1).kind_measured);
+    EXPECT_TRUE(judge.Ranks(ref).at(1).kind_measured);
   }
+  // With no wait, a straggler that came back is chronic at its first round.
+  StragglerJudge at_once(&clock_, absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration());
+  const GroupRef ref{{"vit", "tp-at-once"}, 1};
+  std::vector<std::string> lines;
+  at_once.Judge(ref, {0, 1}, 2, Pooled(2.0), 1, policy_, false, absl::ZeroDuration(), lines);
+  const absl::Duration measured = clock_.Monotonic();
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(absl::Milliseconds(100));
+    at_once.Judge(ref, {0, 1}, 2, Pooled(i < 5 ? 1.0 : 2.0), 1, policy_, false,
+                  absl::ZeroDuration(), lines);
+  }
+  EXPECT_TRUE(at_once.KindMeasuredChronic(ref, 1, kDevice, measured, kFresh, /*still_last=*/false,
+                                          policy_, lines));
 }
 
 TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIsWaitedOut) {

@@ -315,6 +315,52 @@ TEST_F(StragglerKindTest, AThrottledRanksCollectivesRelievedOfUnitsAreTheShareOf
   EXPECT_EQ(windows, 0);
 }
 
+// A throttled rank relieved too little still arrives last: its collectives the least, the
+// others' min_ratio (1.25x) of them or more, its floor not nearer calm than its straggling
+// floor. Each round says afresh, on the same terms as a relieved window.
+TEST_F(StragglerKindTest, ARelievedThrottledRankTheOthersStillWaitForIsStillLast) {
+  const std::vector<int32_t> even{45, 45}, relieved{48, 42};
+  double own = 0, others = 0;
+  EXPECT_FALSE(kinds_.StillLast(kGroup, 1)) << "no verdict";
+  JudgeThrottledOnEven();  // its straggling floor 0.100 s
+  EXPECT_FALSE(kinds_.StillLast(kGroup, 1)) << "on the calm split";
+  clock_.Advance(absl::Seconds(3));
+  Update(RanPeerOwn(1, relieved, 0.150, 0.095));
+  EXPECT_TRUE(kinds_.StillLast(kGroup, 1, &own, &others));
+  EXPECT_DOUBLE_EQ(own, 0.095);
+  EXPECT_DOUBLE_EQ(others, 0.150);
+  EXPECT_FALSE(kinds_.StillLast(kGroup, 0)) << "no verdict on rank 0";
+  EXPECT_FALSE(kinds_.StillLast({kGroup.key, kGroup.incarnation + 1}, 1));
+  struct Case {
+    const char* what;
+    StragglerKind::Round round;
+    bool still_last;
+  };
+  StragglerKind::Round pushed = RanPeerOwn(1, relieved, 0.150, 0.095);
+  pushed.published_version = 2;
+  StragglerKind::Round cordoned = RanPeerOwn(1, relieved, 0.150, 0.095);
+  cordoned.cordon = true;
+  const Case cases[] = {
+      // (Exact in binary: 1.25 x 0.09375 = 0.1171875.)
+      {"the others at exactly 1.25x", RanPeerOwn(1, relieved, 0.1171875, 0.09375), true},
+      {"the others just under 1.25x", RanPeerOwn(1, relieved, 0.1171, 0.09375), false},
+      {"it waits for the others", RanPeerOwn(1, relieved, 0.080, 0.120), false},
+      {"its floor nearer calm (0.060^2 < 0.043 x 0.100)", RanPeerOwn(1, relieved, 0.150, 0.060),
+       false},
+      {"under offloads", RanPeerOwn(1, relieved, 0.150, 0.095, /*offloads=*/true), false},
+      {"a plan pushed, not yet run", pushed, false},
+      {"a cordon", cordoned, false},
+      {"not relieved", RanPeerOwn(1, {42, 48}, 0.150, 0.095), false},
+      {"the calm split", RanPeerOwn(1, even, 0.150, 0.095), false},
+      {"calm by its timers, still last", RanPeerOwn(-1, relieved, 0.150, 0.095), true},
+  };
+  for (const Case& c : cases) {
+    clock_.Advance(absl::Seconds(3));
+    Update(c.round);
+    EXPECT_EQ(kinds_.StillLast(kGroup, 1), c.still_last) << c.what;
+  }
+}
+
 // A recheck that ends a verdict sets its ratios aside with it, and a verdict back (the
 // rank throttled still) brings them back, as it does its floor: the same contention,
 // measured relieved before. Only a verdict taken afresh starts without them (above).
