@@ -171,16 +171,15 @@ class StragglerJudge {
   // interleaved benchmark's quota onsets with no plan for their minute in 7 of 30 cycles, where a
   // blip of the other rank had been resharded in the calm segment before and took no offloads
   // (docs/benchmarks.md, 2026-12-06 (h)). A rank a move relieved stays spaced from it whatever
-  // the move was for (two ranks taking turns, a move that relieves several). What a wrong call
-  // costs: a straggle that ends soon after its reshard costs a second move, back to even once calm
-  // has lasted reshard_after. Appends a line saying which. Call after Judge in the same round.
-  // Nor a further move off a rank a move within reshard_after relieved, where it is
-  // `still_last` (StragglerKind::StillLast: a window of the newest plan measured it
-  // arriving last, its contention on): that move relieved it too little. In the quota
-  // onsets of the interleaved benchmark, a drift's small reshard in the calm segment
-  // before (45 -> 42 units) left the quota's rank arriving last, its collectives (the
-  // floor) 0.032-0.052 s a step against 0.006-0.013 s calm, and its next move spaced from
-  // that one (docs/benchmarks.md, 2026-12-07 (a) and (b)).
+  // the move was for (two ranks taking turns, a move that relieves several), unless it is
+  // `still_last` (StragglerKind::StillLast: a window of the newest plan measured it arriving
+  // last, its contention on): that move relieved it too little. In the quota onsets of the
+  // interleaved benchmark, a drift's small reshard in the calm segment before (45 -> 42 units)
+  // left the quota's rank arriving last, its collectives (the floor) 0.032-0.052 s a step
+  // against 0.006-0.013 s calm, and its next move spaced from that one (docs/benchmarks.md,
+  // 2026-12-07 (a) and (b)). What a wrong call costs: a straggle that ends soon after its
+  // reshard costs a second move, back to even once calm has lasted reshard_after. Appends a
+  // line saying which. Call after Judge in the same round.
   bool KindMeasuredChronic(const GroupRef& ref, int32_t rank, StragglerKind::Kind kind,
                            absl::Duration measured_at, absl::Duration fresh_measure,
                            bool still_last, const JobPolicy& policy,

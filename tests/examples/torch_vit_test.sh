@@ -24,8 +24,13 @@ trap 'pkill -9 -f -- "$dir" 2>/dev/null || true; rm -rf "$dir"' EXIT
 tiny=(--hidden=96 --heads=6 --layers=1 --mlp_unit_size=32 --eval_images=200 --log_every=50)
 
 # 1. Contention from step 10 (3x): plans come back from the coordinator and are applied.
+# Quota periods of 3 ms (1 ms of quota each, the kernel's least), not the default 10 ms: the
+# blocks compute ~6 ms a step, and with 10 ms periods the throttle landed outside them in a
+# CI run under load (both ranks' compute 6.0 ms a step, no plan); with 3 ms periods it lands
+# inside them (python/ballast_harness/config.py, quota_period_us).
 /usr/bin/python3 "$launch" --build "$build" --trainer torch --mode migrate --steps 200 \
-  --batch 64 --straggler 1:3@10- --out "$dir/full" --progress lines -- "${tiny[@]}" \
+  --batch 64 --straggler 1:3@10- --quota-period-us 3000 --out "$dir/full" --progress lines \
+  -- "${tiny[@]}" \
   >"$dir/full.log" 2>&1 || fail "launcher run exited with $?"
 for want in "contention ON" "finished 200 steps" "Test accuracy"; do
   grep -q "$want" "$dir/full.log" || fail "no '$want'"
