@@ -470,17 +470,10 @@ void StragglerKind::SampleRelieved(GroupState& g, const Round& round, absl::Dura
                                    std::vector<std::string>& lines) const {
   if (!WaitsMeasured(g, round)) return;
   const std::vector<double>& measured = round.rank_collective_seconds;
-  const double calm = CalmCollectivesOf(g);
   for (auto& [rank, verdict] : g.judged) {
+    if (!RelievedContended(g, round, rank, verdict)) continue;
     const double floor = StragglingFloorOf(verdict);
     const auto t = static_cast<size_t>(rank);
-    if (floor <= 0 || t >= measured.size() || !(measured[t] > 0) ||
-        !Relieved(g, round.units, rank)) {
-      continue;
-    }
-    // Not a window without its contention: priced at it, the contention, back, would be
-    // priced at calm (see "Contention gone").
-    if (NearerCalm(measured[t], calm, floor)) continue;
     if (!WindowDue(verdict.relieved_ratios.empty(), verdict.relieved_at, now, round.step_seconds,
                    options_.min_steps)) {
       continue;  // the same window as the last one
@@ -496,18 +489,24 @@ void StragglerKind::SampleRelieved(GroupState& g, const Round& round, absl::Dura
   }
 }
 
+bool StragglerKind::RelievedContended(const GroupState& g, const Round& round, int32_t rank,
+                                      const Verdict& verdict) {
+  const std::vector<double>& measured = round.rank_collective_seconds;
+  const double floor = StragglingFloorOf(verdict);
+  const auto t = static_cast<size_t>(rank);
+  // Not a window without its contention: priced at it, the contention, back, would be
+  // priced at calm (see "Contention gone").
+  return floor > 0 && t < measured.size() && measured[t] > 0 && Relieved(g, round.units, rank) &&
+         !NearerCalm(measured[t], CalmCollectivesOf(g), floor);
+}
+
 void StragglerKind::NoteStillLast(GroupState& g, const Round& round) const {
   g.still_last.clear();
   if (!WaitsMeasured(g, round)) return;
   const std::vector<double>& measured = round.rank_collective_seconds;
-  const double calm = CalmCollectivesOf(g);
   for (const auto& [rank, verdict] : g.judged) {
-    const double floor = StragglingFloorOf(verdict);
+    if (!RelievedContended(g, round, rank, verdict)) continue;
     const auto t = static_cast<size_t>(rank);
-    if (floor <= 0 || t >= measured.size() || !(measured[t] > 0) ||
-        !Relieved(g, round.units, rank) || NearerCalm(measured[t], calm, floor)) {
-      continue;
-    }
     // The others wait for it: each attached one (0 is a rank not attached) at least
     // min_ratio times its own, as a floor's straggler is told from the calm one.
     double others = 0;

@@ -494,6 +494,11 @@ class StragglerKind {
   // where the round measured one (RelievedFloorRatio), saying so in `lines`.
   void SampleRelieved(GroupState& g, const Round& round, absl::Duration now,
                       std::vector<std::string>& lines) const;
+  // Whether the round (one WaitsMeasured holds for) measured `rank`, judged by `verdict`,
+  // relieved (fewer units than calm) with its contention on: its collectives not nearer
+  // calm than its straggling floor. SampleRelieved's windows and NoteStillLast's rounds.
+  static bool RelievedContended(const GroupState& g, const Round& round, int32_t rank,
+                                const Verdict& verdict);
   // Sets g.still_last from the round (see "Still last").
   void NoteStillLast(GroupState& g, const Round& round) const;
   // Whether the round's per-rank collectives tell a plan's waits off the calm split: every
