@@ -67,10 +67,9 @@ struct CoordinatorOptions {
   // marginal skew of an expert block's loads before its experts are split.
   absl::Duration marginal_straggler_for = absl::Seconds(3);
   // How long a straggle by a rank whose kind was measured before it began must last to be
-  // chronic at once (StragglerJudge::KindMeasuredChronic): as long as measuring the kind
-  // afresh would take (16 steps), kept within [min, max]. The minimum keeps blips from
-  // being resharded (this VM's lasted up to 1.7 s); where ranks do not blip, a smaller
-  // one reshards a straggler coming back sooner. Checked by Create: 0 <= min <= max.
+  // chronic at once (StragglerJudge::KindMeasuredChronic): longer than the group's longest
+  // blip (StragglerJudge::LongestBlip), kept within [min, max]; min where it has shown
+  // none. Checked by Create: 0 <= min <= max.
   absl::Duration known_kind_wait_min = StragglerJudge::kKnownKindStraggleMin;
   absl::Duration known_kind_wait_max = StragglerJudge::kKnownKindStraggleMax;
   // Balance each rank's collective time beyond the least with its units, as a fixed cost

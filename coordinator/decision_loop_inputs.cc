@@ -133,9 +133,6 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   if (reshard_kind && !operator_hold && straggler >= 0 && straggler < group.size &&
       !chronic[straggler]) {
     if (const std::optional<absl::Duration> at = straggler_kind_.MeasuredAt(group.ref, straggler)) {
-      // As long as measuring the kind afresh would take.
-      const absl::Duration fresh_measure =
-          straggler_kind_.options().min_steps * absl::Seconds(step_seconds);
       double own = 0;
       double others = 0;
       const bool still_last = options_.reshard_still_last &&
@@ -146,8 +143,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
             "%.4f s or more (they wait for it)",
             straggler, own, others));
       }
-      chronic[straggler] = judge_->KindMeasuredChronic(group.ref, straggler, kind, *at,
-                                                       fresh_measure, still_last, policy, lines);
+      chronic[straggler] =
+          judge_->KindMeasuredChronic(group.ref, straggler, kind, *at, still_last, policy, lines);
     }
   }
   const ThrottledPriced throttled = PriceThrottled(group, straggler, kind, *pooled, pricing, lines);

@@ -65,14 +65,15 @@ ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
           "How long a marginal straggler (within 1 + 3 x the straggler threshold) must "
           "last before a calm group starts balancing, and a marginal skew of an expert "
           "block's loads before its experts are split; a larger one is balanced at once");
-ABSL_FLAG(absl::Duration, known_kind_wait_min, absl::Seconds(2),
+ABSL_FLAG(absl::Duration, known_kind_wait_min, absl::ZeroDuration(),
           "How long a straggle by a rank whose kind (a slower device, or throttled whole) "
-          "was measured before it began must last before it is resharded at once: as long "
-          "as measuring the kind afresh would take (16 steps), at least this (blips are not "
-          "resharded: coordinator/straggler_judge.h) and at most --known_kind_wait_max; "
-          "0 <= min <= max");
+          "was measured before it began must last before it is resharded at once: longer "
+          "than the group's longest blip (a straggle that ended on its own, nothing done "
+          "about it: coordinator/straggler_judge.h), at least this and at most "
+          "--known_kind_wait_max; 0 <= min <= max");
 ABSL_FLAG(absl::Duration, known_kind_wait_max, absl::Seconds(5),
-          "The most --known_kind_wait_min's wait lasts, however long 16 steps take");
+          "A straggle that ended on its own after this long is a contention that came and "
+          "went, no blip: the known kind's wait (--known_kind_wait_min) stays under it");
 ABSL_FLAG(std::string, fixed_costs, "auto",
           "Balance each rank's collective time beyond the least together with its units, "
           "scaled by its compute slowdown (coordinator/fixed_costs.h): auto: for a straggler "

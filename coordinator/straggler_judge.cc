@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 
 namespace ballast::coordinator {
 
@@ -52,10 +53,27 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
     const bool gap = rank.judged_at.has_value() && now - *rank.judged_at > max_gap;
     rank.judged_at = now;
     if (gap) rank = RankRun{.judged_at = now};
+    if (rank.straggling_since.has_value() && !running_all_local) rank.acted_on = true;
     if (!straggling) {
       if (!rank.straggling_since.has_value()) continue;
       const absl::Duration calm_for = now - *rank.last_straggled_at;
       if (calm_for > calm_grace) {
+        // Ended on its own: a blip, unless something was done about it, it lasted as long
+        // as the longest wait, or this round did not measure the rank (a rank whose experts
+        // got no tokens reads not straggling: its end is not known).
+        const absl::Duration blip =
+            *rank.last_straggled_at - *rank.straggling_since + policy.report_period;
+        const bool measured = r < size && static_cast<size_t>(r) < pooled.ranks.size() &&
+                              pooled.ranks[r].blocks_judged > 0;
+        if (!rank.acted_on && measured && blip < known_kind_max_ &&
+            blip > runs.longest_blip.value_or(absl::ZeroDuration())) {
+          runs.longest_blip = blip;
+          // Rare (it only grows, under the max): why a known kind's straggle now waits.
+          BALLAST_LOG(INFO) << "job=" << ref.key.first << " group=" << ref.key.second
+                            << " rank " << r << " straggled " << absl::FormatDuration(blip)
+                            << ", ended on its own: the longest blip, a known kind's "
+                               "straggle waits it out";
+        }
         rank = RankRun{.judged_at = now};
         continue;
       }
@@ -67,7 +85,10 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
       continue;
     }
     rank.last_straggled_at = now;
-    if (!rank.straggling_since.has_value()) rank.straggling_since = now;
+    if (!rank.straggling_since.has_value()) {
+      rank.straggling_since = now;
+      rank.acted_on = !running_all_local;
+    }
     const absl::Duration straggling_for = now - *rank.straggling_since;
     // A reshard restarts the count (UnitsMoved).
     const bool resharded_since =
@@ -171,8 +192,8 @@ StragglerJudge::SkewVerdict StragglerJudge::JudgeSkew(const GroupRef& ref, int32
 
 bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
                                          StragglerKind::Kind kind, absl::Duration measured_at,
-                                         absl::Duration fresh_measure, bool still_last,
-                                         const JobPolicy& policy, std::vector<std::string>& lines) {
+                                         bool still_last, const JobPolicy& policy,
+                                         std::vector<std::string>& lines) {
   if (kind == StragglerKind::Kind::kUnknown) return false;
   const std::string what = kind == StragglerKind::Kind::kCompute
                                ? "a slower device"
@@ -182,14 +203,21 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
   GroupRuns& runs = RunsOf(ref);
   RankRun& run = runs.ranks[rank];
   if (!run.straggling_since.has_value()) return false;  // Judge found it calm
-  const absl::Duration not_a_blip = std::clamp(fresh_measure, known_kind_min_, known_kind_max_);
+  const absl::Duration not_a_blip = std::clamp(runs.longest_blip.value_or(absl::ZeroDuration()),
+                                               known_kind_min_, known_kind_max_);
   if (*run.straggling_since > measured_at && now - *run.straggling_since < not_a_blip) {
-    lines.push_back(
-        absl::StrCat("rank ", rank, ": ", what,
-                     ", measured before this straggle began: chronic once the "
-                     "straggle has lasted ",
-                     absl::FormatDuration(absl::Ceil(not_a_blip, absl::Milliseconds(10))),
-                     " (not a blip: as long as measuring it afresh would take)"));
+    const std::string blips =
+        runs.longest_blip.has_value()
+            ? absl::StrCat(
+                  "this group's longest blip ",
+                  absl::FormatDuration(absl::Ceil(*runs.longest_blip, absl::Milliseconds(10))))
+            : "no blip yet";
+    lines.push_back(absl::StrCat(
+        "rank ", rank, ": ", what,
+        ", measured before this straggle began: chronic once the straggle has lasted ",
+        absl::FormatDuration(absl::Ceil(not_a_blip, absl::Milliseconds(10))), " (not a blip: ",
+        blips, ", kept within --known_kind_wait_min ", absl::FormatDuration(known_kind_min_),
+        " and --known_kind_wait_max ", absl::FormatDuration(known_kind_max_), ")"));
     return false;
   }
   // The last move answered another rank's straggle, this one began after it, and no move
@@ -244,6 +272,7 @@ void StragglerJudge::UnitsMoved(const GroupRef& ref, const std::vector<int32_t>&
   runs.moved_units_at = now;
   runs.moved_for = runs.judged_straggler;
   for (int32_t r : relieved) runs.relieved_at[r] = now;
+  ActOnOpenRuns(runs);
 }
 
 void StragglerJudge::HoldMovedUnits(const GroupRef& ref) {
@@ -251,6 +280,20 @@ void StragglerJudge::HoldMovedUnits(const GroupRef& ref) {
   GroupRuns& runs = RunsOf(ref);
   runs.moved_units_at.reset();
   runs.relieved_at.clear();
+  ActOnOpenRuns(runs);
+}
+
+void StragglerJudge::ActOnOpenRuns(GroupRuns& runs) {
+  for (auto& [rank, run] : runs.ranks) {
+    if (run.straggling_since.has_value()) run.acted_on = true;
+  }
+}
+
+std::optional<absl::Duration> StragglerJudge::LongestBlip(const GroupRef& ref) const {
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(ref.key);
+  if (it == groups_.end() || it->second.incarnation != ref.incarnation) return std::nullopt;
+  return it->second.longest_blip;
 }
 
 std::map<int32_t, StragglerJudge::RankRun> StragglerJudge::Ranks(const GroupRef& ref) const {

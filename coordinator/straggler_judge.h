@@ -1,5 +1,5 @@
 // StragglerJudge: the verdicts on a group that need its history, not just this round's
-// speeds. Per group it holds four kinds of runs of planning rounds, on the injected clock:
+// speeds. Per group it holds these runs of planning rounds, on the injected clock:
 //   - calm: the pooled verdict calm without a break; an uneven split goes back to even only
 //     after reshard_after of it (PlannerInput::calm_lasted);
 //   - marginal: a straggler waited out without a break (rank_speeds.h: TreatAsCalm): a
@@ -12,7 +12,7 @@
 //     no longer than kMaxCalmSpell (and a gap the run survives, below) does not end it.
 //     A straggler whose kind was measured (a slower device, or a rank throttled whole:
 //     straggler_kind.h) is chronic at once (a verdict from before this run once the run
-//     has lasted as long as measuring it afresh would), unless the planner moved units within
+//     has outlasted the group's blips), unless the planner moved units within
 //     reshard_after (KindMeasuredChronic; a move for another rank's straggle that took none
 //     of this rank's units and came before this straggle began does not count, nor does a
 //     move that relieved this rank too little: it still arrives last);
@@ -20,6 +20,10 @@
 //     on its ownership for reshard_after, counted the same way (PlannerInput::skew_lasted).
 //     The last move is the group's, as it is for chronic ranks: a reshard of one block
 //     restarts every block's count, which delays the next by at most reshard_after;
+//   - blips: a rank's straggling run that ended on its own (calm past the calm spell's
+//     grace, nothing asked of the workers and no units moved while it lasted) within the
+//     known kind's max wait. The
+//     longest (LongestBlip) is how long a straggle by a rank of known kind must last;
 //   - a marginal skew, per such block: unbalanced, but within the marginal factor of the
 //     balanced ideal, on a block running all-local, waited out for marginal_straggler_for
 //     as a marginal straggler is (PlannerInput::skew_waits), unless it has lasted
@@ -39,12 +43,11 @@
 //       judge.JudgeSkew(ref, block, *SkewOfLoads(in, policy, in_force), policy, lines);
 //   in.skew_lasted = s.lasted;
 //   in.skew_waits = s.waits;
-//   // (The kind may be another rank's verdict that stands: only the straggler's counts.
-//   // fresh_measure: how long measuring a kind afresh takes, min_steps of the group's steps.)
+//   // (The kind may be another rank's verdict that stands: only the straggler's counts.)
 //   if (kind != StragglerKind::Kind::kUnknown && !v.chronic[straggler]) {
 //     if (std::optional<absl::Duration> at = kinds.MeasuredAt(ref, straggler)) {
-//       v.chronic[straggler] =
-//           judge.KindMeasuredChronic(ref, straggler, kind, *at, fresh_measure, policy, lines);
+//       v.chronic[straggler] = judge.KindMeasuredChronic(ref, straggler, kind, *at,
+//                                                        still_last, policy, lines);
 //     }
 //   }
 //   ... plan with v.calm, v.calm_lasted, v.chronic, in.skew_lasted, in.skew_waits ...
@@ -80,14 +83,15 @@ class StragglerJudge {
   // above either): a round or two of a fast burst the speed model adopted, not a blip's
   // seconds of calm.
   static constexpr absl::Duration kMaxCalmSpell = absl::Seconds(1);
-  // How long a straggle by a rank whose kind was measured before it began must last to be
-  // chronic at once (KindMeasuredChronic): as long as measuring the kind afresh would take
-  // (the caller's `fresh_measure`: 16 steps), but longer than this VM's blips (up to 1.7 s
-  // in docs/benchmarks.md, 2026-12-03 (later)) and no longer than the 5 s it was before it
-  // followed the step (the GPT's 16 steps take 5-8 s; the ViT's 2.6 s, where 5 s put the
-  // reshard of a straggler coming back at step 33: 2026-12-05 (b)). The defaults of the
-  // coordinator's --known_kind_wait_min and --known_kind_wait_max.
-  static constexpr absl::Duration kKnownKindStraggleMin = absl::Seconds(2);
+  // The bounds on how long a straggle by a rank whose kind was measured before it began
+  // must last to be chronic at once (KindMeasuredChronic): longer than any blip the group
+  // has shown (LongestBlip), at least min and at most max. The defaults of the
+  // coordinator's --known_kind_wait_min and --known_kind_wait_max. A group that has shown
+  // no blip waits min: 0, where a fixed 2 s (longer than the last VM's blips, up to 1.7 s)
+  // put a quota onset's reshard at step 20 on a VM whose ranks never blipped, 5 with no
+  // wait (docs/benchmarks.md, 2026-12-07 (b)). The max is a straggle no longer a blip:
+  // the 5 s it was before it followed the group's blips.
+  static constexpr absl::Duration kKnownKindStraggleMin = absl::ZeroDuration();
   static constexpr absl::Duration kKnownKindStraggleMax = absl::Seconds(5);
 
   struct Verdict {
@@ -106,6 +110,11 @@ class StragglerJudge {
     std::optional<absl::Duration> judged_at;          // the last round that judged it
     // Chronic before reshard_after, its kind measured (KindMeasuredChronic).
     bool kind_measured = false;
+    // Something was done about it while it lasted: a round of it found the group's plan
+    // asking something of the workers (offloads, prunes, a move not yet made), or units
+    // moved (the planner's or a hold's). Its end is then no blip's: a quota straggler
+    // offloaded idles more and can read calm while still throttled.
+    bool acted_on = false;
     // The last round found it calm inside a straggling run not yet ended by that calm:
     // the rank does not straggle now (status reads it normal), but its count goes on.
     bool InCalmSpell() const {
@@ -121,6 +130,8 @@ class StragglerJudge {
 
   // Judges the round at the clock's monotonic time for the group `ref` of `size` ranks
   // (`ranks`: those registered), on the speeds pooled over its `num_blocks` blocks.
+  // `running_all_local`: the plan in force asks nothing of the workers (a straggling run
+  // through a round that does not is acted on: RankRun::acted_on).
   // `flap_wait`: how long any straggler must last before a group running all-local starts
   // balancing, because its plans flap (plan_flaps.h: StartWait; zero: only the marginal
   // rule); not for a chronic rank.
@@ -159,31 +170,41 @@ class StragglerJudge {
   //     (docs/benchmarks.md, 2026-12-03 (late)). What the wait guarded against, a quota's
   //     slowdown moving with its load, the spacing below still does.
   // A verdict measured before this straggling run began (it stands through calm spells
-  // under 30 s: straggler_kind.h) counts once the run has lasted `fresh_measure`, how long
-  // measuring the kind afresh would take now (kept within the constructor's known_kind_min
-  // and known_kind_max), so that no blip is resharded on it; without it, the GPT's device
-  // straggler coming back 17 s after it left ran plain TP until reshard_after (its offloads
-  // refused), 0.98x plain. Not if the planner moved units within reshard_after (UnitsMoved) and no
-  // hold has moved them since (HoldMovedUnits): the planner's reshards stay spaced as a chronic
-  // straggler's are (a quota's slowdown moves with its load). Except for a straggle that began
-  // after a move the planner made for another rank's straggle, where no move within
-  // reshard_after took this rank's units: that move did not answer it, and spacing it left the
-  // interleaved benchmark's quota onsets with no plan for their minute in 7 of 30 cycles, where a
-  // blip of the other rank had been resharded in the calm segment before and took no offloads
-  // (docs/benchmarks.md, 2026-12-06 (h)). A rank a move relieved stays spaced from it whatever
-  // the move was for (two ranks taking turns, a move that relieves several), unless it is
-  // `still_last` (StragglerKind::StillLast: a window of the newest plan measured it arriving
-  // last, its contention on): that move relieved it too little. In the quota onsets of the
-  // interleaved benchmark, a drift's small reshard in the calm segment before (45 -> 42 units)
-  // left the quota's rank arriving last, its collectives (the floor) 0.032-0.052 s a step
-  // against 0.006-0.013 s calm, and its next move spaced from that one (docs/benchmarks.md,
-  // 2026-12-07 (a) and (b)). What a wrong call costs: a straggle that ends soon after its
-  // reshard costs a second move, back to even once calm has lasted reshard_after. Appends a
-  // line saying which. Call after Judge in the same round.
+  // under 30 s: straggler_kind.h) counts once the run has outlasted every blip the group has
+  // shown (LongestBlip; kept within the constructor's known_kind_min and known_kind_max), so
+  // that no blip is resharded on it; without it, the GPT's device straggler coming back 17 s
+  // after it left ran plain TP until reshard_after (its offloads refused), 0.98x plain. A
+  // fixed wait (16 steps, at least 2 s) put the interleaved benchmark's quota onsets 20
+  // steps from the best static step on a VM whose ranks never blipped, 5 with none
+  // (docs/benchmarks.md, 2026-12-07 (b)); a group that blips learns its blips' length from
+  // its calm rounds, before any rank's kind is measured (that takes 16 steps of straggle). Not if
+  // the planner moved units within reshard_after (UnitsMoved) and no hold has moved them since
+  // (HoldMovedUnits): the planner's reshards stay spaced as a chronic straggler's are (a quota's
+  // slowdown moves with its load). Except for a straggle that began after a move the planner made
+  // for another rank's straggle, where no move within reshard_after took this rank's units: that
+  // move did not answer it, and spacing it left the interleaved benchmark's quota onsets with no
+  // plan for their minute in 7 of 30 cycles, where a blip of the other rank had been resharded in
+  // the calm segment before and took no offloads (docs/benchmarks.md, 2026-12-06 (h)). A rank a
+  // move relieved stays spaced from it whatever the move was for (two ranks taking turns, a move
+  // that relieves several), unless it is `still_last` (StragglerKind::StillLast: a window of the
+  // newest plan measured it arriving last, its contention on): that move relieved it too little. In
+  // the quota onsets of the interleaved benchmark, a drift's small reshard in the calm segment
+  // before (45 -> 42 units) left the quota's rank arriving last, its collectives (the floor)
+  // 0.032-0.052 s a step against 0.006-0.013 s calm, and its next move spaced from that one
+  // (docs/benchmarks.md, 2026-12-07 (a) and (b)). What a wrong call costs: a straggle that ends
+  // soon after its reshard costs a second move, back to even once calm has lasted reshard_after.
+  // Appends a line saying which. Call after Judge in the same round.
   bool KindMeasuredChronic(const GroupRef& ref, int32_t rank, StragglerKind::Kind kind,
-                           absl::Duration measured_at, absl::Duration fresh_measure,
-                           bool still_last, const JobPolicy& policy,
+                           absl::Duration measured_at, bool still_last, const JobPolicy& policy,
                            std::vector<std::string>& lines);
+  // The longest straggling run of any of the group's ranks that ended on its own (calm,
+  // measured, for longer than the calm spell's grace; not acted on: RankRun::acted_on),
+  // marginal ones included (1.09-1.19x blips of a rank whose kind stood were resharded
+  // after 2 s at a calm segment's start: docs/benchmarks.md, 2026-12-06 (e)), shorter than
+  // the known kind's max wait (a longer one no wait outlasts: a contention that came and
+  // went), as its straggling rounds' span plus the report period each stands for. Unset:
+  // none yet in this incarnation (the coordinator keeps it in memory only).
+  std::optional<absl::Duration> LongestBlip(const GroupRef& ref) const;
   // A plan the planner decided that moves units was pushed now, taking units from the
   // ranks `relieved`: the counts to chronic and to a lasting skew restart. (Not for a held
   // plan: the runs go on through a hold.) The move is for the straggler the group's last
@@ -222,9 +243,12 @@ class StragglerJudge {
     std::map<int32_t, absl::Duration> relieved_at;
     // The straggler the last Judge named (Verdict::straggler).
     int32_t judged_straggler = -1;
+    std::optional<absl::Duration> longest_blip;  // LongestBlip
   };
   // The group's runs, fresh for a new incarnation.
   GroupRuns& RunsOf(const GroupRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Units moved: every straggling run still open was acted on (RankRun::acted_on).
+  static void ActOnOpenRuns(GroupRuns& runs);
 
   Clock* const clock_;
   const absl::Duration marginal_straggler_for_;

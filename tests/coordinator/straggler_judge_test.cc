@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +25,6 @@ using ::testing::HasSubstr;
 
 constexpr StragglerKind::Kind kDevice = StragglerKind::Kind::kCompute;
 constexpr StragglerKind::Kind kThrottled = StragglerKind::Kind::kWhole;
-// How long measuring a kind afresh takes (KindMeasuredChronic's fresh_measure): the most a
-// straggle with a kind known from before must last.
-constexpr absl::Duration kFresh = absl::Seconds(5);
 
 // Two ranks, rank 1 at `slowdown` (straggling above 1.1x).
 PooledGroup Pooled(double slowdown) {
@@ -126,30 +125,30 @@ TEST_F(StragglerJudgeTest, ASlowerDeviceIsChronicAtOnceButReshardsStaySpaced) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
   const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
-                                         policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, /*still_last=*/false, policy_,
+                                         lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device (measured): chronic now")));
   EXPECT_TRUE(judge_.Ranks(ref_).at(1).kind_measured);
   judge_.UnitsMoved(ref_, {1});
   for (int i = 0; i < 19; ++i) {
     Round(2.0);
     lines_.clear();
-    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh,
-                                            /*still_last=*/false, policy_, lines_))
+    EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, /*still_last=*/false,
+                                            policy_, lines_))
         << i;
   }
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("rank 1: a slower device, but units moved 1.9s ago: "
                                             "chronic only once reshard_after (2s) has passed")));
   Round(2.0);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
-                                         policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, /*still_last=*/false, policy_,
+                                         lines_));
   // A group registered again has moved nothing (and its rank straggles anew).
   judge_.UnitsMoved(ref_, {1});
   const GroupRef again{ref_.key, ref_.incarnation + 1};
   clock_.Advance(absl::Milliseconds(100));
   std::vector<std::string> lines;
   judge_.Judge(again, {0, 1}, 2, Pooled(2.0), 1, policy_, false, absl::ZeroDuration(), lines);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(again, 1, kDevice, clock_.Monotonic(), kFresh,
+  EXPECT_TRUE(judge_.KindMeasuredChronic(again, 1, kDevice, clock_.Monotonic(),
                                          /*still_last=*/false, policy_, lines));
 }
 
@@ -164,19 +163,19 @@ TEST_F(StragglerJudgeTest, AHoldThatMovedUnitsLiftsThePlannersReshardSpacing) {
   Round(2.0);
   EXPECT_FALSE(Round(2.0).chronic[1]);
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
-                                          policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, /*still_last=*/false, policy_,
+                                          lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("units moved 200ms ago")));
   judge_.HoldMovedUnits(ref_);
   EXPECT_TRUE(Round(2.0).chronic[1]);  // straggling since before the planner's move
   lines_.clear();
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
-                                         policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, /*still_last=*/false, policy_,
+                                         lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("a slower device (measured): chronic now")));
   judge_.UnitsMoved(ref_, {1});
   EXPECT_FALSE(Round(2.0).chronic[1]);
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, kFresh, /*still_last=*/false,
-                                          policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kDevice, measured, /*still_last=*/false, policy_,
+                                          lines_));
 }
 
 // A rank measured throttled whole (a CPU quota, a co-tenant) is chronic at once as a
@@ -185,12 +184,12 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
   EXPECT_FALSE(Round(2.0).chronic[1]);
   const absl::Duration measured = clock_.Monotonic();
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, StragglerKind::Kind::kUnknown, measured, kFresh,
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, StragglerKind::Kind::kUnknown, measured,
                                           /*still_last=*/false, policy_, lines_));
   EXPECT_TRUE(lines_.empty());
   EXPECT_FALSE(judge_.Ranks(ref_).at(1).kind_measured);
-  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh,
-                                         /*still_last=*/false, policy_, lines_));
+  EXPECT_TRUE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, /*still_last=*/false,
+                                         policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr(
                           "rank 1: throttled whole (its collectives slow too) (measured): chronic "
                           "now, without lasting reshard_after (coordinator flag "
@@ -199,8 +198,8 @@ TEST_F(StragglerJudgeTest, AThrottledRankIsChronicAtOnceAsASlowerDeviceIs) {
   judge_.UnitsMoved(ref_, {1});
   Round(2.0);
   lines_.clear();
-  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, kFresh,
-                                          /*still_last=*/false, policy_, lines_));
+  EXPECT_FALSE(judge_.KindMeasuredChronic(ref_, 1, kThrottled, measured, /*still_last=*/false,
+                                          policy_, lines_));
   EXPECT_THAT(lines_, ElementsAre(HasSubstr("throttled whole (its collectives slow too), but "
                                             "units moved 100ms ago")));
 }
@@ -226,7 +225,7 @@ TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) 
   };
   const auto chronic_now = [&](const GroupRef& ref, int32_t rank, bool still_last = false) {
     lines_.clear();
-    return judge_.KindMeasuredChronic(ref, rank, kThrottled, clock_.Monotonic(), kFresh, still_last,
+    return judge_.KindMeasuredChronic(ref, rank, kThrottled, clock_.Monotonic(), still_last,
                                       policy_, lines_);
   };
   EXPECT_EQ(round(ref_, 1.0, 1.0).straggler, -1);
@@ -298,75 +297,155 @@ TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) 
 }
 
 // A kind measured in a straggling run before this one (its verdict stands through calm
-// spells under 30 s) makes the straggle chronic at once only once it has lasted as long as
-// measuring the kind afresh would (16 steps: 2.6 s of the ViT's), at least 2 s and at most
-// 5 s (the coordinator's --known_kind_wait_min and --known_kind_wait_max, which a judge
-// takes as its bounds): a blip is not resharded on it, a straggler that came back is.
-TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItLastedAFreshMeasure) {
-  struct Case {
-    absl::Duration fresh;
-    absl::Duration lasts;
-    const char* says;
-    absl::Duration min = StragglerJudge::kKnownKindStraggleMin;
-    absl::Duration max = StragglerJudge::kKnownKindStraggleMax;
-  };
+// spells under 30 s) makes the straggle chronic at once only once it has outlasted the
+// group's longest blip: a straggle of any of its ranks that ended on its own, nothing done
+// about it while it lasted, shorter than the max wait, as its rounds' span plus a report
+// period. With no blip yet it waits the min (0 by default: its first round).
+TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTheGroupsBlips) {
   int group = 0;
-  for (const Case& k : {Case{kFresh, absl::Seconds(5), "5s"},
-                        Case{absl::Milliseconds(2640), absl::Milliseconds(2640), "2.64s"},
-                        Case{absl::Milliseconds(500), absl::Seconds(2), "2s"},
-                        Case{absl::Seconds(9), absl::Seconds(5), "5s"},
-                        Case{absl::Milliseconds(2640), absl::Seconds(1), "1s",
-                             absl::Milliseconds(500), absl::Seconds(1)},
-                        Case{absl::Milliseconds(200), absl::Milliseconds(500), "500ms",
-                             absl::Milliseconds(500), absl::Seconds(1)}}) {
-    SCOPED_TRACE(absl::StrCat(absl::FormatDuration(k.fresh), " within [",
-                              absl::FormatDuration(k.min), ", ", absl::FormatDuration(k.max), "]"));
-    StragglerJudge judge(&clock_, absl::Seconds(1), k.min, k.max);
-    const GroupRef ref{{"vit", absl::StrCat("tp", group++)}, 1};
-    const auto round = [&](double slowdown) {
-      clock_.Advance(absl::Milliseconds(100));
-      std::vector<std::string> lines;
-      judge.Judge(ref, {0, 1}, 2, Pooled(slowdown), 1, policy_, false, absl::ZeroDuration(), lines);
-    };
-    round(2.0);
-    const absl::Duration measured = clock_.Monotonic();
-    for (int i = 0; i < 5; ++i) round(1.0);  // 500 ms calm: the run ends
-    EXPECT_FALSE(judge.Ranks(ref).at(1).straggling_since.has_value());
-    round(2.0);
-    const absl::Duration began = clock_.Monotonic();
-    lines_.clear();
-    EXPECT_FALSE(judge.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh,
-                                           /*still_last=*/false, policy_, lines_));
-    EXPECT_THAT(lines_, ElementsAre(HasSubstr(absl::StrCat(
-                            "measured before this straggle began: chronic once the straggle has "
-                            "lasted ",
-                            k.says, " (not a blip"))));
-    EXPECT_FALSE(judge.Ranks(ref).at(1).kind_measured);
-    while (clock_.Monotonic() - began + absl::Milliseconds(100) < k.lasts) {
-      round(2.0);
-      EXPECT_FALSE(judge.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh,
-                                             /*still_last=*/false, policy_, lines_))
-          << clock_.Monotonic() - began;
-    }
-    round(2.0);
-    EXPECT_TRUE(judge.KindMeasuredChronic(ref, 1, kDevice, measured, k.fresh, /*still_last=*/false,
-                                          policy_, lines_))
-        << clock_.Monotonic() - began;
-    EXPECT_TRUE(judge.Ranks(ref).at(1).kind_measured);
-  }
-  // With no wait, a straggler that came back is chronic at its first round.
-  StragglerJudge at_once(&clock_, absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration());
-  const GroupRef ref{{"vit", "tp-at-once"}, 1};
-  std::vector<std::string> lines;
-  at_once.Judge(ref, {0, 1}, 2, Pooled(2.0), 1, policy_, false, absl::ZeroDuration(), lines);
-  const absl::Duration measured = clock_.Monotonic();
-  for (int i = 0; i < 6; ++i) {
+  // A judge with the given bounds on a group of its own, rank 1's kind measured in a
+  // one-round straggle that ended (500 ms calm).
+  struct Group {
+    StragglerJudge judge;
+    GroupRef ref;
+    absl::Duration measured;
+  };
+  const auto make = [&](absl::Duration min, absl::Duration max) {
+    // (A judge holds a mutex: built in place.)
+    return std::unique_ptr<Group>(new Group{StragglerJudge(&clock_, absl::Seconds(1), min, max),
+                                            GroupRef{{"vit", absl::StrCat("tp", group++)}, 1},
+                                            absl::ZeroDuration()});
+  };
+  // `judged0`: the blocks that measured rank 0 (0: not measured, so not straggling).
+  const auto round = [&](Group& g, double slow0, double slow1, bool all_local = true,
+                         int32_t judged0 = 1) {
     clock_.Advance(absl::Milliseconds(100));
-    at_once.Judge(ref, {0, 1}, 2, Pooled(i < 5 ? 1.0 : 2.0), 1, policy_, false,
-                  absl::ZeroDuration(), lines);
+    PooledGroup p;
+    p.ranks = {
+        {.slowdown = slow0, .blocks_judged = judged0, .straggling = judged0 > 0 && slow0 > 1.1},
+        {.slowdown = slow1, .blocks_judged = 1, .straggling = slow1 > 1.1}};
+    p.calm = slow0 <= 1.1 && slow1 <= 1.1;
+    std::vector<std::string> lines;
+    g.judge.Judge(g.ref, {0, 1}, 2, p, 1, policy_, all_local, absl::ZeroDuration(), lines);
+  };
+  const auto measure = [&](Group& g) {
+    round(g, 1.0, 2.0, /*all_local=*/false);  // offloaded: no blip
+    g.measured = clock_.Monotonic();
+    for (int i = 0; i < 5; ++i) round(g, 1.0, 1.0);
+    ASSERT_FALSE(g.judge.Ranks(g.ref).at(1).straggling_since.has_value());
+  };
+  // Rank `rank` straggles `rounds` rounds at `slowdown`, then 500 ms of calm end the run.
+  const auto straggle = [&](Group& g, int32_t rank, int rounds, bool all_local = true,
+                            double slowdown = 2.0) {
+    for (int i = 0; i < rounds; ++i) {
+      round(g, rank == 0 ? slowdown : 1.0, rank == 1 ? slowdown : 1.0, all_local);
+    }
+    for (int i = 0; i < 5; ++i) round(g, 1.0, 1.0);
+  };
+  // Rank 1 straggles again: the rounds until it is chronic, and the first round's line.
+  const auto rounds_to_chronic = [&](Group& g, std::string* said) {
+    for (int n = 1; n <= 100; ++n) {
+      round(g, 1.0, 2.0);
+      lines_.clear();
+      if (g.judge.KindMeasuredChronic(g.ref, 1, kDevice, g.measured, /*still_last=*/false, policy_,
+                                      lines_)) {
+        EXPECT_TRUE(g.judge.Ranks(g.ref).at(1).kind_measured);
+        return n;
+      }
+      EXPECT_FALSE(g.judge.Ranks(g.ref).at(1).kind_measured);
+      if (n == 1 && !lines_.empty()) *said = lines_[0];
+    }
+    return -1;
+  };
+  const absl::Duration zero = StragglerJudge::kKnownKindStraggleMin;
+  const absl::Duration five = StragglerJudge::kKnownKindStraggleMax;
+  ASSERT_EQ(zero, absl::ZeroDuration());
+  std::string said;
+  {
+    SCOPED_TRACE("no blip yet: chronic at its first round");
+    auto g = make(zero, five);
+    measure(*g);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), std::nullopt);
+    EXPECT_EQ(rounds_to_chronic(*g, &said), 1);
   }
-  EXPECT_TRUE(at_once.KindMeasuredChronic(ref, 1, kDevice, measured, kFresh, /*still_last=*/false,
-                                          policy_, lines));
+  {
+    SCOPED_TRACE("rank 0 blipped 3 rounds (marginal: 1.3x) and 2: rank 1 waits 4 rounds");
+    auto g = make(zero, five);
+    measure(*g);
+    ASSERT_DOUBLE_EQ(policy_.straggler_threshold, 0.1);  // 1.3x is within 1 + 3 x 0.1
+    straggle(*g, 0, 3, /*all_local=*/true, 1.3);
+    straggle(*g, 0, 2);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(300));
+    said.clear();
+    EXPECT_EQ(rounds_to_chronic(*g, &said), 4);
+    EXPECT_THAT(said, HasSubstr("rank 1: a slower device, measured before this straggle began: "
+                                "chronic once the straggle has lasted 300ms (not a blip: this "
+                                "group's longest blip 300ms, kept within --known_kind_wait_min "
+                                "0 and --known_kind_wait_max 5s)"));
+    // A calm spell inside a blip is part of it: 2 rounds, 200 ms calm, 1 round.
+    round(*g, 2.0, 1.0);
+    round(*g, 2.0, 1.0);
+    round(*g, 1.0, 1.0);
+    round(*g, 1.0, 1.0);
+    straggle(*g, 0, 1);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(500));
+    // Registered again, the group has shown no blip.
+    const GroupRef again{g->ref.key, g->ref.incarnation + 1};
+    std::vector<std::string> lines;
+    g->judge.Judge(again, {0, 1}, 2, Pooled(1.0), 1, policy_, true, absl::ZeroDuration(), lines);
+    EXPECT_EQ(g->judge.LongestBlip(again), std::nullopt);
+  }
+  {
+    SCOPED_TRACE("straggles something was done about, or not seen end, are no blips");
+    auto g = make(zero, five);
+    measure(*g);
+    straggle(*g, 0, 3, /*all_local=*/false);  // offloads, prunes: not all-local
+    round(*g, 2.0, 1.0);
+    round(*g, 2.0, 1.0, /*all_local=*/false);  // offloaded in its last round
+    for (int i = 0; i < 5; ++i) round(*g, 1.0, 1.0);
+    round(*g, 2.0, 1.0);
+    round(*g, 1.0, 1.0, /*all_local=*/false);  // offloaded as it ended
+    for (int i = 0; i < 5; ++i) round(*g, 1.0, 1.0);
+    round(*g, 2.0, 1.0);
+    g->judge.UnitsMoved(g->ref, {0});
+    straggle(*g, 0, 1);
+    round(*g, 2.0, 1.0);
+    g->judge.HoldMovedUnits(g->ref);
+    straggle(*g, 0, 1);
+    straggle(*g, 0, 50);  // 4.9 s + a period: 5 s, as long as the max
+    // Rank 0 not measured (a block whose units divide, its experts got no tokens).
+    round(*g, 2.0, 1.0);
+    for (int i = 0; i < 5; ++i) round(*g, 1.0, 1.0, /*all_local=*/true, /*judged0=*/0);
+    EXPECT_FALSE(g->judge.Ranks(g->ref).at(0).straggling_since.has_value());
+    // A gap in the rounds breaks a run: its end is unknown.
+    round(*g, 2.0, 1.0);
+    clock_.Advance(absl::Seconds(1));
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), std::nullopt);
+    straggle(*g, 0, 1);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(100));  // the one after the gap
+    straggle(*g, 0, 49);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(4900));
+    EXPECT_EQ(rounds_to_chronic(*g, &said), 50);
+  }
+  {
+    SCOPED_TRACE("the bounds: at least min; a straggle of max or longer is no blip");
+    auto g = make(absl::Milliseconds(500), absl::Seconds(1));
+    measure(*g);
+    said.clear();
+    EXPECT_EQ(rounds_to_chronic(*g, &said), 6);
+    EXPECT_THAT(said, HasSubstr("lasted 500ms (not a blip: no blip yet, kept within "
+                                "--known_kind_wait_min 500ms and --known_kind_wait_max 1s)"));
+    auto f = make(absl::Milliseconds(500), absl::Seconds(1));
+    measure(*f);
+    straggle(*f, 0, 3);  // 300 ms, under the min
+    EXPECT_EQ(rounds_to_chronic(*f, &said), 6);
+    auto h = make(zero, absl::Seconds(1));
+    measure(*h);
+    straggle(*h, 0, 9);   // 900 ms: a blip
+    straggle(*h, 0, 12);  // 1.2 s: none, longer than the max
+    EXPECT_EQ(h->judge.LongestBlip(h->ref), absl::Milliseconds(900));
+    EXPECT_EQ(rounds_to_chronic(*h, &said), 10);
+  }
 }
 
 TEST_F(StragglerJudgeTest, CalmLastsOnlyAfterReshardAfterAndAMarginalStragglerIsWaitedOut) {
