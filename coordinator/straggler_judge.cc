@@ -48,12 +48,15 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   v.chronic.assign(size, false);
   for (int32_t r : ranks) {
     RankRun& rank = runs.ranks[r];
-    const bool straggling =
-        r < size && static_cast<size_t>(r) < pooled.ranks.size() && pooled.ranks[r].straggling;
+    const bool pooled_rank = r < size && static_cast<size_t>(r) < pooled.ranks.size();
+    const bool straggling = pooled_rank && pooled.ranks[r].straggling;
     const bool gap = rank.judged_at.has_value() && now - *rank.judged_at > max_gap;
     rank.judged_at = now;
     if (gap) rank = RankRun{.judged_at = now};
-    if (rank.straggling_since.has_value() && !running_all_local) rank.acted_on = true;
+    // A round of a run (this one may start it) on a plan that asks something of the workers.
+    if ((straggling || rank.straggling_since.has_value()) && !running_all_local) {
+      rank.acted_on = true;
+    }
     if (!straggling) {
       if (!rank.straggling_since.has_value()) continue;
       const absl::Duration calm_for = now - *rank.last_straggled_at;
@@ -63,14 +66,13 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
         // got no tokens reads not straggling: its end is not known).
         const absl::Duration blip =
             *rank.last_straggled_at - *rank.straggling_since + policy.report_period;
-        const bool measured = r < size && static_cast<size_t>(r) < pooled.ranks.size() &&
-                              pooled.ranks[r].blocks_judged > 0;
+        const bool measured = pooled_rank && pooled.ranks[r].blocks_judged > 0;
         if (!rank.acted_on && measured && blip < known_kind_max_ &&
             blip > runs.longest_blip.value_or(absl::ZeroDuration())) {
           runs.longest_blip = blip;
           // Rare (it only grows, under the max): why a known kind's straggle now waits.
-          BALLAST_LOG(INFO) << "job=" << ref.key.first << " group=" << ref.key.second
-                            << " rank " << r << " straggled " << absl::FormatDuration(blip)
+          BALLAST_LOG(INFO) << "job=" << ref.key.first << " group=" << ref.key.second << " rank "
+                            << r << " straggled " << absl::FormatDuration(blip)
                             << ", ended on its own: the longest blip, a known kind's "
                                "straggle waits it out";
         }
@@ -85,10 +87,7 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
       continue;
     }
     rank.last_straggled_at = now;
-    if (!rank.straggling_since.has_value()) {
-      rank.straggling_since = now;
-      rank.acted_on = !running_all_local;
-    }
+    if (!rank.straggling_since.has_value()) rank.straggling_since = now;
     const absl::Duration straggling_for = now - *rank.straggling_since;
     // A reshard restarts the count (UnitsMoved).
     const bool resharded_since =

@@ -22,8 +22,8 @@
 //     restarts every block's count, which delays the next by at most reshard_after;
 //   - blips: a rank's straggling run that ended on its own (calm past the calm spell's
 //     grace, nothing asked of the workers and no units moved while it lasted) within the
-//     known kind's max wait. The
-//     longest (LongestBlip) is how long a straggle by a rank of known kind must last;
+//     known kind's max wait. The longest (LongestBlip) is how long a straggle by a rank of
+//     known kind must last;
 //   - a marginal skew, per such block: unbalanced, but within the marginal factor of the
 //     balanced ideal, on a block running all-local, waited out for marginal_straggler_for
 //     as a marginal straggler is (PlannerInput::skew_waits), unless it has lasted
