@@ -74,14 +74,28 @@ bool StragglerKind::FloorMeasured(const Round& round) {
          round.step_seconds > 0 && round.collective_seconds > 0;
 }
 
-std::string StragglerKind::FloorMissing(const Round& round) const {
-  if (FloorMeasured(round)) return "";
+std::string StragglerKind::FloorMissing(const GroupState& g, const Round& round,
+                                        absl::Duration now) const {
   if (round.cordon) return "a rank cordoned";
   if (round.offloads) return "the plan in force offloads";
   if (round.plan_version != round.published_version) {
     return "the workers not yet on the newest plan";
   }
-  return absl::StrCat("the plan in force not yet run ", options_.min_steps, " steps by every rank");
+  if (!FloorMeasured(round)) {
+    return absl::StrCat("the plan in force not yet run ", options_.min_steps,
+                        " steps by every rank");
+  }
+  // The floor is a median over min_steps steps: until the straggle has lasted that long,
+  // some of them are from before it, and on the calm split they read calm whether or not
+  // its contention is on (at the quota onsets' first rounds they did, and the rank, priced
+  // by its timers, was resharded a unit or two short: 60,30 where 63,27 was best).
+  if (round.straggler < 0 || !g.straggling_since.has_value()) return "";
+  const absl::Duration since = std::max(*g.straggling_since, g.target_since);
+  if (LastedAWindow(round, since, now)) return "";
+  return absl::StrCat("rank ", round.straggler, "'s straggle began ",
+                      absl::FormatDuration(absl::Trunc(now - since, absl::Milliseconds(10))),
+                      " ago, within the ", options_.min_steps,
+                      " steps the floor is a median of (some of them from before it)");
 }
 
 bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::Duration now) const {
@@ -142,7 +156,7 @@ StragglerKind::Kind StragglerKind::Update(const GroupRef& ref, const Round& roun
   FitSpreads(g, round, now, lines);
   SampleRelieved(g, round, now, lines);
   NoteStillLast(g, round);
-  g.floor_missing = FloorMissing(round);
+  g.floor_missing = FloorMissing(g, round, now);
   g.floor_units = round.units;
   g.floor_on_calm_split =
       g.floor_missing.empty() && OnCalmSplit(g, round) ? round.collective_seconds : 0;

@@ -137,9 +137,11 @@
 // (ContentionGone), the coordinator prices it by its timers (decision_loop.h:
 // PriceThrottled); its verdict stands, and such a window is not one of its step windows
 // (they would bring its price down toward calm, and the contention, back, would be priced
-// at that). The floor is a median over 16 steps, so for about half a window after the
-// contention comes back on the calm split it still reads calm, and the rank is priced by
-// its timers there too (a known kind counts only after such a window: straggler_judge.h).
+// at that). The floor is a median over min_steps steps, so it tells nothing of a
+// straggle younger than that (FloorMissing): some of its steps are from before, and at
+// the quota onsets' first rounds they read calm, and the rank, priced by its timers, was
+// resharded a unit or two short of the best split (docs/benchmarks.md, 2026-12-07 (d)).
+// Until then its verdict's floor prices it, contention or not.
 //
 // Arrival spread. Balanced on average, a throttled rank still reaches some collectives
 // late and others early, and the group waits beyond its mean (arrival_spread.h). While its
@@ -449,8 +451,10 @@ class StragglerKind {
   // Measurable's floor part: a plan without offloads, the newest pushed, its step and
   // floor measured (every rank ran min_steps steps under it); no cordon.
   static bool FloorMeasured(const Round& round);
-  // What keeps FloorMeasured from holding, for explain; empty where it holds.
-  std::string FloorMissing(const Round& round) const;
+  // What keeps the round's floor from telling a straggler's contention (ContentionGone),
+  // for explain; empty where nothing does: FloorMeasured's conditions, and a straggle (the
+  // round's straggler's) that has not lasted the floor's window of min_steps steps.
+  std::string FloorMissing(const GroupState& g, const Round& round, absl::Duration now) const;
   // Whether the round's units are those of the calm floor (the calm split).
   static bool OnCalmSplit(const GroupState& g, const Round& round);
   // Whether min_steps steps of the round's step have run since `since` (true while the

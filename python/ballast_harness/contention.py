@@ -8,10 +8,12 @@ and their wake-ups included, which no plan can move off it.
 
 An emulated slower device (kind device): the rank's block compute alone runs `slowdown`
 times longer, as on an older GPU, its collectives untouched. The harness writes the factor
-to the rank's slowdown file, named to it by $BALLAST_EMULATED_SLOWDOWN_FILE (rank_env), and
-removes it when the window ends; the worker library re-reads it every step and burns the
-extra time in redundant arithmetic inside the blocks' compute timers
-(worker_lib/internal/emulated_slowdown.h). CPU backend only.
+to the rank's slowdown file, named to it by $BALLAST_EMULATED_SLOWDOWN_FILE (rank_env); the
+worker library re-reads it every step and burns the extra time in redundant arithmetic
+inside the blocks' compute timers (worker_lib/internal/emulated_slowdown.h). The harness
+learns of a step once rank 0 has begun it, so it writes the file a step ahead, naming the
+step it takes effect from ("2@120", "1@180"): a window starts and ends at its own steps
+(written as it began, every device window ran a step late). CPU backend only.
 
     contention = Contention(cfg, [w.pid for w in workers], run_dir)
     contention.update(step)  # as rank 0 advances: co-tenants start and stop, files change
@@ -57,11 +59,12 @@ def check_contention(cfg: JobConfig) -> None:
                           f"burns host time, which does not slow a GPU")
 
 
-def write_factor(path: str, factor: float) -> None:
-    """Replaces the file at once (a rank never reads half a number)."""
+def write_factor(path: str, factor: float, from_step: int) -> None:
+    """Replaces the file at once (a rank never reads half a setting): `factor`, from step
+    `from_step` on (worker_lib/internal/emulated_slowdown.h)."""
     temporary = f"{path}.tmp"
     with open(temporary, "w") as f:
-        f.write(f"{factor:g}\n")
+        f.write(f"{factor:g}@{from_step}\n")
     os.replace(temporary, path)
 
 
@@ -89,7 +92,8 @@ class Contention:
         self.run_dir = run_dir
         self.cotenants: dict[int, subprocess.Popen] = {}  # rank -> co-tenant
         self.quotas: dict[int, CgroupQuota] = {}
-        self.slowed: set[int] = set()  # device kind: ranks whose slowdown file is written
+        self.slowed: set[int] = set()  # device kind: ranks slowed from the step in their file
+        self.files: set[int] = set()  # device kind: ranks whose slowdown file is written
         self.kind = "cotenant"
         self.mechanism = "cotenant (nice)"
         self.cotenant_bin = os.path.join(cfg.build, "examples", "cotenant")
@@ -132,21 +136,36 @@ class Contention:
                                for s in self.cfg.stragglers]}
 
     def update(self, step: int) -> None:
+        """`step`: the step rank 0 runs now (begun)."""
         for s in self.cfg.stragglers:
+            if self.kind == "device":
+                # A step ahead, so that the next step's start reads it (see the module's
+                # docstring); the step now only where the schedule is behind (the first
+                # call, a late poll).
+                for at in (step, step + 1):
+                    if s.active(at) != (s.rank in self.slowed):
+                        self._set_device(s, s.active(at), at)
+                continue
             on = s.active(step)
-            running = s.rank in (self.slowed if self.kind == "device" else self.cotenants)
+            running = s.rank in self.cotenants
             if on and not running:
                 self._start(s, step)
             elif not on and running:
                 self._stop(s, step)
 
-    def _start(self, s: Straggler, step: int) -> None:
-        if self.kind == "device":
-            write_factor(slowdown_file(self.run_dir, s.rank), s.slowdown)
+    def _set_device(self, s: Straggler, on: bool, step: int) -> None:
+        write_factor(slowdown_file(self.run_dir, s.rank), s.slowdown if on else 1.0, step)
+        self.files.add(s.rank)
+        if on:
             self.slowed.add(s.rank)
             log(self.cfg, f"step {step}: contention ON  - rank {s.rank}'s block compute slowed "
                           f"{s.slowdown:g}x (an emulated slower device)")
-            return
+        else:
+            self.slowed.discard(s.rank)
+            log(self.cfg, f"step {step}: contention OFF - rank {s.rank}'s block compute at full "
+                          f"speed")
+
+    def _start(self, s: Straggler, step: int) -> None:
         core = s.rank % (os.cpu_count() or 1)
         nice = cotenant_nice(s.slowdown)
 
@@ -165,27 +184,18 @@ class Contention:
                       f"{core} ({self.mechanism})")
 
     def _stop(self, s: Straggler, step: int) -> None:
-        if self.kind == "device":
-            self._clear(s.rank)
-            log(self.cfg, f"step {step}: contention OFF - rank {s.rank}'s block compute at full "
-                          f"speed")
-            return
         stop_process(self.cotenants.pop(s.rank))
         if s.rank in self.quotas:
             self.quotas[s.rank].set_share(None)
         log(self.cfg, f"step {step}: contention OFF - rank {s.rank} has its core back")
 
-    def _clear(self, rank: int) -> None:
-        """A missing file is full speed."""
-        self.slowed.discard(rank)
-        try:
-            os.remove(slowdown_file(self.run_dir, rank))
-        except FileNotFoundError:
-            pass
-
     def close(self) -> None:
-        for rank in list(self.slowed):
-            self._clear(rank)
+        for rank in self.files:
+            try:
+                os.remove(slowdown_file(self.run_dir, rank))
+            except FileNotFoundError:
+                pass
+        self.files, self.slowed = set(), set()
         for rank in list(self.cotenants):
             stop_process(self.cotenants.pop(rank))
         for q in self.quotas.values():

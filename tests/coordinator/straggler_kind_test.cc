@@ -321,6 +321,47 @@ TEST_F(StragglerKindTest, AFloorNearTheCalmOneOnTheCalmSplitSaysTheContentionIsG
   EXPECT_DOUBLE_EQ(kinds_.StragglingFloor(kGroup, 1), (0.097 + 0.090) / 2);
 }
 
+// The floor is a median over 16 steps, so a straggle younger than that window says
+// nothing of its contention through it: at a quota onset the floor still held calm steps
+// and read calm, and the rank was priced by its timers (resharded short). Not gone until
+// the straggle has lasted the window (16 steps of 0.1 s take 1.6 s), whatever the floor
+// reads; a calm round between restarts it, and so does another rank's straggle.
+TEST_F(StragglerKindTest, AStraggleYoungerThanTheFloorsWindowSaysNothingOfItsContention) {
+  const std::vector<int32_t> even{45, 45};
+  ASSERT_EQ(CalmThenJudgedOnEven(0.097), Kind::kWhole);
+  // Calm for 3 s on the even split: the verdict stands, its contention gone meanwhile.
+  clock_.Advance(absl::Seconds(1));
+  Update(Ran(-1, 1, 0.045, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.045, false, even));
+  ASSERT_TRUE(kinds_.ContentionGone(kGroup, 1));
+  // Straggling again, the floor still reading calm: too young to tell.
+  EXPECT_EQ(Update(Ran(1, 1, 0.045, false, even)), Kind::kWhole);
+  std::string not_gone;
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1, nullptr, &not_gone));
+  EXPECT_EQ(not_gone,
+            "rank 1's straggle began 0 ago, within the 16 steps the floor is a median of "
+            "(some of them from before it)");
+  clock_.Advance(absl::Milliseconds(1500));
+  Update(Ran(1, 1, 0.045, false, even));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1, nullptr, &not_gone));
+  EXPECT_THAT(not_gone, HasSubstr("rank 1's straggle began 1.5s ago"));
+  // A window of it: a floor reading calm says the contention is gone (a drift).
+  clock_.Advance(absl::Milliseconds(100));
+  Update(Ran(1, 1, 0.045, false, even));
+  EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1));
+  // A calm round, or rank 0's, and rank 1's straggle starts afresh.
+  Update(Ran(-1, 1, 0.045, false, even));
+  Update(Ran(1, 1, 0.045, false, even));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(1, 1, 0.045, false, even));
+  ASSERT_TRUE(kinds_.ContentionGone(kGroup, 1));
+  Update(Ran(0, 1, 0.045, false, even));
+  Update(Ran(1, 1, 0.045, false, even));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+}
+
 TEST_F(StragglerKindTest, FewerUnitsThanCalmMeasureNothing) {
   const std::vector<int32_t> even{45, 45}, resharded{60, 30};
   Update(Ran(-1, 1, 0.043, false, even));

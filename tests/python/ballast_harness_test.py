@@ -85,13 +85,15 @@ class DeviceContentionTest(unittest.TestCase):
         quota = harness.JobConfig(build="build", stragglers=self.cfg.stragglers)
         self.assertEqual(contention.rank_env(quota, self.dir.name, 1), {})
 
-    def test_the_file_is_written_and_cleared_on_the_schedule(self) -> None:
+    def test_the_file_is_written_a_step_ahead_on_the_schedule(self) -> None:
+        # update(step) comes once rank 0 has begun `step`: the file names the next step,
+        # which the worker reads as it begins it (so windows 3-5 and 8- hold from 3 and 8).
         c = harness.Contention(self.cfg, [0, 0], self.dir.name)
         seen = []
         for step in range(11):
             c.update(step)
             seen.append(self.factor())
-        self.assertEqual(seen, [None] * 3 + ["2.5\n"] * 2 + [None] * 3 + ["2.5\n"] * 3)
+        self.assertEqual(seen, [None] * 2 + ["2.5@3\n"] * 2 + ["1@5\n"] * 3 + ["2.5@8\n"] * 4)
         self.assertEqual(c.cotenants, {})  # nothing else slows the rank
         self.assertEqual(c.record(), {"kind": "device", "requested": "device",
                                       "mechanism": "emulated slower device (block compute only)",
@@ -99,6 +101,14 @@ class DeviceContentionTest(unittest.TestCase):
         c.close()
         self.assertIsNone(self.factor())
         self.assertEqual(os.listdir(self.dir.name), [])
+
+    def test_a_schedule_behind_is_applied_from_the_step_now(self) -> None:
+        # The first call, or a late poll, inside a window: from the step rank 0 runs.
+        c = harness.Contention(self.cfg, [0, 0], self.dir.name)
+        c.update(9)
+        self.assertEqual(self.factor(), "2.5@9\n")
+        c.close()
+        self.assertIsNone(self.factor())
 
     def test_refused_on_the_cuda_backend(self) -> None:
         self.cfg.backend = "cuda"

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -168,6 +169,45 @@ TEST(EmulatedSlowdownTest, ParsesOneNumberInRange) {
     absl::StatusOr<double> got = EmulatedSlowdown::ParseFactor(text);
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << "\"" << text << "\"";
   }
+}
+
+// A factor and the step it takes effect from: what a launcher that learns of each step
+// once the ranks have begun it writes a step ahead.
+TEST(EmulatedSlowdownTest, ParsesAFactorAndTheStepItTakesEffectFrom) {
+  using internal::EmulatedSlowdown;
+  for (const auto& [text, factor, from] : std::vector<std::tuple<std::string, double, int64_t>>{
+           {"3", 3.0, 0}, {"2@150", 2.0, 150}, {" 2.5 @ 0\n", 2.5, 0}, {"1@7", 1.0, 7}}) {
+    absl::StatusOr<EmulatedSlowdown::Setting> got = EmulatedSlowdown::ParseSetting(text);
+    ASSERT_TRUE(got.ok()) << text << ": " << got.status();
+    EXPECT_EQ(got->factor, factor) << text;
+    EXPECT_EQ(got->from_step, from) << text;
+  }
+  for (const std::string text : {"@5", "2@", "2@-1", "2@1.5", "2@x", "17@5", "2@5@6"}) {
+    absl::StatusOr<EmulatedSlowdown::Setting> got = EmulatedSlowdown::ParseSetting(text);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << "\"" << text << "\"";
+  }
+  EXPECT_THAT(EmulatedSlowdown::ParseSetting("2@x").status().message(),
+              ::testing::HasSubstr("\"x\" after '@' is not a step"));
+}
+
+// A setting for a later step leaves the factor in force until that step's Refresh.
+TEST(EmulatedSlowdownTest, ASettingForALaterStepTakesEffectAtThatStep) {
+  const std::string file = TempPath("from");
+  internal::EmulatedSlowdown slowdown(file, "test");
+  WriteFile(file, "3@7");
+  slowdown.Refresh(6);
+  EXPECT_EQ(slowdown.factor(), 1.0) << "not before step 7";
+  slowdown.Refresh(7);
+  EXPECT_EQ(slowdown.factor(), 3.0);
+  WriteFile(file, "1@9");
+  slowdown.Refresh(8);
+  EXPECT_EQ(slowdown.factor(), 3.0) << "3 holds until step 9";
+  slowdown.Refresh(9);
+  EXPECT_EQ(slowdown.factor(), 1.0);
+  WriteFile(file, "2@4");
+  slowdown.Refresh(10);
+  EXPECT_EQ(slowdown.factor(), 2.0) << "a step already passed: at once";
+  std::remove(file.c_str());
 }
 
 // A missing file is full speed; bad content is full speed too (logged, not fatal), until

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace ballast::internal {
 namespace {
@@ -104,24 +105,38 @@ absl::StatusOr<double> EmulatedSlowdown::ParseFactor(absl::string_view text) {
   return factor;
 }
 
-absl::StatusOr<double> EmulatedSlowdown::ReadFactor() const {
+absl::StatusOr<EmulatedSlowdown::Setting> EmulatedSlowdown::ParseSetting(absl::string_view text) {
+  const size_t at = text.find('@');
+  Setting setting;
+  BALLAST_ASSIGN_OR_RETURN(setting.factor, ParseFactor(text.substr(0, at)));
+  if (at == absl::string_view::npos) return setting;
+  const absl::string_view step = absl::StripAsciiWhitespace(text.substr(at + 1));
+  if (!absl::SimpleAtoi(step, &setting.from_step) || setting.from_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", absl::CEscape(step.substr(0, 32)), "\" after '@' is not a step"));
+  }
+  return setting;
+}
+
+absl::StatusOr<EmulatedSlowdown::Setting> EmulatedSlowdown::ReadSetting() const {
   std::ifstream in(path_);
   if (!in) {
-    if (errno == ENOENT) return 1.0;
+    if (errno == ENOENT) return Setting{};
     return absl::FailedPreconditionError(absl::StrCat("cannot read: ", std::strerror(errno)));
   }
   std::string text(64, '\0');  // a number and blanks; more is not a factor file
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
-  return ParseFactor(text);
+  return ParseSetting(text);
 }
 
 void EmulatedSlowdown::Refresh(int64_t step) {
   errno = 0;
-  absl::StatusOr<double> read = ReadFactor();
+  absl::StatusOr<Setting> read = ReadSetting();
   double factor = 1.0;
   if (read.ok()) {
-    factor = *read;
+    // A setting for a later step: the factor in force holds until then.
+    factor = step >= read->from_step ? read->factor : factor_;
     error_logged_ = false;
   } else if (!error_logged_) {
     BALLAST_LOG(ERROR) << who_ << " step=" << step << " emulated slowdown file " << path_ << ": "

@@ -4,11 +4,16 @@
 // device`): a CPU quota or a co-tenant process slows everything the rank does, its
 // collectives included, which no plan can move; a slow device slows its compute only.
 //
-// The factor is read from a file, one number >= 1 ("1", "2", "2.5"); a missing file means
-// 1 (full speed). Refresh re-reads it; TpGroup calls it once a step, at BeginStep, so a
-// launcher switches a rank's slowdown on and off mid-run by rewriting the file (atomically:
-// write a temporary file, rename it over). Content that is not such a number is an error,
-// logged once (until a good read), and the rank runs at full speed meanwhile.
+// The factor is read from a file, one number >= 1 ("1", "2", "2.5"), optionally with the
+// step it takes effect from ("2@150": until step 150 the factor in force stays); a missing
+// file means 1 (full speed). Refresh re-reads it; TpGroup calls it once a step, at
+// BeginStep, so a launcher switches a rank's slowdown on and off mid-run by rewriting the
+// file (atomically: write a temporary file, rename it over). The step is for a launcher
+// that follows the ranks: it learns of a step once the ranks have begun it, so a plain
+// factor for step S, written then, took effect at S + 1 (the harness's device windows
+// all started and ended a step late); written a step ahead as "2@S", it takes effect at
+// S. Content that is not such a setting is an error, logged once (until a good read), and
+// the rank runs at full speed meanwhile.
 //
 // How: a block's compute timer is wrapped (WrapTimer). When a timed section stops, the
 // wrapper burns (factor - 1) x the section's time, as the wrapped timer measured it, in
@@ -56,12 +61,20 @@ class EmulatedSlowdown {
   // this object's factor at each Stop, so it must outlive the wrapper.
   std::unique_ptr<IntervalTimer> WrapTimer(std::unique_ptr<IntervalTimer> timer);
 
-  // A factor file's content: one finite number in [1, kMaxFactor], blanks around it allowed.
+  // A factor: one finite number in [1, kMaxFactor], blanks around it allowed.
   static absl::StatusOr<double> ParseFactor(absl::string_view text);
+  // A factor file's content: a factor, or a factor, "@" and the step (>= 0) it takes
+  // effect from ("2@150"; a plain factor takes effect at once: from step 0).
+  struct Setting {
+    double factor = 1.0;
+    int64_t from_step = 0;
+  };
+  static absl::StatusOr<Setting> ParseSetting(absl::string_view text);
 
  private:
-  // The factor the file names now: 1 when it is missing, an error when unreadable or bad.
-  absl::StatusOr<double> ReadFactor() const;
+  // The setting the file holds now: factor 1 when it is missing, an error when unreadable
+  // or bad.
+  absl::StatusOr<Setting> ReadSetting() const;
 
   std::string path_;
   std::string who_;
