@@ -93,6 +93,8 @@ bool DecisionLoop::Tick() {
         operator_changed = std::exchange(entry.operator_changed, false);
       }
     }
+    // A straggle that begins with an operator's change is the change's, not a blip.
+    if (operator_changed) judge_->OperatorChanged(ref);
     if (paused) {
       // Its steps meanwhile are no straggler's to judge offloads by (offload_check.h).
       if (offload_check_ != nullptr) offload_check_->Forget(ref.key);

@@ -87,7 +87,13 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
       continue;
     }
     rank.last_straggled_at = now;
-    if (!rank.straggling_since.has_value()) rank.straggling_since = now;
+    if (!rank.straggling_since.has_value()) {
+      rank.straggling_since = now;
+      // Begun as an operator's change took effect: that change's (kOperatorEcho).
+      if (runs.operator_at.has_value() && now - *runs.operator_at <= kOperatorEcho) {
+        rank.acted_on = true;
+      }
+    }
     const absl::Duration straggling_for = now - *rank.straggling_since;
     // A reshard restarts the count (UnitsMoved).
     const bool resharded_since =
@@ -279,6 +285,14 @@ void StragglerJudge::HoldMovedUnits(const GroupRef& ref) {
   GroupRuns& runs = RunsOf(ref);
   runs.moved_units_at.reset();
   runs.relieved_at.clear();
+  ActOnOpenRuns(runs);
+}
+
+void StragglerJudge::OperatorChanged(const GroupRef& ref) {
+  const absl::Duration now = clock_->Monotonic();
+  absl::MutexLock lock(&mu_);
+  GroupRuns& runs = RunsOf(ref);
+  runs.operator_at = now;
   ActOnOpenRuns(runs);
 }
 

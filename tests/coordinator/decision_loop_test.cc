@@ -72,6 +72,34 @@ TEST_F(DecisionLoopTest, AGroupIsPlannedOncePerReportPeriodOrWhenASettingChanges
   EXPECT_THAT(Record().reasons.before, ElementsAre(HasSubstr("balancing paused")));
 }
 
+// A marginal straggle waited out on an all-local group is a blip, whose length a known
+// kind's straggle then waits out (straggler_judge.h); one that begins as an operator
+// changes a setting (ReplanNow: a policy set, a hold, its release) is that change's: the
+// interleaved benchmark's segment switches learned such blips (docs/benchmarks.md,
+// 2026-12-07 (d)).
+TEST_F(DecisionLoopTest, AStraggleBegunAsAnOperatorChangesASettingIsNoBlip) {
+  ASSERT_TRUE(registry_->AgentConnected(testing::Hello({0, 0, 0, 0, 1, 1, 1, 1}), &sink_).ok());
+  int64_t step = 0;
+  const auto rounds = [&](int n, double slow) {
+    for (int i = 0; i < n; ++i) {
+      Reports(step++, slow);
+      clock_.Advance(absl::Milliseconds(100));
+      loop_->Tick();
+    }
+  };
+  rounds(20, 1e-3);
+  const GroupRef ref = registry_->Groups().at(0);
+  loop_->ReplanNow("vit");
+  rounds(6, 1.2e-3);  // 1.2x: marginal, waited out all-local
+  rounds(20, 1e-3);
+  EXPECT_EQ(judge_->LongestBlip(ref), std::nullopt);
+  EXPECT_TRUE(sink_.plans().empty());
+  rounds(6, 1.2e-3);
+  rounds(20, 1e-3);
+  EXPECT_TRUE(judge_->LongestBlip(ref).has_value()) << "the same straggle, no operator";
+  EXPECT_TRUE(sink_.plans().empty());
+}
+
 // A straggler whose speed wanders between 1.6x and 2.5x every 3 s (as a CPU quota's
 // estimates do) makes the best plan swing between offloading 1 and 2 units, each 17-20%
 // better than the other in turn: past the job's hysteresis (10%), under the dwell's

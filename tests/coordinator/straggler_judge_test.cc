@@ -428,6 +428,25 @@ TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTh
     EXPECT_EQ(rounds_to_chronic(*g, &said), 50);
   }
   {
+    SCOPED_TRACE("an operator's change: a run open then, or begun within 1 s, is no blip");
+    ASSERT_EQ(StragglerJudge::kOperatorEcho, absl::Seconds(1));
+    auto g = make(zero, five);
+    measure(*g);
+    round(*g, 2.0, 1.0);
+    g->judge.OperatorChanged(g->ref);
+    straggle(*g, 0, 2);  // open at the change
+    g->judge.OperatorChanged(g->ref);
+    straggle(*g, 0, 2);  // begun 100 ms after it
+    g->judge.OperatorChanged(g->ref);
+    clock_.Advance(absl::Milliseconds(900));
+    straggle(*g, 0, 2);  // begun 1 s after it
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), std::nullopt);
+    g->judge.OperatorChanged(g->ref);
+    clock_.Advance(absl::Milliseconds(910));
+    straggle(*g, 0, 1);  // begun 1.01 s after it: a blip
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(100));
+  }
+  {
     SCOPED_TRACE("the bounds: at least min; a straggle of max or longer is no blip");
     auto g = make(absl::Milliseconds(500), absl::Seconds(1));
     measure(*g);
