@@ -22,8 +22,8 @@
 //     restarts every block's count, which delays the next by at most reshard_after;
 //   - blips: a rank's straggling run that ended on its own (calm past the calm spell's
 //     grace, nothing asked of the workers and no units moved while it lasted, not begun
-//     within kOperatorEcho of an operator's change) within the known kind's max wait. The longest
-//     (LongestBlip) is how long a straggle by a rank of known kind must last;
+//     within kOperatorEcho of an operator's change) within the known kind's max wait. The
+//     longest (LongestBlip) is how long a straggle by a rank of known kind must last;
 //   - a marginal skew, per such block: unbalanced, but within the marginal factor of the
 //     balanced ideal, on a block running all-local, waited out for marginal_straggler_for
 //     as a marginal straggler is (PlannerInput::skew_waits), unless it has lasted
@@ -92,6 +92,7 @@ class StragglerJudge {
   // wait (docs/benchmarks.md, 2026-12-07 (b)). The max is a straggle no longer a blip:
   // the 5 s it was before it followed the group's blips.
   static constexpr absl::Duration kKnownKindStraggleMin = absl::ZeroDuration();
+  static constexpr absl::Duration kKnownKindStraggleMax = absl::Seconds(5);
   // A straggling run that begins this soon after an operator's change to the group's
   // settings (OperatorChanged) is that change's, not a blip: in the interleaved
   // benchmark, whose segments switch by admin calls on the 2 cores the ranks run on, the
@@ -100,7 +101,6 @@ class StragglerJudge {
   // wait a round (docs/benchmarks.md, 2026-12-07 (d)). About the 3 steps the timers take
   // to adopt a new speed and the report batch and round that carry it.
   static constexpr absl::Duration kOperatorEcho = absl::Seconds(1);
-  static constexpr absl::Duration kKnownKindStraggleMax = absl::Seconds(5);
 
   struct Verdict {
     bool calm = false;          // plan all-local (a marginal straggler not lasted is calm)
