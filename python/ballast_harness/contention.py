@@ -93,7 +93,6 @@ class Contention:
         self.cotenants: dict[int, subprocess.Popen] = {}  # rank -> co-tenant
         self.quotas: dict[int, CgroupQuota] = {}
         self.slowed: set[int] = set()  # device kind: ranks slowed from the step in their file
-        self.files: set[int] = set()  # device kind: ranks whose slowdown file is written
         self.kind = "cotenant"
         self.mechanism = "cotenant (nice)"
         self.cotenant_bin = os.path.join(cfg.build, "examples", "cotenant")
@@ -155,7 +154,6 @@ class Contention:
 
     def _set_device(self, s: Straggler, on: bool, step: int) -> None:
         write_factor(slowdown_file(self.run_dir, s.rank), s.slowdown if on else 1.0, step)
-        self.files.add(s.rank)
         if on:
             self.slowed.add(s.rank)
             log(self.cfg, f"step {step}: contention ON  - rank {s.rank}'s block compute slowed "
@@ -190,12 +188,13 @@ class Contention:
         log(self.cfg, f"step {step}: contention OFF - rank {s.rank} has its core back")
 
     def close(self) -> None:
-        for rank in self.files:
-            try:
-                os.remove(slowdown_file(self.run_dir, rank))
-            except FileNotFoundError:
-                pass
-        self.files, self.slowed = set(), set()
+        if self.kind == "device":
+            for s in self.cfg.stragglers:  # written once a window came near, "1@E" after it
+                try:
+                    os.remove(slowdown_file(self.run_dir, s.rank))
+                except FileNotFoundError:
+                    pass
+            self.slowed = set()
         for rank in list(self.cotenants):
             stop_process(self.cotenants.pop(rank))
         for q in self.quotas.values():
