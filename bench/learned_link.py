@@ -3,12 +3,13 @@
 
 Runs the ViT with its two ranks on two emulated nodes, network namespaces joined by a
 rate-limited veth pair (tests/integration/shaped_link.sh makes them; this script only
-uses them), rank 1 slowed 2x from the start, in migrate mode. The coordinator starts from
-its --link_bytes_per_second prior (1 GB/s), so it offloads; the offloads' transfers, timed
-by the workers, teach it the link's real speed (link_model.h); once rank 1 is chronic
-(policy reshard_after_ms, which the script sets only once status says the link is
-learned: a chronic straggler's reshard would otherwise take the offloads' place before
-they taught it) an uneven split that needs no transfers pays, and the planner reshards.
+uses them), rank 1 slowed 2x from the start (--contention; a CPU quota by default), in
+migrate mode. The coordinator starts from its --link_bytes_per_second prior (1 GB/s), so
+it offloads; the offloads' transfers, timed by the workers, teach it the link's real
+speed (link_model.h); once rank 1 is chronic (policy reshard_after_ms, which the script
+sets only once status says the link is learned: a chronic straggler's reshard would
+otherwise take the offloads' place before they taught it) an uneven split that needs no
+transfers pays, and the planner reshards.
 `ballastctl status` is sampled every --sample_every steps.
 
 Prints one JSON object: the link speed learned against the shaped rate, the step the
@@ -63,6 +64,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--hidden", type=int, default=384, help="ViT width (a head per 32)")
+    p.add_argument("--contention", default="auto", choices=harness.CONTENTION_KINDS,
+                   help="how rank 1 is slowed (the harness's kinds; auto: a CPU quota "
+                        "where cgroups are writable)")
     # Long enough that the split is not resharded again within the test's 80 steps on the
     # CPU quota's swing alone: with 4 s a run made 5 moves (docs/benchmarks.md).
     p.add_argument("--reshard_after_ms", type=int, default=10000)
@@ -77,7 +81,8 @@ def main(argv=None):
 
     cfg = harness.JobConfig(
         build=a.build, world=2, steps=a.steps, batch=a.batch, mode="migrate",
-        stragglers=[harness.Straggler.parse("1:2")], out=a.out, verbose=False,
+        stragglers=[harness.Straggler.parse("1:2")], contention=a.contention, out=a.out,
+        verbose=False,
         progress="none",
         # No reshard until the link is learned: a chronic straggler's first reshard takes
         # the place of its offloads (docs/architecture.md, Planner), and on this VM rank 1
@@ -135,6 +140,7 @@ def main(argv=None):
     learned = [x for x in samples if x["learned"]]
     rate_mb_s = a.rate_mbit / 8
     result = {
+        "contention": a.contention,
         "rate_mb_s": rate_mb_s,
         "link_mb_s_learned": learned[-1]["link_mb_s"] if learned else None,
         "link_error": (learned[-1]["link_mb_s"] / rate_mb_s - 1) if learned else None,

@@ -5,11 +5,12 @@
 //
 // The workers start a sampled transfer together, behind a barrier (block.cc:
 // OffloadExchange). What is left in its seconds, one side leaving the barrier late or being
-// descheduled, can only make a link look slower; the transfer's fixed latency a link pays
-// on every offload too. So the estimate of a pair is a low quantile of its recent seconds
-// per byte: robust to those delays, not the single luckiest sample. The group is priced
-// at its slowest learned pair (the planner has one transfer cost per block, not one per
-// pair).
+// descheduled, can only make a link look slower (Gloo writes a message only once its
+// receiver has posted the receive, after its timer started); the transfer's fixed latency
+// a link pays on every offload too. So the estimate of a pair is a low quantile of its
+// recent seconds per byte: robust to those delays, not the single luckiest sample. The
+// group is priced at its slowest learned pair (the planner has one transfer cost per
+// block, not one per pair).
 //
 // Samples come only while the group offloads, so an estimate that prices offloading out
 // would never be corrected: a pair whose newest sample is older than `stale_after` is

@@ -33,16 +33,25 @@
 # kernels, or an HZ environment variable, which tc honours) it is 100 KB at 200 mbit,
 # enough to let a 100 KB transfer pass at memory speed. So the burst is set explicitly.
 # 4 KB: small against a 100 KB transfer (a transfer of N bytes after an idle period takes
-# (N - 4 KB)/rate, 4% short of N/rate at 100 KB) and above one MTU-sized frame. A burst
-# smaller than a packet (veth passes TSO/GSO packets of up to 64 KB) costs no accuracy:
-# htb lets tokens go negative by the packet's size and waits for them to come back to 0,
-# so the average rate stays RATE_MBIT. tc accepts any value (100 bytes too, rounded to
-# 75b); it does not warn. Measured at 200 mbit (25 MB/s): a 20 MB stream gets 23.9 MB/s of
-# payload (htb counts Ethernet/IP/TCP headers: 25 * 1448/1514), a 200 KB request timed by
-# its sender to the 1-byte reply 24.4 MB/s; with a 100 KB burst that 200 KB took 47 MB/s.
+# (N - 4 KB)/rate, 4% short of N/rate at 100 KB) and above one MTU-sized frame. tc accepts
+# any value (100 bytes too, rounded to 75b); it does not warn. Measured at 200 mbit
+# (25 MB/s): a 20 MB stream gets 23.9 MB/s of payload (htb counts Ethernet/IP/TCP
+# headers: 25 * 1448/1514), a 200 KB request timed by its sender to the 1-byte reply
+# 24.4 MB/s; with a 100 KB burst that 200 KB took 47 MB/s.
+# Packets of at most 16 KB. A veth takes TCP's GSO packets (up to 64 KB) whole, and htb
+# sends a packet whenever its tokens are not negative, then charges it: after an idle
+# spell the first packet passes at memory speed, a head start on every transfer (the
+# average rate stays RATE_MBIT). At 64 KB, transfers timed in both ranks' logs on one
+# clock (the ViT's offloads, after the link idled) read 26-27 MB/s at 394 KB and 32 MB/s
+# at 197 KB, 1.5-2.4 ms short of 24 MB/s, and the learned link failed its test's 20%
+# (docs/benchmarks.md, 2026-12-07 (f)). One segment a packet (gso_max_segs 1) shapes
+# exactly, but the per-packet work in the kernel swamps 2 cores: the unslowed rank's
+# block compute went from 0.55 to 1.2-1.3 ms a unit (median, first 10 steps). Capped at 16
+# KB (11 segments): a head start of at most 20 KB with the burst, 0.8 ms at 200 mbit;
+# those transfers read at most 24.9 MB/s, and that compute 0.58-0.68 ms a unit.
 # Quantum. htb's default quantum is rate/r2q (2.5 MB at 200 mbit), over the kernel's
 # 200000 limit above which it logs "quantum of class 10001 is big" (which tc prints); with
-# one class the quantum changes nothing, so it is set to 64 KB, one GSO packet, to stay quiet.
+# one class the quantum changes nothing, so it is set to 64 KB to stay quiet.
 
 SHAPED_LINK_ADDR_A=10.213.0.1
 SHAPED_LINK_ADDR_B=10.213.0.2
@@ -98,8 +107,8 @@ shaped_link_up() {
   # moved straight into $b, so it never appears in the caller's namespace.
   if _shaped_link_run "making network namespace $a" ip netns add "$a" &&
      _shaped_link_run "making network namespace $b" ip netns add "$b" &&
-     _shaped_link_run "making a veth pair" ip -n "$a" link add "$SHAPED_LINK_DEV" type veth \
-       peer name "$SHAPED_LINK_DEV" netns "$b" &&
+     _shaped_link_run "making a veth pair" ip -n "$a" link add "$SHAPED_LINK_DEV" \
+       gso_max_size 16384 type veth peer name "$SHAPED_LINK_DEV" netns "$b" gso_max_size 16384 &&
      _shaped_link_run "adding $SHAPED_LINK_ADDR_A/24 in $a" \
        ip -n "$a" addr add "$SHAPED_LINK_ADDR_A/24" dev "$SHAPED_LINK_DEV" &&
      _shaped_link_run "adding $SHAPED_LINK_ADDR_B/24 in $b" \
