@@ -15,12 +15,13 @@
 #   ($SHAPED_LINK_DEV in each, $SHAPED_LINK_ADDR_A/24 in a, $SHAPED_LINK_ADDR_B/24 in b),
 #   with lo up in both. Each end's egress goes through an htb qdisc whose single (default)
 #   class has rate = ceil = RATE_MBIT mbit and burst = cburst = BURST (tc's syntax; default
-#   $SHAPED_LINK_BURST), so each direction is shaped independently to RATE_MBIT. The link
-#   has no delay and no loss (netem is not available everywhere), and reaches nothing but
-#   the other namespace: no route, address or device is added outside the two namespaces.
+#   $SHAPED_LINK_BURST), so each direction is shaped independently to RATE_MBIT; both ends
+#   build packets of at most 16 KB (gso_max_size: below). The link has no delay and no
+#   loss (netem is not available everywhere), and reaches nothing but the other
+#   namespace: no route, address or device is added outside the two namespaces.
 #   Returns non-zero, with a line on stderr naming what failed, when it cannot (not root, no
-#   `ip` or `tc`, no network namespaces, veth or htb in the kernel, PREFIX's namespaces
-#   exist already), having removed whatever it made; a test then skips.
+#   `ip` or `tc`, no network namespaces, veth, gso_max_size or htb in the kernel, PREFIX's
+#   namespaces exist already), having removed whatever it made; a test then skips.
 # shaped_link_down PREFIX
 #   Removes both namespaces (and with them the veth pair and qdiscs). Idempotent; never
 #   fails and prints nothing. Stop the processes started in them first: a namespace lives
