@@ -34,7 +34,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock* clock, SpeedM
                                 .max_shape_bytes_per_agent = options.max_shape_bytes_per_agent},
                 clock, speeds),
       judge_(clock, options.marginal_straggler_for, options.known_kind_wait_min,
-             options.known_kind_wait_max),
+             options.known_kind_wait_max, options.known_kind_blip_memory),
       loop_(DecisionLoopOptions{.link_bytes_per_second = options.link_bytes_per_second,
                                 .dwell = {.plan_dwell = options.plan_dwell,
                                           .dwell_hysteresis = options.dwell_hysteresis,
@@ -77,6 +77,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
         absl::StrCat("known_kind_wait_min ", absl::FormatDuration(options.known_kind_wait_min),
                      " and known_kind_wait_max ", absl::FormatDuration(options.known_kind_wait_max),
                      ": need 0 <= min <= max"));
+  }
+  if (options.known_kind_blip_memory <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("known_kind_blip_memory ",
+                     absl::FormatDuration(options.known_kind_blip_memory), " must be > 0"));
   }
   if (options.plan_dwell < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

@@ -68,10 +68,12 @@ struct CoordinatorOptions {
   absl::Duration marginal_straggler_for = absl::Seconds(3);
   // How long a straggle by a rank whose kind was measured before it began must last to be
   // chronic at once (StragglerJudge::KindMeasuredChronic): longer than the group's longest
-  // blip (StragglerJudge::LongestBlip), kept within [min, max]; min where it has shown
-  // none. Checked by Create: 0 <= min <= max.
+  // blip about as slow (StragglerJudge::BlipToOutlast) of those that ended within
+  // known_kind_blip_memory, kept within [min, max]; min where it has shown none. Checked
+  // by Create: 0 <= min <= max, memory > 0.
   absl::Duration known_kind_wait_min = StragglerJudge::kKnownKindStraggleMin;
   absl::Duration known_kind_wait_max = StragglerJudge::kKnownKindStraggleMax;
+  absl::Duration known_kind_blip_memory = StragglerJudge::kBlipMemory;
   // Balance each rank's collective time beyond the least with its units, as a fixed cost
   // (fixed_costs.h). The estimate assumes a straggler's collectives slow with its compute,
   // true of a CPU quota or a co-tenant, false of a slower device, where it reshards too

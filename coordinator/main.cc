@@ -68,12 +68,17 @@ ABSL_FLAG(absl::Duration, marginal_straggler_for, absl::Seconds(3),
 ABSL_FLAG(absl::Duration, known_kind_wait_min, absl::ZeroDuration(),
           "How long a straggle by a rank whose kind (a slower device, or throttled whole) "
           "was measured before it began must last before it is resharded at once: longer "
-          "than the group's longest blip (a straggle that ended on its own, nothing done "
-          "about it: coordinator/straggler_judge.h), at least this and at most "
-          "--known_kind_wait_max; 0 <= min <= max");
+          "than the group's longest blip within --known_kind_blip_memory that was about as "
+          "slow (a straggle that ended on its own, nothing done about it: "
+          "coordinator/straggler_judge.h), at least this and at most --known_kind_wait_max; "
+          "0 <= min <= max");
 ABSL_FLAG(absl::Duration, known_kind_wait_max, absl::Seconds(5),
           "A straggle that ended on its own after this long is a contention that came and "
           "went, no blip: the known kind's wait (--known_kind_wait_min) stays under it");
+ABSL_FLAG(absl::Duration, known_kind_blip_memory, absl::Minutes(2),
+          "How long a blip counts towards the known kind's wait after it ended: the wait is "
+          "the longest blip within this, so a phase of blips (a job's warm-up, a noisy "
+          "neighbour) stops delaying reshards once it has passed; > 0");
 ABSL_FLAG(std::string, fixed_costs, "auto",
           "Balance each rank's collective time beyond the least together with its units, "
           "scaled by its compute slowdown (coordinator/fixed_costs.h): auto: for a straggler "
@@ -187,6 +192,7 @@ int main(int argc, char** argv) {
   options.marginal_straggler_for = absl::GetFlag(FLAGS_marginal_straggler_for);
   options.known_kind_wait_min = absl::GetFlag(FLAGS_known_kind_wait_min);
   options.known_kind_wait_max = absl::GetFlag(FLAGS_known_kind_wait_max);
+  options.known_kind_blip_memory = absl::GetFlag(FLAGS_known_kind_blip_memory);
   absl::StatusOr<FixedCostsMode> fixed_costs =
       ParseFixedCostsMode(absl::GetFlag(FLAGS_fixed_costs));
   if (!fixed_costs.ok()) {

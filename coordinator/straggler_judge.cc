@@ -1,6 +1,7 @@
 #include "coordinator/straggler_judge.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -9,11 +10,13 @@
 namespace ballast::coordinator {
 
 StragglerJudge::StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for,
-                               absl::Duration known_kind_min, absl::Duration known_kind_max)
+                               absl::Duration known_kind_min, absl::Duration known_kind_max,
+                               absl::Duration blip_memory)
     : clock_(clock),
       marginal_straggler_for_(marginal_straggler_for),
       known_kind_min_(known_kind_min),
-      known_kind_max_(std::max(known_kind_min, known_kind_max)) {}
+      known_kind_max_(std::max(known_kind_min, known_kind_max)),
+      blip_memory_(blip_memory) {}
 
 StragglerJudge::GroupRuns& StragglerJudge::RunsOf(const GroupRef& ref) {
   GroupRuns& runs = groups_[ref.key];
@@ -31,6 +34,7 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
   const absl::Duration max_gap = kJudgementGapPeriods * policy.report_period;
   absl::MutexLock lock(&mu_);
   GroupRuns& runs = RunsOf(ref);
+  std::erase_if(runs.blips, [&](const Blip& b) { return now - b.ended_at > blip_memory_; });
   Verdict v;
   std::vector<std::string> rank_lines;
   // Chronic, so that resharding is priced: straggling over the group's blocks for the
@@ -67,14 +71,19 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
         const absl::Duration blip =
             *rank.last_straggled_at - *rank.straggling_since + policy.report_period;
         const bool measured = pooled_rank && pooled.ranks[r].blocks_judged > 0;
-        if (!rank.acted_on && measured && blip < known_kind_max_ &&
-            blip > runs.longest_blip.value_or(absl::ZeroDuration())) {
-          runs.longest_blip = blip;
-          // Rare (it only grows, under the max): why a known kind's straggle now waits.
+        if (!rank.acted_on && measured && blip < known_kind_max_) {
+          const Blip ended{.ended_at = now, .lasted = blip, .peak_slowdown = rank.peak_slowdown};
+          std::erase_if(runs.blips, [&](const Blip& b) {
+            return b.lasted <= ended.lasted && b.peak_slowdown <= ended.peak_slowdown;
+          });
+          runs.blips.push_back(ended);
+          // Rare (a few a minute on a noisy machine): why a known kind's straggle waits.
           BALLAST_LOG(INFO) << "job=" << ref.key.first << " group=" << ref.key.second << " rank "
-                            << r << " straggled " << absl::FormatDuration(blip)
-                            << ", ended on its own: the longest blip, a known kind's "
-                               "straggle waits it out";
+                            << r << " straggled " << absl::FormatDuration(blip) << " at up to "
+                            << absl::StrFormat("%.2fx", ended.peak_slowdown)
+                            << ", ended on its own: a blip; a known kind's straggle about as "
+                               "slow waits it out for "
+                            << absl::FormatDuration(blip_memory_);
         }
         rank = RankRun{.judged_at = now};
         continue;
@@ -87,6 +96,7 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
       continue;
     }
     rank.last_straggled_at = now;
+    rank.peak_slowdown = std::max(rank.peak_slowdown, pooled.ranks[r].slowdown);
     if (!rank.straggling_since.has_value()) {
       rank.straggling_since = now;
       // Begun as an operator's change took effect: that change's (kOperatorEcho).
@@ -208,15 +218,21 @@ bool StragglerJudge::KindMeasuredChronic(const GroupRef& ref, int32_t rank,
   GroupRuns& runs = RunsOf(ref);
   RankRun& run = runs.ranks[rank];
   if (!run.straggling_since.has_value()) return false;  // Judge found it calm
-  const absl::Duration not_a_blip = std::clamp(runs.longest_blip.value_or(absl::ZeroDuration()),
-                                               known_kind_min_, known_kind_max_);
+  const std::optional<Blip> outlast =
+      BlipToOutlastAt(runs, now, run.peak_slowdown, policy.straggler_threshold);
+  const absl::Duration not_a_blip =
+      std::clamp(outlast.has_value() ? outlast->lasted : absl::ZeroDuration(), known_kind_min_,
+                 known_kind_max_);
   if (*run.straggling_since > measured_at && now - *run.straggling_since < not_a_blip) {
-    const std::string blips =
-        runs.longest_blip.has_value()
+    const std::string blips = absl::StrCat(
+        outlast.has_value()
             ? absl::StrCat(
                   "this group's longest blip ",
-                  absl::FormatDuration(absl::Ceil(*runs.longest_blip, absl::Milliseconds(10))))
-            : "no blip yet";
+                  absl::FormatDuration(absl::Ceil(outlast->lasted, absl::Milliseconds(10))),
+                  absl::StrFormat(" (up to %.2fx)", outlast->peak_slowdown))
+            : "no blip",
+        " within the last ", absl::FormatDuration(blip_memory_),
+        absl::StrFormat(" about as slow as this straggle's %.2fx", run.peak_slowdown));
     lines.push_back(absl::StrCat(
         "rank ", rank, ": ", what,
         ", measured before this straggle began: chronic once the straggle has lasted ",
@@ -303,10 +319,36 @@ void StragglerJudge::ActOnOpenRuns(GroupRuns& runs) {
 }
 
 std::optional<absl::Duration> StragglerJudge::LongestBlip(const GroupRef& ref) const {
+  const absl::Duration now = clock_->Monotonic();
   absl::MutexLock lock(&mu_);
   auto it = groups_.find(ref.key);
   if (it == groups_.end() || it->second.incarnation != ref.incarnation) return std::nullopt;
-  return it->second.longest_blip;
+  const std::optional<Blip> longest = BlipToOutlastAt(it->second, now, 0, 0);
+  if (!longest.has_value()) return std::nullopt;
+  return longest->lasted;
+}
+
+std::optional<StragglerJudge::Blip> StragglerJudge::BlipToOutlast(const GroupRef& ref,
+                                                                  double peak_slowdown,
+                                                                  double threshold) const {
+  const absl::Duration now = clock_->Monotonic();
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(ref.key);
+  if (it == groups_.end() || it->second.incarnation != ref.incarnation) return std::nullopt;
+  return BlipToOutlastAt(it->second, now, peak_slowdown, threshold);
+}
+
+std::optional<StragglerJudge::Blip> StragglerJudge::BlipToOutlastAt(const GroupRuns& runs,
+                                                                    absl::Duration now,
+                                                                    double peak_slowdown,
+                                                                    double threshold) const {
+  std::optional<Blip> longest;
+  for (const Blip& blip : runs.blips) {
+    if (now - blip.ended_at > blip_memory_) continue;  // forgotten (Judge drops it next)
+    if (blip.peak_slowdown * (1 + threshold) < peak_slowdown) continue;  // milder
+    if (!longest.has_value() || blip.lasted > longest->lasted) longest = blip;
+  }
+  return longest;
 }
 
 std::map<int32_t, StragglerJudge::RankRun> StragglerJudge::Ranks(const GroupRef& ref) const {

@@ -23,7 +23,8 @@
 //   - blips: a rank's straggling run that ended on its own (calm past the calm spell's
 //     grace, nothing asked of the workers and no units moved while it lasted, not begun
 //     within kOperatorEcho of an operator's change) within the known kind's max wait. The
-//     longest (LongestBlip) is how long a straggle by a rank of known kind must last;
+//     longest that ended within the blip memory and was about as slow as the straggle
+//     (BlipToOutlast) is how long a straggle by a rank of known kind must last;
 //   - a marginal skew, per such block: unbalanced, but within the marginal factor of the
 //     balanced ideal, on a block running all-local, waited out for marginal_straggler_for
 //     as a marginal straggler is (PlannerInput::skew_waits), unless it has lasted
@@ -84,15 +85,21 @@ class StragglerJudge {
   // seconds of calm.
   static constexpr absl::Duration kMaxCalmSpell = absl::Seconds(1);
   // The bounds on how long a straggle by a rank whose kind was measured before it began
-  // must last to be chronic at once (KindMeasuredChronic): longer than any blip the group
-  // has shown (LongestBlip), at least min and at most max. The defaults of the
-  // coordinator's --known_kind_wait_min and --known_kind_wait_max. A group that has shown
-  // no blip waits min: 0, where a fixed 2 s (longer than the last VM's blips, up to 1.7 s)
-  // put a quota onset's reshard at step 20 on a VM whose ranks never blipped, 5 with no
-  // wait (docs/benchmarks.md, 2026-12-07 (b)). The max is a straggle no longer a blip:
-  // the 5 s it was before it followed the group's blips.
+  // must last to be chronic at once (KindMeasuredChronic): longer than any blip about as
+  // slow that the group has shown lately (BlipToOutlast), at least min and at most max.
+  // The defaults of the coordinator's --known_kind_wait_min and --known_kind_wait_max. A
+  // group that has shown no blip waits min: 0, where a fixed 2 s (longer than the last
+  // VM's blips, up to 1.7 s) put a quota onset's reshard at step 20 on a VM whose ranks
+  // never blipped, 5 with no wait (docs/benchmarks.md, 2026-12-07 (b)). The max is a
+  // straggle no longer a blip: the 5 s it was before it followed the group's blips.
   static constexpr absl::Duration kKnownKindStraggleMin = absl::ZeroDuration();
   static constexpr absl::Duration kKnownKindStraggleMax = absl::Seconds(5);
+  // How long a blip counts towards that wait after it ended (the default of the
+  // coordinator's --known_kind_blip_memory). A machine's blips come in phases: kept for
+  // the whole job, blips of 1-1.25 s in a job's first 9 s (its warm-up) held every quota
+  // onset of the interleaved benchmark to 13-14 steps from the best static step, where
+  // onsets with no wait in force took 4.5-6 (medians; docs/benchmarks.md, 2026-12-07 (h)).
+  static constexpr absl::Duration kBlipMemory = absl::Minutes(2);
   // A straggling run that begins this soon after an operator's change to the group's
   // settings (OperatorChanged) is that change's, not a blip: in the interleaved
   // benchmark, whose segments switch by admin calls on the 2 cores the ranks run on, the
@@ -118,6 +125,8 @@ class StragglerJudge {
     std::optional<absl::Duration> judged_at;          // the last round that judged it
     // Chronic before reshard_after, its kind measured (KindMeasuredChronic).
     bool kind_measured = false;
+    // The largest pooled slowdown of its straggling rounds.
+    double peak_slowdown = 0;
     // Something was done about it while it lasted: a round of it found the group's plan
     // asking something of the workers (offloads, prunes, a move not yet made), units
     // moved (the planner's or a hold's), or an operator changed the group's settings
@@ -132,10 +141,12 @@ class StragglerJudge {
   };
 
   // `clock` must outlive the judge. A known kind's wait (KindMeasuredChronic) is kept
-  // within [known_kind_min, known_kind_max]; 0 <= min <= max (the caller checks).
+  // within [known_kind_min, known_kind_max]; 0 <= min <= max, and the blips it follows are
+  // those that ended within `blip_memory` > 0 (the caller checks).
   StragglerJudge(Clock* clock, absl::Duration marginal_straggler_for,
                  absl::Duration known_kind_min = kKnownKindStraggleMin,
-                 absl::Duration known_kind_max = kKnownKindStraggleMax);
+                 absl::Duration known_kind_max = kKnownKindStraggleMax,
+                 absl::Duration blip_memory = kBlipMemory);
 
   // Judges the round at the clock's monotonic time for the group `ref` of `size` ranks
   // (`ranks`: those registered), on the speeds pooled over its `num_blocks` blocks.
@@ -180,7 +191,8 @@ class StragglerJudge {
   //     slowdown moving with its load, the spacing below still does.
   // A verdict measured before this straggling run began (it stands through calm spells
   // under 30 s: straggler_kind.h) counts once the run has outlasted every blip the group has
-  // shown (LongestBlip; kept within the constructor's known_kind_min and known_kind_max), so
+  // shown within the blip memory that was about as slow as this run has been
+  // (BlipToOutlast; kept within the constructor's known_kind_min and known_kind_max), so
   // that no blip is resharded on it; without it, the GPT's device straggler coming back 17 s
   // after it left ran plain TP until reshard_after (its offloads refused), 0.98x plain. A
   // fixed wait (16 steps, at least 2 s) put the interleaved benchmark's quota onsets 20
@@ -206,14 +218,34 @@ class StragglerJudge {
   bool KindMeasuredChronic(const GroupRef& ref, int32_t rank, StragglerKind::Kind kind,
                            absl::Duration measured_at, bool still_last, const JobPolicy& policy,
                            std::vector<std::string>& lines);
-  // The longest straggling run of any of the group's ranks that ended on its own (calm,
-  // measured, for longer than the calm spell's grace; not acted on: RankRun::acted_on),
+  // The longest straggling run of any of the group's ranks that ended on its own within
+  // the blip memory (calm, measured, for longer than the calm spell's grace; not acted
+  // on: RankRun::acted_on),
   // marginal ones included (1.09-1.19x blips of a rank whose kind stood were resharded
   // after 2 s at a calm segment's start: docs/benchmarks.md, 2026-12-06 (e)), shorter than
   // the known kind's max wait (a longer one no wait outlasts: a contention that came and
   // went), as its straggling rounds' span plus the report period each stands for. Unset:
-  // none yet in this incarnation (the coordinator keeps it in memory only).
+  // none within the memory in this incarnation (the coordinator keeps blips in memory
+  // only).
   std::optional<absl::Duration> LongestBlip(const GroupRef& ref) const;
+  // A blip the judge remembers: how long it lasted and the largest pooled slowdown of its
+  // straggling rounds.
+  struct Blip {
+    absl::Duration ended_at;  // monotonic: the round that found it ended
+    absl::Duration lasted;
+    double peak_slowdown = 0;
+  };
+  // The blip a straggle whose rounds peaked at `peak_slowdown` must outlast to be no blip:
+  // the longest remembered (ended within the blip memory) whose own peak was within the
+  // straggler threshold `threshold` of it or above (blip peak x (1 + threshold) >=
+  // `peak_slowdown`). A straggle slower than every blip lately is no blip, however short:
+  // on this VM 14 of 15 blips peaked at 1.11-1.22x where a 2x quota's onset read
+  // 1.43-1.61x in its first rounds, and the waits the mild blips set (0.5-1.25 s) held
+  // the interleaved benchmark's quota onsets to 9-13 steps from the best static step;
+  // counting only blips about as slow, 5 [4, 7] against 8.5 [6, 11] (docs/benchmarks.md,
+  // 2026-12-07 (h)). Unset: none such.
+  std::optional<Blip> BlipToOutlast(const GroupRef& ref, double peak_slowdown,
+                                    double threshold) const;
   // A plan the planner decided that moves units was pushed now, taking units from the
   // ranks `relieved`: the counts to chronic and to a lasting skew restart. (Not for a held
   // plan: the runs go on through a hold.) The move is for the straggler the group's last
@@ -256,18 +288,25 @@ class StragglerJudge {
     std::map<int32_t, absl::Duration> relieved_at;
     // The straggler the last Judge named (Verdict::straggler).
     int32_t judged_straggler = -1;
-    std::optional<absl::Duration> longest_blip;  // LongestBlip
-    std::optional<absl::Duration> operator_at;   // the last OperatorChanged
+    // The blips that ended within the memory, in the order they ended, less those a later
+    // one dominates (lasted as long and peaked as high: it outlives them in the memory and
+    // answers every question they would). At most one per report period of the memory.
+    std::vector<Blip> blips;
+    std::optional<absl::Duration> operator_at;  // the last OperatorChanged
   };
   // The group's runs, fresh for a new incarnation.
   GroupRuns& RunsOf(const GroupRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Units moved: every straggling run still open was acted on (RankRun::acted_on).
   static void ActOnOpenRuns(GroupRuns& runs);
+  // BlipToOutlast over `runs` at `now`, the threshold applied (0 peak: any blip).
+  std::optional<Blip> BlipToOutlastAt(const GroupRuns& runs, absl::Duration now,
+                                      double peak_slowdown, double threshold) const;
 
   Clock* const clock_;
   const absl::Duration marginal_straggler_for_;
   const absl::Duration known_kind_min_;
   const absl::Duration known_kind_max_;
+  const absl::Duration blip_memory_;
   mutable absl::Mutex mu_;
   std::map<GroupKey, GroupRuns> groups_ ABSL_GUARDED_BY(mu_);
 };

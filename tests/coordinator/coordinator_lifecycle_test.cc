@@ -47,6 +47,10 @@ TEST(CoordinatorOptionsTest, BadDwellIsRefusedByName) {
   EXPECT_THAT(c.status().message(),
               ::testing::HasSubstr("known_kind_wait_min 3s and known_kind_wait_max 1s: need 0 <= "
                                    "min <= max"));
+  c = Coordinator::Create({.known_kind_blip_memory = absl::ZeroDuration()}, &clock, &store,
+                          speeds.get());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("known_kind_blip_memory 0 must be > 0"));
   c = Coordinator::Create({.dwell_hysteresis = std::nan("")}, &clock, &store, speeds.get());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   c = Coordinator::Create({.link_stale_after = absl::ZeroDuration()}, &clock, &store, speeds.get());

@@ -298,9 +298,11 @@ TEST_F(StragglerJudgeTest, AStraggleAfterAMoveForAnotherRanksIsNotSpacedFromIt) 
 
 // A kind measured in a straggling run before this one (its verdict stands through calm
 // spells under 30 s) makes the straggle chronic at once only once it has outlasted the
-// group's longest blip: a straggle of any of its ranks that ended on its own, nothing done
-// about it while it lasted, shorter than the max wait, as its rounds' span plus a report
-// period. With no blip yet it waits the min (0 by default: its first round).
+// group's longest blip about as slow as it (within the straggler threshold), of those that
+// ended within the blip memory: a straggle of any of its ranks that ended on its own,
+// nothing done about it while it lasted, shorter than the max wait, as its rounds' span
+// plus a report period. With no such blip it waits the min (0 by default: its first
+// round).
 TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTheGroupsBlips) {
   int group = 0;
   // A judge with the given bounds on a group of its own, rank 1's kind measured in a
@@ -310,11 +312,12 @@ TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTh
     GroupRef ref;
     absl::Duration measured;
   };
-  const auto make = [&](absl::Duration min, absl::Duration max) {
+  const auto make = [&](absl::Duration min, absl::Duration max,
+                        absl::Duration memory = StragglerJudge::kBlipMemory) {
     // (A judge holds a mutex: built in place.)
-    return std::unique_ptr<Group>(new Group{StragglerJudge(&clock_, absl::Seconds(1), min, max),
-                                            GroupRef{{"vit", absl::StrCat("tp", group++)}, 1},
-                                            absl::ZeroDuration()});
+    return std::unique_ptr<Group>(
+        new Group{StragglerJudge(&clock_, absl::Seconds(1), min, max, memory),
+                  GroupRef{{"vit", absl::StrCat("tp", group++)}, 1}, absl::ZeroDuration()});
   };
   // `judged0`: the blocks that measured rank 0 (0: not measured, so not straggling).
   const auto round = [&](Group& g, double slow0, double slow1, bool all_local = true,
@@ -342,10 +345,11 @@ TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTh
     }
     for (int i = 0; i < 5; ++i) round(g, 1.0, 1.0);
   };
-  // Rank 1 straggles again: the rounds until it is chronic, and the first round's line.
-  const auto rounds_to_chronic = [&](Group& g, std::string* said) {
+  // Rank 1 straggles again (at `slowdown`): the rounds until it is chronic, and the first
+  // round's line.
+  const auto rounds_to_chronic = [&](Group& g, std::string* said, double slowdown = 2.0) {
     for (int n = 1; n <= 100; ++n) {
-      round(g, 1.0, 2.0);
+      round(g, 1.0, slowdown);
       lines_.clear();
       if (g.judge.KindMeasuredChronic(g.ref, 1, kDevice, g.measured, /*still_last=*/false, policy_,
                                       lines_)) {
@@ -369,7 +373,9 @@ TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTh
     EXPECT_EQ(rounds_to_chronic(*g, &said), 1);
   }
   {
-    SCOPED_TRACE("rank 0 blipped 3 rounds (marginal: 1.3x) and 2: rank 1 waits 4 rounds");
+    SCOPED_TRACE(
+        "rank 0 blipped 3 rounds at 1.3x (marginal), 2 at 2x: rank 1 waits 4 rounds "
+        "at 1.4x, 3 at 1.5x, none at 2.3x");
     auto g = make(zero, five);
     measure(*g);
     ASSERT_DOUBLE_EQ(policy_.straggler_threshold, 0.1);  // 1.3x is within 1 + 3 x 0.1
@@ -377,11 +383,26 @@ TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTh
     straggle(*g, 0, 2);
     EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(300));
     said.clear();
-    EXPECT_EQ(rounds_to_chronic(*g, &said), 4);
+    EXPECT_EQ(rounds_to_chronic(*g, &said, 1.4), 4);  // 1.3 x 1.1 >= 1.4: 300 ms
     EXPECT_THAT(said, HasSubstr("rank 1: a slower device, measured before this straggle began: "
                                 "chronic once the straggle has lasted 300ms (not a blip: this "
-                                "group's longest blip 300ms, kept within --known_kind_wait_min "
-                                "0 and --known_kind_wait_max 5s)"));
+                                "group's longest blip 300ms (up to 1.30x) within the last 2m "
+                                "about as slow as this straggle's 1.40x, kept within "
+                                "--known_kind_wait_min 0 and --known_kind_wait_max 5s)"));
+    g->judge.UnitsMoved(g->ref, {1});  // resharded: no blip
+    for (int i = 0; i < 5; ++i) round(*g, 1.0, 1.0);
+    clock_.Advance(policy_.reshard_after);            // the move no longer spaces the next
+    EXPECT_EQ(rounds_to_chronic(*g, &said, 1.5), 3);  // 1.3 x 1.1 < 1.5: the 2x one, 200 ms
+    g->judge.UnitsMoved(g->ref, {1});
+    for (int i = 0; i < 5; ++i) round(*g, 1.0, 1.0);
+    clock_.Advance(policy_.reshard_after);
+    said.clear();
+    EXPECT_EQ(rounds_to_chronic(*g, &said, 2.3), 1);  // 2 x 1.1 < 2.3: slower than every blip
+    EXPECT_EQ(g->judge.BlipToOutlast(g->ref, 2.3, 0.1), std::nullopt);
+    EXPECT_EQ(g->judge.BlipToOutlast(g->ref, 2.2, 0.1)->lasted, absl::Milliseconds(200));
+    EXPECT_DOUBLE_EQ(g->judge.BlipToOutlast(g->ref, 1.0, 0.1)->peak_slowdown, 1.3);
+    g->judge.UnitsMoved(g->ref, {1});
+    for (int i = 0; i < 5; ++i) round(*g, 1.0, 1.0);
     // A calm spell inside a blip is part of it: 2 rounds, 200 ms calm, 1 round.
     round(*g, 2.0, 1.0);
     round(*g, 2.0, 1.0);
@@ -452,7 +473,8 @@ TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTh
     measure(*g);
     said.clear();
     EXPECT_EQ(rounds_to_chronic(*g, &said), 6);
-    EXPECT_THAT(said, HasSubstr("lasted 500ms (not a blip: no blip yet, kept within "
+    EXPECT_THAT(said, HasSubstr("lasted 500ms (not a blip: no blip within the last 2m about as "
+                                "slow as this straggle's 2.00x, kept within "
                                 "--known_kind_wait_min 500ms and --known_kind_wait_max 1s)"));
     auto f = make(absl::Milliseconds(500), absl::Seconds(1));
     measure(*f);
@@ -464,6 +486,54 @@ TEST_F(StragglerJudgeTest, AKindMeasuredBeforeThisStraggleCountsOnceItOutlastsTh
     straggle(*h, 0, 12);  // 1.2 s: none, longer than the max
     EXPECT_EQ(h->judge.LongestBlip(h->ref), absl::Milliseconds(900));
     EXPECT_EQ(rounds_to_chronic(*h, &said), 10);
+  }
+  {
+    SCOPED_TRACE("a blip counts for the memory after it ended (10 s here), then is forgotten");
+    const absl::Duration memory = absl::Seconds(10);
+    // Calm rounds until `at` after the clock's `from`.
+    const auto calm_until = [&](Group& g, absl::Duration from, absl::Duration at) {
+      while (clock_.Monotonic() - from < at) round(g, 1.0, 1.0);
+    };
+    auto g = make(zero, five, memory);
+    measure(*g);
+    straggle(*g, 0, 9);  // 900 ms
+    // (Found ended by its 4th calm round, a round ago: calm past the grace.)
+    const absl::Duration long_ended = clock_.Monotonic() - absl::Milliseconds(100);
+    calm_until(*g, long_ended, absl::Seconds(4));
+    straggle(*g, 0, 3);  // 300 ms, shorter and later: kept for when the long one is forgotten
+    // (Found ended by its 4th calm round, a round ago.)
+    const absl::Duration short_ended = clock_.Monotonic() - absl::Milliseconds(100);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(900));
+    calm_until(*g, long_ended, memory);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(900)) << "10 s after: kept";
+    round(*g, 1.0, 1.0);
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), absl::Milliseconds(300));
+    said.clear();
+    EXPECT_EQ(rounds_to_chronic(*g, &said), 4);
+    EXPECT_THAT(said, HasSubstr("(not a blip: this group's longest blip 300ms (up to 2.00x) "
+                                "within the last 10s about as slow as this straggle's 2.00x, "
+                                "kept within"));
+    g->judge.UnitsMoved(g->ref, {1});  // resharded, as the planner would: no blip
+    for (int i = 0; i < 5; ++i) round(*g, 1.0, 1.0);
+    calm_until(*g, short_ended, memory + absl::Milliseconds(100));
+    EXPECT_EQ(g->judge.LongestBlip(g->ref), std::nullopt);
+    EXPECT_EQ(rounds_to_chronic(*g, &said), 1);
+
+    auto f = make(zero, five, memory);
+    measure(*f);
+    straggle(*f, 0, 3);  // 300 ms, then a longer one: the shorter is never the longest again
+    // (Found ended by its 4th calm round, a round ago.)
+    const absl::Duration first_ended = clock_.Monotonic() - absl::Milliseconds(100);
+    calm_until(*f, first_ended, absl::Seconds(4));
+    straggle(*f, 0, 9);
+    // (Found ended by its 4th calm round, a round ago.)
+    const absl::Duration second_ended = clock_.Monotonic() - absl::Milliseconds(100);
+    EXPECT_EQ(f->judge.LongestBlip(f->ref), absl::Milliseconds(900));
+    calm_until(*f, first_ended, memory + absl::Milliseconds(100));
+    EXPECT_EQ(f->judge.LongestBlip(f->ref), absl::Milliseconds(900));
+    // Read without a round since (the judge forgets by the clock, not only in Judge).
+    clock_.Advance(second_ended + memory + absl::Milliseconds(1) - clock_.Monotonic());
+    EXPECT_EQ(f->judge.LongestBlip(f->ref), std::nullopt);
   }
 }
 
