@@ -81,8 +81,8 @@ StragglerJudge::Verdict StragglerJudge::Judge(const GroupRef& ref,
           BALLAST_LOG(INFO) << "job=" << ref.key.first << " group=" << ref.key.second << " rank "
                             << r << " straggled " << absl::FormatDuration(blip) << " at up to "
                             << absl::StrFormat("%.2fx", ended.peak_slowdown)
-                            << ", ended on its own: a blip; a known kind's straggle about as "
-                               "slow waits it out for "
+                            << ", ended on its own: a blip, which a known kind's straggle "
+                               "about as slow waits out for the next "
                             << absl::FormatDuration(blip_memory_);
         }
         rank = RankRun{.judged_at = now};
@@ -319,11 +319,7 @@ void StragglerJudge::ActOnOpenRuns(GroupRuns& runs) {
 }
 
 std::optional<absl::Duration> StragglerJudge::LongestBlip(const GroupRef& ref) const {
-  const absl::Duration now = clock_->Monotonic();
-  absl::MutexLock lock(&mu_);
-  auto it = groups_.find(ref.key);
-  if (it == groups_.end() || it->second.incarnation != ref.incarnation) return std::nullopt;
-  const std::optional<Blip> longest = BlipToOutlastAt(it->second, now, 0, 0);
+  const std::optional<Blip> longest = BlipToOutlast(ref, /*peak_slowdown=*/0, /*threshold=*/0);
   if (!longest.has_value()) return std::nullopt;
   return longest->lasted;
 }

@@ -220,13 +220,12 @@ class StragglerJudge {
                            std::vector<std::string>& lines);
   // The longest straggling run of any of the group's ranks that ended on its own within
   // the blip memory (calm, measured, for longer than the calm spell's grace; not acted
-  // on: RankRun::acted_on),
-  // marginal ones included (1.09-1.19x blips of a rank whose kind stood were resharded
-  // after 2 s at a calm segment's start: docs/benchmarks.md, 2026-12-06 (e)), shorter than
-  // the known kind's max wait (a longer one no wait outlasts: a contention that came and
-  // went), as its straggling rounds' span plus the report period each stands for. Unset:
-  // none within the memory in this incarnation (the coordinator keeps blips in memory
-  // only).
+  // on: RankRun::acted_on), marginal ones included (1.09-1.19x blips of a rank whose kind
+  // stood were resharded after 2 s at a calm segment's start: docs/benchmarks.md,
+  // 2026-12-06 (e)), shorter than the known kind's max wait (a longer one no wait
+  // outlasts: a contention that came and went), as its straggling rounds' span plus the
+  // report period each stands for: BlipToOutlast at any slowdown. Unset: none within the
+  // memory in this incarnation (the coordinator keeps blips in memory only).
   std::optional<absl::Duration> LongestBlip(const GroupRef& ref) const;
   // A blip the judge remembers: how long it lasted and the largest pooled slowdown of its
   // straggling rounds.
