@@ -245,8 +245,9 @@ class DecisionLoop {
                                        std::vector<std::string>& lines) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // The kind of `straggler` (the timers' target; -1: none), measured by straggler_kind_
-  // from the group's collectives, saying what it found in `lines`.
+  // from the group's collectives and `pooled`'s timers, saying what it found in `lines`.
   StragglerKind::Kind KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,
+                             const PooledGroup& pooled, double straggler_threshold,
                              std::vector<std::string>& lines)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_);
   // Prices a rank throttled whole as options_.throttled_price says (fixed_costs.h), saying

@@ -119,7 +119,8 @@ bool DecisionLoop::GatherInputs(const GroupSnapshot& group, const JobPolicy& pol
   const int32_t straggler = verdict.straggler;
   const std::vector<bool> cordoned = CordonedRanks(group);
   const bool cordon = std::find(cordoned.begin(), cordoned.end(), true) != cordoned.end();
-  const StragglerKind::Kind kind = KindOf(group, straggler, cordon, lines);
+  const StragglerKind::Kind kind =
+      KindOf(group, straggler, cordon, *pooled, policy.straggler_threshold, lines);
   // (Not under an operator's hold: nothing is planned there.)
   std::vector<bool> chronic = verdict.chronic;
   const bool reshard_kind = kind == StragglerKind::Kind::kCompute ? options_.reshard_slower_devices

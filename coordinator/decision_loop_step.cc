@@ -89,9 +89,14 @@ std::vector<int32_t> DecisionLoop::TakesNoOffloads(const GroupSnapshot& group, b
 }
 
 StragglerKind::Kind DecisionLoop::KindOf(const GroupSnapshot& group, int32_t straggler, bool cordon,
+                                         const PooledGroup& pooled, double straggler_threshold,
                                          std::vector<std::string>& lines) {
   StragglerKind::Round round;
   round.straggler = straggler;
+  if (straggler >= 0 && static_cast<size_t>(straggler) < pooled.ranks.size()) {
+    round.straggler_slowdown = pooled.ranks[straggler].slowdown;
+  }
+  round.straggler_threshold = straggler_threshold;
   round.cordon = cordon;
   round.plan_version = WorkersRun(group).version;
   round.published_version = group.plan.version.value();

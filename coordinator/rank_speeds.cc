@@ -10,6 +10,10 @@
 
 namespace ballast::coordinator {
 
+bool MilderStraggle(double slowdown, double than, double straggler_threshold) {
+  return slowdown * (1 + straggler_threshold) < than;
+}
+
 absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
                                            double straggler_threshold) {
   if (!(straggler_threshold >= 0) || !std::isfinite(straggler_threshold)) {

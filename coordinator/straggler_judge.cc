@@ -341,7 +341,7 @@ std::optional<StragglerJudge::Blip> StragglerJudge::BlipToOutlastAt(const GroupR
   std::optional<Blip> longest;
   for (const Blip& blip : runs.blips) {
     if (now - blip.ended_at > blip_memory_) continue;  // forgotten (Judge drops it next)
-    if (blip.peak_slowdown * (1 + threshold) < peak_slowdown) continue;  // milder
+    if (MilderStraggle(blip.peak_slowdown, peak_slowdown, threshold)) continue;
     if (!longest.has_value() || blip.lasted > longest->lasted) longest = blip;
   }
   return longest;

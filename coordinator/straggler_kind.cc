@@ -9,6 +9,7 @@
 #include "common/duration_text.h"
 #include "common/median.h"
 #include "coordinator/arrival_spread.h"
+#include "coordinator/rank_speeds.h"
 
 namespace ballast::coordinator {
 
@@ -92,6 +93,12 @@ std::string StragglerKind::FloorMissing(const GroupState& g, const Round& round,
   if (round.straggler < 0 || !g.straggling_since.has_value()) return "";
   const absl::Duration since = std::max(*g.straggling_since, g.target_since);
   if (LastedAWindow(round, since, now)) return "";
+  if (const auto it = g.judged.find(round.straggler);
+      round.straggler_slowdown > 0 && it != g.judged.end() &&
+      MilderStraggle(round.straggler_slowdown, MedianOf(it->second.timer_slowdowns),
+                     round.straggler_threshold)) {
+    return "";  // not its contention back: the floor tells (see "Contention gone")
+  }
   return absl::StrCat("rank ", round.straggler, "'s straggle began ",
                       absl::FormatDuration(absl::Trunc(now - since, absl::Milliseconds(10))),
                       " ago, within the ", options_.min_steps,
@@ -434,6 +441,9 @@ void StragglerKind::SampleStep(const GroupState& g, const Round& round, absl::Du
     return;
   }
   verdict.steps.Add(round.step_seconds, round.collective_seconds, now);
+  if (round.straggler_slowdown > 0) {
+    PushNewest(verdict.timer_slowdowns, round.straggler_slowdown, kStepWindows);
+  }
 }
 
 void StragglerKind::FitSpreads(GroupState& g, const Round& round, absl::Duration now,

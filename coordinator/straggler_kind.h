@@ -141,7 +141,15 @@
 // straggle younger than that (FloorMissing): some of its steps are from before, and at
 // the quota onsets' first rounds they read calm, and the rank, priced by its timers, was
 // resharded a unit or two short of the best split (docs/benchmarks.md, 2026-12-07 (d)).
-// Until then its verdict's floor prices it, contention or not.
+// Until then its verdict's floor prices it, contention or not, unless its timers see it
+// milder than they saw it in its step windows (MilderStraggle, by the job's straggler
+// threshold, against their median): a contention back slows the timers as it did, and
+// a drift does not. The benchmark's rank 1, its quota lifted and held on the calm split,
+// drifted to 1.11-1.12x for a round now and then (its quota had read about 1.5x); each
+// such straggle was priced at the straggling floor, and the steps were predicted up to
+// 48% long (docs/benchmarks.md, 2026-12-07 (i)). A milder straggle leaves the floor to tell,
+// mixed as it is: of a drift it reads calm; of a milder contention's return, calm at
+// first and then not, as at a straggle the timers did not see.
 //
 // Arrival spread. Balanced on average, a throttled rank still reaches some collectives
 // late and others early, and the group waits beyond its mean (arrival_spread.h). While its
@@ -251,6 +259,11 @@ class StragglerKind {
     // (group_figures.h: MeasuredRankCollectives; 0 for a rank not attached); empty until
     // then. What the arrival spread is fitted to, and a relieved rank's ratio read from.
     std::vector<double> rank_collective_seconds;
+    // The straggler's slowdown as the compute timers pool it (rank_speeds.h; 0: not
+    // known), and the job's straggler threshold: a straggle milder than the one its
+    // verdict measured is not taken as its contention back (see "Contention gone").
+    double straggler_slowdown = 0;
+    double straggler_threshold = 0;
   };
 
   // `clock` must outlive this.
@@ -378,6 +391,9 @@ class StragglerKind {
     std::string why;             // its measurements
     absl::Duration measured_at;  // monotonic
     StepWindows steps;           // a kWhole straggler's, on the calm split
+    // Its timers' slowdown in those windows (Round::straggler_slowdown, where known), the
+    // newest kStepWindows.
+    std::deque<double> timer_slowdowns;
     std::deque<double> spreads;  // its arrival spread's fits, the newest kSpreadFits
     absl::Duration spread_at;    // monotonic, of the newest fit
     // Its collectives over its straggling floor in relieved windows, the newest

@@ -1,7 +1,8 @@
 // A throttled rank once the coordinator resharded it, two ranks in lockstep on the fake
 // clock: its price kept while its timers call it calm, no offloads onto it whoever straggles
 // and none of its own while it straggles, its units given back by the recheck once its
-// contention ended, then priced by its timers; on its own split, its offloads kept.
+// contention ended, then priced by its timers, a drift milder than its quota too; on its own
+// split, its offloads kept.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -294,6 +295,38 @@ TEST_F(ThrottledRankTest, ARankWhoseContentionIsGoneIsPricedByItsTimersOnTheCalm
     ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
     coordinator_.reset();
   }
+}
+
+// A drift is not the quota back. Its contention gone on the calm split, the rank
+// straggles anew at 1.2x, its collectives calm. Young as that straggle is, its timers see
+// it milder than its quota (1.2 x 1.1 under the 1.5x they read then), so the floor tells
+// at once, reads calm, and the rank is priced by its timers: the step, 4 x 12 + 20 = 68
+// ms, predicted as measured (priced at its straggling floor, the benchmark's such steps
+// were predicted up to 48% long). At 1.5x again the straggle is too young to tell, and its
+// verdict's floor prices it (straggler_kind.h, "Contention gone").
+TEST_F(ThrottledRankTest, AYoungStraggleMilderThanItsQuotaIsPricedByItsTimers) {
+  RecordingSink sink;
+  ASSERT_GE(ReshardAThrottledRank(ThrottledPrice::kFloor, &sink), 0);
+  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", GroupHold{.rank = 1}).ok());
+  coordinator_->Tick();
+  const int64_t even = sink.plans().back().version();
+  TwoRankLockstep ranks(coordinator_.get(), &clock_);
+  const std::vector<int> units = {kUnits / 2, kUnits / 2};
+  ranks.Run(20, units, {10e-3, 10e-3}, {20e-3, 20e-3}, even);
+  ranks.Run(3, units, {10e-3, 12e-3}, {20e-3, 20e-3}, even);
+  absl::StatusOr<v1::Explanation> why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("1 1.20x straggling"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("its contention is gone, priced by its timers"));
+  EXPECT_NEAR(ranks.Status().predicted_step_seconds(), 68e-3, 1e-6);
+  ranks.Run(20, units, {10e-3, 10e-3}, {20e-3, 20e-3}, even);
+  ranks.Run(3, units, {10e-3, 15e-3}, {20e-3, 20e-3}, even);
+  why = coordinator_->Explain("vit", "tp0");
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("1 1.50x straggling"));
+  EXPECT_THAT(why->text(), ::testing::HasSubstr("its contention not seen gone: rank 1's "
+                                                "straggle began"));
+  ASSERT_TRUE(coordinator_->SetHold("vit", "tp0", std::nullopt).ok());
 }
 
 // Relieved of units, a throttled rank is priced at what its collectives measured relieved

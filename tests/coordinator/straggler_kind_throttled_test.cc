@@ -1,6 +1,7 @@
 // StragglerKind's measures of a throttled rank: the slowdown its step measured on the split
 // it ran calm, a median over windows, and its arrival spread fitted to both sides' waits
-// near the balanced split, each ended with its verdict.
+// near the balanced split, each ended with its verdict; its timers there, against which a
+// milder straggle is not its contention back.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -391,6 +392,54 @@ TEST_F(StragglerKindTest, AVerdictBackFromARecheckBringsItsRelievedRatiosBack) {
   ASSERT_THAT(Said(), HasSubstr("after a recheck ended its verdict: back"));
   EXPECT_NEAR(ratio(&windows), 0.94, 1e-12);
   EXPECT_EQ(windows, 1);
+}
+
+// A straggle milder than the one its verdict measured is not its contention back: its
+// timers read 1.3x, 1.5x and 1.7x in its step windows (median 1.5x), and a drift to 1.12x
+// (x 1.1, the threshold, is under 1.5x) leaves the floor to tell at once, young as it is:
+// reading calm, the contention is gone; reading near the straggling floor, it is not.
+// One about as slow (1.40x x 1.1 >= 1.5x), or one whose timers are not known, is too
+// young to tell, as before.
+TEST_F(StragglerKindTest, AStraggleMilderThanItsVerdictsIsNotItsContentionBack) {
+  const std::vector<int32_t> even{45, 45};
+  const auto timed = [&even](int32_t straggler, double collectives, double slowdown,
+                             double threshold = 0.10) {
+    StragglerKind::Round round = Ran(straggler, 1, collectives, false, even);
+    round.straggler_slowdown = slowdown;
+    round.straggler_threshold = threshold;
+    return round;
+  };
+  Update(Ran(-1, 1, 0.043, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.043, false, even));
+  Update(timed(1, 0.043, 1.3));
+  for (const double slowdown : {1.3, 1.5, 1.7}) {  // a window each, 2 s apart
+    clock_.Advance(absl::Seconds(2));
+    ASSERT_EQ(Update(timed(1, 0.097, slowdown)), Kind::kWhole);
+  }
+  // Calm for 2 s on the even split: its contention gone.
+  Update(Ran(-1, 1, 0.045, false, even));
+  clock_.Advance(absl::Seconds(2));
+  Update(Ran(-1, 1, 0.045, false, even));
+  ASSERT_TRUE(kinds_.ContentionGone(kGroup, 1));
+  EXPECT_EQ(Update(timed(1, 0.045, 1.12)), Kind::kWhole) << "the verdict stands";
+  EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1)) << "a drift, the floor calm";
+  std::string not_gone;
+  Update(timed(1, 0.090, 1.12));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1, nullptr, &not_gone));
+  EXPECT_THAT(not_gone, HasSubstr("nearer its straggling 0.097 s"));
+  // About as slow: too young to tell, whatever the floor reads.
+  Update(Ran(-1, 1, 0.045, false, even));
+  Update(timed(1, 0.045, 1.40));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1, nullptr, &not_gone));
+  EXPECT_THAT(not_gone, HasSubstr("rank 1's straggle began 0 ago"));
+  // ... but milder under a threshold of 5% (1.40 x 1.05 < 1.5).
+  Update(timed(1, 0.045, 1.40, 0.05));
+  EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1));
+  // Timers not known: too young to tell.
+  Update(Ran(-1, 1, 0.045, false, even));
+  Update(timed(1, 0.045, 0));
+  EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
 }
 
 }  // namespace
