@@ -64,8 +64,8 @@ absl::StatusOr<PooledGroup> PoolRankSpeeds(const std::vector<PoolBlock>& blocks,
 // Whether a straggle at `slowdown` (pooled, as above) is milder than one at `than`: slower
 // by less than the straggler threshold's share of it, slowdown x (1 + threshold) < than.
 // Two straggles within it are about as slow. The judge waits out only the blips not
-// milder than a straggle (straggler_judge.h); the kind takes a straggle milder than the
-// one its verdict measured as not its contention back (straggler_kind.h).
+// milder than a straggle (straggler_judge.h); the kind takes a straggle milder than its
+// verdict's step windows as a drift, not its contention back (straggler_kind.h).
 bool MilderStraggle(double slowdown, double than, double straggler_threshold);
 
 // What the planner is given for a rank in a block (PlannerRank's fixed_seconds and

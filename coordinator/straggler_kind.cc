@@ -94,15 +94,20 @@ std::string StragglerKind::FloorMissing(const GroupState& g, const Round& round,
   const absl::Duration since = std::max(*g.straggling_since, g.target_since);
   if (LastedAWindow(round, since, now)) return "";
   if (const auto it = g.judged.find(round.straggler);
-      round.straggler_slowdown > 0 && it != g.judged.end() &&
-      MilderStraggle(round.straggler_slowdown, MedianOf(it->second.timer_slowdowns),
-                     round.straggler_threshold)) {
+      it != g.judged.end() && DriftNotContention(it->second, round)) {
     return "";  // not its contention back: the floor tells (see "Contention gone")
   }
   return absl::StrCat("rank ", round.straggler, "'s straggle began ",
                       absl::FormatDuration(absl::Trunc(now - since, absl::Milliseconds(10))),
                       " ago, within the ", options_.min_steps,
                       " steps the floor is a median of (some of them from before it)");
+}
+
+bool StragglerKind::DriftNotContention(const Verdict& verdict, const Round& round) {
+  const double typical = MedianOf(verdict.timer_slowdowns);
+  const double t = round.straggler_threshold;
+  return round.straggler_slowdown > 0 && typical >= (1 + t) * (1 + t) * (1 + t) &&
+         MilderStraggle(round.straggler_slowdown, typical, t);
 }
 
 bool StragglerKind::Measurable(const Round& round, absl::Duration since, absl::Duration now) const {

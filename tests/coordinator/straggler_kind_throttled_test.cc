@@ -1,7 +1,7 @@
 // StragglerKind's measures of a throttled rank: the slowdown its step measured on the split
 // it ran calm, a median over windows, and its arrival spread fitted to both sides' waits
 // near the balanced split, each ended with its verdict; its timers there, against which a
-// milder straggle is not its contention back.
+// drift is told from its contention back.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -394,12 +394,14 @@ TEST_F(StragglerKindTest, AVerdictBackFromARecheckBringsItsRelievedRatiosBack) {
   EXPECT_EQ(windows, 1);
 }
 
-// A straggle milder than the one its verdict measured is not its contention back: its
-// timers read 1.3x, 1.5x and 1.7x in its step windows (median 1.5x), and a drift to 1.12x
-// (x 1.1, the threshold, is under 1.5x) leaves the floor to tell at once, young as it is:
-// reading calm, the contention is gone; reading near the straggling floor, it is not.
-// One about as slow (1.40x x 1.1 >= 1.5x), or one whose timers are not known, is too
-// young to tell, as before.
+// A drift is not the contention back: its verdict's step windows read 1.5x, 1.3x and
+// 2.3x on its timers (median 1.5x), and a straggle milder than that median by the
+// threshold (1.12x and 1.20x: x 1.1 under 1.5x) leaves the floor to tell at once, young
+// as it is: reading calm, the contention is gone; reading near the straggling floor, it is
+// not. One about as slow (1.40x x 1.1 >= 1.5x), one whose timers are not known, one against
+// a verdict whose windows' timers were not known, or against windows that read under
+// 1.1^3 = 1.331x (too near the drifts the judge names to tell them apart), is too young to
+// tell, as before.
 TEST_F(StragglerKindTest, AStraggleMilderThanItsVerdictsIsNotItsContentionBack) {
   const std::vector<int32_t> even{45, 45};
   const auto timed = [&even](int32_t straggler, double collectives, double slowdown,
@@ -409,26 +411,35 @@ TEST_F(StragglerKindTest, AStraggleMilderThanItsVerdictsIsNotItsContentionBack) 
     round.straggler_threshold = threshold;
     return round;
   };
-  Update(Ran(-1, 1, 0.043, false, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(Ran(-1, 1, 0.043, false, even));
-  Update(timed(1, 0.043, 1.3));
-  for (const double slowdown : {1.3, 1.5, 1.7}) {  // a window each, 2 s apart
+  // Calm on the even split, rank 1 judged throttled there with its windows' timers at
+  // `slowdowns` (a window each, 2 s apart), then calm again for 2 s: its contention gone.
+  const auto judged_then_gone = [&](StragglerKind& kinds, std::vector<double> slowdowns) {
+    std::vector<std::string> lines;
+    kinds.Update(kGroup, Ran(-1, 1, 0.043, false, even), lines);
     clock_.Advance(absl::Seconds(2));
-    ASSERT_EQ(Update(timed(1, 0.097, slowdown)), Kind::kWhole);
-  }
-  // Calm for 2 s on the even split: its contention gone.
-  Update(Ran(-1, 1, 0.045, false, even));
-  clock_.Advance(absl::Seconds(2));
-  Update(Ran(-1, 1, 0.045, false, even));
-  ASSERT_TRUE(kinds_.ContentionGone(kGroup, 1));
+    kinds.Update(kGroup, Ran(-1, 1, 0.043, false, even), lines);
+    kinds.Update(kGroup, timed(1, 0.043, slowdowns.front()), lines);
+    for (const double slowdown : slowdowns) {
+      clock_.Advance(absl::Seconds(2));
+      ASSERT_EQ(kinds.Update(kGroup, timed(1, 0.097, slowdown), lines), Kind::kWhole);
+    }
+    kinds.Update(kGroup, Ran(-1, 1, 0.045, false, even), lines);
+    clock_.Advance(absl::Seconds(2));
+    kinds.Update(kGroup, Ran(-1, 1, 0.045, false, even), lines);
+    ASSERT_TRUE(kinds.ContentionGone(kGroup, 1));
+  };
+  judged_then_gone(kinds_, {1.5, 1.3, 2.3});
   EXPECT_EQ(Update(timed(1, 0.045, 1.12)), Kind::kWhole) << "the verdict stands";
   EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1)) << "a drift, the floor calm";
   std::string not_gone;
   Update(timed(1, 0.090, 1.12));
   EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1, nullptr, &not_gone));
   EXPECT_THAT(not_gone, HasSubstr("nearer its straggling 0.097 s"));
-  // About as slow: too young to tell, whatever the floor reads.
+  Update(Ran(-1, 1, 0.045, false, even));
+  Update(timed(1, 0.045, 1.20));
+  EXPECT_TRUE(kinds_.ContentionGone(kGroup, 1)) << "milder than the median, not the mildest";
+  // About as slow as the median (though milder than the mean): too young to tell, whatever
+  // the floor reads.
   Update(Ran(-1, 1, 0.045, false, even));
   Update(timed(1, 0.045, 1.40));
   EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1, nullptr, &not_gone));
@@ -440,6 +451,15 @@ TEST_F(StragglerKindTest, AStraggleMilderThanItsVerdictsIsNotItsContentionBack) 
   Update(Ran(-1, 1, 0.045, false, even));
   Update(timed(1, 0.045, 0));
   EXPECT_FALSE(kinds_.ContentionGone(kGroup, 1));
+  // A verdict whose windows' timers were not known, or read 1.3x: too young to tell.
+  for (const double windows : {0.0, 1.3}) {
+    SCOPED_TRACE(windows);
+    StragglerKind kinds(&clock_, StragglerKindOptions{});
+    judged_then_gone(kinds, {windows, windows});
+    std::vector<std::string> lines;
+    kinds.Update(kGroup, timed(1, 0.045, 1.12), lines);
+    EXPECT_FALSE(kinds.ContentionGone(kGroup, 1));
+  }
 }
 
 }  // namespace
