@@ -268,8 +268,8 @@ class StragglerKind {
     // then. What the arrival spread is fitted to, and a relieved rank's ratio read from.
     std::vector<double> rank_collective_seconds;
     // The straggler's slowdown as the compute timers pool it (rank_speeds.h; 0: not
-    // known), and the job's straggler threshold: a straggle milder than the one its
-    // verdict measured is not taken as its contention back (see "Contention gone").
+    // known), and the job's straggler threshold: a drift, milder than its verdict's step
+    // windows, is not taken as its contention back (DriftNotContention).
     double straggler_slowdown = 0;
     double straggler_threshold = 0;
   };
